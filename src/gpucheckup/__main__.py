@@ -1,0 +1,3 @@
+from gpucheckup.cli import main
+
+raise SystemExit(main())

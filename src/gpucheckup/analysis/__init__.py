@@ -1,0 +1,1 @@
+"""Pure functions over trace tables, one concern per module. Needs no torch."""

@@ -1,0 +1,80 @@
+"""CUDA API health: runtime calls far slower than usual, and lock contention behind them.
+
+Definitions (also in docs/metrics.md).
+- typical duration of a call: the median duration of all calls of that name in the trace.
+- slow call: at least SLOW_FACTOR (10) times its typical duration and at least SLOW_FLOOR_US
+  (50 us) long. Calls that wait by design (synchronizations, blocking copies) and the
+  allocation calls themselves are not judged.
+- lock contention: a slow call that overlaps in time an allocation call (cudaMalloc,
+  cudaFree, cudaHostAlloc, ...) on another thread. The CUDA driver serialises these on a
+  context-wide lock, so a pinned-memory allocation in a DataLoader worker thread can stall
+  the training thread's kernel launches.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from gpucheckup.analysis import host_calls
+from gpucheckup.trace.tables import DRIVER, RUNTIME, Trace
+
+SLOW_FACTOR = 10.0
+SLOW_FLOOR_US = 50.0
+MAX_LISTED = 10
+
+
+def api_health(trace: Trace, launch_rows: np.ndarray) -> dict:
+    """Per call name: count and typical duration; slow calls; contention with allocations."""
+    host = trace.host
+    rows = np.flatnonzero((host.cat == RUNTIME) | (host.cat == DRIVER))
+    if len(rows) == 0:
+        return {"calls": {}, "slow_count": 0, "contention": []}
+    dur = host.end[rows] - host.start[rows]
+    names = host.name[rows]
+    uniq, inv = np.unique(names, return_inverse=True)
+    median = np.array([np.median(dur[inv == i]) for i in range(len(uniq))])
+    calls = {
+        trace.names[n]: {"count": int((inv == i).sum()), "median_us": float(median[i]),
+                         "total_ms": float(dur[inv == i].sum()) / 1000}
+        for i, n in enumerate(uniq)
+    }
+    exempt = np.union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.alloc_rows(trace))
+    slow = (dur >= SLOW_FACTOR * median[inv]) & (dur >= SLOW_FLOOR_US) & ~np.isin(rows, exempt)
+    slow_rows = rows[slow]
+
+    alloc = host_calls.alloc_rows(trace)
+    contention = []
+    pairs: dict[tuple, dict] = defaultdict(lambda: {"count": 0, "slow_ms": 0.0, "typical_us": 0.0})
+    for r in slow_rows:
+        other = alloc[
+            (host.start[alloc] < host.end[r]) & (host.end[alloc] > host.start[r])
+            & ((host.tid[alloc] != host.tid[r]) | (host.pid[alloc] != host.pid[r]))
+        ]
+        if len(other) == 0:
+            continue
+        o = other[np.argmax(host.end[other] - host.start[other])]
+        key = (trace.names[host.name[r]], _thread(trace, r), trace.names[host.name[o]], _thread(trace, o))
+        p = pairs[key]
+        p["count"] += 1
+        p["slow_ms"] += float(host.end[r] - host.start[r]) / 1000
+        p["typical_us"] = calls[key[0]]["median_us"]
+    for (call, thread, blocker, blocker_thread), p in sorted(pairs.items(), key=lambda kv: -kv[1]["slow_ms"]):
+        contention.append({
+            "call": call, "thread": thread, "blocker": blocker, "blocker_thread": blocker_thread, **p,
+        })
+    slow_list = sorted(
+        ({"call": trace.names[host.name[r]], "thread": _thread(trace, r), "dur_us": float(host.end[r] - host.start[r]),
+          "typical_us": calls[trace.names[host.name[r]]]["median_us"], "t_us": float(host.start[r])}
+         for r in slow_rows),
+        key=lambda s: -s["dur_us"],
+    )[:MAX_LISTED]
+    return {"calls": calls, "slow_count": int(len(slow_rows)), "slow": slow_list, "contention": contention[:MAX_LISTED]}
+
+
+def _thread(trace: Trace, row: int) -> str:
+    """A thread's name as the trace labels it, else its id."""
+    key = (int(trace.host.pid[row]), int(trace.host.tid[row]))
+    name = trace.thread_names.get(key)
+    return name if name else f"thread {key[1]}"

@@ -1,0 +1,85 @@
+"""Memory copies: bytes, counts and achieved bandwidth per direction, pageable against pinned.
+
+Definitions (also in docs/metrics.md). Counted: `gpu_memcpy` events starting inside the
+analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
+`Memcpy HtoD (Pageable -> Device)`.
+- direction: HtoD, DtoH, DtoD, HtoH, PtoP as in the name.
+- pageable: source or destination is `Pageable` host memory. CUDA stages such copies through
+  a bounce buffer and blocks the host: the fix is `pin_memory=True` and `non_blocking=True`.
+- achieved GB/s per direction: summed bytes / summed copy duration.
+- pct_of_gpu_time: the union of copy intervals over the union of all GPU busy intervals.
+- overlap_pct: the share of copy time during which a kernel was running on the same device.
+  Copies hidden under compute cost nothing; the articles' healthy band is over 80%.
+- exposed_pct_of_step: copy time with no kernel beside it, over step time: what the copies
+  cost the step.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.steps import Steps
+from gpucheckup.analysis.timeline import Timeline
+from gpucheckup.trace.tables import KERNEL, MEMCPY, Trace
+
+COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
+
+
+def parse_copy_name(name: str) -> tuple[str, str, str]:
+    """(direction, source kind, destination kind) from a Kineto memcpy name."""
+    m = COPY_NAME.search(name)
+    if m:
+        return m.group(1), m.group(2), m.group(3)
+    for d in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP"):
+        if d in name:
+            return d, "?", "?"
+    return "other", "?", "?"
+
+
+def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
+    """Per-direction totals, pageable count, share of GPU time and overlap with kernels."""
+    gpu = trace.gpu
+    lo, hi = steps.window
+    rows = np.flatnonzero((gpu.kind == MEMCPY) & (gpu.start >= lo) & (gpu.start <= hi))
+    directions: dict[str, dict] = {}
+    pageable = 0
+    pageable_bytes = 0.0
+    for r in rows:
+        d, src, dst = parse_copy_name(trace.names[gpu.name[r]])
+        e = directions.setdefault(d, {"count": 0, "bytes": 0.0, "time_us": 0.0, "pageable_count": 0})
+        e["count"] += 1
+        b = gpu.bytes[r]
+        e["bytes"] += 0.0 if np.isnan(b) else float(b)
+        e["time_us"] += float(gpu.end[r] - gpu.start[r])
+        if "Pageable" in (src, dst):
+            e["pageable_count"] += 1
+            pageable += 1
+            pageable_bytes += 0.0 if np.isnan(b) else float(b)
+    for e in directions.values():
+        e["gb_per_s"] = e["bytes"] / (e["time_us"] * 1e3) if e["time_us"] > 0 else None
+        e["mb"] = e["bytes"] / 1e6
+    busy_total = sum(iv.total(b) for b in timeline.busy.values())
+    copy_union_total = 0.0
+    overlapped = 0.0
+    window = float(steps.duration.sum()) * max(len(timeline.busy), 1)
+    for dev in timeline.busy:
+        c = (gpu.device[rows] == dev)
+        copies = iv.clip(iv.union(gpu.start[rows][c], gpu.end[rows][c]), lo, hi)
+        k = (gpu.kind == KERNEL) & (gpu.device == dev)
+        kernels = iv.clip(iv.union(gpu.start[k], gpu.end[k]), lo, hi)
+        copy_union_total += iv.total(copies)
+        overlapped += iv.total(iv.intersect(copies, kernels))
+    return {
+        "count": int(len(rows)),
+        "by_direction": directions,
+        "pageable_count": pageable,
+        "pageable_mb": pageable_bytes / 1e6,
+        "time_ms": copy_union_total / 1000,
+        "pct_of_gpu_time": 100 * copy_union_total / busy_total if busy_total > 0 else 0.0,
+        "overlap_pct": 100 * overlapped / copy_union_total if copy_union_total > 0 else None,
+        "per_step_ms": copy_union_total / 1000 / steps.count,
+        "exposed_pct_of_step": 100 * (copy_union_total - overlapped) / window if window > 0 else 0.0,
+    }

@@ -1,0 +1,122 @@
+"""What host events mean: data waits, synchronizations, allocations, communication.
+
+Each classifier returns row indices into `trace.host`. The name lists are the whole rule:
+- data wait: user annotations `enumerate(DataLoader)#...__next__` (the profiler wraps every
+  DataLoader `__next__` in one).
+- synchronization: `cudaDeviceSynchronize`, `cudaStreamSynchronize`, `cudaEventSynchronize`,
+  `cuCtxSynchronize`, `cuStreamSynchronize`, `cuEventSynchronize`, the synchronous `cudaMemcpy`,
+  and any copy call whose copy touches pageable host memory (CUDA makes those block the host);
+  plus the ops that exist to read a GPU value on the host: `aten::item`,
+  `aten::_local_scalar_dense`.
+- allocation: `cudaMalloc`, `cudaFree`, `cudaMallocHost`, `cudaHostAlloc`, `cudaFreeHost`,
+  `cudaMallocAsync`, `cudaFreeAsync`, `cuMemAlloc*`, `cuMemFree*`, `cuMemCreate`, `cuMemMap`,
+  `cuMemUnmap`, `cuMemRelease`, `cuMemHostAlloc`, `cuMemAddressReserve`.
+- communication: ops and annotations naming NCCL or c10d collectives (`nccl:*`, `c10d::*`,
+  `record_param_comms`, `ProcessGroupNCCL*`, `*all_reduce*`, `*all_gather*`,
+  `*reduce_scatter*`, `*all_to_all*`, `*barrier*`, `*broadcast*`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
+
+DATALOADER_PREFIX = "enumerate(DataLoader)"
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cudaMemcpy",
+})
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+ALLOC_CALLS = frozenset({
+    "cudaMalloc", "cudaFree", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost", "cudaMallocAsync",
+    "cudaFreeAsync", "cudaMallocManaged", "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2",
+    "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMemHostAlloc", "cuMemAddressReserve",
+    "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost",
+})
+HOST_ALLOC_CALLS = frozenset({"cudaMallocHost", "cudaHostAlloc", "cuMemHostAlloc", "cuMemAllocHost",
+                              "cuMemAllocHost_v2"})
+COMM_PATTERN = re.compile(
+    r"nccl|c10d::|record_param_comms|ProcessGroup|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
+    r"barrier|broadcast",
+    re.IGNORECASE,
+)
+
+
+def _rows(trace: Trace, cats: tuple[int, ...], predicate) -> np.ndarray:
+    ids = trace.name_ids(predicate)
+    host = trace.host
+    return np.flatnonzero(np.isin(host.cat, cats) & np.isin(host.name, ids))
+
+
+def dataloader_rows(trace: Trace) -> np.ndarray:
+    """DataLoader `__next__` annotations."""
+    return _rows(trace, (USER_ANNOTATION,), lambda n: n.startswith(DATALOADER_PREFIX))
+
+
+def blocking_copy_rows(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
+    """Copy calls that block the host: to or from pageable memory, or the synchronous cudaMemcpy."""
+    gpu = trace.gpu
+    pageable_ids = trace.name_ids(lambda n: "Pageable" in n)
+    m = (gpu.kind == MEMCPY) & np.isin(gpu.name, pageable_ids) & (launch_rows >= 0)
+    return np.unique(launch_rows[m])
+
+
+def sync_call_rows(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
+    """CUDA calls that make the host wait for the GPU (sync APIs and blocking copies)."""
+    api = _rows(trace, (RUNTIME, DRIVER), lambda n: n in SYNC_CALLS)
+    return np.union1d(api, blocking_copy_rows(trace, launch_rows))
+
+
+def sync_op_rows(trace: Trace) -> np.ndarray:
+    """Operators that read a GPU value on the host (`.item()` and its kernel)."""
+    return _rows(trace, (CPU_OP,), lambda n: n in SYNC_OPS)
+
+
+def alloc_rows(trace: Trace) -> np.ndarray:
+    """Device and pinned-host memory allocation and release calls."""
+    return _rows(trace, (RUNTIME, DRIVER), lambda n: n in ALLOC_CALLS)
+
+
+def comm_rows(trace: Trace) -> np.ndarray:
+    """Host ops and annotations of collective communication."""
+    return _rows(trace, (CPU_OP, USER_ANNOTATION), lambda n: COMM_PATTERN.search(n) is not None)
+
+
+def op_rows(trace: Trace) -> np.ndarray:
+    """Operators and CUDA calls: the host busy dispatching and launching work."""
+    return np.flatnonzero(np.isin(trace.host.cat, (CPU_OP, RUNTIME, DRIVER)))
+
+
+def enclosing(trace: Trace, row: int, cats: tuple[int, ...]) -> list[int]:
+    """Host rows of the given categories on the same thread that contain `row`, outermost first."""
+    host = trace.host
+    t0, t1 = host.start[row], host.end[row]
+    m = (
+        (host.tid == host.tid[row]) & (host.pid == host.pid[row]) & np.isin(host.cat, cats)
+        & (host.start <= t0) & (host.end >= t1)
+    )
+    m[row] = False
+    found = np.flatnonzero(m)
+    return list(found[np.lexsort((-host.end[found], host.start[found]))])
+
+
+def user_frame(trace: Trace, row: int) -> str | None:
+    """The innermost Python frame around a host event that is not inside torch itself."""
+    frames = enclosing(trace, row, (PYTHON,))
+    names = [trace.names[trace.host.name[f]] for f in frames]
+    for name in reversed(names):
+        if not _is_library_frame(name):
+            return name
+    return names[-1] if names else None
+
+
+def _is_library_frame(name: str) -> bool:
+    return (
+        name.startswith(("torch/", "<built-in", "threading.py", "contextlib.py", "<frozen"))
+        or "site-packages/" in name
+        or "/torch/" in name
+        or name.startswith("nn.Module:")
+    )

@@ -1,0 +1,92 @@
+"""Host-GPU synchronizations: how often, how long the host blocked, what caused each one.
+
+Definitions (also in docs/metrics.md).
+- sync call: a CUDA call that makes the host wait for the GPU (see `host_calls`: the sync
+  APIs, the synchronous cudaMemcpy and copies touching pageable memory).
+- sync point: the sync calls inside one outermost operator count once (`x.item()` issues a
+  copy and a stream synchronize: one point). A sync call outside every operator is a point
+  of its own. Counted in the analysis window.
+- blocked time: the summed duration of the point's sync calls (the host waiting).
+- GPU idle caused: the idle time of the gaps that the sync drained (see `gap_causes`), which
+  is what the sync costs: a sync while the GPU still has queued work blocks the host but
+  costs the GPU nothing until its queue runs dry.
+- cause: the innermost operator around the sync call (e.g. `aten::_local_scalar_dense`), the
+  outermost one (e.g. `aten::item`), and, where the trace has Python stacks, the innermost
+  Python frame outside torch (the user's line).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.gap_causes import SYNC, GapCauses
+from gpucheckup.analysis.steps import Steps
+from gpucheckup.trace.tables import CPU_OP, Trace
+
+
+def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> dict:
+    """Sync points in the window, grouped by what caused them."""
+    host = trace.host
+    lo, hi = steps.window
+    calls = host_calls.sync_call_rows(trace, launch_rows)
+    calls = calls[(host.start[calls] >= lo) & (host.start[calls] <= hi)]
+    idle_by_call: dict[int, float] = defaultdict(float)
+    for row, t in zip(causes.sync_row, causes.time[:, SYNC] if len(causes.time) else []):
+        if row >= 0:
+            idle_by_call[int(row)] += float(t)
+
+    points: dict[tuple, dict] = {}
+    for row in calls:
+        ops = host_calls.enclosing(trace, int(row), (CPU_OP,))
+        key = ("op", ops[0]) if ops else ("call", int(row))
+        p = points.setdefault(key, {
+            "start": float(host.start[row]),
+            "calls": [],
+            "blocked_us": 0.0,
+            "idle_us": 0.0,
+            "inner_op": trace.names[host.name[ops[-1]]] if ops else None,
+            "outer_op": trace.names[host.name[ops[0]]] if ops else None,
+            "frame": host_calls.user_frame(trace, int(row)) if trace.with_stack else None,
+            "thread": int(host.tid[row]),
+        })
+        p["calls"].append(trace.names[host.name[row]])
+        p["blocked_us"] += float(host.end[row] - host.start[row])
+        p["idle_us"] += idle_by_call.get(int(row), 0.0)
+
+    groups: dict[tuple, dict] = {}
+    for p in points.values():
+        key = (p["outer_op"], p["inner_op"], p["frame"], tuple(sorted(set(p["calls"]))))
+        g = groups.setdefault(key, {
+            "op": p["outer_op"] or p["calls"][0],
+            "inner_op": p["inner_op"],
+            "frame": p["frame"],
+            "calls": sorted(set(p["calls"])),
+            "count": 0,
+            "blocked_ms": 0.0,
+            "gpu_idle_ms": 0.0,
+        })
+        g["count"] += 1
+        g["blocked_ms"] += p["blocked_us"] / 1000
+        g["gpu_idle_ms"] += p["idle_us"] / 1000
+    by_cause = sorted(groups.values(), key=lambda g: (-g["gpu_idle_ms"], -g["count"]))
+    for g in by_cause:
+        g["per_step"] = g["count"] / steps.count
+    n = len(points)
+    return {
+        "count": n,
+        "count_per_step": n / steps.count,
+        "blocked_ms": sum(p["blocked_us"] for p in points.values()) / 1000,
+        "blocked_ms_per_step": sum(p["blocked_us"] for p in points.values()) / 1000 / steps.count,
+        "gpu_idle_ms": sum(p["idle_us"] for p in points.values()) / 1000,
+        "gpu_idle_ms_per_step": sum(p["idle_us"] for p in points.values()) / 1000 / steps.count,
+        "by_cause": by_cause,
+        "points": sorted(
+            ({"t_us": p["start"], "op": p["outer_op"] or p["calls"][0], "inner_op": p["inner_op"],
+              "frame": p["frame"], "blocked_us": p["blocked_us"], "gpu_idle_us": p["idle_us"]}
+             for p in points.values()),
+            key=lambda p: p["t_us"],
+        ),
+    }

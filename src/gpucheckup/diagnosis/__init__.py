@@ -1,0 +1,36 @@
+"""Findings from analyses: a verdict, its evidence and ranked fixes."""
+
+from __future__ import annotations
+
+from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.diagnosis import rules, verdict
+from gpucheckup.diagnosis.findings import SEVERITIES, Diagnosis, Finding, Fix
+
+VERDICT_FINDING = {
+    "input_bound": "input_pipeline",
+    "launch_bound": "launch_overhead",
+    "sync_bound": "synchronizations",
+    "copy_bound": "exposed_copies",
+    "communication_bound": "exposed_communication",
+}
+
+
+def diagnose(a: TraceAnalysis) -> Diagnosis:
+    """Run every rule, pick the primary verdict, order findings by severity and cost."""
+    primary, reason, sc = verdict.primary(a)
+    findings = [f for f in (rule(a) for rule in rules.RULES) if f is not None]
+    lead = VERDICT_FINDING.get(primary)
+    for f in findings:
+        if f.id == lead:
+            f.severity = "critical"
+    if primary == "gpu_bound":
+        findings.append(rules.gpu_bound_finding(a, sc["gpu_bound"]))
+    findings.sort(key=lambda f: (f.id != lead and not (primary == "gpu_bound" and f.id == "gpu_bound"),
+                                 SEVERITIES.index(f.severity), -f.cost_ms_per_step))
+    notes = list(a.trace.warnings)
+    if not a.steps.marked:
+        notes.append("no ProfilerStep# markers in the trace: one window over the whole trace stands in for a step")
+    return Diagnosis(primary=primary, reason=reason, scores=sc, findings=findings, notes=notes)
+
+
+__all__ = ["Diagnosis", "Finding", "Fix", "diagnose"]

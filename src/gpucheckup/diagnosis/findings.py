@@ -1,0 +1,77 @@
+"""What a check-up concludes: findings with evidence and fixes, and the primary verdict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+VERDICTS = ("input_bound", "launch_bound", "sync_bound", "copy_bound", "communication_bound", "gpu_bound")
+VERDICT_TITLES = {
+    "input_bound": "Input-bound: the GPU waits for the DataLoader",
+    "launch_bound": "Launch-bound: the CPU cannot issue kernels fast enough",
+    "sync_bound": "Sync-bound: host-GPU synchronizations drain the GPU's queue",
+    "copy_bound": "Copy-bound: memory copies the GPU waits on",
+    "communication_bound": "Communication-bound: collectives not hidden behind compute",
+    "gpu_bound": "GPU-bound: the kernels themselves take the time",
+}
+SEVERITIES = ("critical", "warning", "info")
+TIERS = ("config", "code", "refactor")  # configuration-only first, then code changes, then refactors
+TIER_TITLES = {"config": "configuration only", "code": "code change", "refactor": "refactor"}
+
+
+@dataclass
+class Fix:
+    """One thing to try, how deep a change it is, and the most time per step it could save."""
+
+    action: str
+    tier: str  # one of TIERS
+    saving_ms: float  # upper bound per step, from the finding's measured cost
+    how: str = ""
+    key: str = ""  # fixes with the same key are one change (e.g. "pin_memory") offered by two findings
+
+
+@dataclass
+class Finding:
+    """One conclusion: the rule that fired, the numbers behind it, the events that show it, fixes."""
+
+    id: str
+    severity: str  # one of SEVERITIES
+    title: str
+    rule: str  # the metric and threshold, as the rule states them
+    cost_ms_per_step: float
+    cost_pct_of_step: float
+    evidence: list[str] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)  # {"name", "t_us", "dur_us", ...}: where to look in the trace
+    fixes: list[Fix] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["fix"] = d.pop("fixes")
+        return d
+
+
+@dataclass
+class Diagnosis:
+    """The primary verdict, the findings that support or qualify it, and notes on data quality."""
+
+    primary: str  # one of VERDICTS
+    reason: str
+    scores: dict[str, float]  # percent of step time each bound explains
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return VERDICT_TITLES[self.primary]
+
+    def ranked_fixes(self, limit: int | None = None) -> list[tuple[Fix, Finding]]:
+        """All fixes, configuration-only first, then by the time each could save."""
+        best: dict[str, tuple[Fix, Finding]] = {}
+        for fd in self.findings:
+            if fd.severity == "info":
+                continue
+            for f in fd.fixes:
+                key = f.key or f.action
+                if key not in best or f.saving_ms > best[key][0].saving_ms:
+                    best[key] = (f, fd)
+        pairs = sorted(best.values(), key=lambda p: (TIERS.index(p[0].tier), -p[0].saving_ms))
+        return pairs[:limit] if limit else pairs

@@ -1,0 +1,1 @@
+"""Renderings of a check-up: terminal, JSON, Markdown, HTML, annotated Perfetto trace."""

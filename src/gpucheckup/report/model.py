@@ -1,0 +1,106 @@
+"""The check-up as one JSON-ready dict: the single source every report format renders.
+
+Key reference (also in docs/metrics.md, section "JSON report"):
+- verdict.primary / verdict.title / verdict.reason / verdict.scores
+- verdict.findings[]: id, severity, title, rule, cost_ms_per_step, cost_pct_of_step, evidence[],
+  events[] (trace pointers: name, t_us, dur_us), fix[] (action, tier, saving_ms, how)
+- fixes[]: every fix, configuration-only first, then by the time it could save
+- gpu.busy_pct, gpu.devices, gpu.streams
+- steps.count, steps.median_ms, ... ; kernels.count, kernels.mean_us, kernels.small_pct,
+  kernels.categories (percent of kernel time, with data_movement)
+- gaps.by_cause_ms, gaps.per_step_ms, gaps.pct_of_step, gaps.pattern
+- dataloader.pct_of_step; sync.count_per_step; copies.pct_of_gpu_time; copies.pageable_count
+- communication, cuda_api, trace (path, devices, rank, versions), notes[]
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpucheckup import __version__
+from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.gap_causes import CAUSE_TITLES, CAUSES
+from gpucheckup.analysis.kernels import kernel_label
+from gpucheckup.diagnosis import Diagnosis
+
+
+def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
+    """Everything the reports show, as plain JSON types."""
+    tr = a.trace
+    k = a.kernels.to_dict()
+    for t in k["top"]:
+        t["label"] = kernel_label(t["name"])
+    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / a.timeline.length for dev in a.timeline.busy}
+    out = {
+        "gpucheckup_version": __version__,
+        "trace": {
+            "path": tr.path,
+            "rank": tr.rank,
+            "world_size": tr.world_size,
+            "devices": [{"id": x.id, "name": x.name, "sm_count": x.sm_count, "memory_gb": x.total_memory / 1e9,
+                         "compute_capability": x.compute_capability} for x in tr.devices],
+            "cuda_runtime_version": tr.cuda_runtime_version,
+            "cuda_driver_version": tr.cuda_driver_version,
+            "with_stack": tr.with_stack,
+            "record_shapes": tr.record_shapes,
+            "window_us": list(a.steps.window),
+            "base_time_ns": tr.base_time_ns,
+        },
+        "verdict": {
+            "primary": d.primary,
+            "title": d.title,
+            "reason": d.reason,
+            "scores": d.scores,
+            "findings": [f.to_dict() for f in d.findings],
+        },
+        "fixes": [
+            {"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "finding": fd.id}
+            for f, fd in d.ranked_fixes()
+        ],
+        "gpu": {
+            "busy_pct": a.timeline.busy_pct,
+            "devices": busy_dev,
+            "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
+                        for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
+            "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
+        },
+        "steps": a.step_summary,
+        "kernels": k,
+        "gaps": {
+            **a.gaps_summary,
+            "pattern": a.gap_pattern,
+            "cause_titles": CAUSE_TITLES,
+            "longest": _longest_gaps(a),
+        },
+        "dataloader": a.dataloader,
+        "sync": a.syncs,
+        "copies": a.copies,
+        "communication": a.communication,
+        "cuda_api": {key: a.api[key] for key in ("slow_count", "slow", "contention") if key in a.api},
+        "notes": d.notes,
+    }
+    return _clean(out)
+
+
+def _longest_gaps(a: TraceAnalysis, n: int = 10) -> list[dict]:
+    """The longest idle gaps with their main cause: where to look in the trace."""
+    g = a.timeline.gaps
+    dom = a.causes.dominant()
+    out = []
+    for i in g.dur.argsort()[::-1][:n]:
+        out.append({"t_us": float(g.start[i]), "dur_us": float(g.dur[i]), "device": int(g.device[i]),
+                    "step": int(g.step[i]), "position": float(g.position[i]), "cause": CAUSES[int(dom[i])]})
+    return out
+
+
+def _clean(x):
+    """Plain JSON types: numpy scalars to Python, NaN and infinities to None."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

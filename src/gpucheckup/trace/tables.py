@@ -1,0 +1,126 @@
+"""Columnar tables of one trace: numpy arrays, one row per event, times in microseconds.
+
+Times are the trace's own `ts` values (microseconds on the profiler's clock); add
+`Trace.base_time_ns / 1000` to get microseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# GpuOps.kind
+KERNEL, MEMCPY, MEMSET = 0, 1, 2
+GPU_KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
+
+# HostEvents.cat
+CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON = 0, 1, 2, 3, 4
+HOST_CAT_NAMES = {
+    CPU_OP: "cpu_op",
+    USER_ANNOTATION: "user_annotation",
+    RUNTIME: "cuda_runtime",
+    DRIVER: "cuda_driver",
+    PYTHON: "python_function",
+}
+
+
+@dataclass
+class GpuOps:
+    """Kernels, copies and memsets as they ran on the GPU."""
+
+    kind: np.ndarray  # int8: KERNEL, MEMCPY, MEMSET
+    name: np.ndarray  # int32 index into Trace.names
+    device: np.ndarray  # int32
+    stream: np.ndarray  # int64
+    start: np.ndarray  # float64 us
+    end: np.ndarray  # float64 us
+    correlation: np.ndarray  # int64, -1 when absent
+    external_id: np.ndarray  # int64, -1 when absent
+    bytes: np.ndarray  # float64, nan when absent (copies and memsets carry it)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.end - self.start
+
+    def take(self, mask_or_index) -> "GpuOps":
+        """The rows selected by a boolean mask or an index array."""
+        return GpuOps(**{k: v[mask_or_index] for k, v in self.__dict__.items()})
+
+
+@dataclass
+class HostEvents:
+    """CPU-side events: operators, user annotations, CUDA runtime/driver calls, Python frames."""
+
+    cat: np.ndarray  # int8: CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON
+    name: np.ndarray  # int32 index into Trace.names
+    pid: np.ndarray  # int64
+    tid: np.ndarray  # int64
+    start: np.ndarray  # float64 us
+    end: np.ndarray  # float64 us
+    correlation: np.ndarray  # int64, -1 when absent (runtime and driver calls carry it)
+    external_id: np.ndarray  # int64, -1 when absent
+    python_id: np.ndarray  # int64, -1 when absent
+    python_parent_id: np.ndarray  # int64, -1 when absent
+    flops: np.ndarray  # float64, nan when absent (with_flops=True)
+    shapes: list  # per row: JSON bytes of `Input Dims`, or None
+    dtypes: list  # per row: JSON bytes of `Input type`, or None
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.end - self.start
+
+
+@dataclass
+class Device:
+    """One GPU as `deviceProperties` describes it."""
+
+    id: int
+    name: str
+    sm_count: int = 0
+    total_memory: int = 0
+    compute_capability: str = ""
+
+
+@dataclass
+class Trace:
+    """Everything gpucheckup reads from one trace file."""
+
+    path: str
+    names: list[str]
+    gpu: GpuOps
+    host: HostEvents
+    devices: list[Device]
+    thread_names: dict[tuple[int, int], str]
+    base_time_ns: int | None = None
+    schema_version: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    with_stack: bool = False
+    record_shapes: bool = False
+    cuda_runtime_version: int | None = None
+    cuda_driver_version: int | None = None
+    command_buffer_full_count: int = 0
+    command_buffer_full_us: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def name_ids(self, predicate) -> np.ndarray:
+        """Indices into `names` of the names for which predicate(name) is true."""
+        return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+
+    @property
+    def has_gpu(self) -> bool:
+        return len(self.gpu) > 0
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """First start and last end over every host and GPU event."""
+        starts = [a.min() for a in (self.host.start, self.gpu.start) if len(a)]
+        ends = [a.max() for a in (self.host.end, self.gpu.end) if len(a)]
+        return (min(starts), max(ends)) if starts else (0.0, 0.0)

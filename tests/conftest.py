@@ -1,0 +1,48 @@
+"""Shared test helpers: where the real H200 traces are, and an independent trace reader."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "src" / "gpucheckup" / "data" / "demo"
+
+
+def fixtures_dir() -> Path | None:
+    """The shared H200 fixtures: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repo."""
+    env = os.environ.get("GPUCHECKUP_FIXTURES")
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "fixtures" / "h200"]:
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def trace_path(case: str) -> Path:
+    """A real trace: from the shared fixtures, else the copy bundled for the demo."""
+    base = fixtures_dir()
+    if base is not None and (base / case / "trace.json.gz").exists():
+        return base / case / "trace.json.gz"
+    bundled = DEMO / case / "trace.json.gz"
+    if bundled.exists():
+        return bundled
+    pytest.skip(f"real trace {case!r} not available (set GPUCHECKUP_FIXTURES to the h200 fixtures folder)")
+
+
+def raw_events(path: Path) -> dict:
+    """The trace as the standard library's json reads it: no gpucheckup code involved."""
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        return json.load(f)
+
+
+def write_trace(path: Path, events: list[dict], **top) -> Path:
+    """Write a small synthetic trace (for edge cases only; verdicts are tested on real traces)."""
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}], **top,
+           "traceEvents": events}
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    return path
