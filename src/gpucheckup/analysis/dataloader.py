@@ -1,6 +1,6 @@
 """Input pipeline: how much of each step the training loop spends waiting for the next batch.
 
-Definition (also in docs/metrics.md): dataloader % of step = the summed duration of
+Definition (also in docs/metrics.md): dataloader % of step = the union of
 `enumerate(DataLoader)#...__next__` annotations (the host waiting for a batch) clipped to the
 step windows, over the summed step window length. It counts host time; whether the GPU idled
 meanwhile is `gap_causes`' `input`. Over 10% deserves a look; the DataLoader can usually hide
