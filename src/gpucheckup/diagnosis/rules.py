@@ -136,8 +136,8 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         return None
     s = a.syncs
     evidence = [
-        f"{s['count_per_step']:.1f} synchronizations per step; the GPU idles {ms:.2f} ms per step "
-        f"({pct:.1f}%) after them while the host refills its queue",
+        f"{s['count_per_step']:.1f} synchronizations per step; each drains the GPU's queue, which then idles "
+        f"until the host launches again (host work after the sync included): {ms:.2f} ms per step ({pct:.1f}%)",
     ]
     events = []
     for c in s["by_cause"][:4]:
