@@ -11,6 +11,7 @@ Each classifier returns row indices into `trace.host`. The name lists are the wh
 - allocation: `cudaMalloc`, `cudaFree`, `cudaMallocHost`, `cudaHostAlloc`, `cudaFreeHost`,
   `cudaMallocAsync`, `cudaFreeAsync`, `cuMemAlloc*`, `cuMemFree*`, `cuMemCreate`, `cuMemMap`,
   `cuMemUnmap`, `cuMemRelease`, `cuMemHostAlloc`, `cuMemAddressReserve`.
+- ROCm traces name the same calls `hip*` (hipStreamSynchronize, hipMalloc, ...): included.
 - communication: ops and annotations naming NCCL or c10d collectives (`nccl:*`, `c10d::*`,
   `record_param_comms`, `ProcessGroupNCCL*`, `*all_reduce*`, `*all_gather*`,
   `*reduce_scatter*`, `*all_to_all*`, `*barrier*`, `*broadcast*`).
@@ -28,6 +29,7 @@ DATALOADER_PREFIX = "enumerate(DataLoader)"
 SYNC_CALLS = frozenset({
     "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cudaMemcpy",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipMemcpy",  # ROCm traces
 })
 SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 ALLOC_CALLS = frozenset({
@@ -35,9 +37,8 @@ ALLOC_CALLS = frozenset({
     "cudaFreeAsync", "cudaMallocManaged", "cuMemAlloc", "cuMemAlloc_v2", "cuMemFree", "cuMemFree_v2",
     "cuMemCreate", "cuMemMap", "cuMemUnmap", "cuMemRelease", "cuMemHostAlloc", "cuMemAddressReserve",
     "cuMemAllocHost", "cuMemAllocHost_v2", "cuMemFreeHost",
+    "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree", "hipMallocAsync", "hipFreeAsync",
 })
-HOST_ALLOC_CALLS = frozenset({"cudaMallocHost", "cudaHostAlloc", "cuMemHostAlloc", "cuMemAllocHost",
-                              "cuMemAllocHost_v2"})
 COMM_PATTERN = re.compile(
     r"nccl|c10d::|record_param_comms|ProcessGroup|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|"
     r"barrier|broadcast",

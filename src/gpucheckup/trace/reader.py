@@ -34,11 +34,15 @@ from gpucheckup.trace.tables import (
     Trace,
 )
 
-GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
+# Category names as Kineto writes them today, and as PyTorch 1.x wrote them.
+GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
+            "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 HOST_CATS = {
     "cpu_op": CPU_OP,
+    "Operator": CPU_OP,
     "user_annotation": USER_ANNOTATION,
     "cuda_runtime": RUNTIME,
+    "Runtime": RUNTIME,
     "cuda_driver": DRIVER,
     "python_function": PYTHON,
 }
