@@ -330,7 +330,7 @@ def lock_contention(a: TraceAnalysis) -> Finding | None:
         return None
     ms = sum(c["slow_ms"] for c in cont) / a.steps.count
     evidence = [
-        f"{c['call']} on {c['thread']} ran {c['count']} times over 10x its usual {c['typical_us']:.1f} us "
+        f"{c['call']} on {c['thread']} took over 10x its usual {c['typical_us']:.1f} us {c['count']} time(s) "
         f"({c['slow_ms']:.2f} ms in all) while {c['blocker']} ran on {c['blocker_thread']}: both need the "
         "CUDA driver's context lock"
         for c in cont[:4]
