@@ -106,7 +106,8 @@ class Browser:
         self.ws.settimeout(30)
 
     def open(self, url: str, settle_s: float = 1.0) -> None:
-        """Navigate and wait for the load event, then a little more."""
+        """Navigate and wait for the load event, then a little more; what the last page reported is forgotten."""
+        self.events.clear()
         self.call("Page.navigate", url=url)
         deadline = time.time() + 60
         while not any(e["method"] == "Page.loadEventFired" for e in self.events):

@@ -98,9 +98,10 @@ def _write_reports(items: list[tuple[str, Checkup]], args, console: Console, tit
         console.print(f"Markdown report written to {args.markdown}", style="dim", markup=False,
                       soft_wrap=True)
     if getattr(args, "perfetto", None):
-        for (label, c), slug in zip(items, slugs):
+        for (_, c), slug in zip(items, slugs):
             out = args.perfetto if len(items) == 1 else _with_slug(args.perfetto, slug)
-            write_atomic(out, perfetto.render(c.analysis, c.report, out.name))
+            with Console(stderr=True).status(f"writing the annotated trace {out}"):
+                write_atomic(out, perfetto.render(c.analysis, c.report, out.name))
             console.print(f"annotated trace written to {out} (open it in ui.perfetto.dev)", style="dim",
                           markup=False, soft_wrap=True)
 

@@ -67,9 +67,11 @@ h1{font-size:22px;margin:6px 0 2px}h2{font-size:19px;margin:30px 0 8px;border-bo
 h3{font-size:16px;margin:24px 0 8px}h4{margin:0 0 4px;font-size:14px}
 .meta{color:#666;font-size:12.5px;word-break:break-all}
 .verdict{border-radius:8px;padding:12px 16px;margin:12px 0;background:#f2f5f9;border-left:8px solid #888}
-.badge{display:inline-block;font-weight:700;color:#fff;padding:2px 8px;border-radius:4px;margin-right:8px;background:#666}
-.v-input_bound .badge{background:#c55a00}.v-launch_bound .badge{background:#a0309a}.v-sync_bound .badge{background:#b71c1c}
-.v-copy_bound .badge{background:#1f4ea8}.v-communication_bound .badge{background:#4b2a86}.v-gpu_bound .badge{background:#1e7b45}
+.badge{display:inline-block;font-weight:700;color:#fff;padding:2px 8px;border-radius:4px;margin-right:8px;
+background:#666}
+.v-input_bound .badge{background:#c55a00}.v-launch_bound .badge{background:#a0309a}
+.v-sync_bound .badge{background:#b71c1c}.v-copy_bound .badge{background:#1f4ea8}
+.v-communication_bound .badge{background:#4b2a86}.v-gpu_bound .badge{background:#1e7b45}
 .v-input_bound{border-color:#c55a00}.v-launch_bound{border-color:#a0309a}.v-sync_bound{border-color:#b71c1c}
 .v-copy_bound{border-color:#1f4ea8}.v-communication_bound{border-color:#4b2a86}.v-gpu_bound{border-color:#1e7b45}
 .kpis{color:#444;font-size:13px}
@@ -82,9 +84,11 @@ td.k{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;word-bre
 .finding{border:1px solid #e0e0e0;border-left:5px solid #999;border-radius:6px;padding:8px 12px;margin:8px 0}
 .sev-critical{border-left-color:#c62828}.sev-warning{border-left-color:#e0a000}.sev-info{border-left-color:#2a8fbd}
 .sev{font-size:11px;text-transform:uppercase;color:#666;margin-right:6px}.cost{color:#666;font-weight:400}
-.finding ul{margin:4px 0 4px 18px;padding:0}.events{color:#555;font-size:12px}.rule{color:#777;font-size:12px;margin:4px 0 0}
+.finding ul{margin:4px 0 4px 18px;padding:0}.events{color:#555;font-size:12px}
+.rule{color:#777;font-size:12px;margin:4px 0 0}
 figure.plot{margin:12px 0 22px;padding:0}figcaption{font-weight:600;margin-bottom:4px}
-svg.chart{display:block;background:#fff;max-width:100%;height:auto}svg.chart text{fill:#333;font-family:system-ui,sans-serif}
+svg.chart{display:block;background:#fff;max-width:100%;height:auto}
+svg.chart text{fill:#333;font-family:system-ui,sans-serif}
 .explain{color:#666;font-size:12px;margin:2px 0 0}.note{color:#555;font-size:12.5px}
 """
 
@@ -275,14 +279,15 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
 
 
 def step_rows(r: dict) -> tuple[list[str], list[list]]:
-    """Per step row: label, device, step ms, busy %, idle ms by each cause that occurs (shared with Markdown)."""
+    """Per step row: label, device, step ms, busy ms, busy %, idle ms by each cause that occurs (shared with
+    Markdown)."""
     tl = r.get("timeline") or {}
     rows = tl.get("rows") or []
     causes = [c for c in tl.get("states", [])[1:] if any(row["idle_ms"].get(c, 0) > 0 for row in rows)]
     out = []
     for row in rows:
         dur = row["dur_ms"] or 1.0
-        out.append([row["label"], row["device"], row["dur_ms"], 100 * row["busy_ms"] / dur]
+        out.append([row["label"], row["device"], row["dur_ms"], row["busy_ms"], 100 * row["busy_ms"] / dur]
                    + [row["idle_ms"][c] for c in causes])
     return causes, out
 
@@ -291,9 +296,9 @@ def _per_step(r: dict) -> str:
     causes, rows = step_rows(r)
     if not rows:
         return ""
-    body = [[esc(x[0]), (x[1], str(x[1])), (x[2], f"{x[2]:.3f}"), (x[3], f"{x[3]:.1f}")]
-            + [(v, f"{v:.3f}") for v in x[4:]] for x in rows]
-    cols = [("step", "t"), ("GPU", "n"), ("step ms", "n"), ("GPU busy %", "n")] + [
+    body = [[esc(x[0]), (x[1], str(x[1])), (x[2], f"{x[2]:.3f}"), (x[3], f"{x[3]:.3f}"), (x[4], f"{x[4]:.1f}")]
+            + [(v, f"{v:.3f}") for v in x[5:]] for x in rows]
+    cols = [("step", "t"), ("GPU", "n"), ("step ms", "n"), ("GPU busy ms", "n"), ("GPU busy %", "n")] + [
         (f"idle ms: {c.replace('_', ' ')}", "n") for c in causes]
     return "<h4>Steps</h4>" + _table(cols, body, sortable=True, raw=True)
 
@@ -329,7 +334,8 @@ def _longest_gaps(r: dict) -> str:
     gaps = r["gaps"].get("longest") or []
     if not gaps:
         return ""
-    rows = [[(g["t_us"], f"{g['t_us']:.1f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"), (g["device"], str(g["device"])),
+    rows = [[(g["t_us"], f"{g['t_us']:.1f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
+             (g["device"], str(g["device"])),
              (g["step"], str(g["step"])), (g["position"], f"{g['position']:.2f}"), esc(g["cause"])] for g in gaps]
     return "<h4>Longest idle gaps</h4>" + _table(
         [("starts at t (us, trace clock)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "n"),

@@ -86,9 +86,10 @@ def _report(r: dict, label: str | None, many: bool) -> str:
     causes, rows = step_rows(r)
     if rows:
         out.append(f"{h}# Steps\n")
-        out.append(table(["step", "GPU", "step ms", "GPU busy %"] + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
-                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.1f}"] + [f"{y:.3f}" for y in x[4:]] for x in rows],
-                         right=set(range(1, 4 + len(causes)))))
+        out.append(table(["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
+                         + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
+                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
+                          for x in rows], right=set(range(1, 5 + len(causes)))))
     if r.get("step_history", {}).get("time_ms"):
         hist = r["step_history"]["time_ms"]
         out.append(f"Whole run ({md(r['step_history'].get('source', 'steps.csv'))}): {len(hist)} steps, "

@@ -38,7 +38,7 @@ def num(x: float) -> str:
     if x is None:
         return "-"
     ax = abs(x)
-    if ax >= 1000 or ax == 0:
+    if ax >= 1000 or float(x).is_integer():
         return f"{x:,.0f}"
     if ax >= 100:
         return f"{x:.0f}"
