@@ -248,3 +248,22 @@ def test_demo_writes_html_and_says_where(tmp_path):
     other = tmp_path / "elsewhere" / "demo.html"
     res = run_cli("demo", "--case", "moe_seed", "--quiet", "--html", str(other), cwd=tmp_path)
     assert res.returncode == 0 and other.exists() and str(other) in res.stdout
+
+
+def test_the_harness_sees_errors_dialogs_and_fetches(tmp_path, browser):
+    """The checks above mean something only if the harness catches what they look for."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
+                    "content=\"default-src 'none'; script-src 'unsafe-inline'\"></head><body>"
+                    "<script>console.error('boom'); alert('hi'); fetch('http://example.invalid/x').catch(() => 0);"
+                    "</script><script>null.x</script></body></html>")
+    browser.open(page.as_uri())
+    errors = browser.errors()
+    assert any("boom" in e for e in errors)
+    assert any(e.startswith("exception") for e in errors)
+    assert any("Content Security Policy" in e or "Content-Security-Policy" in e for e in errors), errors
+    assert [d["message"] for d in browser.dialogs()] == ["hi"]
+    leaky = tmp_path / "leaky.html"
+    leaky.write_text('<!DOCTYPE html><html><body><img src="http://example.invalid/a.png"></body></html>')
+    browser.open(leaky.as_uri())
+    assert "http://example.invalid/a.png" in browser.requests()
