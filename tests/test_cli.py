@@ -29,7 +29,7 @@ def lookup(d, dotted):
 
 def test_demo_runs_offline_and_writes_json(tmp_path):
     out = tmp_path / "demo.json"
-    res = run_cli("demo", "--json", str(out))
+    res = run_cli("demo", "--json", str(out), cwd=tmp_path)  # demo also writes its HTML report in the cwd
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     data = json.loads(out.read_text())

@@ -15,11 +15,12 @@ from rich.console import Console
 from gpucheckup import __version__
 from gpucheckup.checkup import Checkup, check_path, rank_summary
 from gpucheckup.errors import CheckupError
-from gpucheckup.report import terminal
+from gpucheckup.report import html, markdown, perfetto, terminal
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70
 DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
+DEMO_HTML = Path("gpucheckup-demo.html")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
     p.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report with plots")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown tables")
+    p.add_argument("--perfetto", type=Path, metavar="FILE",
+                   help="also write the trace with gpucheckup's tracks added, for ui.perfetto.dev (.json or .json.gz;"
+                        " one file per trace, named FILE.<rank or case>.json[.gz], when there are several)")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -75,6 +81,38 @@ def _emit(results: list[Checkup], args, console: Console) -> None:
             "ranks": rank_summary(results), "reports": [c.report for c in results]}
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(payload), indent=2))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    rows = rank_summary(results)
+    _write_reports([(f"rank {r['rank']}: {Path(r['path']).name}", c) for r, c in zip(rows, results)], args, console,
+                   "Ranks", [f"rank{r['rank']}" for r in rows])
+
+
+def _write_reports(items: list[tuple[str, Checkup]], args, console: Console, title: str, slugs: list[str]) -> None:
+    """Write the HTML, Markdown and annotated-trace files that the options ask for."""
+    pages = [(label, c.report) for label, c in items]
+    if getattr(args, "html", None):
+        write_atomic(args.html, html.render(pages, title).encode())
+        console.print(f"HTML report written to {args.html} (open {args.html.resolve().as_uri()})", markup=False,
+                      soft_wrap=True)
+    if getattr(args, "markdown", None):
+        write_atomic(args.markdown, markdown.render(pages, title).encode())
+        console.print(f"Markdown report written to {args.markdown}", style="dim", markup=False,
+                      soft_wrap=True)
+    if getattr(args, "perfetto", None):
+        for (_, c), slug in zip(items, slugs):
+            out = args.perfetto if len(items) == 1 else _with_slug(args.perfetto, slug)
+            with Console(stderr=True).status(f"writing the annotated trace {out}"):
+                write_atomic(out, perfetto.render(c.analysis, c.report, out.name))
+            console.print(f"annotated trace written to {out} (open it in ui.perfetto.dev)", style="dim",
+                          markup=False, soft_wrap=True)
+
+
+def _with_slug(path: Path, slug: str) -> Path:
+    """`out.json.gz` + `rank1` -> `out.rank1.json.gz`."""
+    name = path.name
+    suffix = next((x for x in (".json.gz", ".json", ".gz") if name.endswith(x)), path.suffix)
+    stem = name[: len(name) - len(suffix)] if suffix else name
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in slug)
+    return path.with_name(f"{stem}.{safe}{suffix}")
 
 
 def cmd_analyze(args, console: Console) -> int:
@@ -112,6 +150,9 @@ def cmd_demo(args, console: Console) -> int:
         payload = {case: c.report for case, c in zip(cases, results)}
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(payload), indent=2))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    args.html = args.html or DEMO_HTML
+    _write_reports([(f"demo case: {case}", c) for case, c in zip(cases, results)], args, console,
+                   "Bundled cases", list(cases))
     return 0
 
 

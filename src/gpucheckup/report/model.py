@@ -11,6 +11,9 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - gaps.by_cause_ms, gaps.per_step_ms, gaps.pct_of_step, gaps.pattern
 - dataloader.pct_of_step; sync.count_per_step; copies.pct_of_gpu_time; copies.pageable_count
 - communication, cuda_api, trace (path, devices, rank, versions), notes[]
+- gaps.histogram, timeline: the arrays behind the HTML plots (see report/plot_data.py, docs/reports.md)
+- optional, filled by other producers and rendered when present: step_history (whole-run step
+  times from steps.csv), nvml (GPU samples), env (environment); shapes in docs/reports.md
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSE_TITLES, CAUSES
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
+from gpucheckup.report import plot_data
 
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
@@ -71,7 +75,9 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "pattern": a.gap_pattern,
             "cause_titles": CAUSE_TITLES,
             "longest": _longest_gaps(a),
+            "histogram": plot_data.gap_histogram(a),
         },
+        "timeline": plot_data.step_timeline(a),
         "dataloader": a.dataloader,
         "sync": a.syncs,
         "copies": a.copies,

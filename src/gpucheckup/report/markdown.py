@@ -1,0 +1,165 @@
+"""The Markdown report: the HTML report's content as GitHub-flavoured Markdown tables, to paste
+into an issue or a pull request.
+
+Text from a trace goes through `md`: `&`, `<`, `>` become entities (no raw HTML survives a
+renderer that allows it), and the characters that Markdown or a table cell would read as
+syntax (`\\`, backtick, `*`, `_`, `[`, `]`, `|`, `~`) are backslash-escaped; line breaks
+become spaces, so a kernel name can neither inject HTML nor break a table row.
+"""
+
+from __future__ import annotations
+
+from gpucheckup import __version__
+from gpucheckup.diagnosis.findings import TIER_TITLES
+from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
+
+_SYNTAX = "\\`*_[]|~"
+
+
+class Markup(str):
+    """Markdown written by gpucheckup itself: a table cell that is not escaped."""
+
+
+def md(x) -> str:
+    """Escape text for a Markdown paragraph or table cell."""
+    s = " ".join(str(x).split())
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join("\\" + c if c in _SYNTAX else c for c in s)
+
+
+def table(headers: list[str], rows: list[list], right: set[int] | None = None) -> str:
+    """A GFM table; every cell is escaped, numbers are formatted by the caller."""
+    right = right or set()
+    out = ["| " + " | ".join(md(h) for h in headers) + " |",
+           "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
+    for row in rows:
+        out.append("| " + " | ".join(c if isinstance(c, Markup) else md(c) for c in row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
+    """The whole document: one report, or a summary table and one section per report."""
+    many = len(items) > 1
+    parts = []
+    if many:
+        parts.append(f"# gpucheckup check-up: {len(items)} traces\n")
+        parts.append(f"## {md(summary_title)}\n")
+        parts.append(table(["report", "trace", "verdict", "median step ms", "GPU busy"],
+                           [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['steps']['median_ms']:.2f}",
+                             f"{r['gpu']['busy_pct']:.1f}%"] for label, r in items], right={3, 4}))
+    for label, r in items:
+        parts.append(_report(r, label, many))
+    parts.append(f"<sub>gpucheckup {md(__version__)}</sub>\n")
+    return "\n".join(parts)
+
+
+def _report(r: dict, label: str | None, many: bool) -> str:
+    h = "##" if many else "#"
+    t, v, s = r["trace"], r["verdict"], r["steps"]
+    dev = ", ".join(sorted({d["name"] for d in t["devices"]})) or "GPU (no device properties in trace)"
+    steps = f"{s['count']} steps, median {s['median_ms']:.2f} ms" if s["marked"] else "no ProfilerStep markers"
+    out = [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
+           f"{md(t['path'])}  \n{md(dev)} | {md(steps)}\n",
+           f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['title'])}\n",
+           f"{md(v['reason'])}\n",
+           f"{h}# What to try first\n"]
+    fixes = r["fixes"]
+    if fixes:
+        out.append(table(["#", "change", "fix", "saves up to", "finding"],
+                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"],
+                           f"{f['saving_ms']:.2f} ms/step" if f["saving_ms"] > 0 else "-", f["finding"]]
+                          for i, f in enumerate(fixes, 1)], right={0, 3}))
+    else:
+        out.append("No fix suggested: no finding above its threshold.\n")
+    out.append(f"{h}# Findings\n")
+    for f in v["findings"]:
+        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {f['cost_ms_per_step']:.2f} ms/step, "
+                   f"{f['cost_pct_of_step']:.1f}%)\n")
+        lines = [f"- {md(e)}" for e in f["evidence"]]
+        lines += [f"- at t={e['t_us']:.1f} us: {md(e['name'])}"
+                  + (f" ({e['dur_us'] / 1000:.2f} ms)" if e.get("dur_us") is not None else "")
+                  for e in f["events"][:5]]
+        lines.append(f"- rule: {md(f['rule'])}")
+        out.append("\n".join(lines) + "\n")
+    out.append(f"{h}# Key figures\n")
+    out.append(table(["figure", "value"], [list(x) for x in key_figures(r)], right={1}))
+    causes, rows = step_rows(r)
+    if rows:
+        out.append(f"{h}# Steps\n")
+        out.append(table(["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
+                         + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
+                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
+                          for x in rows], right=set(range(1, 5 + len(causes)))))
+    if r.get("step_history", {}).get("time_ms"):
+        hist = r["step_history"]["time_ms"]
+        out.append(f"Whole run ({md(r['step_history'].get('source', 'steps.csv'))}): {len(hist)} steps, "
+                   f"median {sorted(hist)[len(hist) // 2]:.2f} ms, min {min(hist):.2f} ms, max {max(hist):.2f} ms\n")
+    out.append(_gap_histogram(r, h))
+    out.append(f"{h}# GPU time by kernel category\n")
+    cats = sorted(r["kernels"]["categories"].items(), key=lambda kv: -kv[1])
+    out.append(table(["category", "share of kernel time", "ms"],
+                     [[(Markup("**data movement**") if c == "data_movement" else c.replace("_", " ")),
+                       f"{p:.1f}%", f"{r['kernels'].get('categories_ms', {}).get(c, 0.0):.3f}"]
+                      for c, p in cats if p > 0 or c == "data_movement"], right={1, 2}))
+    top = r["kernels"]["top"]
+    if top:
+        out.append(f"{h}# Top kernels\n")
+        out.append(table(["kernel", "category", "count", "total ms", "mean us", "share"],
+                         [[k["name"], k["category"], k["count"], f"{k['total_ms']:.3f}", f"{k['mean_us']:.1f}",
+                           f"{k['pct']:.1f}%"] for k in top], right={2, 3, 4, 5}))
+    out.append(_copies(r, h))
+    out.append(_syncs(r, h))
+    nv = nvml_summary(r.get("nvml"))
+    if nv:
+        out.append(f"{h}# NVML samples\n")
+        out.append(table(["GPU", "series", "min", "mean", "max"], [list(x) for x in nv], right={2, 3, 4}))
+    out.append(f"{h}# Environment\n")
+    out.append(table(["what", "value"], [list(x) for x in environment_rows(r)]))
+    if r.get("notes"):
+        out.append(f"{h}# Notes\n")
+        out.append("\n".join(f"- {md(n)}" for n in r["notes"]) + "\n")
+    return "\n".join(out)
+
+
+def _gap_histogram(r: dict, h: str) -> str:
+    hist = r["gaps"].get("histogram") or {}
+    edges = hist.get("edges_us") or []
+    if len(edges) < 2:
+        return ""
+    causes = [c for c, v in hist["count"].items() if sum(v) > 0]
+    rows = []
+    for i in range(len(edges) - 1):
+        n = sum(hist["count"][c][i] for c in causes)
+        if n == 0:
+            continue
+        ms = sum(hist["time_ms"][c][i] for c in causes)
+        main = max(causes, key=lambda c: hist["count"][c][i])
+        rows.append([f"{_us(edges[i])} - {_us(edges[i + 1])}", n, f"{ms:.3f}", main.replace("_", " ")])
+    return (f"{h}# Idle gaps by duration\n\n" +
+            table(["gap duration", "gaps", "idle ms", "main cause"], rows, right={1, 2}))
+
+
+def _us(us: float) -> str:
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.3g} us"
+
+
+def _copies(r: dict, h: str) -> str:
+    c = r["copies"]
+    if not c["by_direction"]:
+        return f"{h}# Copies\n\nNo memory copies in the analysis window.\n"
+    rows = [[d, e["count"], f"{e['mb']:.3f}", f"{e['time_us']:.1f}",
+             f"{e['gb_per_s']:.2f}" if e.get("gb_per_s") is not None else "-", e["pageable_count"]]
+            for d, e in sorted(c["by_direction"].items())]
+    return f"{h}# Copies\n\n" + table(["direction", "count", "MB", "time us", "GB/s", "pageable"], rows,
+                                      right={1, 2, 3, 4, 5})
+
+
+def _syncs(r: dict, h: str) -> str:
+    s = r["sync"]
+    if not s.get("by_cause"):
+        return f"{h}# Synchronizations\n\nNo host-GPU synchronization in the analysis window.\n"
+    rows = [[g["op"], g.get("inner_op") or "-", g.get("frame") or "-", ", ".join(g["calls"]), g["count"],
+             f"{g['per_step']:.1f}", f"{g['blocked_ms']:.3f}", f"{g['gpu_idle_ms']:.3f}"] for g in s["by_cause"]]
+    return f"{h}# Synchronizations\n\n" + table(
+        ["op", "inner op", "user frame", "CUDA calls", "count", "per step", "host blocked ms", "GPU idle caused ms"],
+        rows, right={4, 5, 6, 7})
