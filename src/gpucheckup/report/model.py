@@ -11,6 +11,9 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - gaps.by_cause_ms, gaps.per_step_ms, gaps.pct_of_step, gaps.pattern
 - dataloader.pct_of_step; sync.count_per_step; copies.pct_of_gpu_time; copies.pageable_count
 - communication, cuda_api, trace (path, devices, rank, versions), notes[]
+- mfu.flops_per_step, mfu.source, mfu.achieved_tflops, mfu.peak_tflops, mfu.pct, mfu.pct_of_measured,
+  mfu.reason (why a figure is null), mfu.estimates, mfu.healthy_bands_pct (docs/mfu.md)
+- roofline.ops[] (arithmetic intensity against the ridge point); ncu (Nsight Compute bounds, or null)
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "communication": a.communication,
         "cuda_api": {key: a.api[key] for key in ("slow_count", "slow", "contention") if key in a.api},
         "notes": d.notes,
+        "mfu": a.mfu,
+        "roofline": a.roofline,
+        "ncu": a.ncu,
     }
     return _clean(out)
 
