@@ -143,3 +143,27 @@ def test_bad_mfu_options_are_one_line_errors(tmp_path):
     for opts in (["--flops-per-step", "-5"], ["--params", "1e9"], ["--ceilings", str(tmp_path / "none.json")]):
         res = run_cli("analyze", str(trace_path("moe_seed")), *opts)
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, (opts, res.stderr)
+
+
+def test_with_flops_annotations_are_a_source(tmp_path):
+    """Edge case on a synthetic trace: annotated ops nested in annotated ops count once."""
+    def op(name, ts, dur, flops=None, tid=1):
+        args = {"External id": ts} | ({"flops": flops} if flops is not None else {})
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+    events = []
+    for step, t0 in enumerate((0, 1000)):
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": 1, "tid": 1, "ts": t0,
+             "dur": 1000},
+            op("aten::conv2d", t0 + 10, 100, 4e9),
+            op("aten::mm", t0 + 20, 50, 1e9),  # inside conv2d on the same thread: not counted again
+            op("aten::mm", t0 + 200, 50, 2e9, tid=2),  # another thread (autograd): counted
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t0 + 300,
+             "dur": 2, "args": {"correlation": step + 1}},
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t0 + 305, "dur": 600,
+             "args": {"device": 0, "stream": 7, "correlation": step + 1}},
+        ]
+    report, _ = _analyze(tmp_path, write_trace(tmp_path / "f.json", events))
+    m = report["mfu"]
+    assert m["source"] == "annotations" and m["flops_per_step"] == 6e9
+    assert m["achieved_tflops"] == pytest.approx(6e9 / 1000e-6 / 1e12)

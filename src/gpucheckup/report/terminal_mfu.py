@@ -21,7 +21,7 @@ def mfu_short(r: dict) -> str:
         return "unknown (no FLOPs per step)"
     if m.get("pct") is None:
         return f"{m['achieved_tflops']:.0f} TFLOP/s (no peak)"
-    return f"{m['pct']:.1f}% ({m['achieved_tflops']:.0f} of {m['peak_tflops']:g} TFLOP/s {m['dtype']})"
+    return f"{_pct(m['pct'])} ({m['achieved_tflops']:.3g} of {m['peak_tflops']:g} TFLOP/s {m['dtype']})"
 
 
 def mfu_line(r: dict) -> str:
@@ -31,13 +31,13 @@ def mfu_line(r: dict) -> str:
         return f"unknown: {m.get('reason') or 'no FLOPs per step'}"
     head = f"{m['achieved_tflops']:.1f} TFLOP/s achieved"
     if m.get("pct") is not None:
-        head = f"{m['pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s ({m['dtype']}, {m['peak_from']}); " + head
+        head = f"{_pct(m['pct'])} of {m['peak_tflops']:g} TFLOP/s ({m['dtype']}, {m['peak_from']}); " + head
     else:
         head += f" (no peak: {m.get('reason')})"
     if m.get("pct_of_gemm_dtype_peak") is not None:
-        head += f"; {m['pct_of_gemm_dtype_peak']:.1f}% of the {m['gemm_dtype']} peak the GEMMs run at"
+        head += f"; {_pct(m['pct_of_gemm_dtype_peak'])} of the {m['gemm_dtype']} peak the GEMMs run at"
     if m.get("pct_of_measured") is not None:
-        head += f"; {m['pct_of_measured']:.1f}% of measured {m['measured_tflops']:.0f}"
+        head += f"; {_pct(m['pct_of_measured'])} of measured {m['measured_tflops']:.0f}"
     rate = []
     if m.get("tokens_per_s"):
         rate.append(f"{m['tokens_per_s']:,.0f} tokens/s")
@@ -91,3 +91,8 @@ def render_hardware(r: dict, console: Console) -> None:
 
 def _num(x, digits: int) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _pct(x: float) -> str:
+    """A percentage with one decimal, or two significant digits under 1%."""
+    return f"{x:.1f}%" if x >= 1 else f"{x:.2g}%"
