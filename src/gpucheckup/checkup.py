@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
+from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.diagnosis import Diagnosis, diagnose
 from gpucheckup.errors import CheckupError
+from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
 from gpucheckup.trace import find_trace_files, read_trace
+from gpucheckup.trace.ncu_csv import read_ncu_csv
 
 STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fastest is a straggler
+AGENT_FLOPS_FILE = "flops.json"  # written by the capture agent in a run directory: {"flops_per_step": F, "how": "..."}
 
 
 @dataclass
@@ -31,16 +36,44 @@ def trace_paths(path: Path) -> list[Path]:
     if not path.exists():
         raise CheckupError(f"{path}: no such file or folder")
     if path.is_dir():
-        files = find_trace_files(path)
+        files = [f for f in find_trace_files(path) if f.name != AGENT_FLOPS_FILE]
         if not files:
             raise CheckupError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
         return files
     return [path]
 
 
-def check_path(path: Path, console: Console | None = None) -> list[Checkup]:
+def agent_flops(path: Path) -> dict | None:
+    """The FLOPs per step the capture agent stored in a run directory, if any."""
+    f = path / AGENT_FLOPS_FILE if path.is_dir() else None
+    if f is None or not f.exists():
+        return None
+    try:
+        d = json.loads(f.read_text())
+        flops = float(d["flops_per_step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckupError(f"{f}: unreadable FLOPs file ({type(e).__name__}: {e}); expected "
+                           '{"flops_per_step": F, "how": "..."}') from None
+    return {"flops_per_step": flops, "how": str(d.get("how", "")), "path": str(f)}
+
+
+def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
+    """The MFU inputs for one trace: stored ceilings of its GPU unless given."""
+    if inputs.ceilings is not None:
+        return inputs
+    name = inputs.gpu or (trace.devices[0].name if trace.devices else "")
+    found = ceilings.find_for(name) if name else None
+    return replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
+
+
+def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
+               ncu_csv: Path | None = None) -> list[Checkup]:
     """Check up every trace under a path, in rank order."""
     files = trace_paths(path)
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = replace(inputs, agent_flops=agent_flops(path))
+    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
     results = []
     console = console or Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -51,7 +84,7 @@ def check_path(path: Path, console: Console | None = None) -> list[Checkup]:
             progress.update(task, description=f"reading {f.name} ({size_mb:.1f} MB)")
             trace = read_trace(f)
             progress.update(task, description=f"analyzing {f.name}")
-            a = analyze(trace)
+            a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
             d = diagnose(a)
             results.append(Checkup(a, d, checkup_dict(a, d)))
             progress.advance(task)

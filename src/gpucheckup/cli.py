@@ -13,6 +13,7 @@ import msgspec
 from rich.console import Console
 
 from gpucheckup import __version__
+from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.checkup import Checkup, check_path, rank_summary
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import html, markdown, perfetto, terminal
@@ -36,7 +37,23 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="check up a PyTorch profiler trace (file or folder of per-rank traces)")
     a.add_argument("path", type=Path, help="trace .json / .json.gz, or a folder of them")
     _output_options(a)
+    _mfu_options(a)
     a.set_defaults(func=cmd_analyze)
+
+    c = sub.add_parser("ceilings", help="measure this GPU's matmul rates and copy bandwidths (needs torch and CUDA)")
+    c.add_argument("--out", type=Path, metavar="FILE",
+                   help="where to store them (default: ~/.cache/gpucheckup/ceilings-<gpu>.json, found by analyze)")
+    c.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    c.add_argument("--quick", action="store_true", help="smaller problems and fewer repeats (a rough figure)")
+    c.set_defaults(func=cmd_ceilings)
+
+    n = sub.add_parser("ncu-cmd", help="print the Nsight Compute command line that profiles a check-up's top kernels")
+    n.add_argument("path", type=Path, help="a trace (or folder) or a gpucheckup JSON report")
+    n.add_argument("--top", type=int, default=5, help="how many top kernels (default 5)")
+    n.add_argument("--skip-steps", type=int, default=10,
+                   help="training steps to let pass before profiling (default 10: past warm-up)")
+    n.add_argument("--command", default="python train.py", help="the training command (default: python train.py)")
+    n.set_defaults(func=cmd_ncu_cmd)
 
     d = sub.add_parser("demo", help="check up real H200 traces bundled with gpucheckup (offline, no GPU)")
     d.add_argument("--case", choices=DEMO_CASES, action="append",
@@ -54,6 +71,43 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--perfetto", type=Path, metavar="FILE",
                    help="also write the trace with gpucheckup's tracks added, for ui.perfetto.dev (.json or .json.gz;"
                         " one file per trace, named FILE.<rank or case>.json[.gz], when there are several)")
+
+
+def _mfu_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("MFU (docs/mfu.md)")
+    g.add_argument("--flops-per-step", type=float, metavar="F", help="model FLOPs of one training step on one GPU")
+    g.add_argument("--params", type=float, metavar="N", help="parameter count, for 6*N*T FLOPs per step")
+    g.add_argument("--tokens-per-step", type=float, metavar="T", help="tokens per step per GPU (with --params)")
+    g.add_argument("--layers", type=int, metavar="L", help="layers, for the attention term 12*L*D*S*T")
+    g.add_argument("--d-model", type=int, metavar="D", help="model width (heads x head dim), for the attention term")
+    g.add_argument("--seq-len", type=int, metavar="S", help="sequence length, for the attention term")
+    g.add_argument("--samples-per-step", type=float, metavar="B", help="samples per step per GPU, for samples/s")
+    g.add_argument("--gpu", metavar="NAME", help="the GPU (peak-table id like H100-SXM, or a device name), "
+                                                 "when the trace does not say or says wrong")
+    g.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32", "fp8"),
+                   help="measure MFU against this dtype's peak (default: the dtype of most GEMM time)")
+    g.add_argument("--peak-tflops", type=float, metavar="P", help="use this peak instead of the datasheet's")
+    g.add_argument("--ceilings", type=Path, metavar="FILE", help="measured ceilings (from gpucheckup ceilings)")
+    g.add_argument("--ncu", type=Path, metavar="FILE.csv",
+                   help="Nsight Compute --csv output (long or --page raw) for the kernels' bounds")
+
+
+def mfu_inputs(args) -> MfuInputs:
+    """The MFU options as MfuInputs; CheckupError for impossible values."""
+    from gpucheckup.hardware import ceilings
+
+    for name in ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers",
+                 "d_model", "seq_len"):
+        v = getattr(args, name, None)
+        if v is not None and not v > 0:
+            raise CheckupError(f"--{name.replace('_', '-')} must be a positive number, got {v}")
+    if args.params is not None and args.tokens_per_step is None:
+        raise CheckupError("--params needs --tokens-per-step (FLOPs per step = 6*N*T)")
+    c = ceilings.load(args.ceilings) if args.ceilings else None
+    return MfuInputs(flops_per_step=args.flops_per_step, params=args.params, tokens_per_step=args.tokens_per_step,
+                     layers=args.layers, seq_len=args.seq_len, d_model=args.d_model,
+                     samples_per_step=args.samples_per_step, gpu=args.gpu, dtype=args.dtype,
+                     peak_tflops=args.peak_tflops, ceilings=c, ceilings_path=str(args.ceilings) if c else None)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -116,8 +170,28 @@ def _with_slug(path: Path, slug: str) -> Path:
 
 
 def cmd_analyze(args, console: Console) -> int:
-    results = check_path(args.path)
+    results = check_path(args.path, inputs=mfu_inputs(args), ncu_csv=args.ncu)
     _emit(results, args, console)
+    return 0
+
+
+def cmd_ceilings(args, console: Console) -> int:
+    from gpucheckup.capture.ceilings import measure, print_ceilings
+    from gpucheckup.hardware import ceilings
+
+    c = measure(device=args.device, quick=args.quick, progress=lambda msg: console.print(msg, style="dim",
+                                                                                        markup=False))
+    path = ceilings.save(c, args.out or ceilings.default_path(c.device))
+    print_ceilings(c, console)
+    console.print(f"ceilings written to {path}", style="dim", markup=False)
+    return 0
+
+
+def cmd_ncu_cmd(args, console: Console) -> int:
+    from gpucheckup.report.ncu_cmd import ncu_command, report_for
+
+    report = report_for(args.path)
+    sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
 
 

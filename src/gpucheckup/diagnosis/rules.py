@@ -13,6 +13,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis.findings import Finding, Fix
+from gpucheckup.diagnosis.verdict import primary as verdict_primary
 
 INPUT_PCT = 5.0
 DATALOADER_PCT = 10.0
@@ -27,6 +28,8 @@ FP32_GEMM_PCT = 10.0
 ALLOC_PCT = 2.0
 STEP_CV_PCT = 20.0
 QUEUED_PCT = 10.0
+LOW_MFU_PCT = 20.0  # below the lowest healthy band (MoE with FP8: 20-32%)
+DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%)
 
 FP32_GEMM = re.compile(r"sgemm|f32f32_f32f32|_s\d{3,4}gemm|gemm_f32|cutlass_80_simt_s|simt_sgemm", re.I)
 
@@ -420,7 +423,50 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
     )
 
 
+def low_mfu(a: TraceAnalysis) -> Finding | None:
+    """MFU < 35% (the dense pre-training band's floor) while the job is gpu_bound: a warning under 20%
+    (below the MoE/FP8 band too), information between 20 and 35%. Cost: the step time above what the
+    same FLOPs would take at 35% MFU."""
+    m = a.mfu
+    pct = m.get("pct") if m else None
+    if pct is None or pct >= DENSE_MFU_PCT or verdict_primary(a)[0] != "gpu_bound":
+        return None
+    step = a.step_summary["median_ms"]
+    cost = step * (1 - pct / DENSE_MFU_PCT)
+    gemm = m.get("gemm_dtypes_pct") or {}
+    evidence = [
+        f"MFU {pct:.1f}%: {m['achieved_tflops']:.1f} TFLOP/s achieved against the {m['peak_tflops']:g} TFLOP/s "
+        f"{m['dtype']} peak ({m['peak_from']}); healthy: dense pre-training 35-50%, MoE with FP8 20-32%",
+        f"FLOPs per step {m['flops_per_step']:.3g} ({m['source']}: {m['source_detail']}), median step {step:.2f} ms",
+    ]
+    if gemm:
+        evidence.append("GEMM kernel time by dtype: " + ", ".join(f"{k} {v:.0f}%" for k, v in gemm.items()))
+    if m.get("pct_of_measured") is not None:
+        evidence.append(f"{m['pct_of_measured']:.1f}% of this GPU's measured {m['dtype']} matmul ceiling "
+                        f"({m['measured_tflops']:.0f} TFLOP/s)")
+    if m.get("pct_of_gemm_dtype_peak") is not None:
+        evidence.append(f"the GEMMs run in {m['gemm_dtype']}: {m['pct_of_gemm_dtype_peak']:.1f}% of that dtype's "
+                        f"peak, but the {m['dtype']} tensor-core peak goes unused")
+    evidence.append("to see which top kernels are compute-, memory- or latency-bound: gpucheckup ncu-cmd "
+                    "prints the Nsight Compute command, gpucheckup analyze --ncu reads its CSV")
+    k = a.kernels
+    per_step = {c: v / 1000 / a.steps.count for c, v in k.categories_us.items()}
+    fixes = [
+        Fix("Fuse the non-GEMM work with torch.compile so more of the step is matrix math", "code",
+            min(cost, 0.5 * (per_step["elementwise"] + per_step["reduction_norm"])), key="torch_compile"),
+        Fix("Give the GEMMs more work: larger batch or hidden sizes, dimensions multiples of 64", "code",
+            min(cost, 0.3 * per_step["gemm_conv"])),
+    ]
+    return Finding(
+        id="low_mfu", severity="warning" if pct < LOW_MFU_PCT else "info",
+        title="Low model FLOPs utilisation",
+        rule=f"MFU < {DENSE_MFU_PCT:g}% while gpu_bound (warning < {LOW_MFU_PCT:g}%)",
+        cost_ms_per_step=cost, cost_pct_of_step=100 * cost / step if step > 0 else 0.0,
+        evidence=evidence, fixes=fixes,
+    )
+
+
 RULES = [
     input_pipeline, launch_overhead, synchronizations, pageable_copies, exposed_copies, exposed_communication,
-    data_movement, fp32_gemms, allocations, lock_contention, gpu_side_gaps, unstable_steps,
+    data_movement, fp32_gemms, allocations, lock_contention, gpu_side_gaps, unstable_steps, low_mfu,
 ]

@@ -14,6 +14,9 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - gaps.histogram, timeline: the arrays behind the HTML plots (see report/plot_data.py, docs/reports.md)
 - optional, filled by other producers and rendered when present: step_history (whole-run step
   times from steps.csv), nvml (GPU samples), env (environment); shapes in docs/reports.md
+- mfu.flops_per_step, mfu.source, mfu.achieved_tflops, mfu.peak_tflops, mfu.pct, mfu.pct_of_measured,
+  mfu.reason (why a figure is null), mfu.estimates, mfu.healthy_bands_pct (docs/mfu.md)
+- roofline.ops[] (arithmetic intensity against the ridge point); ncu (Nsight Compute bounds, or null)
 """
 
 from __future__ import annotations
@@ -84,6 +87,9 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "communication": a.communication,
         "cuda_api": {key: a.api[key] for key in ("slow_count", "slow", "contention") if key in a.api},
         "notes": d.notes,
+        "mfu": a.mfu,
+        "roofline": a.roofline,
+        "ncu": a.ncu,
     }
     return _clean(out)
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
+from gpucheckup.report.terminal_mfu import mfu_short, render_hardware
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 VERDICT_STYLE = {
@@ -34,6 +35,7 @@ def render(report: dict, console: Console) -> None:
         console.print(_finding(f))
     console.print(_fixes(report))
     console.print(_figures(report))
+    render_hardware(report, console)
     for note in report["notes"]:
         console.print(Text("note: " + note, style="dim"))
 
@@ -104,6 +106,7 @@ def _figures(r: dict) -> Group:
     s = r["steps"]
     figs.add_row("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms")
     figs.add_row("GPU busy", f"{r['gpu']['busy_pct']:.1f}%")
+    figs.add_row("MFU", mfu_short(r))
     for cause, pct in r["gaps"]["pct_of_step"].items():
         if pct >= 0.5:
             figs.add_row(Text(f"GPU idle: {r['gaps']['cause_titles'][cause]}"), f"{pct:.1f}% of step")

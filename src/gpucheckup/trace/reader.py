@@ -152,6 +152,7 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
     h_rows: list[tuple] = []  # cat, name, pid, tid, start, end, correlation, external id, py id, py parent, flops
     shapes: list = []
     dtypes: list = []
+    concrete: list = []
     thread_names: dict[tuple[int, int], str] = {}
     str_ids: dict[str, int] = {}
     bad_time = 0
@@ -207,6 +208,7 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
             h_rows.append((hk, name, num_id(ev.pid), num_id(ev.tid), ts, ts + dur, -1, -1, -1, -1, nan))
             shapes.append(None)
             dtypes.append(None)
+            concrete.append(None)
         else:
             h_rows.append((
                 hk,
@@ -223,6 +225,7 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
             ))
             shapes.append(bytes(a.input_dims) or None)
             dtypes.append(bytes(a.input_type) or None)
+            concrete.append(bytes(a.concrete_inputs) or None)
 
     if bad_time:
         warnings.append(f"{bad_time} events with a negative, non-finite or over-a-day duration were ignored")
@@ -257,6 +260,7 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
         flops=h[10],
         shapes=shapes,
         dtypes=dtypes,
+        concrete=concrete,
     )
     devices = [
         Device(

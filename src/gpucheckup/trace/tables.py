@@ -68,6 +68,7 @@ class HostEvents:
     flops: np.ndarray  # float64, nan when absent (with_flops=True)
     shapes: list  # per row: JSON bytes of `Input Dims`, or None
     dtypes: list  # per row: JSON bytes of `Input type`, or None
+    concrete: list = field(default_factory=list)  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None
 
     def __len__(self) -> int:
         return len(self.start)

@@ -1,0 +1,1 @@
+"""Capture: the parts of gpucheckup that run on the GPU machine and need torch."""

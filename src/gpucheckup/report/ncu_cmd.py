@@ -1,0 +1,67 @@
+"""The Nsight Compute command line that profiles a check-up's top kernels.
+
+- `--kernel-name regex:^(a|b|...)$` with `--kernel-name-base function`: the top kernels' function
+  names (no namespace, template arguments or parameters), because ncu and the PyTorch profiler
+  demangle full names differently. Other kernels with the same function name match too.
+- `--launch-skip`: launches of the matching kernels per step x `--skip-steps` (default 10), so
+  profiling starts past warm-up; `--launch-count`: one step's worth of those launches.
+- `--metrics`: the Speed-of-Light figures gpucheckup classifies by (analysis/ncu_bounds.py).
+- `--clock-control none`: keep the GPU's own clocks (ncu locks them to base by default, which
+  makes kernels look slower than in training); `--target-processes all`: follow launchers
+  (torchrun) into their workers; `--csv`: the output `gpucheckup analyze --ncu` reads.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import msgspec
+
+from gpucheckup.analysis.ncu_bounds import base_name
+from gpucheckup.errors import CheckupError
+from gpucheckup.trace.ncu_csv import SOL_METRICS
+
+MAX_LAUNCH_COUNT = 1000
+
+
+def report_for(path: Path) -> dict:
+    """A check-up report: read from a gpucheckup JSON report, or made from a trace (first rank)."""
+    if path.is_file() and path.name.endswith(".json"):
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if b'"gpucheckup_version"' in head or b'"ranks"' in head:
+            try:
+                doc = msgspec.json.decode(path.read_bytes())
+            except msgspec.DecodeError as e:
+                raise CheckupError(f"{path}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
+            if isinstance(doc, dict) and "reports" in doc:
+                doc = doc["reports"][0]
+            if not isinstance(doc, dict) or "kernels" not in doc or "steps" not in doc:
+                raise CheckupError(f"{path}: not a gpucheckup check-up report (no kernels/steps)")
+            return doc
+    from gpucheckup.checkup import check_path
+
+    return check_path(path)[0].report
+
+
+def ncu_command(report: dict, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:
+    """The ncu command line for a report's top kernels by GPU time."""
+    kernels = [k for k in report["kernels"]["top"] if k.get("name")][:top]
+    if not kernels:
+        raise CheckupError("the check-up has no kernels to profile")
+    bases = list(dict.fromkeys(base_name(k["name"]) for k in kernels))
+    steps = max(int(report["steps"]["count"]), 1)
+    per_step = max(1, round(sum(k["count"] for k in kernels) / steps))
+    regex = "regex:^(" + "|".join(re.escape(b) for b in bases) + ")$"
+    args = [
+        "ncu", "--target-processes", "all",
+        "--kernel-name-base", "function", "--kernel-name", regex,
+        "--launch-skip", str(per_step * max(skip_steps, 0)),
+        "--launch-count", str(min(per_step, MAX_LAUNCH_COUNT)),
+        "--metrics", ",".join(SOL_METRICS),
+        "--clock-control", "none",
+        "--csv", "--log-file", "ncu_top_kernels.csv",
+    ]
+    return " ".join(shlex.quote(a) for a in args) + " " + command
