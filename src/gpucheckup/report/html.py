@@ -21,6 +21,9 @@ from gpucheckup import __version__
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report import plots
+from gpucheckup.report.hardware_text import (
+    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, mfu_short, ncu_rows, roofline_rows,
+)
 from gpucheckup.report.plots import esc, num
 
 SORT_JS = """(function () {
@@ -246,7 +249,7 @@ def _plots(r: dict, prefix: str) -> str:
 
 
 def _tables(r: dict) -> str:
-    out = [_key_figures(r), _per_step(r), _top_kernels(r), _data_movement(r), _longest_gaps(r), _copies(r),
+    out = [_key_figures(r), _hardware(r), _per_step(r), _top_kernels(r), _data_movement(r), _longest_gaps(r), _copies(r),
            _syncs(r), _communication(r), _cuda_api(r), _nvml_summary(r.get("nvml")), _environment(r)]
     return "\n".join(x for x in out if x)
 
@@ -263,6 +266,7 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
         ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
         ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
         ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
+        ("MFU", mfu_short(r)),
     ]
     for cause, pct in r["gaps"]["pct_of_step"].items():
         if pct >= 0.5:
@@ -276,6 +280,25 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
         ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
     ]
     return rows
+
+
+def _hardware(r: dict) -> str:
+    """MFU against the bands, the roofline of the top GEMM ops, and Nsight Compute bounds when imported."""
+    rows = [["MFU", esc(mfu_line(r))]]
+    if bands_line(r):
+        rows.append(["healthy bands", esc(bands_line(r))])
+    out = ["<h4>How close to the hardware</h4>" + _table([("figure", "t"), ("value", "t")], rows, raw=True)]
+    roof = roofline_rows(r)
+    if roof:
+        out.append("<h4>Top GEMM/conv/attention ops against the roofline</h4>" + _table(
+            [(c, "t" if i in (0, 1, 5) else "n") for i, c in enumerate(ROOFLINE_HEADERS)],
+            [[esc(x) for x in row] for row in roof], raw=True))
+    ncu = ncu_rows(r)
+    if ncu:
+        out.append("<h4>Nsight Compute bounds of the top kernels</h4>" + _table(
+            [(c, "t" if i in (0, 2) else "n") for i, c in enumerate(NCU_HEADERS)],
+            [[esc(x) for x in row] for row in ncu], raw=True))
+    return "\n".join(out)
 
 
 def step_rows(r: dict) -> tuple[list[str], list[list]]:

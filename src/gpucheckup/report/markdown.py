@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
+from gpucheckup.report.hardware_text import (
+    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
+)
 from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
 
 _SYNTAX = "\\`*_[]|~"
@@ -83,6 +86,13 @@ def _report(r: dict, label: str | None, many: bool) -> str:
         out.append("\n".join(lines) + "\n")
     out.append(f"{h}# Key figures\n")
     out.append(table(["figure", "value"], [list(x) for x in key_figures(r)], right={1}))
+    out.append(f"{h}# How close to the hardware\n")
+    hw = [["MFU", mfu_line(r)]] + ([["healthy bands", bands_line(r)]] if bands_line(r) else [])
+    out.append(table(["figure", "value"], hw))
+    if roofline_rows(r):
+        out.append(table(ROOFLINE_HEADERS, roofline_rows(r), right={2, 3, 4, 6}))
+    if ncu_rows(r):
+        out.append(table(NCU_HEADERS, ncu_rows(r), right={1, 3, 4, 5}))
     causes, rows = step_rows(r)
     if rows:
         out.append(f"{h}# Steps\n")

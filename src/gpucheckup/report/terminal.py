@@ -13,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.terminal_mfu import mfu_short, render_hardware
+from gpucheckup.report.hardware_text import mfu_short
+from gpucheckup.report.terminal_mfu import render_hardware
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 VERDICT_STYLE = {
