@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import msgspec
 from rich.console import Console
 
 from gpucheckup import __version__
+from gpucheckup.atomic import write_atomic  # noqa: F401 - also re-exported for callers of cli.write_atomic
 from gpucheckup.checkup import Checkup, check_path, rank_summary
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import terminal
@@ -32,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("analyze", help="check up a PyTorch profiler trace (file or folder of per-rank traces)")
-    a.add_argument("path", type=Path, help="trace .json / .json.gz, or a folder of them")
+    a = sub.add_parser("analyze", help="check up a PyTorch profiler trace (file or folder of per-rank traces) "
+                                       "or a gpucheckup run directory")
+    a.add_argument("path", type=Path, help="trace .json / .json.gz, a folder of them, or a run directory")
     _output_options(a)
     a.set_defaults(func=cmd_analyze)
 
@@ -42,25 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this bundled case (repeatable); default: all of them")
     _output_options(d)
     d.set_defaults(func=cmd_demo)
+
+    from gpucheckup.capture import attach, launcher
+
+    launcher.add_parser(sub)
+    attach.add_parser(sub)
     return p
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
     p.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so that readers see either the old or the complete new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _emit(results: list[Checkup], args, console: Console) -> None:
@@ -78,6 +70,13 @@ def _emit(results: list[Checkup], args, console: Console) -> None:
 
 
 def cmd_analyze(args, console: Console) -> int:
+    from gpucheckup.trace.rundir import is_run_dir
+
+    if is_run_dir(args.path):  # a gpucheckup run directory: traces plus the run-level parts
+        from gpucheckup.run_checkup import check_run, emit_run
+
+        emit_run(check_run(args.path), console, quiet=args.quiet, json_path=args.json)
+        return 0
     results = check_path(args.path)
     _emit(results, args, console)
     return 0
