@@ -189,7 +189,7 @@ def test_job_without_optimizer_gets_a_time_window(tmp_path):
     run_dir_trace = None
     end = time.time() + 90
     while time.time() < end:
-        found = list(out.glob("*/traces/trace.json.gz"))
+        found = list(out.glob("*/traces/time-window/*-main.json.gz"))
         if found:
             run_dir_trace = found[0]
             break

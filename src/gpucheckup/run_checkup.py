@@ -1,7 +1,8 @@
 """The check-up of a run directory: its traces (when they hold a GPU timeline) plus the run-level parts.
 
 `check_run` reads the run (trace/rundir.py), runs the run-level analyses (analysis/run.py) and
-rules (diagnosis/run_rules.py), checks up each rank's trace with the same pipeline as
+rules (diagnosis/run_rules.py), checks up each rank's trace (the step windows in traces/; else
+the time windows; else the latest attach capture) with the same pipeline as
 `gpucheckup analyze TRACE`, appends the run-level findings to each trace's diagnosis and adds
 the run keys (report/run_model.py) to its report dict. A run whose traces hold no GPU activity
 (a CPU-only machine), or that has no trace, still gets its run-level report, which says so.
@@ -51,7 +52,7 @@ def check_run(path: Path) -> RunCheckup:
     ra = analyze_run(run)
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
-    traces = run.traces or run.attach_traces[-1:]
+    traces = run.traces or run.time_traces or run.attach_traces[-1:]
     used = []
     for p in traces:
         trace = read_trace(p)

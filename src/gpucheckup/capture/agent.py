@@ -17,7 +17,8 @@ loading of `torch`. Then, in the process that claims the run directory's key (`m
 - with `--flops`, counts one step with `FlopCounterMode` (step skip-1 when skip >= 3, else the
   step after the window) and writes `flops.json` {"flops_per_step", "how", "step"}.
 - when no optimizer has stepped `window_start_s` seconds after torch was imported, profiles a
-  time window of `window_s` seconds instead (inference jobs). The profiler is started and
+  time window of `window_s` seconds (inference jobs; a training job whose first step comes
+  later still gets its step window too) into `traces/time-window/`. The profiler is started and
   stopped on the main thread through a real-time signal handler (a profiler started from
   another thread does not record the main thread's operators).
 - serves attach requests on its control socket (see `control.py`).
@@ -202,11 +203,13 @@ class Agent:
         self.last_flush = time.time()
         self.window: Window | None = None
         self.pending: Request | None = None
-        self.auto_done = False
+        self.auto_done = False  # the automatic step window ran (or could not)
+        self.time_done = False  # the automatic time window ran (or could not)
         self.flop_counter = None
         self.flops_step = None
         self.flops_result = None
         self.captures: list[dict] = []
+        self.capture_seq = 0
         self.errors: list[str] = []
         self.error_count = 0
         self.dataloaders: list[dict] = []
@@ -420,11 +423,14 @@ class Agent:
                 pass
         return profile(**kw)
 
-    def _trace_path(self, request) -> str:
-        if request is None:
+    def _trace_path(self, request, kind: str = "steps") -> str:
+        """traces/<key>.json.gz for the step window, traces/time-window/ and traces/attach/ for the others."""
+        if request is None and kind == "steps":
             return os.path.join(self.run_dir, self.files["trace"])
+        self.capture_seq += 1  # two captures in one second must not share a name
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        return os.path.join(self.run_dir, "traces", "attach", f"{stamp}-{self.key}.json.gz")
+        folder = "attach" if request is not None else "time-window"
+        return os.path.join(self.run_dir, "traces", folder, f"{stamp}-{self.capture_seq}-{self.key}.json.gz")
 
     def _start_step_window(self, n: int, steps=None, seconds=None, request=None, auto=False) -> None:
         """Begin profiling: warm-up during step n+1, record from step n+2 (K steps or S seconds)."""
@@ -462,7 +468,7 @@ class Agent:
         """Stop the profiler, export the trace atomically, answer the request that asked for it."""
         if not self._take_window(w):
             return
-        if w.auto:
+        if w.auto and w.kind == "steps":
             self.auto_done = True
         capture = {"kind": w.kind, "trace": os.path.relpath(w.path, self.run_dir), "attach": w.request is not None,
                    "started_epoch_s": w.started}
@@ -570,8 +576,9 @@ class Agent:
     def _auto_time_window(self) -> None:
         """Timer: when no optimizer has stepped, profile a time window instead."""
         try:
-            if self.passive or self.step > 0 or self.auto_done or self.stop_event.is_set():
+            if self.passive or self.step > 0 or self.time_done or self.stop_event.is_set():
                 return
+            self.time_done = True
             self.log(f"no optimizer step {self.settings['window_start_s']:g} s after torch was imported: "
                      f"profiling a {self.settings['window_s']:g} s time window")
             self._time_window(self.settings["window_s"], auto=True)
@@ -587,7 +594,7 @@ class Agent:
                 if self.window is not None:
                     return
                 prof = self._new_profiler(all_threads=True)
-                w = Window(prof, "time", self._trace_path(request), seconds=seconds, request=request, auto=auto)
+                w = Window(prof, "time", self._trace_path(request, "time"), seconds=seconds, request=request, auto=auto)
                 prof.start()
                 self.window = box["w"] = w
 
@@ -595,8 +602,6 @@ class Agent:
         if "w" not in box:
             msg = "another capture is running" if started else \
                 f"the main thread did not take the request in {MAIN_CALL_TIMEOUT_S:g} s"
-            if auto:
-                self.auto_done = True
             if request is not None:
                 request.result = {"ok": False, "error": f"no time window: {msg}"}
                 request.done.set()
@@ -804,7 +809,15 @@ class Agent:
         yield {"ok": True, "accepted": req, "step": self.step}
         recent = sorted(self.step_ms_recent)
         wait_s = max(10.0, 3 * recent[len(recent) // 2] / 1000) if recent else 10.0
-        if not r.picked.wait(wait_s):
+        seen, idle_s = self.step, 0.0
+        while not r.picked.wait(1.0):  # steps flowing (maybe through another window): keep waiting
+            if self.step != seen:
+                seen, idle_s = self.step, 0.0
+                continue
+            idle_s += 1.0
+            if idle_s >= wait_s:
+                break
+        if not r.picked.is_set():
             with self.lock:
                 taken = self.pending is not r
                 if not taken:

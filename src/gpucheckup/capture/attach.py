@@ -7,8 +7,10 @@ Three ways in, tried in this order (or forced with --mode):
    writes the trace into the job's run directory (`traces/attach/`); it is checked up here.
 2. inject: Python 3.14+ on both sides: `sys.remote_exec` loads the agent into the job (settings
    passed directly, the job's environment untouched), then as in 1.
-3. py-spy: out-of-process. `py-spy dump` of every thread of the job and its children, a few
-   times a second (native frames where py-spy can), with NVML sampled beside it; the result is
+3. py-spy: out-of-process. `py-spy dump --nonblocking` of every thread of the job and its
+   children (idle ones too), a few times a second, with NVML sampled beside it. Non-blocking
+   dumps do not pause the job, so NVML sees it undisturbed; `--native` adds native frames
+   (py-spy must pause the job for those; it falls back to Python frames where it cannot). The result is
    a coarse verdict (analysis/stack_samples.py) and a run directory `<out>/<stamp>-attach-<pid>/`
    holding samples.csv, stacks.txt, nvml.csv, env.json, attach.json and manifest.json.
 """
@@ -52,7 +54,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", type=Path, default=Path("gpucheckup-runs"),
                    help="parent folder of the run directory (py-spy and inject modes)")
     p.add_argument("--rate", type=float, default=4.0, help="py-spy dumps per second (default 4)")
-    p.add_argument("--no-native", action="store_true", help="py-spy: Python frames only")
+    p.add_argument("--native", action="store_true",
+                   help="py-spy: native frames too (pauses the job for each dump, which biases NVML toward idle)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default 900)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
     p.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
@@ -235,7 +238,7 @@ def attach_pyspy(pid: int, args, console) -> int:
         host_env = environment.collect_host()
     except Exception as e:  # noqa: BLE001
         host_env = {"error": f"{type(e).__name__}: {e}"}
-    samples, info = sample_stacks(exe, pid, duration, args.rate, native=not args.no_native, pids=pids)
+    samples, info = sample_stacks(exe, pid, duration, args.rate, native=args.native, pids=pids)
     nvml.close()
     failed = {}
     if nvml.status != "ok":
@@ -277,7 +280,8 @@ def sample_stacks(exe: str, pid: int, duration: float, rate: float, native: bool
     failures = 0
     while time.time() < end:
         t = time.time()
-        cmd = [exe, "dump", "--pid", str(pid), "--json", "--subprocesses"] + (["--native"] if native else [])
+        cmd = [exe, "dump", "--pid", str(pid), "--json", "--subprocesses"] + (["--native"] if native else
+                                                                               ["--nonblocking"])
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=PYSPY_TIMEOUT_S)
         except subprocess.TimeoutExpired:

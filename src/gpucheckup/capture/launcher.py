@@ -40,6 +40,7 @@ CORE_SIGNALS = ("SIGQUIT", "SIGILL", "SIGABRT", "SIGFPE", "SIGSEGV", "SIGBUS", "
 ARTEFACT_WHAT = [  # (name prefix, description), first match wins
     ("manifest.json", "this manifest"),
     ("traces/attach/", "trace captured by gpucheckup attach (gzipped Kineto JSON)"),
+    ("traces/time-window/", "time window profiled because no optimizer stepped (gzipped Kineto JSON)"),
     ("traces/", "profiled window of the job (gzipped Kineto JSON, one per rank)"),
     ("steps", "wall time of every optimizer step of the whole run (CSV)"),
     ("nvml.csv", "NVML GPU telemetry at 10 Hz, sampled outside the job (CSV)"),

@@ -1,7 +1,8 @@
 """Read a run directory written by `gpucheckup run` (or `gpucheckup attach`) into plain tables.
 
 A run directory holds `manifest.json` and, when they could be captured: `traces/*.json.gz`
-(profiled windows, one per rank; `traces/attach/` for attach captures), `steps.csv` /
+(profiled windows, one per rank; `traces/time-window/` when no optimizer stepped,
+`traces/attach/` for attach captures), `steps.csv` /
 `steps-rank<R>.csv`, `nvml.csv`, `cpu.csv`, `env.json`, `agent*.json`, `flops.json`, and for an
 out-of-process attach `samples.csv`. CSV columns become numpy arrays (empty cells are NaN);
 text columns stay lists. A missing optional file is None; an unreadable one raises CheckupError.
@@ -37,6 +38,7 @@ class RunDir:
     cpu: dict | None = None
     flops: dict | None = None
     traces: list[Path] = field(default_factory=list)
+    time_traces: list[Path] = field(default_factory=list)  # traces/time-window/: no optimizer stepped
     attach_traces: list[Path] = field(default_factory=list)
     samples: dict | None = None  # out-of-process attach: one row per py-spy sample
     coarse: dict | None = None  # out-of-process attach: its summary (attach.json)
@@ -76,8 +78,8 @@ def read_run(path: Path) -> RunDir:
     traces = path / "traces"
     if traces.is_dir():
         run.traces = sorted(p for p in traces.iterdir() if p.is_file() and p.name.endswith((".json.gz", ".json")))
-        if (traces / "attach").is_dir():
-            run.attach_traces = sorted((traces / "attach").glob("*.json*"))
+        run.time_traces = sorted((traces / "time-window").glob("*.json*"))
+        run.attach_traces = sorted((traces / "attach").glob("*.json*"))
     if (path / "samples.csv").exists():
         run.samples = read_csv(path / "samples.csv", SAMPLE_TEXT)
     if (path / "attach.json").exists():
