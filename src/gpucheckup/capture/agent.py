@@ -286,7 +286,7 @@ class Agent:
     def _is_helper_process(self) -> bool:
         """DataLoader/multiprocessing children and the torchrun launcher itself stay passive."""
         argv = list(getattr(sys, "orig_argv", sys.argv)) + list(sys.argv)
-        if any("multiprocessing" in a or a == "--multiprocessing-fork" for a in argv):
+        if any(a.startswith("from multiprocessing") or a == "--multiprocessing-fork" for a in argv):
             return True
         try:
             import multiprocessing
