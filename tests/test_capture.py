@@ -181,6 +181,19 @@ def test_sigterm_reaches_the_job(tmp_path, how, expect):
     assert len(read_steps(run_dir / "steps.csv")) >= 3
 
 
+def test_sigint_from_outside_a_terminal_is_forwarded(tmp_path):
+    out = tmp_path / "runs"
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    proc = start("run", "--out", str(out), "--no-report", "--", PY, str(JOBS / "until_stopped.py"), str(ready),
+                 str(stop), stdin=subprocess.DEVNULL)
+    wait_for(ready)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGINT  # the job died of KeyboardInterrupt, and so did the launcher
+    assert "KeyboardInterrupt" in err
+    assert json.loads((the_run_dir(out) / "manifest.json").read_text())["exit_signal"] == "SIGINT"
+
+
 def test_job_without_optimizer_gets_a_time_window(tmp_path):
     from gpucheckup.trace import read_trace
 

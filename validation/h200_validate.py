@@ -11,7 +11,7 @@ Run by validation/h200_capture.sh (which sets up the paths); writes to OUT:
 Phases (each logged, none stops the others):
   1. gpucheckup run -- python3 validation/train_input_bound.py    expect input_bound
   2. gpucheckup run -- python3 validation/train_launch_bound.py   expect launch_bound
-  3. attach --steps 5 and --duration 3 to a launch-bound job started under gpucheckup run (expect
+  3. attach --steps 5 and --duration 0.5 to a launch-bound job started under gpucheckup run (expect
      launch_bound), then SIGTERM to gpucheckup run: the job must die of it and so must the launcher
   4. attach --mode py-spy to plain input- and launch-bound jobs: coarse verdicts input_bound, launch_bound
   5. overhead: ROUNDS interleaved rounds of {plain, always_on, profiled} per job; the job's own per-step
@@ -133,7 +133,7 @@ class Validation:
             p.kill()
             return
         time.sleep(5)  # past the job's warm-up
-        for name, extra in (("attach_steps", ["--steps", "5"]), ("attach_duration", ["--duration", "3"])):
+        for name, extra in (("attach_steps", ["--steps", "5"]), ("attach_duration", ["--duration", "0.5"])):
             report = self.work / f"{name}.json"
             rc, secs = self.run(name, GC + ["attach", "--pid", str(p.pid), *extra, "--json", str(report)],
                                 timeout=120)

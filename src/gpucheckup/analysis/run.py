@@ -34,9 +34,6 @@ def analyze_run(run: RunDir) -> RunAnalysis:
     key = steps_key(run)
     st = step_history.step_stats(run.steps[key]) if key else None
     nv = telemetry.nvml_summary(run.nvml) if run.nvml is not None and len(run.nvml.get("t_s", [])) else None
-    root = (run.agents.get(key) or {}).get("pid") if key else None
-    if run.manifest.get("kind") == "run":
-        root = None  # cpu.csv's first row is the command gpucheckup started
-    cpu = telemetry.cpu_summary(run.cpu, root) if run.cpu is not None else None
+    cpu = telemetry.cpu_summary(run.cpu, None) if run.cpu is not None else None  # first row: the command run
     return RunAnalysis(run=run, steps_key=key, steps=st, nvml=nv, cpu=cpu,
                        loaders=environment.dataloader_load(run.env))

@@ -53,6 +53,7 @@ MAX_DATALOADERS = 20
 MAX_ERRORS_KEPT = 20
 SIGNAL_OFFSET = 7  # the agent's real-time signal: SIGRTMIN + 7
 MAIN_CALL_TIMEOUT_S = 30.0
+DURATION_MAX_STEPS = 100  # a window asked for in seconds stops after this many steps: more adds only trace size
 
 _agent = None
 
@@ -369,7 +370,8 @@ class Agent:
             if w.deadline is None and w.seconds is not None and n >= w.first_step - 1:
                 w.deadline = now + w.seconds
             done = (w.last_step is not None and n >= w.last_step) or (
-                w.deadline is not None and n >= w.first_step and now >= w.deadline)
+                w.deadline is not None and n >= w.first_step and now >= w.deadline) or (
+                w.seconds is not None and n >= w.first_step + DURATION_MAX_STEPS - 1)
             if done:
                 self._finish_window(w, last_step=n)
             else:

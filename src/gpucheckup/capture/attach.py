@@ -34,7 +34,9 @@ from gpucheckup.capture.launcher import list_artefacts, make_run_dir
 from gpucheckup.capture.telemetry import NvmlSampler
 from gpucheckup.errors import CheckupError
 
-DEFAULT_DURATION_S = 20.0
+DEFAULT_DURATION_S = 20.0  # py-spy sampling
+DEFAULT_STEPS = 5  # agent: as `gpucheckup run`; a job that steps no optimizer gets DEFAULT_WINDOW_S instead
+DEFAULT_WINDOW_S = 5.0
 STATUS_TIMEOUT_S = 5.0
 INJECT_WAIT_S = 20.0
 PYSPY_TIMEOUT_S = 10.0
@@ -47,8 +49,11 @@ def add_parser(sub) -> None:
                                    "by injecting the agent (Python 3.14+), or out of process with py-spy and NVML.")
     p.add_argument("--pid", type=int, required=True, help="the job's process id (or gpucheckup run's)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--duration", type=float, metavar="S", help=f"seconds to capture (default {DEFAULT_DURATION_S:g})")
-    g.add_argument("--steps", type=int, metavar="K", help="optimizer steps to profile (needs the agent)")
+    g.add_argument("--duration", type=float, metavar="S",
+                   help=f"seconds to capture (py-spy default {DEFAULT_DURATION_S:g}; with the agent a window in "
+                        "seconds stops after at most 100 steps)")
+    g.add_argument("--steps", type=int, metavar="K",
+                   help=f"optimizer steps to profile (needs the agent; its default {DEFAULT_STEPS})")
     p.add_argument("--mode", choices=("auto", "agent", "inject", "py-spy"), default="auto",
                    help="how to get in (default: the first that works, in that order)")
     p.add_argument("--out", type=Path, default=Path("gpucheckup-runs"),
@@ -138,21 +143,14 @@ def attach_agent(agent_pid: int, args, console) -> int:
     """Ask the job's agent for a window, then check up the trace it wrote."""
     from gpucheckup.checkup import check_path
 
-    if args.steps is not None:
-        req = {"cmd": "profile", "steps": args.steps}
-        what = f"{args.steps} steps"
-    else:
-        req = {"cmd": "profile", "seconds": args.duration or DEFAULT_DURATION_S}
-        what = f"{req['seconds']:g} s"
-    console.print(f"gpucheckup attach: asking the agent in process {agent_pid} to profile {what}",
-                  style="dim", markup=False)
-    try:
-        answers = control.request(agent_pid, req, args.timeout)
-    except OSError as e:
-        raise CheckupError(f"the agent in process {agent_pid} did not answer: {e}") from None
-    if not answers:
-        raise CheckupError(f"the agent in process {agent_pid} closed the connection without an answer")
-    last = answers[-1]
+    if args.duration is not None:
+        req = {"cmd": "profile", "seconds": args.duration}
+    else:  # --steps K, or by default the same window as `gpucheckup run`
+        req = {"cmd": "profile", "steps": args.steps or DEFAULT_STEPS}
+    last = _ask(agent_pid, req, args, console)
+    if args.steps is None and args.duration is None and not last.get("ok") and "no optimizer step" in str(
+            last.get("error")):
+        last = _ask(agent_pid, {"cmd": "profile", "seconds": DEFAULT_WINDOW_S}, args, console)
     if not last.get("ok") or "trace" not in last:
         raise CheckupError(f"the agent in process {agent_pid}: {last.get('error', 'no trace')}")
     trace = Path(last["trace"])
@@ -169,6 +167,20 @@ def attach_agent(agent_pid: int, args, console) -> int:
 
     _emit(results, args, console)
     return 0
+
+
+def _ask(agent_pid: int, req: dict, args, console) -> dict:
+    """One profile request to the agent; its final answer."""
+    what = f"{req['steps']} steps" if "steps" in req else f"{req['seconds']:g} s"
+    console.print(f"gpucheckup attach: asking the agent in process {agent_pid} to profile {what}",
+                  style="dim", markup=False)
+    try:
+        answers = control.request(agent_pid, req, args.timeout)
+    except OSError as e:
+        raise CheckupError(f"the agent in process {agent_pid} did not answer: {e}") from None
+    if not answers:
+        raise CheckupError(f"the agent in process {agent_pid} closed the connection without an answer")
+    return answers[-1]
 
 
 def inject_agent(pid: int, args, console) -> int | None:
