@@ -133,7 +133,7 @@ def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
         rule=f"steps > 2x the steady median after warm-up cost >= {SLOW_STEPS_PCT:g}% of step time",
         cost_ms_per_step=extra_per_step, cost_pct_of_step=slow["extra_pct"],
         evidence=[f"{slow['count']} steps took over 2x the steady median of {st['steady_median_ms']:.1f} ms "
-                  f"(median {slow['median_slow_ms']:.1f} ms), {per}; they add {slow['extra_ms'] / 1000:.1f} s, "
+                  f"(median {slow['median_slow_ms']:.1f} ms), {per}; they add {_duration(slow['extra_ms'])}, "
                   f"{slow['extra_pct']:.1f}% of the run's step time (steps {', '.join(map(str, slow['steps'][:8]))})",
                   "regular slow steps are checkpointing, evaluation, logging or garbage collection on a schedule; "
                   "irregular ones are contention (other jobs, I/O, the network)"],
@@ -170,6 +170,10 @@ def workers_exceed_cores(ra: RunAnalysis) -> Finding | None:
                   f"{ld['cores_limited_by']}): the workers and the training processes thrash"],
         fixes=[Fix(f"Lower num_workers to about {fit} per process (usable cores / processes, minus one for the "
                    "training process)", "config", 0.0, key="num_workers")])
+
+
+def _duration(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.1f} ms"
 
 
 RUN_RULES = [gpu_heartbeat, low_gpu_utilization, throttling, memory_growth, profiled_during_warmup,
