@@ -66,6 +66,14 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
     return replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
 
 
+def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=()) -> Checkup:
+    """Analyze, diagnose and build the report dict of one trace."""
+    a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
+    d = diagnose(a)
+    d.findings += list(extra_findings)
+    return Checkup(a, d, checkup_dict(a, d))
+
+
 def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
                ncu_csv: Path | None = None) -> list[Checkup]:
     """Check up every trace under a path, in rank order."""
@@ -84,9 +92,7 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
             progress.update(task, description=f"reading {f.name} ({size_mb:.1f} MB)")
             trace = read_trace(f)
             progress.update(task, description=f"analyzing {f.name}")
-            a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
-            d = diagnose(a)
-            results.append(Checkup(a, d, checkup_dict(a, d)))
+            results.append(check_trace(trace, inputs, ncu, ncu_csv))
             progress.advance(task)
     results.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0, c.analysis.trace.path))
     if len(results) > 1:

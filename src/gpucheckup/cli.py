@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from rich.console import Console
 
 from gpucheckup import __version__
 from gpucheckup.analysis.mfu import MfuInputs
+from gpucheckup.atomic import write_atomic
 from gpucheckup.checkup import Checkup, check_path, rank_summary
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import html, markdown, perfetto, terminal
@@ -34,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    a = sub.add_parser("analyze", help="check up a PyTorch profiler trace (file or folder of per-rank traces)")
-    a.add_argument("path", type=Path, help="trace .json / .json.gz, or a folder of them")
+    a = sub.add_parser("analyze", help="check up a PyTorch profiler trace (file or folder of per-rank traces) "
+                                       "or a gpucheckup run directory")
+    a.add_argument("path", type=Path, help="trace .json / .json.gz, a folder of them, or a run directory")
     _output_options(a)
     _mfu_options(a)
     a.set_defaults(func=cmd_analyze)
@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this bundled case (repeatable); default: all of them")
     _output_options(d)
     d.set_defaults(func=cmd_demo)
+
+    from gpucheckup.capture import attach, launcher
+
+    launcher.add_parser(sub)
+    attach.add_parser(sub)
     return p
 
 
@@ -110,19 +115,6 @@ def mfu_inputs(args) -> MfuInputs:
                      peak_tflops=args.peak_tflops, ceilings=c, ceilings_path=str(args.ceilings) if c else None)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a file so that readers see either the old or the complete new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _emit(results: list[Checkup], args, console: Console) -> None:
     """Print and write what the options ask for."""
     if not args.quiet:
@@ -170,6 +162,20 @@ def _with_slug(path: Path, slug: str) -> Path:
 
 
 def cmd_analyze(args, console: Console) -> int:
+    from gpucheckup.trace.rundir import is_run_dir
+
+    if is_run_dir(args.path):  # a gpucheckup run directory: traces plus the run-level parts
+        from gpucheckup.run_checkup import check_run, emit_run
+
+        rc = check_run(args.path, inputs=mfu_inputs(args), ncu_csv=args.ncu)
+        emit_run(rc, console, quiet=args.quiet, json_path=args.json)
+        if rc.checkups:
+            rows = rank_summary(rc.checkups)
+            _write_reports([(f"rank {r['rank']}: {Path(r['path']).name}", c) for r, c in zip(rows, rc.checkups)],
+                           args, console, "Ranks", [f"rank{r['rank']}" for r in rows])
+        elif any(getattr(args, k, None) for k in ("html", "markdown", "perfetto")):
+            console.print(f"{rc.no_timeline}: no HTML, Markdown or annotated trace written", markup=False)
+        return 0
     results = check_path(args.path, inputs=mfu_inputs(args), ncu_csv=args.ncu)
     _emit(results, args, console)
     return 0

@@ -1,0 +1,101 @@
+"""Step times over the whole run (`steps.csv`), not only the profiled window.
+
+Definitions (docs/capture.md):
+- step time: the `ms` column, wall time from the end of the previous optimizer step to the end
+  of this one (the agent's own hook time excluded); step 1 has none.
+- plain steps: steps the agent did not instrument (empty `phase`). The profiler's warm-up
+  step, the profiled steps and the FLOP-counted step are left out of every figure below except
+  `profiled_median_ms`.
+- steady median: median of the plain steps in the second half of the run.
+- warm-up: the steps before the first plain step from which WARMUP_RUN (5) consecutive plain
+  steps all lie within WARMUP_TOL_PCT (20%) of the steady median.
+- stability: coefficient of variation (std / mean) of the plain steps after warm-up.
+- slow steps: plain steps after warm-up longer than SLOW_FACTOR (2) x the steady median; their
+  time beyond the median as a share of all plain post-warm-up time; `period` = the most common
+  gap (in steps) between consecutive slow steps when at least half the gaps are within one
+  step of it (a checkpoint, evaluation or logging every N steps).
+- profiler overhead: median profiled step / steady median - 1, in percent.
+Figures need at least MIN_PLAIN (8) plain steps; with fewer they are None.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WARMUP_RUN = 5
+WARMUP_TOL_PCT = 20.0
+SLOW_FACTOR = 2.0
+MIN_PLAIN = 8
+MAX_POINTS = 5000
+
+
+def step_stats(steps: dict) -> dict:
+    """The whole-run step figures of one process's steps.csv."""
+    n = np.asarray(steps["step"])
+    ms = np.asarray(steps["ms"])
+    phase = np.asarray(steps.get("phase") or [""] * len(n), dtype=object)
+    has = np.isfinite(ms)
+    plain = has & (phase == "")
+    prof = has & (phase == "profiled")
+    out = {
+        "count": int(len(n)),
+        "last_step": int(n.max()) if len(n) else 0,
+        "plain_count": int(plain.sum()),
+        "profiled_steps": [int(n[prof].min()), int(n[prof].max())] if prof.any() else None,
+        "profiled_median_ms": float(np.median(ms[prof])) if prof.any() else None,
+        "instrumented_steps": {p: [int(x) for x in n[has & (phase == p)]]
+                               for p in ("profile-warmup", "flops") if (phase == p).any()},
+        "total_s": float(np.nansum(ms) / 1000),
+        "steady_median_ms": None, "warmup_steps": None, "cv_pct": None, "slow": None, "profiler_overhead_pct": None,
+    }
+    if plain.sum() < MIN_PLAIN:
+        return out
+    pn, pms = n[plain], ms[plain]
+    steady = float(np.median(pms[len(pms) // 2:]))
+    out["steady_median_ms"] = steady
+    inside = np.abs(pms - steady) <= WARMUP_TOL_PCT / 100 * steady
+    run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
+    first = int(np.argmax(run)) if run.any() else len(pms) - 1
+    out["warmup_steps"] = int(pn[first]) - 1
+    after_n, after = pn[first:], pms[first:]
+    out["cv_pct"] = float(100 * np.std(after) / np.mean(after)) if len(after) > 1 and np.mean(after) > 0 else None
+    out["slow"] = slow_steps(after_n, after, steady)
+    if out["profiled_median_ms"] is not None and steady > 0:
+        out["profiler_overhead_pct"] = 100 * (out["profiled_median_ms"] / steady - 1)
+    return out
+
+
+def slow_steps(n: np.ndarray, ms: np.ndarray, median: float) -> dict:
+    """Steps over SLOW_FACTOR x median: how many, what they cost, and whether they recur every N steps."""
+    slow = ms > SLOW_FACTOR * median
+    extra = float(np.sum(ms[slow] - median))
+    total = float(np.sum(ms))
+    steps = n[slow].astype(int)
+    period = None
+    if len(steps) >= 3:
+        gaps = np.diff(steps)
+        vals, counts = np.unique(gaps, return_counts=True)
+        mode = int(vals[np.argmax(counts)])
+        if np.sum(np.abs(gaps - mode) <= 1) >= len(gaps) / 2 and mode > 1:
+            period = mode
+    return {
+        "count": int(slow.sum()),
+        "steps": [int(x) for x in steps[:50]],
+        "extra_ms": extra,
+        "extra_pct": 100 * extra / total if total > 0 else 0.0,
+        "median_slow_ms": float(np.median(ms[slow])) if slow.any() else None,
+        "period": period,
+    }
+
+
+def history_series(steps: dict, max_points: int = MAX_POINTS) -> dict:
+    """{"step": [...], "ms": [...]} of every timed step; above max_points, the median of equal step buckets."""
+    n = np.asarray(steps["step"])
+    ms = np.asarray(steps["ms"])
+    ok = np.isfinite(ms)
+    n, ms = n[ok], ms[ok]
+    if len(n) > max_points:
+        edges = np.linspace(0, len(n), max_points + 1).astype(int)
+        n = np.array([np.median(n[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+        ms = np.array([np.median(ms[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+    return {"step": [int(x) for x in n], "ms": [round(float(x), 3) for x in ms]}

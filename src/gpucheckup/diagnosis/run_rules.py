@@ -1,0 +1,185 @@
+"""Run-level rules: over the whole run (steps.csv, nvml.csv, env.json), not only the profiled window.
+
+Each rule's docstring is its definition (metric and threshold); docs/capture.md repeats them.
+They qualify the trace's verdict and never replace it. Costs are per step where the run
+measures them, else 0 (the finding then says what to look at, not what it would save).
+"""
+
+from __future__ import annotations
+
+from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.diagnosis.findings import Finding, Fix
+
+LOW_UTIL_PCT = 50.0
+THROTTLE_PCT = 10.0
+MEMORY_GROWTH_PCT = 5.0
+MEMORY_GROWTH_MB = 1024.0
+SLOW_STEPS_PCT = 5.0
+RUN_CV_PCT = 20.0
+
+
+def gpu_heartbeat(ra: RunAnalysis) -> Finding | None:
+    """NVML utilization in pulses over the whole run: >= 3 pulses above max(5%, p90/2) and
+    >= 30% of active samples at or below it (analysis.telemetry.heartbeat)."""
+    nv = ra.nvml
+    if not nv or not nv["heartbeat"]["heartbeat"]:
+        return None
+    hb = nv["heartbeat"]
+    period = f", one every {hb['period_s']:.2f} s" if hb["period_s"] else ""
+    evidence = [
+        f"NVML utilization pulses {hb['pulses']} times over {nv['active_s']:.1f} s of activity{period}; "
+        f"{hb['low_pct']:.0f}% of samples are at or below {hb['threshold_pct']:.0f}% (mean {nv['util_mean_pct']:.1f}%)",
+        "the GPU works in bursts and waits in between: per-batch data loading, a synchronization, or host "
+        "work between steps (the trace's verdict says which)",
+    ]
+    if ra.loaders["max_workers"] == 0:
+        evidence.append("every DataLoader the job created has num_workers=0: batches are prepared in the "
+                        "training process, between GPU bursts")
+    fixes = []
+    if ra.loaders["max_workers"] == 0:
+        fixes.append(Fix("Load batches in worker processes: DataLoader(num_workers=N) with N up to the free CPU cores",
+                         "config", 0.0, key="num_workers"))
+    return Finding(
+        id="gpu_heartbeat", severity="warning", title="GPU utilization comes in pulses over the whole run",
+        rule="NVML utilization: >= 3 pulses above max(5%, p90/2) and >= 30% of active samples below it",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, fixes=fixes)
+
+
+def low_gpu_utilization(ra: RunAnalysis) -> Finding | None:
+    """Mean NVML utilization over the active period < 50% (and no heartbeat, which says more)."""
+    nv = ra.nvml
+    if not nv or nv["util_mean_pct"] is None or nv["util_mean_pct"] >= LOW_UTIL_PCT or nv["heartbeat"]["heartbeat"]:
+        return None
+    return Finding(
+        id="low_gpu_utilization", severity="warning", title="The GPU is mostly idle over the whole run",
+        rule=f"mean NVML utilization over the active period < {LOW_UTIL_PCT:g}%",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[f"NVML utilization averages {nv['util_mean_pct']:.1f}% over {nv['active_s']:.1f} s of activity "
+                  f"({nv['samples']} samples): not only the profiled window is starved",
+                  "NVML counts any running kernel as busy, so the GPU's real use is lower still"])
+
+
+def throttling(ra: RunAnalysis) -> Finding | None:
+    """Clock-event reasons other than idle/application clocks/sync boost/display in >= 10% of active samples."""
+    nv = ra.nvml
+    th = (nv or {}).get("throttle") or {}
+    if not th.get("known") or th["throttled_pct"] < THROTTLE_PCT:
+        return None
+    by = th["by_reason_pct"]
+    power_only = set(by) <= {"SW power cap"}
+    evidence = [f"SM clocks were held down in {th['throttled_pct']:.0f}% of active samples: "
+                + ", ".join(f"{k} {v:.0f}%" for k, v in sorted(by.items(), key=lambda kv: -kv[1])),
+                f"median SM clock {nv['sm_clock_median_mhz']:.0f} MHz, mean power {nv['power_mean_w']:.0f} W"
+                if nv.get("sm_clock_median_mhz") and nv.get("power_mean_w") else "clock and power not reported"]
+    if power_only:
+        evidence.append("a power cap under heavy GEMM load is normal on a busy GPU: it bounds peak FLOP/s")
+    fixes = [] if power_only else [
+        Fix("Check cooling and the power supply (nvidia-smi -q -d PERFORMANCE,TEMPERATURE); a thermally or "
+            "hardware-throttled GPU runs every kernel slower", "config", 0.0)]
+    return Finding(
+        id="throttling", severity="info" if power_only else "warning", title="The GPU's clocks were throttled",
+        rule=f"NVML throttle reasons (power cap, HW slowdown, thermal, power brake) in >= {THROTTLE_PCT:g}% "
+             "of active samples",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, fixes=fixes)
+
+
+def memory_growth(ra: RunAnalysis) -> Finding | None:
+    """Used GPU memory grows over the active period by >= 5% of total and >= 1 GB."""
+    mem = (ra.nvml or {}).get("memory") or {}
+    g, pct = mem.get("growth_mb"), mem.get("growth_pct_of_total")
+    if g is None or pct is None or g < MEMORY_GROWTH_MB or pct < MEMORY_GROWTH_PCT:
+        return None
+    return Finding(
+        id="memory_growth", severity="warning", title="GPU memory keeps growing during the run",
+        rule=f"used memory, last tenth vs first tenth of the active period: >= {MEMORY_GROWTH_PCT:g}% of total "
+             f"and >= {MEMORY_GROWTH_MB / 1024:g} GB",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[f"used memory went from {mem['start_mb'] / 1024:.1f} GB to {mem['end_mb'] / 1024:.1f} GB "
+                  f"(+{g / 1024:.1f} GB, {pct:.0f}% of the GPU's memory; peak {mem['peak_mb'] / 1024:.1f} GB)",
+                  "tensors kept across steps (a loss kept with its graph, growing lists of outputs) or a cache "
+                  "that fills up; an out-of-memory error may follow on a longer run"],
+        fixes=[Fix("Keep only detached values across steps (loss.item() every N steps, not the loss tensor); "
+                   "check torch.cuda.memory_summary() between steps", "code", 0.0)])
+
+
+def profiled_during_warmup(ra: RunAnalysis) -> Finding | None:
+    """The profiled window starts before warm-up ended (warm-up steps >= first profiled step)."""
+    st = ra.steps
+    if not st or st["warmup_steps"] is None or not st["profiled_steps"]:
+        return None
+    first = st["profiled_steps"][0]
+    if st["warmup_steps"] < first:
+        return None
+    return Finding(
+        id="profiled_during_warmup", severity="warning", title="The profiled steps fell in warm-up",
+        rule="warm-up (steps until 5 in a row lie within 20% of the steady median) >= the first profiled step",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[f"step times settle after step {st['warmup_steps']}, but the window profiled steps "
+                  f"{first}-{st['profiled_steps'][1]}: the trace may show start-up costs (allocator growth, "
+                  "cuDNN autotuning, compilation), not the steady state"],
+        fixes=[Fix(f"Profile later: gpucheckup run --skip {st['warmup_steps'] + 5} ...", "config", 0.0)])
+
+
+def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
+    """Steps over 2x the steady median, after warm-up, costing >= 5% of the run's plain step time."""
+    st = ra.steps
+    slow = (st or {}).get("slow")
+    if not slow or slow["count"] == 0 or slow["extra_pct"] < SLOW_STEPS_PCT:
+        return None
+    per = f"every {slow['period']} steps" if slow["period"] else "irregularly"
+    extra_per_step = slow["extra_ms"] / max(st["plain_count"], 1)
+    return Finding(
+        id="periodic_slow_steps", severity="warning", title=f"Some steps are much slower ({per})",
+        rule=f"steps > 2x the steady median after warm-up cost >= {SLOW_STEPS_PCT:g}% of step time",
+        cost_ms_per_step=extra_per_step, cost_pct_of_step=slow["extra_pct"],
+        evidence=[f"{slow['count']} steps took over 2x the steady median of {st['steady_median_ms']:.1f} ms "
+                  f"(median {slow['median_slow_ms']:.1f} ms), {per}; they add {_duration(slow['extra_ms'])}, "
+                  f"{slow['extra_pct']:.1f}% of the run's step time (steps {', '.join(map(str, slow['steps'][:8]))})",
+                  "regular slow steps are checkpointing, evaluation, logging or garbage collection on a schedule; "
+                  "irregular ones are contention (other jobs, I/O, the network)"],
+        fixes=[Fix("Make the periodic work asynchronous or rarer: async checkpointing "
+                   "(torch.distributed.checkpoint.async_save), evaluation less often, logging without syncs",
+                   "code", extra_per_step)])
+
+
+def unstable_run(ra: RunAnalysis) -> Finding | None:
+    """Coefficient of variation of plain step times after warm-up >= 20% over the whole run."""
+    st = ra.steps
+    if not st or st["cv_pct"] is None or st["cv_pct"] < RUN_CV_PCT:
+        return None
+    return Finding(
+        id="unstable_run", severity="info", title="Step time varies a lot over the run",
+        rule=f"coefficient of variation of step time after warm-up >= {RUN_CV_PCT:g}% (whole run)",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[f"after warm-up, steps vary with a CV of {st['cv_pct']:.0f}% around a median of "
+                  f"{st['steady_median_ms']:.1f} ms: compare runs by their median, over many steps"])
+
+
+def workers_exceed_cores(ra: RunAnalysis) -> Finding | None:
+    """DataLoader workers on the host (most workers of one loader x processes on the host) > usable cores."""
+    ld = ra.loaders
+    if not ld["workers_on_host"] or not ld["usable_cores"] or ld["workers_on_host"] <= ld["usable_cores"]:
+        return None
+    fit = max(int(ld["usable_cores"] // max(ld["processes_on_host"], 1)) - 1, 1)
+    return Finding(
+        id="workers_exceed_cores", severity="warning", title="More DataLoader workers than CPU cores",
+        rule="DataLoader workers on the host > usable cores (min of CPU count, affinity, cgroup quota)",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[f"{ld['processes_on_host']} process(es) x num_workers={ld['max_workers']} = "
+                  f"{ld['workers_on_host']} workers on {ld['usable_cores']:g} usable cores (limited by "
+                  f"{ld['cores_limited_by']}): the workers and the training processes thrash"],
+        fixes=[Fix(f"Lower num_workers to about {fit} per process (usable cores / processes, minus one for the "
+                   "training process)", "config", 0.0, key="num_workers")])
+
+
+def _duration(ms: float) -> str:
+    return f"{ms / 1000:.1f} s" if ms >= 1000 else f"{ms:.1f} ms"
+
+
+RUN_RULES = [gpu_heartbeat, low_gpu_utilization, throttling, memory_growth, profiled_during_warmup,
+             periodic_slow_steps, unstable_run, workers_exceed_cores]
+
+
+def run_findings(ra: RunAnalysis) -> list[Finding]:
+    """Every run-level rule that fires."""
+    return [f for f in (rule(ra) for rule in RUN_RULES) if f is not None]

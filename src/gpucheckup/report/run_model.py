@@ -1,0 +1,82 @@
+"""The run-level parts of the report dict (`gpucheckup analyze RUN_DIR`, `gpucheckup run`).
+
+Keys added beside the trace's keys (see report/model.py), also in docs/capture.md:
+- run: path, kind, command, exit_code, exit_signal, started_epoch_s, duration_s, captured, failed,
+  traces (the traces checked up), no_gpu_timeline (why there is none, or null)
+- nvml: {"t_s", "gpu_util", "power_w", "sm_clock_mhz", "throttled"}: seconds since the run started,
+  the job's GPUs' mean utilization %, summed power W, mean SM clock MHz, 1 when throttled
+  (at most 2000 points: equal time buckets above that)
+- step_history: {"step", "ms"}: every timed step (at most 5000 points: bucket medians above that)
+- env: env.json as written by `gpucheckup run`
+- run_figures: {"steps": step_history.step_stats, "nvml": telemetry.nvml_summary,
+  "cpu": telemetry.cpu_summary, "dataloaders": environment.dataloader_load, "flops": flops.json}
+A run with no GPU timeline gets a report of these keys plus verdict.findings and fixes from
+the run-level rules, with verdict.primary = null.
+"""
+
+from __future__ import annotations
+
+from gpucheckup import __version__
+from gpucheckup.analysis import step_history, telemetry
+from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.diagnosis.findings import TIERS, Finding
+from gpucheckup.report.model import _clean
+
+MAX_ENV_TEXT = 20000
+
+
+def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> dict:
+    """The run-level keys of the report dict."""
+    run = ra.run
+    m = run.manifest
+    t0 = m.get("started_epoch_s") or 0.0
+    env = dict(run.env)
+    if isinstance(env.get("topology"), str) and len(env["topology"]) > MAX_ENV_TEXT:
+        env["topology"] = env["topology"][:MAX_ENV_TEXT] + "..."
+    out = {
+        "run": {
+            "path": str(run.path),
+            "kind": run.kind,
+            "command": m.get("command"),
+            "exit_code": m.get("exit_code"),
+            "exit_signal": m.get("exit_signal"),
+            "started_epoch_s": m.get("started_epoch_s"),
+            "duration_s": m.get("duration_s"),
+            "captured": m.get("captured", {}),
+            "failed": m.get("failed", {}),
+            "traces": traces,
+            "no_gpu_timeline": no_timeline,
+            "steps_from": ra.steps_key,
+        },
+        "nvml": telemetry.nvml_plot_series(run.nvml, t0) if ra.nvml else
+        {"t_s": [], "gpu_util": [], "power_w": [], "sm_clock_mhz": [], "throttled": []},
+        "step_history": step_history.history_series(run.steps[ra.steps_key]) if ra.steps_key else
+        {"step": [], "ms": []},
+        "env": env,
+        "run_figures": {"steps": ra.steps, "nvml": ra.nvml, "cpu": ra.cpu, "dataloaders": ra.loaders,
+                        "flops": run.flops, "coarse": run.coarse},
+    }
+    return _clean(out)
+
+
+def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str]) -> dict:
+    """A report for a run with no GPU timeline: the run-level parts and findings."""
+    fixes = []
+    seen = set()
+    for fd in findings:
+        for f in fd.fixes:
+            k = f.key or f.action
+            if k not in seen:
+                seen.add(k)
+                fixes.append({"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how,
+                              "finding": fd.id})
+    fixes.sort(key=lambda f: (TIERS.index(f["tier"]), -f["saving_ms"]))
+    out = {
+        "gpucheckup_version": __version__,
+        "verdict": {"primary": None, "title": "No GPU timeline", "reason": no_timeline, "scores": {},
+                    "findings": [f.to_dict() for f in findings]},
+        "fixes": fixes,
+        "notes": [no_timeline],
+        **run_parts(ra, traces, no_timeline),
+    }
+    return _clean(out)
