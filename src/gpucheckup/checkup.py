@@ -36,7 +36,7 @@ def trace_paths(path: Path) -> list[Path]:
     if not path.exists():
         raise CheckupError(f"{path}: no such file or folder")
     if path.is_dir():
-        files = [f for f in find_trace_files(path) if f.name != AGENT_FLOPS_FILE]
+        files = find_trace_files(path)
         if not files:
             raise CheckupError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
         return files

@@ -93,6 +93,9 @@ def _mfu_options(p: argparse.ArgumentParser) -> None:
                    help="measure MFU against this dtype's peak (default: the dtype of most GEMM time)")
     g.add_argument("--peak-tflops", type=float, metavar="P", help="use this peak instead of the datasheet's")
     g.add_argument("--ceilings", type=Path, metavar="FILE", help="measured ceilings (from gpucheckup ceilings)")
+    g.add_argument("--unprofiled-step-ms", type=float, metavar="MS",
+                   help="the job's step time without the profiler (e.g. from its logs): corrects the trace's "
+                        "host-side shares and MFU for profiler overhead (run directories use their steps.csv)")
     g.add_argument("--ncu", type=Path, metavar="FILE.csv",
                    help="Nsight Compute --csv output (long or --page raw) for the kernels' bounds")
 
@@ -102,7 +105,7 @@ def mfu_inputs(args) -> MfuInputs:
     from gpucheckup.hardware import ceilings
 
     for name in ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers",
-                 "d_model", "seq_len"):
+                 "d_model", "seq_len", "unprofiled_step_ms"):
         v = getattr(args, name, None)
         if v is not None and not v > 0:
             raise CheckupError(f"--{name.replace('_', '-')} must be a positive number, got {v}")
@@ -112,7 +115,9 @@ def mfu_inputs(args) -> MfuInputs:
     return MfuInputs(flops_per_step=args.flops_per_step, params=args.params, tokens_per_step=args.tokens_per_step,
                      layers=args.layers, seq_len=args.seq_len, d_model=args.d_model,
                      samples_per_step=args.samples_per_step, gpu=args.gpu, dtype=args.dtype,
-                     peak_tflops=args.peak_tflops, ceilings=c, ceilings_path=str(args.ceilings) if c else None)
+                     peak_tflops=args.peak_tflops, ceilings=c, ceilings_path=str(args.ceilings) if c else None,
+                     unprofiled_step_ms=args.unprofiled_step_ms,
+                     unprofiled_from="--unprofiled-step-ms" if args.unprofiled_step_ms else "")
 
 
 def _emit(results: list[Checkup], args, console: Console) -> None:

@@ -53,6 +53,10 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
     run = read_run(path)
     ra = analyze_run(run)
+    st = ra.steps or {}
+    if inputs.unprofiled_step_ms is None and st.get("steady_median_ms") and st.get("profiled_median_ms"):
+        inputs = replace(inputs, unprofiled_step_ms=st["steady_median_ms"],
+                         unprofiled_from=f"steps.csv: median of the run's unprofiled steady-state steps ({ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
     traces = run.traces or run.time_traces or run.attach_traces[-1:]

@@ -9,7 +9,7 @@ import numpy as np
 from gpucheckup.analysis import (
     api_health, communication, copies, dataloader, gap_causes, kernels, launches, steps, syncs,
 )
-from gpucheckup.analysis import gemm_dtype, mfu, ncu_bounds, roofline, shape_flops
+from gpucheckup.analysis import gemm_dtype, mfu, ncu_bounds, profiler_overhead, roofline, shape_flops
 from gpucheckup.analysis import timeline as tl
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
@@ -38,6 +38,14 @@ class TraceAnalysis:
     mfu: dict = field(default_factory=dict)
     roofline: dict = field(default_factory=dict)
     ncu: dict | None = None
+    profiler: dict | None = None  # profiler_overhead.correction, when the unprofiled step time is known
+
+    @property
+    def busy_pct(self) -> float:
+        """GPU busy % of the step: without the profiler when that correction applies, else as traced."""
+        if self.profiler and self.profiler["applied"]:
+            return self.profiler["busy_pct_unprofiled"]
+        return self.timeline.busy_pct
 
 
 def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[NcuLaunch] | None = None,
@@ -54,10 +62,20 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()
+    gaps_summary = gap_causes.summarize(causes, st, timeline)
+    prof = None
+    step_s = float(np.median(st.duration)) / 1e6
+    if inputs.unprofiled_step_ms:
+        gpu_ms = sum(timeline.busy_us(d) for d in timeline.busy) / max(len(timeline.busy), 1) / 1000 / st.count
+        prof = profiler_overhead.correction(float(st.duration.mean()) / 1000, gpu_ms, inputs.unprofiled_step_ms,
+                                            inputs.unprofiled_from)
+        if prof["applied"]:
+            gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
+            step_s = inputs.unprofiled_step_ms / 1000
     shapes = shape_flops.shape_flops(trace, st)
     annotated = shape_flops.annotated_flops(trace, st)
     device = trace.devices[0].name if trace.devices else ""
-    mfu_fig = mfu.mfu_figures(device, float(np.median(st.duration)) / 1e6, gemm_dtype.gemm_dtypes(trace, kstats),
+    mfu_fig = mfu.mfu_figures(device, step_s, gemm_dtype.gemm_dtypes(trace, kstats),
                               inputs, annotated, shapes)
     mfu_fig["shape_flops"] = shapes.to_dict() if shapes else None
     mfu_fig["annotated_flops"] = annotated.to_dict() if annotated else None
@@ -71,7 +89,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         kernels=kstats,
         step_summary=steps.summary(st),
         gap_pattern=tl.gap_pattern(timeline, st),
-        gaps_summary=gap_causes.summarize(causes, st, timeline),
+        gaps_summary=gaps_summary,
         copies=copies.copy_stats(trace, st, timeline),
         syncs=syncs.sync_stats(trace, st, rows, causes),
         dataloader=dataloader.dataloader_stats(trace, st),
@@ -80,4 +98,5 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         mfu=mfu_fig,
         roofline=roofline.roofline(shapes, gpu, st.count),
         ncu=ncu_bounds.ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
+        profiler=prof,
     )

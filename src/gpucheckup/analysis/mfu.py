@@ -50,6 +50,8 @@ class MfuInputs:
     ceilings: ceil.Ceilings | None = None
     ceilings_path: str | None = None
     agent_flops: dict | None = None  # {"flops_per_step": F, "how": "...", "path": "..."}
+    unprofiled_step_ms: float | None = None  # step time without the profiler (profiler_overhead.py)
+    unprofiled_from: str = ""  # where that figure came from
 
 
 def formula_flops(inp: MfuInputs) -> tuple[float, str] | None:

@@ -1,8 +1,12 @@
 """`gpucheckup ceilings`: measure what this GPU really reaches, in seconds.
 
 - matmul rate per dtype (bf16, fp16, tf32, fp32; fp8 through torch._scaled_mm when it works):
-  an n x n by n x n product (n = 8192, 4096 with --quick) counts 2*n^3 FLOPs; tf32 and fp32 are
-  fp32 tensors with torch.set_float32_matmul_precision("high") and ("highest").
+  an n x n by n x n product (n = 8192, 4096 with --quick) on random data counts 2*n^3 FLOPs; tf32
+  and fp32 are fp32 tensors with torch.set_float32_matmul_precision("high") and ("highest").
+  The ceiling is the burst rate: 3 warm-up products, then the median of 10 single products each
+  timed between CUDA events (the method behind the H200 reference figures). Under seconds of
+  full load the GPU reaches its power limit and clocks drop: the bf16 rate after SUSTAIN_S of
+  back-to-back products is stored too (`matmul_sustained_tflops`), as what long jobs can expect.
 - device-to-device copy: dst.copy_(src) of 1 GiB (256 MiB quick), counting bytes read + written
   (2x the size), as a memory-bandwidth ceiling comparable with the datasheet's figure.
 - host-to-device copy of 256 MiB (64 MiB quick) from pinned memory (non_blocking) and from
@@ -26,6 +30,8 @@ from gpucheckup.hardware.peaks import match_gpu
 
 WARMUP_S = 1.0
 REPEATS = 15
+BURST_WARMUPS, BURST_REPEATS = 3, 10
+SUSTAIN_S = 3.0
 SAMPLE_MS = 20.0
 
 
@@ -66,7 +72,29 @@ def time_ms(torch, fn: Callable[[], None], warmup_s: float = WARMUP_S, repeats: 
     return statistics.median(samples)
 
 
-def matmul_tflops(torch, dtype: str, n: int, dev, warmup_s: float) -> float:
+def burst_ms(torch, fn: Callable[[], None], warmups: int = BURST_WARMUPS, repeats: int = BURST_REPEATS,
+             load_s: float = 0.0) -> float:
+    """Median milliseconds of single calls timed with CUDA events, after a few warm-up calls (and,
+    with load_s, after that many seconds of back-to-back calls)."""
+    for _ in range(warmups):
+        fn()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < load_s:
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def matmul_tflops(torch, dtype: str, n: int, dev, warmup_s: float, load_s: float = 0.0) -> float:
     """Measured TFLOP/s of an n^3 matmul in one dtype."""
     if dtype == "fp8":
         return _fp8_tflops(torch, n, dev, warmup_s)
@@ -77,7 +105,7 @@ def matmul_tflops(torch, dtype: str, n: int, dev, warmup_s: float) -> float:
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
     try:
-        ms = time_ms(torch, lambda: torch.matmul(a, b, out=c), warmup_s)
+        ms = burst_ms(torch, lambda: torch.matmul(a, b, out=c), load_s=load_s)
     finally:
         torch.set_float32_matmul_precision(old)
     del a, b, c
@@ -93,7 +121,7 @@ def _fp8_tflops(torch, n: int, dev, warmup_s: float) -> float:
         torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
     run()  # raises here when this GPU or build has no FP8 GEMM
-    ms = time_ms(torch, run, warmup_s)
+    ms = burst_ms(torch, run)
     return 2.0 * n**3 / (ms / 1000) / 1e12
 
 
@@ -134,6 +162,11 @@ def measure(device: int = 0, quick: bool = False, progress: Callable[[str], None
         except (RuntimeError, TypeError, AttributeError, NotImplementedError) as e:
             out.skipped[dtype] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         torch.cuda.empty_cache()
+    if "bf16" in out.matmul_tflops:
+        say(f"matmul bf16 after {SUSTAIN_S:g} s of full load ...")
+        out.matmul_sustained_tflops["bf16"] = matmul_tflops(torch, "bf16", n, dev, warm,
+                                                            load_s=0.5 if quick else SUSTAIN_S)
+        torch.cuda.empty_cache()
     big, small = (256 << 20, 64 << 20) if quick else (1 << 30, 256 << 20)
     for kind, size in (("d2d", big), ("h2d_pinned", small), ("h2d_pageable", small)):
         say(f"copy {kind} {size >> 20} MiB ...")
@@ -157,6 +190,10 @@ def print_ceilings(c: Ceilings, console) -> None:
     for dt, v in c.matmul_tflops.items():
         ds = g.peak(dt) if g else None
         t.add_row(f"matmul {dt} (TFLOP/s)", f"{v:.1f}", f"{ds:g}" if ds else "-", f"{100 * v / ds:.0f}%" if ds else "-")
+    for dt, v in c.matmul_sustained_tflops.items():
+        ds = g.peak(dt) if g else None
+        t.add_row(f"matmul {dt} sustained (TFLOP/s)", f"{v:.1f}", f"{ds:g}" if ds else "-",
+                  f"{100 * v / ds:.0f}%" if ds else "-")
     for kind, v in c.copy_gb_s.items():
         ds = g.mem_bw_gb_s if g and kind == "d2d" else None
         t.add_row(f"copy {kind} (GB/s)", f"{v:.1f}", f"{ds:g}" if ds else "-", f"{100 * v / ds:.0f}%" if ds else "-")

@@ -99,7 +99,7 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
     k = a.kernels
     pat = a.gap_pattern
     evidence = [
-        f"GPU busy only {a.timeline.busy_pct:.1f}% of the step; {pct:.1f}% of step time is idle while the "
+        f"GPU busy only {a.busy_pct:.1f}% of the step; {pct:.1f}% of step time is idle while the "
         f"host issues work ({_cost(a, 'launch')[1]:.1f}% inside ops and CUDA calls, "
         f"{_cost(a, 'other_host')[1]:.1f}% in Python between ops)",
         f"{k.count} kernels, mean {k.mean_us:.1f} us, median {k.median_us:.1f} us; "
@@ -386,7 +386,7 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
     step = _step_ms(a)
     cats = sorted(((c, p) for c, p in k.categories_pct.items() if p >= 1), key=lambda cp: -cp[1])
     evidence = [
-        f"GPU busy {a.timeline.busy_pct:.1f}% of step time; kernels computing {compute_pct:.1f}%",
+        f"GPU busy {a.busy_pct:.1f}% of step time; kernels computing {compute_pct:.1f}%",
         "kernel time by category: " + ", ".join(f"{c.replace('_', ' ')} {p:.1f}%" for c, p in cats),
     ]
     tr = a.trace
@@ -468,7 +468,28 @@ def low_mfu(a: TraceAnalysis) -> Finding | None:
     )
 
 
+def profiler_overhead(a: TraceAnalysis) -> Finding | None:
+    """The profiled steps ran >= 5% slower than the same job without the profiler: the trace's host-side
+    figures are inflated, and the report's shares are corrected to the unprofiled step."""
+    p = a.profiler
+    if not p or not p["applied"]:
+        return None
+    return Finding(
+        id="profiler_overhead", severity="info", title="The profiler slowed the host: shares corrected",
+        rule="traced step >= 5% slower than the unprofiled step (analysis/profiler_overhead.py)",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+        evidence=[
+            f"profiled steps took {p['traced_step_ms']:.2f} ms against {p['unprofiled_step_ms']:.2f} ms without the "
+            f"profiler ({p['source']}): +{p['inflation_pct']:.0f}%, all of it on the host",
+            f"the GPU works {p['gpu_ms_per_step']:.2f} ms per step, {p['busy_pct_unprofiled']:.1f}% of the unprofiled "
+            f"step (the trace shows {a.timeline.busy_pct:.1f}% of the profiled one)",
+            f"idle-time causes are scaled by {p['host_idle_factor']:.2f} to the idle time the job has without the "
+            "profiler; MFU uses the unprofiled step",
+        ],
+    )
+
+
 RULES = [
     input_pipeline, launch_overhead, synchronizations, pageable_copies, exposed_copies, exposed_communication,
-    data_movement, fp32_gemms, allocations, lock_contention, gpu_side_gaps, unstable_steps, low_mfu,
+    data_movement, fp32_gemms, allocations, lock_contention, gpu_side_gaps, unstable_steps, profiler_overhead, low_mfu,
 ]

@@ -9,6 +9,8 @@ Scores, each in percent of step time (docs/metrics.md):
   collectives (`communication`).
 - copy_bound: copy time with no kernel beside it.
 - gpu_bound: GPU busy % minus the exposed copy and communication time: kernels computing.
+When the step time without the profiler is known, busy % and the idle scores are those of the
+unprofiled step (analysis/profiler_overhead.py): the profiler inflates host time, not GPU time.
 Rule: when the GPU is busy at least GPU_BOUND_BUSY_PCT (80%) of the step, removing every idle
 gap would shorten the step by at most a fifth, so the GPU's own work bounds the job:
 `gpu_bound`, unless exposed copies or communication outweigh compute. Below that, the largest
@@ -33,19 +35,20 @@ def scores(a: TraceAnalysis) -> dict[str, float]:
         "sync_bound": pct["sync"],
         "communication_bound": comm + pct["communication"],
         "copy_bound": copy,
-        "gpu_bound": max(a.timeline.busy_pct - copy - comm, 0.0),
+        "gpu_bound": max(a.busy_pct - copy - comm, 0.0),
     }
 
 
 def primary(a: TraceAnalysis) -> tuple[str, str, dict[str, float]]:
     """The verdict, a one-line reason, and the scores behind it."""
     sc = scores(a)
-    busy = a.timeline.busy_pct
+    busy = a.busy_pct
+    unprof = " without the profiler" if a.profiler and a.profiler["applied"] else ""
     if busy >= GPU_BOUND_BUSY_PCT:
         best = max(("gpu_bound", "copy_bound", "communication_bound"), key=lambda k: sc[k])
-        return best, (f"GPU busy {busy:.1f}% of step time (>= {GPU_BOUND_BUSY_PCT:g}%): "
+        return best, (f"GPU busy {busy:.1f}% of step time{unprof} (>= {GPU_BOUND_BUSY_PCT:g}%): "
                       f"{best.replace('_', ' ')} explains {sc[best]:.1f}%"), sc
     others = {k: v for k, v in sc.items() if k != "gpu_bound"}
     best = max(others, key=others.get)
-    return best, (f"GPU busy only {busy:.1f}% of step time; {best.replace('_', ' ')} explains "
+    return best, (f"GPU busy only {busy:.1f}% of step time{unprof}; {best.replace('_', ' ')} explains "
                   f"{sc[best]:.1f}% of it"), sc

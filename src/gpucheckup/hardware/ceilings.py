@@ -30,7 +30,8 @@ class Ceilings:
     """One GPU's measured matmul rates (TFLOP/s) and copy bandwidths (GB/s)."""
 
     device: str
-    matmul_tflops: dict[str, float] = field(default_factory=dict)
+    matmul_tflops: dict[str, float] = field(default_factory=dict)  # burst: boost clocks, the ceiling
+    matmul_sustained_tflops: dict[str, float] = field(default_factory=dict)  # after seconds of full load
     copy_gb_s: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)  # what could not be measured, and why
     measured_at: str = ""
@@ -64,6 +65,8 @@ def from_dict(d: dict, where: str = "ceilings") -> Ceilings:
         return Ceilings(
             device=str(d.get("device", "")),
             matmul_tflops={k: float(v) for k, v in (d.get("matmul_tflops") or {}).items() if v is not None},
+            matmul_sustained_tflops={k: float(v) for k, v in (d.get("matmul_sustained_tflops") or {}).items()
+                                     if v is not None},
             copy_gb_s={k: float(v) for k, v in (d.get("copy_gb_s") or {}).items() if v is not None},
             skipped=dict(d.get("skipped") or {}),
             measured_at=str(d.get("measured_at", "")), torch=str(d.get("torch", "")), cuda=str(d.get("cuda", "")),

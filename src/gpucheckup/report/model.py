@@ -11,6 +11,8 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - gaps.by_cause_ms, gaps.per_step_ms, gaps.pct_of_step, gaps.pattern
 - dataloader.pct_of_step; sync.count_per_step; copies.pct_of_gpu_time; copies.pageable_count
 - communication, cuda_api, trace (path, devices, rank, versions), notes[]
+- profiler (null, or the profiler-overhead correction: unprofiled_step_ms, inflation_pct,
+  gpu_ms_per_step, busy_pct_unprofiled, host_idle_factor, applied); gpu.busy_pct_unprofiled
 - gaps.histogram, timeline: the arrays behind the HTML plots (see report/plot_data.py, docs/reports.md)
 - optional, filled by other producers and rendered when present: step_history (whole-run step
   times from steps.csv), nvml (GPU samples), env (environment); shapes in docs/reports.md
@@ -66,12 +68,14 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         ],
         "gpu": {
             "busy_pct": a.timeline.busy_pct,
+            "busy_pct_unprofiled": a.profiler["busy_pct_unprofiled"] if a.profiler and a.profiler["applied"] else None,
             "devices": busy_dev,
             "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
                         for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
             "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
         },
         "steps": a.step_summary,
+        "profiler": a.profiler,
         "kernels": k,
         "gaps": {
             **a.gaps_summary,

@@ -61,7 +61,8 @@ def _verdict(r: dict) -> Panel:
     body.append("\n" + v["reason"])
     g = r["gpu"]
     k = r["kernels"]
-    body.append(f"\nGPU busy {g['busy_pct']:.1f}%  |  step {r['steps']['median_ms']:.2f} ms  |  "
+    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
+    body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  step {r['steps']['median_ms']:.2f} ms  |  "
                 f"{k['count']} kernels, mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us  |  "
                 f"DataLoader {r['dataloader']['pct_of_step']:.1f}% of step  |  "
                 f"{r['sync']['count_per_step']:.1f} syncs/step", style="dim")

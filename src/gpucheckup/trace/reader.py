@@ -314,10 +314,26 @@ def read_trace(path: str | Path) -> Trace:
     return trace
 
 
+SNIFF_BYTES = 4 << 20  # "traceEvents" appears in a Kineto trace's first few kilobytes
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Whether a JSON file's first megabytes name `traceEvents` (configuration and metadata files do not)."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
+            return b'"traceEvents"' in f.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True  # unreadable: let read_trace say why in one line
+
+
 def find_trace_files(folder: Path) -> list[Path]:
-    """The trace files directly in a folder or in its `traces/` subfolder, sorted by name."""
-    found = sorted(p for p in folder.iterdir() if p.is_file() and is_trace_file(p))
+    """The trace files of a folder: those in its `traces/` subfolder when it has one, else the JSON files
+    directly in it that look like traces (so meta.json, env.json or manifest.json beside them are skipped)."""
     sub = folder / "traces"
     if sub.is_dir():
-        found += sorted(p for p in sub.iterdir() if p.is_file() and is_trace_file(p))
-    return found
+        found = sorted(p for p in sub.iterdir() if p.is_file() and is_trace_file(p))
+        if found:
+            return found
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_trace_file(p) and looks_like_trace(p))
