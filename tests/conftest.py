@@ -14,9 +14,11 @@ DEMO = REPO / "src" / "gpucheckup" / "data" / "demo"
 
 
 def fixtures_dir() -> Path | None:
-    """The shared H200 fixtures: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repo."""
+    """The shared H200 fixtures: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repo, else
+    /work/shared/fixtures/h200 (where this workplace keeps them, for a clone made elsewhere)."""
     env = os.environ.get("GPUCHECKUP_FIXTURES")
-    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "fixtures" / "h200"]:
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared" / "fixtures" / "h200",
+                                                 Path("/work/shared/fixtures/h200")]:
         if cand.is_dir():
             return cand
     return None

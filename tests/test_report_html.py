@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from browser import Browser
-from conftest import fixtures_dir, trace_path, write_trace
+from conftest import trace_path, write_trace
 from PIL import Image
 
 from gpucheckup.checkup import check_path
@@ -71,13 +71,14 @@ def assert_clean(b: Browser, url: str) -> None:
 
 
 def nvml_from_csv(path: Path) -> dict:
-    """The `nvml` report key from a real NVML sample file, with every 5th sample marked throttled."""
+    """The `nvml` report key from a real NVML sample file (gpucheckup run's nvml.csv), with every 5th
+    sample marked throttled."""
     rows = list(csv.DictReader(path.open()))
-    t0 = float(rows[0]["t"])
+    t0 = float(rows[0]["t_s"])
     return {
         "device": 0,
-        "t_s": [float(r["t"]) - t0 for r in rows],
-        "gpu_util": [float(r["gpu_util"]) for r in rows],
+        "t_s": [float(r["t_s"]) - t0 for r in rows],
+        "gpu_util": [float(r["util_pct"]) for r in rows],
         "power_w": [float(r["power_w"]) for r in rows],
         "sm_clock_mhz": [float(r["sm_clock_mhz"]) for r in rows],
         "throttled": [i % 5 == 4 for i in range(len(rows))],
@@ -89,11 +90,8 @@ def nvml_from_csv(path: Path) -> dict:
 def test_report_opens_offline_and_draws_every_plot(tmp_path, browser):
     c = check_path(trace_path("moe_seed"))[0]
     report = c.report
-    fx = fixtures_dir()
-    nvml_csv = fx / "input_bound" / "nvml.csv" if fx else None
-    if nvml_csv is None or not nvml_csv.exists():
-        pytest.fail("the H200 fixtures' nvml.csv is needed for the NVML plot test")
-    report["nvml"] = nvml_from_csv(nvml_csv)
+    nvml_csv = next((Path(__file__).parent / "data" / "h200" / "runs").glob("*-input_bound")) / "nvml.csv"
+    report["nvml"] = nvml_from_csv(nvml_csv)  # real H200 samples from `gpucheckup run` on an input-bound job
     report["step_history"] = {"step": list(range(1, 101)), "time_ms": [12.0 - 2 * (i < 20) + (i % 7) * 0.1
                                                                         for i in range(100)],
                               "profiled": [40, 45], "source": "steps.csv"}
