@@ -11,6 +11,7 @@ import re
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSES
+from gpucheckup.analysis.gemm_dtype import dtype_from_name
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis.findings import Finding, Fix
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
@@ -31,7 +32,6 @@ QUEUED_PCT = 10.0
 LOW_MFU_PCT = 20.0  # below the lowest healthy band (MoE with FP8: 20-32%)
 DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%)
 
-FP32_GEMM = re.compile(r"sgemm|f32f32_f32f32|_s\d{3,4}gemm|gemm_f32|cutlass_80_simt_s|simt_sgemm", re.I)
 
 
 def _step_ms(a: TraceAnalysis) -> float:
@@ -284,10 +284,10 @@ def data_movement(a: TraceAnalysis) -> Finding | None:
 
 
 def fp32_gemms(a: TraceAnalysis) -> Finding | None:
-    """GEMM/conv kernels running in plain FP32 (no tensor cores: sgemm, f32f32 FFMA kernels)
-    >= 10% of kernel time."""
+    """GEMM/conv kernels whose names say plain FP32 (no tensor cores: sgemm, FFMA, SIMT kernels;
+    `gemm_dtype.dtype_from_name`) >= 10% of kernel time."""
     k = a.kernels
-    fp32 = [t for t in k.per_name if t["category"] == "gemm_conv" and FP32_GEMM.search(t["name"])]
+    fp32 = [t for t in k.per_name if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"]
     pct_k = sum(t["pct"] for t in fp32)
     if pct_k < FP32_GEMM_PCT:
         return None
