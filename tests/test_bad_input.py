@@ -151,3 +151,31 @@ def test_wrong_shapes(tmp_path, content):
     bad.write_bytes(content)
     res = run_cli("analyze", str(bad))
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_folder_with_one_corrupt_rank_keeps_the_good_one(tmp_path):
+    import shutil
+
+    shutil.copy(trace_path("moe_seed"), tmp_path / "trace_rank0.json.gz")
+    data = trace_path("moe_seed").read_bytes()
+    (tmp_path / "trace_rank1.json.gz").write_bytes(data[: len(data) // 2])
+    out = tmp_path / "r.json"
+    res = run_cli("analyze", str(tmp_path), "--json", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    report = json.loads(out.read_text())
+    assert report["verdict"]["primary"] == "gpu_bound"
+    assert any("skipped a trace of this folder" in n and "trace_rank1.json.gz" in n for n in report["notes"])
+
+
+def test_folder_where_every_trace_is_bad(tmp_path):
+    (tmp_path / "a.json").write_text('{"traceEvents": [')
+    (tmp_path / "b.json").write_text('{"traceEvents": [')
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "none of its 2 traces")
+
+
+def test_gpu_work_outside_the_steps(tmp_path):
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 10,
+               "args": {"device": 0, "stream": 7}}]
+    assert_one_line_error(run_cli("analyze", str(write_trace(tmp_path / "outside.json", events))),
+                          "no kernel, copy or memset runs inside")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
@@ -82,19 +83,28 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     if inputs.agent_flops is None:
         inputs = replace(inputs, agent_flops=agent_flops(path))
     ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
-    results = []
+    results, skipped = [], []
     console = console or Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("reading traces", total=len(files))
         for f in files:
             size_mb = f.stat().st_size / 1e6
-            progress.update(task, description=f"reading {f.name} ({size_mb:.1f} MB)")
-            trace = read_trace(f)
-            progress.update(task, description=f"analyzing {f.name}")
-            results.append(check_trace(trace, inputs, ncu, ncu_csv))
+            progress.update(task, description=f"reading {escape(f.name)} ({size_mb:.1f} MB)")
+            try:
+                trace = read_trace(f)
+                progress.update(task, description=f"analyzing {escape(f.name)}")
+                results.append(check_trace(trace, inputs, ncu, ncu_csv))
+            except CheckupError as e:
+                if len(files) == 1:
+                    raise
+                skipped.append(e)  # one bad rank file must not hide the others' check-ups
             progress.advance(task)
+    if not results:
+        raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
     results.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0, c.analysis.trace.path))
+    for c in results:
+        c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
     if len(results) > 1:
         _note_stragglers(results)
     return results

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 
 from gpucheckup import __version__
 from gpucheckup.analysis.mfu import MfuInputs
@@ -151,7 +152,7 @@ def _write_reports(items: list[tuple[str, Checkup]], args, console: Console, tit
     if getattr(args, "perfetto", None):
         for (_, c), slug in zip(items, slugs):
             out = args.perfetto if len(items) == 1 else _with_slug(args.perfetto, slug)
-            with Console(stderr=True).status(f"writing the annotated trace {out}"):
+            with Console(stderr=True).status(f"writing the annotated trace {escape(str(out))}"):
                 write_atomic(out, perfetto.render(c.analysis, c.report, out.name))
             console.print(f"annotated trace written to {out} (open it in ui.perfetto.dev)", style="dim",
                           markup=False, soft_wrap=True)

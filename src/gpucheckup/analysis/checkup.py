@@ -59,6 +59,11 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     rows = launches.launch_rows(trace)
     st = steps.find_steps(trace, rows)
     timeline = tl.gpu_timeline(trace, st)
+    if not any(timeline.busy_us(d) > 0 for d in timeline.busy):
+        raise CheckupError(
+            f"{trace.path}: no kernel, copy or memset runs inside the {st.count} ProfilerStep window(s) "
+            f"({len(trace.gpu)} GPU ops lie outside them), so there is nothing to check up for the steps"
+        )
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()

@@ -80,6 +80,6 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
         "time_ms": copy_union_total / 1000,
         "pct_of_gpu_time": 100 * copy_union_total / busy_total if busy_total > 0 else 0.0,
         "overlap_pct": 100 * overlapped / copy_union_total if copy_union_total > 0 else None,
-        "per_step_ms": copy_union_total / 1000 / steps.count,
+        "per_step_ms": copy_union_total / 1000 / steps.count / max(len(timeline.busy), 1),  # per device
         "exposed_pct_of_step": 100 * (copy_union_total - overlapped) / window if window > 0 else 0.0,
     }

@@ -155,10 +155,12 @@ def _main_thread(trace: Trace, launch_rows: np.ndarray) -> tuple[int, int]:
 
 
 def summarize(causes: GapCauses, steps: Steps, timeline: Timeline) -> dict:
-    """Idle time per cause in ms, in total, per step and as a share of step time."""
+    """Idle time per cause in ms: in total (all devices), per step and as a share of step time (both
+    per device: summed over devices, divided by their number)."""
     by = causes.by_cause_us()
-    total_window = float(steps.duration.sum()) * max(len(timeline.busy), 1)
-    per_step = {c: by[c] / 1000 / steps.count for c in CAUSES}
+    n_dev = max(len(timeline.busy), 1)
+    total_window = float(steps.duration.sum()) * n_dev
+    per_step = {c: by[c] / 1000 / steps.count / n_dev for c in CAUSES}
     return {
         "by_cause_ms": {c: by[c] / 1000 for c in CAUSES},
         "per_step_ms": per_step,

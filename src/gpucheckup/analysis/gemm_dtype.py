@@ -20,6 +20,7 @@ import re
 import msgspec
 import numpy as np
 
+from gpucheckup.analysis import launches
 from gpucheckup.analysis.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.shape_flops import first_float_dtype
 from gpucheckup.trace.tables import CPU_OP, Trace
@@ -53,19 +54,6 @@ def kernel_dtype(name: str, op_dtype: str) -> str:
     return op_dtype or "unknown"
 
 
-def _launching_ops(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For GPU rows, the cpu_op row carrying the same External id, or -1."""
-    host, gpu = trace.host, trace.gpu
-    cpu = np.flatnonzero((host.cat == CPU_OP) & (host.external_id >= 0))
-    if len(cpu) == 0:
-        return np.full(len(rows), -1)
-    order = np.argsort(host.external_id[cpu], kind="stable")
-    ext_sorted, cpu_sorted = host.external_id[cpu][order], cpu[order]
-    ext = gpu.external_id[rows]
-    pos = np.minimum(np.searchsorted(ext_sorted, ext), len(ext_sorted) - 1)
-    return np.where((ext >= 0) & (ext_sorted[pos] == ext), cpu_sorted[pos], -1)
-
-
 def gemm_dtypes(trace: Trace, kstats: KernelStats) -> dict:
     """Percent of GEMM kernel time per dtype, the dominant dtype, and the GEMM time itself."""
     gpu, host = trace.gpu, trace.host
@@ -73,7 +61,7 @@ def gemm_dtypes(trace: Trace, kstats: KernelStats) -> dict:
     rows = kstats.rows[sel]
     if len(rows) == 0:
         return {"shares_pct": {}, "dominant": None, "gemm_ms": 0.0, "by_dtype_ms": {}}
-    ops = _launching_ops(trace, rows)
+    ops = launches.op_rows(trace, rows)
     decoded: dict[bytes | None, str] = {None: ""}
     pair_dtype: dict[tuple[int, str], str] = {}
     names = gpu.name[rows].tolist()
@@ -102,7 +90,7 @@ def gemm_dtypes(trace: Trace, kstats: KernelStats) -> dict:
             dt = max(votes, key=votes.get)
         by_dtype[dt] = by_dtype.get(dt, 0.0) + dur
     total = sum(by_dtype.values())
-    shares = {k: 100 * v / total for k, v in sorted(by_dtype.items(), key=lambda kv: -kv[1])}
+    shares = {k: 100 * v / total if total > 0 else 0.0 for k, v in sorted(by_dtype.items(), key=lambda kv: -kv[1])}
     known = {k: v for k, v in shares.items() if k != "unknown"}
     return {
         "shares_pct": shares,

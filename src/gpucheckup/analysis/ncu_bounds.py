@@ -19,13 +19,12 @@ Definitions (also in docs/mfu.md):
   concrete type, no `at::`). Both names are cut at their top-level parameter list and reduced to
   their identifier and number tokens (namespaces at/c10/native/std and `void`, `const`, `lambda`,
   `T1`... dropped, true/false as 1/0); the trace kernel with the same base name and the largest
-  token overlap (Jaccard >= 0.5) is the match, ties broken by the closest mean duration.
+  token overlap (Jaccard >= 0.5) is the match (the first such kernel on a tie).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -98,12 +97,6 @@ def tokens(name: str) -> frozenset[str]:
             continue
         out.add(t)
     return frozenset(out)
-
-
-@dataclass
-class _Group:
-    name: str
-    launches: list[NcuLaunch]
 
 
 def _weighted(launches: list[NcuLaunch], key) -> float | None:

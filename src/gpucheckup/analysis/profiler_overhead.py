@@ -5,7 +5,7 @@ GPU-bound ones (docs/validation.md). The GPU's kernels run at the same speed, so
 GPU-bound without the profiler can look launch-bound in its trace. When the step time without
 the profiler is known (the run directory's steps.csv steady median, or --unprofiled-step-ms):
 
-- inflation % = traced median step / unprofiled step - 1.
+- inflation % = traced mean step / unprofiled step - 1 (the mean, as the per-step idle figures are).
 - GPU work per step = GPU busy time of the analysis window / steps (from the trace; the
   profiler does not slow kernels).
 - unprofiled busy % = GPU work per step / unprofiled step (capped at 100).

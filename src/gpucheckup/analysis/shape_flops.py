@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from gpucheckup.analysis import launches
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, KERNEL, Trace
 
@@ -267,7 +268,7 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
 def first_float_dtype(types: list) -> str:
     """bf16 / fp16 / fp32 / fp8 / fp64 of an op's first floating input, or ""."""
     for t in types:
-        if t in DTYPE_NAMES:
+        if isinstance(t, str) and t in DTYPE_NAMES:
             return DTYPE_NAMES[t]
     return ""
 
@@ -401,12 +402,8 @@ def _kernel_time_per_root(trace: Trace, rows: np.ndarray, root_of: np.ndarray, i
     k = np.flatnonzero((gpu.kind == KERNEL) & (gpu.external_id >= 0))
     if len(root_idx) == 0 or len(k) == 0:
         return {}
-    cpu = np.flatnonzero((host.cat == CPU_OP) & (host.external_id >= 0))
-    order = np.argsort(host.external_id[cpu], kind="stable")
-    ext_sorted, cpu_sorted = host.external_id[cpu][order], cpu[order]
-    pos = np.minimum(np.searchsorted(ext_sorted, gpu.external_id[k]), max(len(ext_sorted) - 1, 0))
-    found = ext_sorted[pos] == gpu.external_id[k] if len(ext_sorted) else np.zeros(len(k), dtype=bool)
-    k, op = k[found], cpu_sorted[pos[found]]
+    op = launches.op_rows(trace, k)
+    k, op = k[op >= 0], op[op >= 0]
     dur = gpu.end[k] - gpu.start[k]
     total = np.zeros(len(rows))
     root_rows = rows[root_idx]

@@ -69,11 +69,17 @@ def find_steps(trace: Trace, launch_rows: np.ndarray) -> Steps:
             np.array([np.nan]), np.array([np.nan]))
         return Steps(["whole trace"], one[0], one[1], g[0], g[1], one[0].copy(), one[1].copy(), marked=False)
     rows = rows[np.argsort(host.start[rows], kind="stable")]
-    # One ProfilerStep per step: drop annotations nested in the previous one (other threads' copies).
-    keep = [rows[0]]
+    # One ProfilerStep per step: drop annotations nested inside the previous one (other threads' copies);
+    # keep ones that merely overlap it, and say so.
+    keep, overlapping = [rows[0]], 0
     for r in rows[1:]:
-        if host.start[r] >= host.end[keep[-1]] - 1e-3:
-            keep.append(r)
+        if host.end[r] <= host.end[keep[-1]] + 1e-3:
+            continue
+        overlapping += host.start[r] < host.end[keep[-1]] - 1e-3
+        keep.append(r)
+    if overlapping:
+        trace.warnings.append(f"{overlapping} ProfilerStep# annotations overlap the previous step; step windows "
+                              "start where the previous one ends")
     rows = np.array(keep)
     hs, he = host.start[rows], host.end[rows]
     gs, ge = _gpu_projection(trace, launch_rows, hs, he)

@@ -122,7 +122,8 @@ def gap_pattern(timeline: Timeline, steps: Steps) -> dict:
     g = timeline.gaps
     idle = float(g.dur.sum())
     if idle <= 0 or len(g) == 0:
-        return {"idle_ms": 0.0, "idle_at_step_start_pct": 0.0, "largest_gap_share_pct": 0.0, "shape": "none"}
+        return {"idle_ms": 0.0, "gap_count": 0, "idle_at_step_start_pct": 0.0, "largest_gap_share_pct": 0.0,
+                "shape": "none"}
     early = float(g.dur[(g.step >= 0) & (g.position <= STEP_START)].sum())
     largest = 0.0
     for s in np.unique(g.step[g.step >= 0]):

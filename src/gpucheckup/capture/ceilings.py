@@ -94,10 +94,10 @@ def burst_ms(torch, fn: Callable[[], None], warmups: int = BURST_WARMUPS, repeat
     return statistics.median(samples)
 
 
-def matmul_tflops(torch, dtype: str, n: int, dev, warmup_s: float, load_s: float = 0.0) -> float:
+def matmul_tflops(torch, dtype: str, n: int, dev, load_s: float = 0.0) -> float:
     """Measured TFLOP/s of an n^3 matmul in one dtype."""
     if dtype == "fp8":
-        return _fp8_tflops(torch, n, dev, warmup_s)
+        return _fp8_tflops(torch, n, dev)
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}[dtype]
     a = torch.randn(n, n, device=dev, dtype=tdt)
     b = torch.randn(n, n, device=dev, dtype=tdt)
@@ -112,7 +112,7 @@ def matmul_tflops(torch, dtype: str, n: int, dev, warmup_s: float, load_s: float
     return 2.0 * n**3 / (ms / 1000) / 1e12
 
 
-def _fp8_tflops(torch, n: int, dev, warmup_s: float) -> float:
+def _fp8_tflops(torch, n: int, dev) -> float:
     a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
     b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # _scaled_mm wants mat2 column-major
     one = torch.tensor(1.0, device=dev)
@@ -158,14 +158,14 @@ def measure(device: int = 0, quick: bool = False, progress: Callable[[str], None
     for dtype in ("bf16", "fp16", "tf32", "fp32", "fp8"):
         say(f"matmul {dtype} {n}x{n}x{n} ...")
         try:
-            out.matmul_tflops[dtype] = matmul_tflops(torch, dtype, n, dev, warm)
+            out.matmul_tflops[dtype] = matmul_tflops(torch, dtype, n, dev)
         except (RuntimeError, TypeError, AttributeError, NotImplementedError) as e:
             out.skipped[dtype] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
         torch.cuda.empty_cache()
     if "bf16" in out.matmul_tflops:
         say(f"matmul bf16 after {SUSTAIN_S:g} s of full load ...")
-        out.matmul_sustained_tflops["bf16"] = matmul_tflops(torch, "bf16", n, dev, warm,
-                                                            load_s=0.5 if quick else SUSTAIN_S)
+        load_s = 0.5 if quick else SUSTAIN_S
+        out.matmul_sustained_tflops["bf16"] = matmul_tflops(torch, "bf16", n, dev, load_s=load_s)
         torch.cuda.empty_cache()
     big, small = (256 << 20, 64 << 20) if quick else (1 << 30, 256 << 20)
     for kind, size in (("d2d", big), ("h2d_pinned", small), ("h2d_pageable", small)):

@@ -37,6 +37,11 @@ def diagnose(a: TraceAnalysis) -> Diagnosis:
     findings.sort(key=lambda f: (f.id != lead and not (primary == "gpu_bound" and f.id == "gpu_bound"),
                                  SEVERITIES.index(f.severity), -f.cost_ms_per_step))
     notes = list(a.trace.warnings)
+    linked = float((a.launch_rows >= 0).mean()) if len(a.launch_rows) else 1.0
+    if linked < 0.5:
+        notes.append(f"only {100 * linked:.0f}% of GPU ops are linked to the CUDA call that launched them (correlation "
+                     "ids missing: a trace without CUDA runtime events?); for the others the gap causes read the main "
+                     "thread's state at the gap, a weaker guess")
     if not a.steps.marked:
         notes.append("no ProfilerStep# markers in the trace: one window over the whole trace stands in for a step")
     return Diagnosis(primary=primary, reason=reason, scores=sc, findings=findings, notes=notes)

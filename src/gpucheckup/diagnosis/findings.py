@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-VERDICTS = ("input_bound", "launch_bound", "sync_bound", "copy_bound", "communication_bound", "gpu_bound")
 VERDICT_TITLES = {
     "input_bound": "Input-bound: the GPU waits for the DataLoader",
     "launch_bound": "Launch-bound: the CPU cannot issue kernels fast enough",
@@ -53,7 +52,7 @@ class Finding:
 class Diagnosis:
     """The primary verdict, the findings that support or qualify it, and notes on data quality."""
 
-    primary: str  # one of VERDICTS
+    primary: str  # a key of VERDICT_TITLES
     reason: str
     scores: dict[str, float]  # percent of step time each bound explains
     findings: list[Finding]

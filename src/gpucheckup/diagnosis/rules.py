@@ -12,7 +12,7 @@ import re
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.gemm_dtype import dtype_from_name
-from gpucheckup.analysis.kernels import kernel_label
+from gpucheckup.analysis.kernels import QUEUED_DELAY_US, STARVED_DELAY_US, kernel_label
 from gpucheckup.diagnosis.findings import Finding, Fix
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
 
@@ -36,6 +36,11 @@ DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%)
 
 def _step_ms(a: TraceAnalysis) -> float:
     return a.step_summary["mean_ms"]
+
+
+def _per_step(a: TraceAnalysis, us: float) -> float:
+    """Microseconds summed over the window and every device, as ms per step per device."""
+    return us / 1000 / a.steps.count / max(len(a.timeline.busy), 1)
 
 
 def _cost(a: TraceAnalysis, cause: str) -> tuple[float, float]:
@@ -108,8 +113,14 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         f"{pat['largest_gap_share_pct']:.0f}% of idle time)",
     ]
     if k.launch_delay_median_us is not None:
-        evidence.append(f"median launch-to-start delay {k.launch_delay_median_us:.1f} us: kernels start as soon "
-                        "as they are launched, the GPU is starved rather than queued")
+        d = k.launch_delay_median_us
+        if d < STARVED_DELAY_US:
+            meaning = "kernels start as soon as they are launched: the GPU waits for the host, starved rather than queued"
+        elif d > QUEUED_DELAY_US:
+            meaning = "most kernels wait in a queue, so the host runs ahead part of the time"
+        else:
+            meaning = "between starved (< 50 us) and queued (> 1 ms)"
+        evidence.append(f"median launch-to-start delay {d:.1f} us: {meaning}")
     fixes = []
     if k.categories_pct.get("optimizer", 0) >= 5:
         fixes.append(Fix("Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per "
@@ -176,7 +187,7 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
     if c["pageable_count"] == 0 or mb_per_step < PAGEABLE_MB_PER_STEP:
         return None
     h2d = c["by_direction"].get("HtoD", {})
-    time_ms = sum(d["time_us"] for d in c["by_direction"].values() if d["pageable_count"]) / 1000 / a.steps.count
+    time_ms = _per_step(a, sum(d["time_us"] for d in c["by_direction"].values() if d["pageable_count"]))
     saving = max(time_ms - mb_per_step / PINNED_GB_S, 0.0)
     pct = 100 * time_ms / _step_ms(a)
     evidence = [
@@ -264,7 +275,7 @@ def data_movement(a: TraceAnalysis) -> Finding | None:
     pct_k = k.categories_pct.get("data_movement", 0.0)
     if pct_k < DATA_MOVEMENT_PCT:
         return None
-    ms = k.categories_us["data_movement"] / 1000 / a.steps.count
+    ms = _per_step(a, k.categories_us["data_movement"])
     evidence = [f"{pct_k:.1f}% of kernel time moves data instead of computing ({ms:.2f} ms per step)"]
     for fam in k.data_movement[:6]:
         short = ", ".join(dict.fromkeys(kernel_label(n) for n in fam["kernels"][:3]))
@@ -291,7 +302,7 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     pct_k = sum(t["pct"] for t in fp32)
     if pct_k < FP32_GEMM_PCT:
         return None
-    ms = sum(t["total_ms"] for t in fp32) / a.steps.count
+    ms = _per_step(a, 1000 * sum(t["total_ms"] for t in fp32))
     evidence = [f"{pct_k:.1f}% of kernel time is FP32 matrix multiply without tensor cores ({ms:.2f} ms per step)"]
     evidence += [f"{kernel_label(t['name'])}: {t['pct']:.1f}%, {t['count']} launches" for t in fp32[:3]]
     fixes = [
@@ -394,15 +405,15 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
         evidence.append(f"{tr.command_buffer_full_count} 'Command Buffer Full' events "
                         f"({tr.command_buffer_full_us / 1000:.1f} ms): the host filled the GPU's launch queue and "
                         "had to wait, so work is queued, never starved")
-    if k.launch_delay_median_us is not None and k.launch_delay_median_us >= 1000:
+    if k.launch_delay_median_us is not None and k.launch_delay_median_us > QUEUED_DELAY_US:
         evidence.append(f"median launch-to-start delay {k.launch_delay_median_us / 1000:.1f} ms: kernels wait in "
                         "the queue behind earlier work")
     for t in k.top[:3]:
         evidence.append(f"top kernel {kernel_label(t['name'])}: {t['pct']:.1f}% of kernel time, "
                         f"{t['count']} launches, mean {t['mean_us']:.0f} us")
-    cat_ms = {c: v / 1000 / a.steps.count for c, v in k.categories_us.items()}
-    conv_ms = sum(t["total_ms"] for t in k.per_name if re.search(r"conv|fprop|dgrad|wgrad", t["name"], re.I))
-    conv_ms /= a.steps.count
+    cat_ms = {c: _per_step(a, v) for c, v in k.categories_us.items()}
+    conv_ms = _per_step(a, 1000 * sum(t["total_ms"] for t in k.per_name
+                                      if re.search(r"conv|fprop|dgrad|wgrad", t["name"], re.I)))
     fixes = []
     if conv_ms >= 0.1 * step:
         fixes.append(Fix("Let cuDNN pick the fastest convolution algorithms: torch.backends.cudnn.benchmark = True "

@@ -20,6 +20,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import CheckupError
 
 FORMAT = "gpucheckup-ceilings/1"
@@ -58,7 +59,14 @@ def default_path(device: str) -> Path:
 
 
 def from_dict(d: dict, where: str = "ceilings") -> Ceilings:
-    """Ceilings from their JSON form, or from the fixtures' legacy layout."""
+    """Ceilings from their JSON form, or from the fixtures' legacy layout; CheckupError for bad values."""
+    try:
+        return _from_dict(d, where)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckupError(f"{where}: not a valid ceilings file ({type(e).__name__}: {e})") from None
+
+
+def _from_dict(d: dict, where: str) -> Ceilings:
     if not isinstance(d, dict):
         raise CheckupError(f"{where}: not a ceilings file (top level is not a JSON object)")
     if "matmul_tflops" in d or d.get("format") == FORMAT:
@@ -108,9 +116,5 @@ def find_for(device: str) -> tuple[Ceilings, Path] | None:
 
 def save(c: Ceilings, path: Path) -> Path:
     """Write ceilings atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(c.to_dict(), indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    write_atomic(path, (json.dumps(c.to_dict(), indent=2) + "\n").encode())
+    return Path(path)

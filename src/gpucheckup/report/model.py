@@ -39,7 +39,8 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
     k = a.kernels.to_dict()
     for t in k["top"]:
         t["label"] = kernel_label(t["name"])
-    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / a.timeline.length for dev in a.timeline.busy}
+    length = a.timeline.length
+    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / length if length > 0 else 0.0 for dev in a.timeline.busy}
     out = {
         "gpucheckup_version": __version__,
         "trace": {

@@ -12,17 +12,9 @@ import numpy as np
 
 # GpuOps.kind
 KERNEL, MEMCPY, MEMSET = 0, 1, 2
-GPU_KIND_NAMES = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset"}
 
 # HostEvents.cat
 CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON = 0, 1, 2, 3, 4
-HOST_CAT_NAMES = {
-    CPU_OP: "cpu_op",
-    USER_ANNOTATION: "user_annotation",
-    RUNTIME: "cuda_runtime",
-    DRIVER: "cuda_driver",
-    PYTHON: "python_function",
-}
 
 
 @dataclass
