@@ -136,7 +136,7 @@ class NvmlSampler(Sampler):
             pynvml.nvmlInit()
             n = pynvml.nvmlDeviceGetCount()
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-            uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+            uuids = [nvml_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
         except Exception as e:  # noqa: BLE001 - NVMLError and friends
             self.status = f"unavailable: {e}"
             return False
@@ -285,5 +285,6 @@ class CpuSampler(Sampler):
                 "max_processes": self.max_processes, "errors": self.errors}
 
 
-def _text(x) -> str:
+def nvml_text(x) -> str:
+    """A string NVML returned: bytes from older nvidia-ml-py releases, str from newer ones."""
     return x.decode() if isinstance(x, bytes) else str(x)
