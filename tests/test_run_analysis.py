@@ -101,7 +101,8 @@ def test_run_dir_with_a_real_input_bound_trace(tmp_path):
     rows = fixture_nvml_rows("input_bound")
     assert data["nvml"]["gpu_util"] == [float(r["gpu_util"]) for r in rows]
     assert data["nvml"]["t_s"][0] == pytest.approx(1.0, abs=1e-3)  # seconds since the run started
-    assert data["step_history"] == {"step": list(range(2, 31)), "ms": [300.0] * 29}
+    assert data["step_history"] == {"step": list(range(2, 31)), "time_ms": [300.0] * 29, "profiled": None,
+                                    "source": "steps.csv"}
     assert data["run"]["traces"] == ["traces/trace.json.gz"]
 
 
@@ -152,7 +153,7 @@ def test_warmup_and_periodic_slow_steps():
 def test_step_history_series_is_bucketed():
     n = np.arange(1, 20001, dtype=float)
     s = step_history.history_series({"step": n, "ms": np.full(20000, 5.0), "phase": [""] * 20000}, max_points=100)
-    assert len(s["step"]) == 100 and set(s["ms"]) == {5.0}
+    assert len(s["step"]) == 100 and set(s["time_ms"]) == {5.0}
 
 
 # ---- environment ----------------------------------------------------------------------------------

@@ -6,7 +6,10 @@ Keys added beside the trace's keys (see report/model.py), also in docs/capture.m
 - nvml: {"t_s", "gpu_util", "power_w", "sm_clock_mhz", "throttled"}: seconds since the run started,
   the job's GPUs' mean utilization %, summed power W, mean SM clock MHz, 1 when throttled
   (at most 2000 points: equal time buckets above that)
-- step_history: {"step", "ms"}: every timed step (at most 5000 points: bucket medians above that)
+- step_history: {"step": [...], "time_ms": [...], "profiled": [first, last] or null, "source": "steps.csv"}:
+  every timed step of the process whose steps speak for the run (at most 5000 points: bucket
+  medians above that), the profiled steps, and the file they come from (the shape the HTML and
+  Markdown reports render, docs/reports.md)
 - env: env.json as written by `gpucheckup run`
 - run_figures: {"steps": step_history.step_stats, "nvml": telemetry.nvml_summary,
   "cpu": telemetry.cpu_summary, "dataloaders": environment.dataloader_load, "flops": flops.json}
@@ -50,13 +53,22 @@ def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> di
         },
         "nvml": telemetry.nvml_plot_series(run.nvml, t0) if ra.nvml else
         {"t_s": [], "gpu_util": [], "power_w": [], "sm_clock_mhz": [], "throttled": []},
-        "step_history": step_history.history_series(run.steps[ra.steps_key]) if ra.steps_key else
-        {"step": [], "ms": []},
+        "step_history": step_history_part(ra),
         "env": env,
         "run_figures": {"steps": ra.steps, "nvml": ra.nvml, "cpu": ra.cpu, "dataloaders": ra.loaders,
                         "flops": run.flops, "coarse": run.coarse},
     }
     return _clean(out)
+
+
+def step_history_part(ra: RunAnalysis) -> dict:
+    """The report's step_history: every timed step of the run, the profiled steps, the file they come from."""
+    key = ra.steps_key
+    if key is None:
+        return {"step": [], "time_ms": [], "profiled": None, "source": None}
+    return {**step_history.history_series(ra.run.steps[key]),
+            "profiled": (ra.steps or {}).get("profiled_steps"),
+            "source": "steps.csv" if key == "main" else f"steps-{key}.csv"}
 
 
 def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str]) -> dict:
