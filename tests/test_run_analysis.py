@@ -262,3 +262,26 @@ def test_corrupt_nvml_csv(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"kind": "run"}))
     (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n1.0,0,banana\n")
     assert "nvml.csv: line 2, column util_pct: 'banana' is not a number" in one_line_error(tmp_path)
+
+
+# ---- fixes of a run with no GPU timeline ----------------------------------------------------------
+
+def test_run_only_fixes_are_ranked_as_in_every_checkup():
+    from gpucheckup.diagnosis.findings import Finding, Fix
+    from gpucheckup.report.run_model import fix_dicts
+
+    def finding(id, severity, *fixes):
+        return Finding(id=id, severity=severity, title=id, rule="", cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+                       fixes=list(fixes))
+
+    findings = [
+        finding("small", "warning", Fix("pin memory", "config", 2.0, key="pin_memory")),
+        finding("large", "critical", Fix("pin memory (more)", "config", 9.0, key="pin_memory"),
+                Fix("rewrite the loader", "refactor", 50.0)),
+        finding("note", "info", Fix("an info finding's fix", "config", 100.0)),
+        finding("code", "warning", Fix("fewer syncs", "code", 30.0)),
+    ]
+    fixes = fix_dicts(findings)
+    # one fix per key, with the largest saving; info findings offer none; config first, then code, then refactor
+    assert [(f["action"], f["finding"], f["saving_ms"]) for f in fixes] == [
+        ("pin memory (more)", "large", 9.0), ("fewer syncs", "code", 30.0), ("rewrite the loader", "large", 50.0)]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from gpucheckup import __version__
 from gpucheckup.analysis import step_history, telemetry
 from gpucheckup.analysis.run import RunAnalysis
-from gpucheckup.diagnosis.findings import TIERS, Finding
+from gpucheckup.diagnosis.findings import Diagnosis, Finding
 from gpucheckup.report.model import _clean
 
 MAX_ENV_TEXT = 20000
@@ -73,22 +73,20 @@ def step_history_part(ra: RunAnalysis) -> dict:
 
 def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str]) -> dict:
     """A report for a run with no GPU timeline: the run-level parts and findings."""
-    fixes = []
-    seen = set()
-    for fd in findings:
-        for f in fd.fixes:
-            k = f.key or f.action
-            if k not in seen:
-                seen.add(k)
-                fixes.append({"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how,
-                              "finding": fd.id})
-    fixes.sort(key=lambda f: (TIERS.index(f["tier"]), -f["saving_ms"]))
     out = {
         "gpucheckup_version": __version__,
         "verdict": {"primary": None, "title": "No GPU timeline", "reason": no_timeline, "scores": {},
                     "findings": [f.to_dict() for f in findings]},
-        "fixes": fixes,
+        "fixes": fix_dicts(findings),
         "notes": [no_timeline],
         **run_parts(ra, traces, no_timeline),
     }
     return _clean(out)
+
+
+def fix_dicts(findings: list[Finding]) -> list[dict]:
+    """The report's `fixes` from findings, ranked as in every check-up (Diagnosis.ranked_fixes: info findings
+    skipped, one fix per key with its largest saving, configuration-only first, then by saving)."""
+    ranked = Diagnosis(primary=None, reason="", scores={}, findings=findings).ranked_fixes()
+    return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "finding": fd.id}
+            for f, fd in ranked]
