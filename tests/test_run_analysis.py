@@ -264,6 +264,47 @@ def test_corrupt_nvml_csv(tmp_path):
     assert "nvml.csv: line 2, column util_pct: 'banana' is not a number" in one_line_error(tmp_path)
 
 
+MANIFEST = {"kind": "run", "command": ["python", "train.py"], "started_epoch_s": 1.0, "exit_code": 0,
+            "captured": {}, "failed": {}}
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"steps.csv": "step,t_end_s,phase\n1,1.0,\n2,2.0,\n"},
+     "steps.csv: no column ms (the header has: step,t_end_s,phase)"),
+    ({"steps.csv": "step,t_end_s,ms,phase\n1,1.0,,\n,2.0,5.0,\n"}, "steps.csv: line 3, column step: empty"),
+    ({"nvml.csv": "t_s,gpu\n1.0,0\n"},
+     "nvml.csv: no column util_pct, mem_used_mb, mem_total_mb, power_w, sm_clock_mhz, clock_reasons"),
+    ({"cpu.csv": "t_s,pid,ppid,name,cpu_pct,rss_mb,threads\n1.0,,1,python,5.0,10,1\n"},
+     "cpu.csv: line 2, column pid: empty"),
+    ({"manifest.json": {**MANIFEST, "failed": "oops"}},
+     "manifest.json: field 'failed' should be an object, not a string (\"oops\")"),
+    ({"manifest.json": {**MANIFEST, "failed": {"nvml": 3}}}, "manifest.json: failed['nvml'] should be a string"),
+    ({"manifest.json": {**MANIFEST, "command": "python train.py"}},
+     "manifest.json: field 'command' should be a list"),
+    ({"manifest.json": {**MANIFEST, "exit_code": "0"}}, "manifest.json: field 'exit_code' should be a number"),
+    ({"env.json": {"cpu": "8 cores"}}, "env.json: field 'cpu' should be an object"),
+    ({"env.json": {"dataloaders": ["num_workers=4"]}}, "env.json: dataloaders[0] should be an object"),
+    ({"agent.json": {"key": 5}}, "agent.json: field 'key' should be a string"),
+    ({"attach.json": {"sentence": ["idle"]}}, "attach.json: field 'sentence' should be a string, not a list"),
+])
+def test_malformed_run_files_are_a_one_line_error_naming_the_file(tmp_path, files, message):
+    files = {"manifest.json": MANIFEST, **files}
+    for name, content in files.items():
+        (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    assert message in one_line_error(tmp_path)
+
+
+def test_a_sparse_but_well_formed_run_directory_is_checked_up(tmp_path):
+    """Null captured/failed, a steps.csv of only the columns the figures use, an nvml.csv with no rows."""
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "captured": None, "failed": None}))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 21)))
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n")
+    data = analyze_json(tmp_path, tmp_path)
+    assert data["verdict"]["primary"] is None and data["run"]["failed"] == {}
+    assert data["step_history"]["step"] == list(range(2, 21)) and data["run_figures"]["steps"]["count"] == 20
+    assert data["run_figures"]["steps"]["steady_median_ms"] == 100.0
+
+
 # ---- fixes of a run with no GPU timeline ----------------------------------------------------------
 
 def test_run_only_fixes_are_ranked_as_in_every_checkup():

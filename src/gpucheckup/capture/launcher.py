@@ -448,7 +448,7 @@ def capture_status(run_dir: Path, agents: dict[str, dict], args) -> tuple[dict, 
         if not any(c.get("status") == "done" and not c.get("attach") for c in caps):
             s = a.get("settings") or {}
             why = [c.get("status") for c in caps if not c.get("attach")]
-            failed[f"trace:{key}"] = why[0] if why else (
+            failed[f"trace:{key}"] = str(why[0]) if why else (
                 f"no profiled window: the job ran {a.get('steps')} optimizer steps, the window needed "
                 f"{s.get('skip', 0) + s.get('steps', 0)} (use --skip/--steps), and no time window ran")
         if a.get("error_count"):
