@@ -144,3 +144,37 @@ def test_a_manifest_that_cannot_be_written_in_full_is_written_minimal(tmp_path):
     assert res.returncode == 5, res.stderr
     manifest = manifest_listing_every_file(the_run_dir(tmp_path / "runs"))
     assert manifest["exit_code"] == 5 and "finish broke" in manifest["failed"]["launcher"]
+
+
+# ---- the manifest is written again once a capture is over (attach, inject mode) ------------------------
+
+def test_the_inject_manifest_lists_what_the_capture_wrote(tmp_path):
+    from gpucheckup.capture.attach import finish_inject_manifest
+    from gpucheckup.capture.launcher import write_manifest
+
+    run_dir = tmp_path / "attach-123"
+    run_dir.mkdir()
+    first = write_manifest(run_dir, {"kind": "attach-inject", "pid": 123, "started_epoch_s": 1.0, "captured": {},
+                                     "failed": {}})
+    assert first["artefacts"] == []
+    (run_dir / "traces" / "attach").mkdir(parents=True)
+    (run_dir / "traces" / "attach" / "main-1.json.gz").write_bytes(b"x" * 10)
+    (run_dir / "agent.json").write_text(json.dumps({"key": "main", "pid": 123, "captures": [{"status": "done"}]}))
+    (run_dir / "agent.log").write_text("one line\n")
+    manifest = finish_inject_manifest(run_dir, first)
+    assert manifest == json.loads((run_dir / "manifest.json").read_text())
+    assert manifest_listing_every_file(run_dir)["artefacts"] == manifest["artefacts"]
+    assert {a["path"] for a in manifest["artefacts"]} == {"traces/attach/main-1.json.gz", "agent.json", "agent.log"}
+    assert manifest["captured"]["traces"] == ["traces/attach/main-1.json.gz"] and manifest["failed"] == {}
+    assert manifest["captured"]["processes"]["main"] == {"pid": 123, "captures": [{"status": "done"}]}
+    assert manifest["pid"] == 123 and manifest["ended_epoch_s"] >= 1.0
+
+
+def test_an_inject_capture_without_a_trace_says_so(tmp_path):
+    from gpucheckup.capture.attach import finish_inject_manifest
+    from gpucheckup.capture.launcher import write_manifest
+
+    first = write_manifest(tmp_path, {"kind": "attach-inject", "pid": 9, "started_epoch_s": 1.0})
+    (tmp_path / "agent.log").write_text("ERROR could not start the profiler\n")
+    manifest = finish_inject_manifest(tmp_path, first)
+    assert "trace" in manifest["failed"] and [a["path"] for a in manifest["artefacts"]] == ["agent.log"]

@@ -394,6 +394,12 @@ def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml,
             "cuda_driver": env.get("cuda_driver"),
         },
     }
+    return write_manifest(run_dir, manifest)
+
+
+def write_manifest(run_dir: Path, manifest: dict, **updates) -> dict:
+    """The manifest with `updates` and every file now in the run directory listed, written atomically."""
+    manifest = {**manifest, **updates}
     manifest["artefacts"] = list_artefacts(run_dir)
     write_json_atomic(run_dir / "manifest.json", manifest)
     return manifest
