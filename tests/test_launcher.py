@@ -178,3 +178,16 @@ def test_an_inject_capture_without_a_trace_says_so(tmp_path):
     (tmp_path / "agent.log").write_text("ERROR could not start the profiler\n")
     manifest = finish_inject_manifest(tmp_path, first)
     assert "trace" in manifest["failed"] and [a["path"] for a in manifest["artefacts"]] == ["agent.log"]
+
+
+@pytest.mark.parametrize("option, value", [("--rate", "0"), ("--rate", "nan"), ("--rate", "1000"),
+                                           ("--timeout", "0"), ("--timeout", "-1")])
+def test_attach_refuses_a_bad_rate_or_timeout_before_sampling(tmp_path, option, value):
+    import os
+
+    out = tmp_path / "runs"
+    res = gpucheckup("attach", "--pid", str(os.getpid()), "--mode", "py-spy", "--out", str(out), option, value)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"gpucheckup: error: {option} must be"), res.stderr
+    assert not out.exists()

@@ -41,6 +41,7 @@ DEFAULT_WINDOW_S = 5.0
 STATUS_TIMEOUT_S = 5.0
 INJECT_WAIT_S = 20.0
 PYSPY_TIMEOUT_S = 10.0
+RATE_MAX = 20.0  # each py-spy dump is a process start and a walk of every thread: more would load the host
 
 
 def add_parser(sub) -> None:
@@ -59,7 +60,8 @@ def add_parser(sub) -> None:
                    help="how to get in (default: the first that works, in that order)")
     p.add_argument("--out", type=Path, default=Path("gpucheckup-runs"),
                    help="parent folder of the run directory (py-spy and inject modes)")
-    p.add_argument("--rate", type=float, default=4.0, help="py-spy dumps per second (default 4)")
+    p.add_argument("--rate", type=float, default=4.0,
+                   help=f"py-spy dumps per second, 0.1 to {RATE_MAX:g} (default 4)")
     p.add_argument("--native", action="store_true",
                    help="py-spy: native frames too (pauses the job for each dump, which biases NVML toward idle)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default 900)")
@@ -75,6 +77,10 @@ def cmd_attach(args, console) -> int:
         raise CheckupError(f"--steps must be from 1 to {control.STEPS_MAX}")
     if args.duration is not None and not 0.1 <= args.duration <= control.SECONDS_MAX:
         raise CheckupError(f"--duration must be from 0.1 to {control.SECONDS_MAX:g} seconds")
+    if not 0.1 <= args.rate <= RATE_MAX:  # also refuses nan
+        raise CheckupError(f"--rate must be from 0.1 to {RATE_MAX:g} dumps per second, got {args.rate:g}")
+    if not 0 < args.timeout < float("inf"):
+        raise CheckupError(f"--timeout must be a number of seconds above 0, got {args.timeout:g}")
     if args.mode in ("auto", "agent"):
         agent_pid = find_agent(pid)
         if agent_pid is not None:
