@@ -101,7 +101,8 @@ def test_run_dir_with_a_real_input_bound_trace(tmp_path):
     rows = fixture_nvml_rows("input_bound")
     assert data["nvml"]["gpu_util"] == [float(r["gpu_util"]) for r in rows]
     assert data["nvml"]["t_s"][0] == pytest.approx(1.0, abs=1e-3)  # seconds since the run started
-    assert data["step_history"] == {"step": list(range(2, 31)), "ms": [300.0] * 29}
+    assert data["step_history"] == {"step": list(range(2, 31)), "time_ms": [300.0] * 29, "profiled": None,
+                                    "source": "steps.csv"}
     assert data["run"]["traces"] == ["traces/trace.json.gz"]
 
 
@@ -152,7 +153,7 @@ def test_warmup_and_periodic_slow_steps():
 def test_step_history_series_is_bucketed():
     n = np.arange(1, 20001, dtype=float)
     s = step_history.history_series({"step": n, "ms": np.full(20000, 5.0), "phase": [""] * 20000}, max_points=100)
-    assert len(s["step"]) == 100 and set(s["ms"]) == {5.0}
+    assert len(s["step"]) == 100 and set(s["time_ms"]) == {5.0}
 
 
 # ---- environment ----------------------------------------------------------------------------------
@@ -261,3 +262,67 @@ def test_corrupt_nvml_csv(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"kind": "run"}))
     (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n1.0,0,banana\n")
     assert "nvml.csv: line 2, column util_pct: 'banana' is not a number" in one_line_error(tmp_path)
+
+
+MANIFEST = {"kind": "run", "command": ["python", "train.py"], "started_epoch_s": 1.0, "exit_code": 0,
+            "captured": {}, "failed": {}}
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"steps.csv": "step,t_end_s,phase\n1,1.0,\n2,2.0,\n"},
+     "steps.csv: no column ms (the header has: step,t_end_s,phase)"),
+    ({"steps.csv": "step,t_end_s,ms,phase\n1,1.0,,\n,2.0,5.0,\n"}, "steps.csv: line 3, column step: empty"),
+    ({"nvml.csv": "t_s,gpu\n1.0,0\n"},
+     "nvml.csv: no column util_pct, mem_used_mb, mem_total_mb, power_w, sm_clock_mhz, clock_reasons"),
+    ({"cpu.csv": "t_s,pid,ppid,name,cpu_pct,rss_mb,threads\n1.0,,1,python,5.0,10,1\n"},
+     "cpu.csv: line 2, column pid: empty"),
+    ({"manifest.json": {**MANIFEST, "failed": "oops"}},
+     "manifest.json: field 'failed' should be an object, not a string (\"oops\")"),
+    ({"manifest.json": {**MANIFEST, "failed": {"nvml": 3}}}, "manifest.json: failed['nvml'] should be a string"),
+    ({"manifest.json": {**MANIFEST, "command": "python train.py"}},
+     "manifest.json: field 'command' should be a list"),
+    ({"manifest.json": {**MANIFEST, "exit_code": "0"}}, "manifest.json: field 'exit_code' should be a number"),
+    ({"env.json": {"cpu": "8 cores"}}, "env.json: field 'cpu' should be an object"),
+    ({"env.json": {"dataloaders": ["num_workers=4"]}}, "env.json: dataloaders[0] should be an object"),
+    ({"agent.json": {"key": 5}}, "agent.json: field 'key' should be a string"),
+    ({"attach.json": {"sentence": ["idle"]}}, "attach.json: field 'sentence' should be a string, not a list"),
+])
+def test_malformed_run_files_are_a_one_line_error_naming_the_file(tmp_path, files, message):
+    files = {"manifest.json": MANIFEST, **files}
+    for name, content in files.items():
+        (tmp_path / name).write_text(content if isinstance(content, str) else json.dumps(content))
+    assert message in one_line_error(tmp_path)
+
+
+def test_a_sparse_but_well_formed_run_directory_is_checked_up(tmp_path):
+    """Null captured/failed, a steps.csv of only the columns the figures use, an nvml.csv with no rows."""
+    (tmp_path / "manifest.json").write_text(json.dumps({**MANIFEST, "captured": None, "failed": None}))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 21)))
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n")
+    data = analyze_json(tmp_path, tmp_path)
+    assert data["verdict"]["primary"] is None and data["run"]["failed"] == {}
+    assert data["step_history"]["step"] == list(range(2, 21)) and data["run_figures"]["steps"]["count"] == 20
+    assert data["run_figures"]["steps"]["steady_median_ms"] == 100.0
+
+
+# ---- fixes of a run with no GPU timeline ----------------------------------------------------------
+
+def test_run_only_fixes_are_ranked_as_in_every_checkup():
+    from gpucheckup.diagnosis.findings import Finding, Fix
+    from gpucheckup.report.run_model import fix_dicts
+
+    def finding(id, severity, *fixes):
+        return Finding(id=id, severity=severity, title=id, rule="", cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+                       fixes=list(fixes))
+
+    findings = [
+        finding("small", "warning", Fix("pin memory", "config", 2.0, key="pin_memory")),
+        finding("large", "critical", Fix("pin memory (more)", "config", 9.0, key="pin_memory"),
+                Fix("rewrite the loader", "refactor", 50.0)),
+        finding("note", "info", Fix("an info finding's fix", "config", 100.0)),
+        finding("code", "warning", Fix("fewer syncs", "code", 30.0)),
+    ]
+    fixes = fix_dicts(findings)
+    # one fix per key, with the largest saving; info findings offer none; config first, then code, then refactor
+    assert [(f["action"], f["finding"], f["saving_ms"]) for f in fixes] == [
+        ("pin memory (more)", "large", 9.0), ("fewer syncs", "code", 30.0), ("rewrite the loader", "large", 50.0)]

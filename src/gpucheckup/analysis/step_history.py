@@ -89,7 +89,7 @@ def slow_steps(n: np.ndarray, ms: np.ndarray, median: float) -> dict:
 
 
 def history_series(steps: dict, max_points: int = MAX_POINTS) -> dict:
-    """{"step": [...], "ms": [...]} of every timed step; above max_points, the median of equal step buckets."""
+    """{"step": [...], "time_ms": [...]} of every timed step; above max_points, the median of equal step buckets."""
     n = np.asarray(steps["step"])
     ms = np.asarray(steps["ms"])
     ok = np.isfinite(ms)
@@ -98,4 +98,4 @@ def history_series(steps: dict, max_points: int = MAX_POINTS) -> dict:
         edges = np.linspace(0, len(n), max_points + 1).astype(int)
         n = np.array([np.median(n[a:b]) for a, b in zip(edges[:-1], edges[1:])])
         ms = np.array([np.median(ms[a:b]) for a, b in zip(edges[:-1], edges[1:])])
-    return {"step": [int(x) for x in n], "ms": [round(float(x), 3) for x in ms]}
+    return {"step": [int(x) for x in n], "time_ms": [round(float(x), 3) for x in ms]}

@@ -6,7 +6,8 @@ Three ways in, tried in this order (or forced with --mode):
    searched for an agent's control socket. The agent profiles K steps (or S seconds) and
    writes the trace into the job's run directory (`traces/attach/`); it is checked up here.
 2. inject: Python 3.14+ on both sides: `sys.remote_exec` loads the agent into the job (settings
-   passed directly, the job's environment untouched), then as in 1.
+   passed directly, the job's environment untouched), then as in 1, into a run directory
+   `<out>/<stamp>-attach-<pid>/` whose manifest is written again once the capture is over.
 3. py-spy: out-of-process. `py-spy dump --nonblocking` of every thread of the job and its
    children (idle ones too), a few times a second, with NVML sampled beside it. Non-blocking
    dumps do not pause the job, so NVML sees it undisturbed; `--native` adds native frames
@@ -30,7 +31,7 @@ from pathlib import Path
 from gpucheckup import __version__
 from gpucheckup.atomic import write_atomic, write_json_atomic
 from gpucheckup.capture import control, environment
-from gpucheckup.capture.launcher import list_artefacts, make_run_dir
+from gpucheckup.capture.launcher import make_run_dir, read_agents, write_manifest
 from gpucheckup.capture.telemetry import NvmlSampler
 from gpucheckup.errors import CheckupError
 
@@ -40,6 +41,7 @@ DEFAULT_WINDOW_S = 5.0
 STATUS_TIMEOUT_S = 5.0
 INJECT_WAIT_S = 20.0
 PYSPY_TIMEOUT_S = 10.0
+RATE_MAX = 20.0  # each py-spy dump is a process start and a walk of every thread: more would load the host
 
 
 def add_parser(sub) -> None:
@@ -58,7 +60,8 @@ def add_parser(sub) -> None:
                    help="how to get in (default: the first that works, in that order)")
     p.add_argument("--out", type=Path, default=Path("gpucheckup-runs"),
                    help="parent folder of the run directory (py-spy and inject modes)")
-    p.add_argument("--rate", type=float, default=4.0, help="py-spy dumps per second (default 4)")
+    p.add_argument("--rate", type=float, default=4.0,
+                   help=f"py-spy dumps per second, 0.1 to {RATE_MAX:g} (default 4)")
     p.add_argument("--native", action="store_true",
                    help="py-spy: native frames too (pauses the job for each dump, which biases NVML toward idle)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default 900)")
@@ -74,6 +77,10 @@ def cmd_attach(args, console) -> int:
         raise CheckupError(f"--steps must be from 1 to {control.STEPS_MAX}")
     if args.duration is not None and not 0.1 <= args.duration <= control.SECONDS_MAX:
         raise CheckupError(f"--duration must be from 0.1 to {control.SECONDS_MAX:g} seconds")
+    if not 0.1 <= args.rate <= RATE_MAX:  # also refuses nan
+        raise CheckupError(f"--rate must be from 0.1 to {RATE_MAX:g} dumps per second, got {args.rate:g}")
+    if not 0 < args.timeout < float("inf"):
+        raise CheckupError(f"--timeout must be a number of seconds above 0, got {args.timeout:g}")
     if args.mode in ("auto", "agent"):
         agent_pid = find_agent(pid)
         if agent_pid is not None:
@@ -82,9 +89,13 @@ def cmd_attach(args, console) -> int:
             raise CheckupError(f"no gpucheckup agent answers in process {pid} or its children "
                                "(start the job under `gpucheckup run`, or use --mode py-spy)")
     if args.mode in ("auto", "inject"):
-        agent_pid = inject_agent(pid, args, console)
-        if agent_pid is not None:
-            return attach_agent(agent_pid, args, console)
+        injected = inject_agent(pid, args, console)
+        if injected is not None:
+            run_dir, manifest = injected
+            try:
+                return attach_agent(pid, args, console)
+            finally:
+                finish_inject_manifest(run_dir, manifest)
         if args.mode == "inject":
             raise CheckupError("cannot inject the agent: sys.remote_exec needs Python 3.14+ in gpucheckup and the job")
     return attach_pyspy(pid, args, console)
@@ -183,8 +194,9 @@ def _ask(agent_pid: int, req: dict, args, console) -> dict:
     return answers[-1]
 
 
-def inject_agent(pid: int, args, console) -> int | None:
-    """Load the agent into a Python 3.14+ job with sys.remote_exec; its pid once its socket answers."""
+def inject_agent(pid: int, args, console) -> tuple[Path, dict] | None:
+    """Load the agent into a Python 3.14+ job with sys.remote_exec; once its socket answers, the run
+    directory it writes to and the manifest written there (None when it could not be loaded)."""
     remote_exec = getattr(sys, "remote_exec", None)
     if remote_exec is None:
         return None
@@ -207,13 +219,38 @@ def inject_agent(pid: int, args, console) -> int | None:
     while time.time() < deadline:
         if find_agent(pid) == pid:
             shutil.rmtree(tmp, ignore_errors=True)
-            write_json_atomic(run_dir / "manifest.json", {
-                "gpucheckup_version": __version__, "kind": "attach-inject", "pid": pid, "run_dir": str(run_dir),
-                "started_epoch_s": time.time(), "artefacts": list_artefacts(run_dir)})
-            return pid
+            manifest = write_manifest(run_dir, {
+                "gpucheckup_version": __version__, "kind": "attach-inject",
+                "command": ["gpucheckup", "attach", "--pid", str(pid)], "pid": pid, "run_dir": str(run_dir),
+                "started_epoch_s": time.time(), "exit_code": None, "exit_signal": None, "captured": {},
+                "failed": {}})
+            return run_dir, manifest
         time.sleep(0.5)
     shutil.rmtree(tmp, ignore_errors=True)
+    write_manifest(run_dir, {"gpucheckup_version": __version__, "kind": "attach-inject", "pid": pid,
+                             "run_dir": str(run_dir), "started_epoch_s": time.time(), "captured": {},
+                             "failed": {"agent": f"the injected agent did not answer within {INJECT_WAIT_S:g} s"}})
+    console.print(f"gpucheckup attach: the injected agent did not answer within {INJECT_WAIT_S:g} s; "
+                  "sampling from outside instead", style="dim", markup=False)
     return None
+
+
+def finish_inject_manifest(run_dir: Path, manifest: dict) -> dict | None:
+    """Write the inject run directory's manifest again after the capture: its traces/attach/ files, the
+    agent's account and log are listed. The agent stays in the job; what it writes later is newer."""
+    try:
+        traces = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "traces" / "attach").glob("*.json*"))
+        agents = read_agents(run_dir)
+        processes = {k: {"pid": a.get("pid"), "captures": a.get("captures")} for k, a in agents.items()}
+        ended = time.time()
+        return write_manifest(
+            run_dir, manifest, ended_epoch_s=ended, duration_s=round(ended - manifest["started_epoch_s"], 3),
+            captured={"traces": traces, "processes": processes},
+            failed={} if traces else {"trace": "the injected agent wrote no trace (see agent.log)"})
+    except Exception as e:  # noqa: BLE001 - the check-up already ran; say why the manifest is stale
+        sys.stderr.write(f"gpucheckup attach: could not rewrite {run_dir / 'manifest.json'}: "
+                         f"{type(e).__name__}: {e}\n")
+        return None
 
 
 def find_pyspy() -> str | None:
@@ -274,8 +311,7 @@ def attach_pyspy(pid: int, args, console) -> int:
         "captured": {"samples": len(samples), "native": info.get("native"), "nvml": nvml.summary()},
         "failed": failed,
     }
-    manifest["artefacts"] = list_artefacts(run_dir)
-    write_json_atomic(run_dir / "manifest.json", manifest)
+    write_manifest(run_dir, manifest)
     console.print(f"coarse verdict: {verdict['verdict']} - {verdict['sentence']}", markup=False, highlight=False)
     emit_run(check_run(run_dir), console, quiet=args.quiet, json_path=args.json)
     console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)

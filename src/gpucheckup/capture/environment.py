@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpucheckup.capture.telemetry import nvml_text
+
 VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KINETO_")
 VARIABLE_NAMES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SMI_TIMEOUT_S = 15
@@ -99,12 +101,13 @@ def gpu_inventory() -> dict:
         return {"gpus": [], "nvml": f"unavailable: {e}"}
     out = {"nvml": "ok", "gpus": []}
     try:
-        out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        out["driver"] = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         v = pynvml.nvmlSystemGetCudaDriverVersion()
         out["cuda_driver"] = f"{v // 1000}.{v % 1000 // 10}"
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            g = {"index": i, "name": _text(pynvml.nvmlDeviceGetName(h)), "uuid": _text(pynvml.nvmlDeviceGetUUID(h))}
+            g = {"index": i, "name": nvml_text(pynvml.nvmlDeviceGetName(h)),
+                 "uuid": nvml_text(pynvml.nvmlDeviceGetUUID(h))}
             for key, fn in (
                 ("memory_total_gb", lambda: round(pynvml.nvmlDeviceGetMemoryInfo(h).total / 1e9, 1)),
                 ("mig_mode", lambda: "enabled" if pynvml.nvmlDeviceGetMigMode(h)[0] else "disabled"),
@@ -161,7 +164,3 @@ def merge_agents(env: dict, agents: dict[str, dict]) -> dict:
 
 def _strip_ansi(s: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", s)
-
-
-def _text(x) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)

@@ -12,12 +12,18 @@ What it does, in order:
 5. when the job ends: publishes leftover partial files, writes env.json and manifest.json
    (every artefact listed), prints the check-up of the run directory;
 6. exits with the job's exit code; when the job was killed by a signal, kills itself with the
-   same signal (128 + N for signals that would dump core).
+   same signal (128 + N for signals that would dump core, and where that signal cannot end it).
+
+Every option is checked before the job starts (a bad one is a one-line error, exit 2, and no job).
+Once the job has started, nothing the launcher does can lose it: whatever fails in telemetry,
+the environment probes, the run directory or the report, the launcher still waits for the job,
+writes the manifest (the failure under `failed.launcher`) and passes its exit status through.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -29,12 +35,14 @@ from pathlib import Path
 from gpucheckup import __version__
 from gpucheckup.atomic import write_json_atomic
 from gpucheckup.capture import environment
-from gpucheckup.capture.agent import ENV_RUN_DIR, SETTINGS
+from gpucheckup.capture.agent import ENV_RUN_DIR, LIMITS, SETTINGS
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError
 
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 TERMINAL_SIGNALS = ("SIGINT", "SIGQUIT")  # the terminal sends these to the whole foreground group
+UNCATCHABLE = ("SIGKILL", "SIGSTOP")  # their disposition cannot be changed (signal.signal raises)
+NVML_HZ_MAX = 100.0  # NVML's utilization has a sample period of 1/6 s to 1 s: faster only costs CPU
 CORE_SIGNALS = ("SIGQUIT", "SIGILL", "SIGABRT", "SIGFPE", "SIGSEGV", "SIGBUS", "SIGSYS", "SIGTRAP", "SIGXCPU",
                 "SIGXFSZ")
 ARTEFACT_WHAT = [  # (name prefix, description), first match wins
@@ -71,7 +79,8 @@ def add_parser(sub) -> None:
                         f"{SETTINGS['window_start_s'][1]:g})")
     p.add_argument("--window", type=float, metavar="S",
                    help=f"length of that time window (default {SETTINGS['window_s'][1]:g})")
-    p.add_argument("--nvml-hz", type=float, default=10.0, help="NVML sampling rate (default 10)")
+    p.add_argument("--nvml-hz", type=float, default=10.0,
+                   help=f"NVML sampling rate, above 0 and at most {NVML_HZ_MAX:g} (default 10)")
     p.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
     p.add_argument("--no-report", action="store_true", help="do not print the check-up at the end")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
@@ -122,16 +131,30 @@ def inject_dir() -> Path:
     return Path(__file__).resolve().parent / "inject"
 
 
+def check_options(args) -> None:
+    """Every option the launcher or the agent will use, checked before anything starts: CheckupError if bad."""
+    given = {"skip": ("--skip", args.skip), "steps": ("--steps", args.steps),
+             "window_start_s": ("--window-start", args.window_start), "window_s": ("--window", args.window)}
+    for name, (flag, v) in given.items():
+        lo, hi = LIMITS[name]
+        if v is not None and not (math.isfinite(v) and lo <= v <= hi):
+            raise CheckupError(f"{flag} must be from {_num(lo)} to {_num(hi)}, got {_num(v)}")
+    if not (math.isfinite(args.nvml_hz) and 0 < args.nvml_hz <= NVML_HZ_MAX):
+        raise CheckupError(f"--nvml-hz must be above 0 and at most {_num(NVML_HZ_MAX)}, got {_num(args.nvml_hz)}")
+
+
+def _num(x: float) -> str:
+    """A limit or value as a person writes it: 1000000000, 0.1, nan."""
+    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else f"{x:g}"
+
+
 def cmd_run(args, console) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise CheckupError("no command to run: gpucheckup run [options] -- python train.py ...")
-    for name in ("skip", "steps"):
-        v = getattr(args, name)
-        if v is not None and v < (2 if name == "skip" else 1):
-            raise CheckupError(f"--{name} must be at least {2 if name == 'skip' else 1}")
+    check_options(args)
     run_dir = make_run_dir(args.out, args.name or run_name(cmd))
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -141,34 +164,93 @@ def cmd_run(args, console) -> int:
     forwarder = SignalForwarder()  # before the job starts: no signal may fall between the two
     try:
         child = subprocess.Popen(cmd, env=env)
-    except (FileNotFoundError, PermissionError) as e:
+    except OSError as e:
         forwarder.restore()
-        code, why = (127, "command not found") if isinstance(e, FileNotFoundError) else (126, "permission denied")
+        if isinstance(e, FileNotFoundError):
+            code, why = 127, "command not found"
+        else:  # as a shell says it: 126 for a command found but not runnable
+            code, why = 126, "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
         return _not_started(run_dir, cmd, started, code, f"{why}: {cmd[0]}")
-    forwarder.attach(child)
-    cpu = CpuSampler(run_dir, child.pid)
-    nvml = NvmlSampler(run_dir, args.nvml_hz, lambda: cpu.pids)
-    if args.no_nvml:
-        nvml.status = "off (--no-nvml)"
-    elif nvml.open():
-        nvml.start()
-    if cpu.open():
-        cpu.start()
-    host_env = {}
+    # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
+    problems: list[str] = []
+    nvml = cpu = None
+    host_env: dict = {}
+    rc = None
     try:
-        host_env = environment.collect_host(env)
-    except Exception as e:  # noqa: BLE001 - the run goes on
-        host_env = {"error": f"{type(e).__name__}: {e}"}
-    rc = child.wait()
-    ended = time.time()
-    forwarder.restore()
-    status = exit_status(rc)
-    try:
-        finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu)
-    except Exception as e:  # noqa: BLE001 - the job's exit status comes first
-        _say(f"gpucheckup: could not finish the run directory {run_dir}: {type(e).__name__}: {e}")
+        forwarder.attach(child)
+        cpu = CpuSampler(run_dir, child.pid)
+        nvml = NvmlSampler(run_dir, args.nvml_hz, lambda: cpu.pids)
+        if args.no_nvml:
+            nvml.status = "off (--no-nvml)"
+        else:
+            start_sampler(nvml, problems)
+        start_sampler(cpu, problems)
+        host_env = _guard(problems, "collecting the environment", lambda: environment.collect_host(env)) or {}
+        rc = child.wait()
+    except Exception as e:  # noqa: BLE001 - the job and its exit status come first
+        problems.append(f"watching the job: {type(e).__name__}: {e}")
+    finally:
+        if rc is None:  # the launcher failed on the way: the job still runs; wait for it before anything else
+            rc = _wait_anyway(child)
+        ended = time.time()
+        forwarder.restore()
+        finish_or_fallback(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
     _report(run_dir, args, console)
-    return _pass_through(rc, status)
+    return _pass_through(rc, exit_status(rc))
+
+
+def start_sampler(sampler, problems: list[str]) -> None:
+    """Open and start a telemetry sampler; its status says why when it cannot sample, `problems` when it broke."""
+    try:
+        if sampler.open():
+            sampler.start()
+    except Exception as e:  # noqa: BLE001 - telemetry must never cost the job
+        sampler.status = f"failed to start: {type(e).__name__}: {e}"
+        problems.append(f"starting {sampler.name}: {type(e).__name__}: {e}")
+
+
+def _guard(problems: list[str], what: str, fn):
+    """fn(), or None with the failure added to `problems`: nothing the launcher does may lose the job."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the job and its exit status come first
+        problems.append(f"{what}: {type(e).__name__}: {e}")
+        return None
+
+
+def _wait_anyway(child: subprocess.Popen) -> int:
+    """The job's return code, waiting through interruptions of the launcher itself."""
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:  # the job got the terminal's Ctrl-C too; it decides when it ends
+            continue
+
+
+def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu, problems) -> None:
+    """Write the run directory's manifest; should that fail, a minimal one that says why."""
+    try:
+        finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        if problems:
+            _say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
+                 f"(in {run_dir / 'manifest.json'}, failed.launcher)")
+        return
+    except Exception as e:  # noqa: BLE001 - the job's exit status comes first
+        problems.append(f"writing the manifest: {type(e).__name__}: {e}")
+    _say(f"gpucheckup: could not finish the run directory {run_dir}: {problems[-1]}")
+    for sampler in (nvml, cpu):
+        if sampler is not None:
+            _guard(problems, f"stopping {sampler.name}", sampler.close)
+    _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir))
+    try:
+        write_json_atomic(run_dir / "manifest.json", {
+            "gpucheckup_version": __version__, "kind": "run", "command": cmd, "cwd": os.getcwd(),
+            "run_dir": str(run_dir), "started_epoch_s": started, "ended_epoch_s": ended,
+            "duration_s": round(ended - started, 3), **exit_status(rc), "captured": {},
+            "failed": {"launcher": "; ".join(problems)}, "artefacts": _guard([], "", lambda: list_artefacts(run_dir))
+            or []})
+    except Exception as e:  # noqa: BLE001
+        _say(f"gpucheckup: no manifest in {run_dir}: {type(e).__name__}: {e}")
 
 
 def _not_started(run_dir: Path, cmd, started, code: int, why: str) -> int:
@@ -239,40 +321,54 @@ def exit_status(rc: int) -> dict:
 
 
 def _pass_through(rc: int, status: dict) -> int:
-    """Our exit code, or death by the job's signal."""
+    """Our exit code, or death by the job's signal (128 + N where the signal cannot end us as it ended the job)."""
     if rc >= 0:
         return rc
     sig = -rc
-    if status["exit_signal"] in CORE_SIGNALS:
+    name = status["exit_signal"]
+    if name in CORE_SIGNALS or name == "SIGSTOP":  # SIGSTOP would stop us, not end us
         return 128 + sig
     sys.stdout.flush()
     sys.stderr.flush()
-    signal.signal(sig, signal.SIG_DFL)
-    os.kill(os.getpid(), sig)
-    time.sleep(1)
+    if name not in UNCATCHABLE:  # SIGKILL needs no reset (and signal.signal refuses it)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            return 128 + sig
+    try:
+        os.kill(os.getpid(), sig)
+    except OSError:
+        return 128 + sig
+    time.sleep(1)  # a signal whose default is to be ignored (SIGCHLD, SIGWINCH, SIGURG) lands here
     return 128 + sig
 
 
-def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu) -> dict:
-    """Stop the samplers, publish leftovers, write env.json and manifest.json."""
+def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu,
+                   problems: list[str] | None = None) -> dict:
+    """Stop the samplers, publish leftovers, write env.json and manifest.json. A step that fails is
+    stated under failed.launcher (with anything in `problems`) and the others still run."""
+    problems = [] if problems is None else problems
     failed: dict[str, str] = {}
-    nvml.close()
-    cpu.close()
-    if nvml.status != "ok":
-        failed["nvml"] = nvml.status
-    if cpu.status != "ok":
-        failed["cpu"] = cpu.status
-    recovered = publish_leftovers(run_dir)
+    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+        if sampler is None:
+            continue
+        _guard(problems, f"stopping {sampler.name}", sampler.close)
+        if sampler.status != "ok":
+            failed[key] = sampler.status
+    recovered = _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir)) or []
     if recovered:
         failed["agent_exit"] = (f"the job did not exit cleanly; partial files published as they were: "
                                 f"{', '.join(recovered)}")
-    agents = read_agents(run_dir)
-    env = environment.merge_agents(host_env, agents)
-    write_json_atomic(run_dir / "env.json", env)
-    captured, more_failed = capture_status(run_dir, agents, args)
+    agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(run_dir)) or {}
+    env = _guard(problems, "merging the environment", lambda: environment.merge_agents(host_env, agents)) or host_env
+    _guard(problems, "writing env.json", lambda: write_json_atomic(run_dir / "env.json", env))
+    captured, more_failed = _guard(problems, "reading what was captured",
+                                   lambda: capture_status(run_dir, agents, args)) or ({}, {})
     failed.update(more_failed)
-    captured["nvml"] = nvml.summary()
-    captured["cpu"] = cpu.summary()
+    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+        captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
+    if problems:
+        failed["launcher"] = "; ".join(problems)
     manifest = {
         "gpucheckup_version": __version__,
         "kind": "run",
@@ -298,6 +394,12 @@ def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml,
             "cuda_driver": env.get("cuda_driver"),
         },
     }
+    return write_manifest(run_dir, manifest)
+
+
+def write_manifest(run_dir: Path, manifest: dict, **updates) -> dict:
+    """The manifest with `updates` and every file now in the run directory listed, written atomically."""
+    manifest = {**manifest, **updates}
     manifest["artefacts"] = list_artefacts(run_dir)
     write_json_atomic(run_dir / "manifest.json", manifest)
     return manifest
@@ -352,7 +454,7 @@ def capture_status(run_dir: Path, agents: dict[str, dict], args) -> tuple[dict, 
         if not any(c.get("status") == "done" and not c.get("attach") for c in caps):
             s = a.get("settings") or {}
             why = [c.get("status") for c in caps if not c.get("attach")]
-            failed[f"trace:{key}"] = why[0] if why else (
+            failed[f"trace:{key}"] = str(why[0]) if why else (
                 f"no profiled window: the job ran {a.get('steps')} optimizer steps, the window needed "
                 f"{s.get('skip', 0) + s.get('steps', 0)} (use --skip/--steps), and no time window ran")
         if a.get("error_count"):
@@ -390,11 +492,11 @@ def _report(run_dir: Path, args, console) -> None:
         from gpucheckup.run_checkup import check_run, emit_run
 
         emit_run(check_run(run_dir), console, quiet=args.no_report, json_path=args.json)
+        console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
     except CheckupError as e:
         _say(f"gpucheckup: no check-up of {run_dir}: {e}")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a closed stdout, a bug in a report: the job's status still passes
         _say(f"gpucheckup: no check-up of {run_dir}: internal error {type(e).__name__}: {e}")
-    console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 def _say(line: str) -> None:

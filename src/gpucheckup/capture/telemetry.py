@@ -37,6 +37,7 @@ class CsvSink:
         self.rows: list[str] = []
         self.count = 0
         self.last_flush = time.time()
+        self.finished = False
         self.part.write_text(",".join(columns) + "\n")
 
     def add(self, values: list) -> None:
@@ -54,8 +55,12 @@ class CsvSink:
                 f.write("".join(rows))
 
     def finish(self) -> None:
+        """Write what is left and rename the file into place (once; later calls do nothing)."""
+        if self.finished:
+            return
         self.flush()
         os.replace(self.part, self.path)
+        self.finished = True
 
 
 def visible_indices(cvd: str | None, count: int, uuids: list[str]) -> list[int]:
@@ -80,6 +85,8 @@ class Sampler(threading.Thread):
     """A daemon thread calling `tick()` at a fixed rate until stopped."""
 
     def __init__(self, period_s: float, name: str):
+        if not 0 < period_s < float("inf"):  # a period of 0 or less would spin a core
+            raise ValueError(f"{name}: sampling period must be above 0 s, got {period_s}")
         super().__init__(name=name, daemon=True)
         self.period_s = period_s
         self.halt = threading.Event()
@@ -106,6 +113,8 @@ class NvmlSampler(Sampler):
     """NVML readings of the job's GPUs at `hz`."""
 
     def __init__(self, run_dir: Path, hz: float, job_pids):
+        if not 0 < hz < float("inf"):
+            raise ValueError(f"NVML sampling rate must be above 0 Hz, got {hz}")
         super().__init__(1.0 / hz, "gpucheckup-nvml")
         self.run_dir = Path(run_dir)
         self.job_pids = job_pids  # callable: the pids of the job's processes now
@@ -127,7 +136,7 @@ class NvmlSampler(Sampler):
             pynvml.nvmlInit()
             n = pynvml.nvmlDeviceGetCount()
             handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-            uuids = [_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
+            uuids = [nvml_text(pynvml.nvmlDeviceGetUUID(h)) for h in handles]
         except Exception as e:  # noqa: BLE001 - NVMLError and friends
             self.status = f"unavailable: {e}"
             return False
@@ -276,5 +285,6 @@ class CpuSampler(Sampler):
                 "max_processes": self.max_processes, "errors": self.errors}
 
 
-def _text(x) -> str:
+def nvml_text(x) -> str:
+    """A string NVML returned: bytes from older nvidia-ml-py releases, str from newer ones."""
     return x.decode() if isinstance(x, bytes) else str(x)

@@ -6,7 +6,10 @@ Keys added beside the trace's keys (see report/model.py), also in docs/capture.m
 - nvml: {"t_s", "gpu_util", "power_w", "sm_clock_mhz", "throttled"}: seconds since the run started,
   the job's GPUs' mean utilization %, summed power W, mean SM clock MHz, 1 when throttled
   (at most 2000 points: equal time buckets above that)
-- step_history: {"step", "ms"}: every timed step (at most 5000 points: bucket medians above that)
+- step_history: {"step": [...], "time_ms": [...], "profiled": [first, last] or null, "source": "steps.csv"}:
+  every timed step of the process whose steps speak for the run (at most 5000 points: bucket
+  medians above that), the profiled steps, and the file they come from (the shape the HTML and
+  Markdown reports render, docs/reports.md)
 - env: env.json as written by `gpucheckup run`
 - run_figures: {"steps": step_history.step_stats, "nvml": telemetry.nvml_summary,
   "cpu": telemetry.cpu_summary, "dataloaders": environment.dataloader_load, "flops": flops.json}
@@ -19,7 +22,7 @@ from __future__ import annotations
 from gpucheckup import __version__
 from gpucheckup.analysis import step_history, telemetry
 from gpucheckup.analysis.run import RunAnalysis
-from gpucheckup.diagnosis.findings import TIERS, Finding
+from gpucheckup.diagnosis.findings import Diagnosis, Finding
 from gpucheckup.report.model import _clean
 
 MAX_ENV_TEXT = 20000
@@ -50,8 +53,7 @@ def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> di
         },
         "nvml": telemetry.nvml_plot_series(run.nvml, t0) if ra.nvml else
         {"t_s": [], "gpu_util": [], "power_w": [], "sm_clock_mhz": [], "throttled": []},
-        "step_history": step_history.history_series(run.steps[ra.steps_key]) if ra.steps_key else
-        {"step": [], "ms": []},
+        "step_history": step_history_part(ra),
         "env": env,
         "run_figures": {"steps": ra.steps, "nvml": ra.nvml, "cpu": ra.cpu, "dataloaders": ra.loaders,
                         "flops": run.flops, "coarse": run.coarse},
@@ -59,24 +61,32 @@ def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> di
     return _clean(out)
 
 
+def step_history_part(ra: RunAnalysis) -> dict:
+    """The report's step_history: every timed step of the run, the profiled steps, the file they come from."""
+    key = ra.steps_key
+    if key is None:
+        return {"step": [], "time_ms": [], "profiled": None, "source": None}
+    return {**step_history.history_series(ra.run.steps[key]),
+            "profiled": (ra.steps or {}).get("profiled_steps"),
+            "source": "steps.csv" if key == "main" else f"steps-{key}.csv"}
+
+
 def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str]) -> dict:
     """A report for a run with no GPU timeline: the run-level parts and findings."""
-    fixes = []
-    seen = set()
-    for fd in findings:
-        for f in fd.fixes:
-            k = f.key or f.action
-            if k not in seen:
-                seen.add(k)
-                fixes.append({"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how,
-                              "finding": fd.id})
-    fixes.sort(key=lambda f: (TIERS.index(f["tier"]), -f["saving_ms"]))
     out = {
         "gpucheckup_version": __version__,
         "verdict": {"primary": None, "title": "No GPU timeline", "reason": no_timeline, "scores": {},
                     "findings": [f.to_dict() for f in findings]},
-        "fixes": fixes,
+        "fixes": fix_dicts(findings),
         "notes": [no_timeline],
         **run_parts(ra, traces, no_timeline),
     }
     return _clean(out)
+
+
+def fix_dicts(findings: list[Finding]) -> list[dict]:
+    """The report's `fixes` from findings, ranked as in every check-up (Diagnosis.ranked_fixes: info findings
+    skipped, one fix per key with its largest saving, configuration-only first, then by saving)."""
+    ranked = Diagnosis(primary=None, reason="", scores={}, findings=findings).ranked_fixes()
+    return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "finding": fd.id}
+            for f, fd in ranked]

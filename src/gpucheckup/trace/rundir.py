@@ -5,8 +5,15 @@ A run directory holds `manifest.json` and, when they could be captured: `traces/
 `traces/attach/` for attach captures), `steps.csv` /
 `steps-rank<R>.csv`, `nvml.csv`, `cpu.csv`, `env.json`, `agent*.json`, `flops.json`, and for an
 out-of-process attach `samples.csv`. CSV columns become numpy arrays (empty cells are NaN);
-text columns stay lists. A missing optional file is None; an unreadable one raises CheckupError.
-Needs no torch.
+text columns stay lists. A missing optional file is None. Needs no torch.
+
+A file that is there but malformed stops the reading with a one-line CheckupError naming the
+file and what is wrong: unreadable JSON or CSV, a CSV without a column the check-up uses
+(STEP_COLUMNS, NVML_COLUMNS, CPU_COLUMNS), an empty cell where one is needed (a step number, a
+sample time, a pid), a cell that is not a number, a JSON field of the wrong type (MANIFEST_TYPES,
+ENV_TYPES, ...). Such a file was not written by gpucheckup as it is, and leaving part of it out
+would give figures a user cannot check against the files; the error says which file to fix or
+remove (removing an optional file leaves only its part out of the check-up).
 """
 
 from __future__ import annotations
@@ -23,6 +30,23 @@ from gpucheckup.errors import CheckupError
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
 SAMPLE_TEXT = {"main_state", "main_frame", "main_thread_active"}
+# Columns the run-level analyses read (analysis/step_history.py, analysis/telemetry.py), and those of
+# them no row may leave empty.
+STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
+NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
+NVML_FILLED = ("t_s",)
+CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
+SAMPLE_COLUMNS, SAMPLE_FILLED = ("t_s", "main_state"), ("t_s",)
+
+NUMBER, TEXT, OBJECT, LIST = "a number", "a string", "an object", "a list"
+MANIFEST_TYPES = {"kind": TEXT, "command": LIST, "started_epoch_s": NUMBER, "ended_epoch_s": NUMBER,
+                  "duration_s": NUMBER, "exit_code": NUMBER, "exit_signal": TEXT, "captured": OBJECT,
+                  "failed": OBJECT, "artefacts": LIST}
+ENV_TYPES = {"cpu": OBJECT, "gpus": LIST, "torch": OBJECT, "dataloaders": LIST, "job": OBJECT, "driver": TEXT,
+             "topology": TEXT}
+AGENT_TYPES = {"key": TEXT}
+FLOPS_TYPES = {"flops_per_step": NUMBER}
+COARSE_TYPES = {"sentence": TEXT, "verdict": TEXT}
 
 
 @dataclass
@@ -58,37 +82,45 @@ def is_run_dir(path: Path) -> bool:
 
 
 def read_run(path: Path) -> RunDir:
-    """Read a run directory."""
+    """Read a run directory; CheckupError (one line: the file, what is wrong) for a malformed file."""
     path = Path(path)
-    manifest = read_json(path / "manifest.json")
+    manifest = read_json(path / "manifest.json", MANIFEST_TYPES)
+    _check_items(path / "manifest.json", "command", manifest.get("command"), TEXT)
+    _check_items(path / "manifest.json", "failed", manifest.get("failed"), TEXT)
+    for key in ("captured", "failed"):
+        if manifest.get(key) is None:
+            manifest[key] = {}
     run = RunDir(path=path, manifest=manifest)
-    run.env = read_json(path / "env.json") if (path / "env.json").exists() else {}
+    if (path / "env.json").exists():
+        run.env = read_json(path / "env.json", ENV_TYPES)
+        for key in ("gpus", "dataloaders", "job"):
+            _check_items(path / "env.json", key, run.env.get(key), OBJECT)
     for p in sorted(path.glob("agent*.json")):
-        a = read_json(p)
+        a = read_json(p, AGENT_TYPES)
         run.agents[a.get("key") or p.stem] = a
     for p in sorted(path.glob("steps*.csv")):
         key = p.stem.split("-", 1)[1] if "-" in p.stem else "main"
-        run.steps[key] = read_csv(p, STEP_TEXT)
+        run.steps[key] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
     if (path / "nvml.csv").exists():
-        run.nvml = read_csv(path / "nvml.csv")
+        run.nvml = read_csv(path / "nvml.csv", required=NVML_COLUMNS, filled=NVML_FILLED)
     if (path / "cpu.csv").exists():
-        run.cpu = read_csv(path / "cpu.csv", CPU_TEXT)
+        run.cpu = read_csv(path / "cpu.csv", CPU_TEXT, CPU_COLUMNS, CPU_FILLED)
     if (path / "flops.json").exists():
-        run.flops = read_json(path / "flops.json")
+        run.flops = read_json(path / "flops.json", FLOPS_TYPES)
     traces = path / "traces"
     if traces.is_dir():
         run.traces = sorted(p for p in traces.iterdir() if p.is_file() and p.name.endswith((".json.gz", ".json")))
         run.time_traces = sorted((traces / "time-window").glob("*.json*"))
         run.attach_traces = sorted((traces / "attach").glob("*.json*"))
     if (path / "samples.csv").exists():
-        run.samples = read_csv(path / "samples.csv", SAMPLE_TEXT)
+        run.samples = read_csv(path / "samples.csv", SAMPLE_TEXT, SAMPLE_COLUMNS, SAMPLE_FILLED)
     if (path / "attach.json").exists():
-        run.coarse = read_json(path / "attach.json")
+        run.coarse = read_json(path / "attach.json", COARSE_TYPES)
     return run
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object from a file, or a one-line CheckupError."""
+def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
+    """A JSON object from a file, its fields in `types` null or of that type; else a one-line CheckupError."""
     try:
         obj = json.loads(path.read_text())
     except FileNotFoundError:
@@ -97,11 +129,41 @@ def read_json(path: Path) -> dict:
         raise CheckupError(f"{path}: not readable JSON ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(obj, dict):
         raise CheckupError(f"{path}: expected a JSON object")
+    for key, kind in (types or {}).items():
+        if obj.get(key) is not None and not _is(obj[key], kind):
+            raise CheckupError(f"{path}: field {key!r} should be {kind}, not {_json_type(obj[key])}")
     return obj
 
 
-def read_csv(path: Path, text: set[str] = frozenset()) -> dict:
-    """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns."""
+def _check_items(path: Path, key: str, value, kind: str) -> None:
+    """Every item of a list (or every value of an object) at `key` is of `kind`; else a one-line CheckupError."""
+    items = value.items() if isinstance(value, dict) else enumerate(value or [])
+    for k, v in items:
+        if not _is(v, kind):
+            raise CheckupError(f"{path}: {key}[{k!r}] should be {kind}, not {_json_type(v)}")
+
+
+def _is(value, kind: str) -> bool:
+    if kind == NUMBER:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {TEXT: str, OBJECT: dict, LIST: list}[kind])
+
+
+def _json_type(value) -> str:
+    """A value's JSON type, as the error message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    for kind in (NUMBER, TEXT, OBJECT, LIST):
+        if _is(value, kind):
+            return f"{kind} ({json.dumps(value)[:40]})" if kind in (NUMBER, TEXT) else kind
+    return type(value).__name__
+
+
+def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -> dict:
+    """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns.
+    CheckupError when a `required` column is missing or a `filled` column has an empty cell."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))
@@ -110,9 +172,14 @@ def read_csv(path: Path, text: set[str] = frozenset()) -> dict:
     if not rows:
         raise CheckupError(f"{path}: empty file (no header)")
     header, body = rows[0], [r for r in rows[1:] if r]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise CheckupError(f"{path}: no column {', '.join(missing)} (the header has: {','.join(header)[:120]})")
     out: dict = {}
     for j, name in enumerate(header):
         cells = [r[j] if j < len(r) else "" for r in body]
+        if name in filled and "" in cells:
+            raise CheckupError(f"{path}: line {cells.index('') + 2}, column {name}: empty")
         if name in text:
             out[name] = cells
             continue

@@ -25,9 +25,15 @@ def _arm_agent():
             sys.path.remove(root)
         agent.install()
     except Exception as e:  # noqa: BLE001 - the job must start whatever happens here
+        # A log is appended, not written atomically: one whole line per write on an O_APPEND
+        # descriptor, so lines from several processes never interleave (docs/capture.md).
+        line = f"pid {os.getpid()}: the agent could not be armed: {type(e).__name__}: {e}"
         try:
-            with open(os.path.join(run_dir, "agent-bootstrap.log"), "a") as f:
-                f.write(f"pid {os.getpid()}: the agent could not be armed: {type(e).__name__}: {e}\n")
+            fd = os.open(os.path.join(run_dir, "agent-bootstrap.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, (" ".join(line.split()) + "\n").encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
         except OSError:
             pass
 
