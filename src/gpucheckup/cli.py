@@ -15,7 +15,7 @@ from gpucheckup import __version__
 from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.atomic import write_atomic
 from gpucheckup.checkup import Checkup, check_path, rank_summary
-from gpucheckup.errors import CheckupError
+from gpucheckup.errors import CheckupError, say
 from gpucheckup.report import html, markdown, perfetto, terminal
 
 EXIT_BAD_INPUT = 2
@@ -248,21 +248,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args, console)
     except CheckupError as e:
-        _say(f"gpucheckup: error: {e}")
+        say(f"gpucheckup: error: {e}")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        _say("gpucheckup: interrupted")
+        say("gpucheckup: interrupted")
         return 130
     except Exception as e:  # noqa: BLE001 - one line, not a traceback, unless --debug
         if args.debug:
             raise
-        _say(f"gpucheckup: internal error: {type(e).__name__}: {e} (run with --debug for details)")
+        say(f"gpucheckup: internal error: {type(e).__name__}: {e} (run with --debug for details)")
         return EXIT_INTERNAL
 
-
-def _say(line: str) -> None:
-    """One unwrapped line on stderr."""
-    sys.stderr.write(" ".join(line.split()) + "\n")
 
 
 if __name__ == "__main__":

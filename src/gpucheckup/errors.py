@@ -1,5 +1,13 @@
-"""The one exception type the command line turns into a one-line error and a non-zero exit."""
+"""The one exception type the command line turns into a one-line error and a non-zero exit, and the
+function that prints such a line."""
+
+import sys
 
 
 class CheckupError(Exception):
     """Bad input or an impossible request, said in one line a user can act on."""
+
+
+def say(line: str) -> None:
+    """One unwrapped line on stderr (no Rich: an error must print even when rendering fails)."""
+    sys.stderr.write(" ".join(line.split()) + "\n")

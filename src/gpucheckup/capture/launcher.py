@@ -37,7 +37,7 @@ from gpucheckup.atomic import write_json_atomic
 from gpucheckup.capture import environment
 from gpucheckup.capture.agent import ENV_RUN_DIR, LIMITS, SETTINGS
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
-from gpucheckup.errors import CheckupError
+from gpucheckup.errors import CheckupError, say
 
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 TERMINAL_SIGNALS = ("SIGINT", "SIGQUIT")  # the terminal sends these to the whole foreground group
@@ -232,12 +232,12 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
     try:
         finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
         if problems:
-            _say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
+            say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
                  f"(in {run_dir / 'manifest.json'}, failed.launcher)")
         return
     except Exception as e:  # noqa: BLE001 - the job's exit status comes first
         problems.append(f"writing the manifest: {type(e).__name__}: {e}")
-    _say(f"gpucheckup: could not finish the run directory {run_dir}: {problems[-1]}")
+    say(f"gpucheckup: could not finish the run directory {run_dir}: {problems[-1]}")
     for sampler in (nvml, cpu):
         if sampler is not None:
             _guard(problems, f"stopping {sampler.name}", sampler.close)
@@ -250,7 +250,7 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
             "failed": {"launcher": "; ".join(problems)}, "artefacts": _guard([], "", lambda: list_artefacts(run_dir))
             or []})
     except Exception as e:  # noqa: BLE001
-        _say(f"gpucheckup: no manifest in {run_dir}: {type(e).__name__}: {e}")
+        say(f"gpucheckup: no manifest in {run_dir}: {type(e).__name__}: {e}")
 
 
 def _not_started(run_dir: Path, cmd, started, code: int, why: str) -> int:
@@ -258,7 +258,7 @@ def _not_started(run_dir: Path, cmd, started, code: int, why: str) -> int:
                 "run_dir": str(run_dir), "started_epoch_s": started, "exit_code": code,
                 "failed": {"job": why}, "artefacts": []}
     write_json_atomic(run_dir / "manifest.json", manifest)
-    _say(f"gpucheckup: error: {why}")
+    say(f"gpucheckup: error: {why}")
     return code
 
 
@@ -494,10 +494,7 @@ def _report(run_dir: Path, args, console) -> None:
         emit_run(check_run(run_dir), console, quiet=args.no_report, json_path=args.json)
         console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
     except CheckupError as e:
-        _say(f"gpucheckup: no check-up of {run_dir}: {e}")
+        say(f"gpucheckup: no check-up of {run_dir}: {e}")
     except Exception as e:  # noqa: BLE001 - a closed stdout, a bug in a report: the job's status still passes
-        _say(f"gpucheckup: no check-up of {run_dir}: internal error {type(e).__name__}: {e}")
+        say(f"gpucheckup: no check-up of {run_dir}: internal error {type(e).__name__}: {e}")
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(" ".join(line.split()) + "\n")
