@@ -134,7 +134,7 @@ def test_annotated_trace_keeps_the_original_and_adds_tracks(tmp_path, case, suff
     begins = {e["id"]: e for e in added if e["ph"] == "b"}
     ends = {e["id"]: e for e in added if e["ph"] == "e"}
     assert begins.keys() == ends.keys()
-    assert len(begins) == sum(1 for f in report["verdict"]["findings"] for p in f["events"] if p.get("dur_us"))
+    assert len(begins) == sum(1 for f in report["verdict"]["findings"] for p in f["events"] if p.get("dur_ms"))
     for i, b in begins.items():
         assert ends[i]["ts"] > b["ts"] and ends[i]["name"] == b["name"] and ends[i]["cat"] == b["cat"]
 

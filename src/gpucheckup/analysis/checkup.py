@@ -11,6 +11,7 @@ from gpucheckup.analysis import (
 )
 from gpucheckup.analysis import gemm_dtype, mfu, ncu_bounds, profiler_overhead, roofline, shape_flops
 from gpucheckup.analysis import timeline as tl
+from gpucheckup.analysis import window as win
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.ncu_csv import NcuLaunch
@@ -39,6 +40,7 @@ class TraceAnalysis:
     roofline: dict = field(default_factory=dict)
     ncu: dict | None = None
     profiler: dict | None = None  # profiler_overhead.correction, when the unprofiled step time is known
+    window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/window.py)
 
     @property
     def busy_pct(self) -> float:
@@ -67,16 +69,17 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()
-    gaps_summary = gap_causes.summarize(causes, st, timeline)
+    w = win.traced_window(st, len(timeline.busy))
+    gaps_summary = gap_causes.summarize(causes, w)
     prof = None
-    step_s = float(np.median(st.duration)) / 1e6
     if inputs.unprofiled_step_ms:
-        gpu_ms = sum(timeline.busy_us(d) for d in timeline.busy) / max(len(timeline.busy), 1) / 1000 / st.count
-        prof = profiler_overhead.correction(float(st.duration.mean()) / 1000, gpu_ms, inputs.unprofiled_step_ms,
+        gpu_ms = w.ms(sum(timeline.busy_us(d) for d in timeline.busy))
+        prof = profiler_overhead.correction(w.traced_step_ms, gpu_ms, inputs.unprofiled_step_ms,
                                             inputs.unprofiled_from)
         if prof["applied"]:
+            w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)
             gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
-            step_s = inputs.unprofiled_step_ms / 1000
+    step_s = w.step_ms / 1000
     shapes = shape_flops.shape_flops(trace, st)
     annotated = shape_flops.annotated_flops(trace, st)
     device = trace.devices[0].name if trace.devices else ""
@@ -95,13 +98,14 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         step_summary=steps.summary(st),
         gap_pattern=tl.gap_pattern(timeline, st),
         gaps_summary=gaps_summary,
-        copies=copies.copy_stats(trace, st, timeline),
+        copies=copies.copy_stats(trace, st, timeline, w),
         syncs=syncs.sync_stats(trace, st, rows, causes),
-        dataloader=dataloader.dataloader_stats(trace, st),
+        dataloader=dataloader.dataloader_stats(trace, st, w),
         api=api_health.api_health(trace, rows),
-        communication=communication.comm_stats(trace, st, kstats),
+        communication=communication.comm_stats(trace, st, kstats, w),
         mfu=mfu_fig,
         roofline=roofline.roofline(shapes, gpu, st.count),
         ncu=ncu_bounds.ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
         profiler=prof,
+        window=w,
     )

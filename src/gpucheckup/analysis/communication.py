@@ -5,8 +5,8 @@ Definitions (also in docs/metrics.md). Counted: kernels of category `communicati
 - comm time: the union of communication kernel intervals.
 - overlap %: the share of comm time during which a non-communication kernel ran on the same
   device. Healthy: most of it (DDP and FSDP overlap gradient reduction with backward).
-- exposed comm: comm time with no compute beside it, per step and as % of step time: the time
-  a faster network or better overlap would save.
+- exposed comm: comm time with no compute beside it, per step and device and as % of step time
+  (analysis/window.py): the time a faster network or better overlap would save.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import numpy as np
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.steps import Steps
+from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
 
 COMM = CATEGORIES.index("communication")
 
 
-def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats) -> dict:
+def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats, window: Window) -> dict:
     """Communication kernel time, its overlap with compute, and the exposed remainder."""
     gpu = trace.gpu
     rows, cat = kernels.rows, kernels.category_of_row
     comm_total = exposed = 0.0
-    n_dev = len(np.unique(gpu.device)) or 1
     for dev in np.unique(gpu.device[rows]):
         on = gpu.device[rows] == dev
         c, k = rows[on & (cat == COMM)], rows[on & (cat != COMM)]
@@ -34,11 +34,10 @@ def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats) -> dict:
         compute = iv.union(gpu.start[k], gpu.end[k])
         comm_total += iv.total(comm)
         exposed += iv.total(iv.subtract(comm, compute))
-    window = float(steps.duration.sum()) * n_dev
     return {
         "present": comm_total > 0,
         "time_ms": comm_total / 1000,
         "overlap_pct": 100 * (comm_total - exposed) / comm_total if comm_total > 0 else None,
-        "exposed_ms_per_step": exposed / 1000 / steps.count / n_dev,
-        "exposed_pct_of_step": 100 * exposed / window if window > 0 else 0.0,
+        "exposed_ms_per_step": window.ms(exposed),
+        "exposed_pct_of_step": window.pct(window.ms(exposed)),
     }

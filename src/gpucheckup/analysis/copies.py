@@ -6,12 +6,14 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 - direction: HtoD, DtoH, DtoD, HtoH, PtoP as in the name.
 - pageable: source or destination is `Pageable` host memory. CUDA stages such copies through
   a bounce buffer and blocks the host: the fix is `pin_memory=True` and `non_blocking=True`.
+- pageable_mb_per_step, pageable_ms_per_step: the pageable copies' bytes and summed durations
+  per step and device (analysis/window.py).
 - achieved GB/s per direction: summed bytes / summed copy duration.
 - pct_of_gpu_time: the union of copy intervals over the union of all GPU busy intervals.
 - overlap_pct: the share of copy time during which a kernel was running on the same device.
   Copies hidden under compute cost nothing; the articles' healthy band is over 80%.
-- exposed_pct_of_step: copy time with no kernel beside it, over step time: what the copies
-  cost the step.
+- exposed_ms_per_step, exposed_pct_of_step: copy time with no kernel beside it, per step and
+  device and over the step time (analysis/window.py): what the copies cost the step.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
+from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import KERNEL, MEMCPY, Trace
 
 COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
@@ -39,7 +42,7 @@ def parse_copy_name(name: str) -> tuple[str, str, str]:
     return "other", "?", "?"
 
 
-def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
+def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -> dict:
     """Per-direction totals, pageable count, share of GPU time and overlap with kernels."""
     gpu = trace.gpu
     lo, hi = steps.window
@@ -47,6 +50,7 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
     directions: dict[str, dict] = {}
     pageable = 0
     pageable_bytes = 0.0
+    pageable_us = 0.0
     for r in rows:
         d, src, dst = parse_copy_name(trace.names[gpu.name[r]])
         e = directions.setdefault(d, {"count": 0, "bytes": 0.0, "time_us": 0.0, "pageable_count": 0})
@@ -58,13 +62,13 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
             e["pageable_count"] += 1
             pageable += 1
             pageable_bytes += 0.0 if np.isnan(b) else float(b)
+            pageable_us += float(gpu.end[r] - gpu.start[r])
     for e in directions.values():
         e["gb_per_s"] = e["bytes"] / (e["time_us"] * 1e3) if e["time_us"] > 0 else None
         e["mb"] = e["bytes"] / 1e6
     busy_total = sum(iv.total(b) for b in timeline.busy.values())
     copy_union_total = 0.0
     overlapped = 0.0
-    window = float(steps.duration.sum()) * max(len(timeline.busy), 1)
     for dev in timeline.busy:
         c = (gpu.device[rows] == dev)
         copies = iv.clip(iv.union(gpu.start[rows][c], gpu.end[rows][c]), lo, hi)
@@ -77,9 +81,12 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline) -> dict:
         "by_direction": directions,
         "pageable_count": pageable,
         "pageable_mb": pageable_bytes / 1e6,
+        "pageable_mb_per_step": window.per_step(pageable_bytes) / 1e6,  # per device
+        "pageable_ms_per_step": window.ms(pageable_us),  # summed copy durations, per device
         "time_ms": copy_union_total / 1000,
         "pct_of_gpu_time": 100 * copy_union_total / busy_total if busy_total > 0 else 0.0,
         "overlap_pct": 100 * overlapped / copy_union_total if copy_union_total > 0 else None,
-        "per_step_ms": copy_union_total / 1000 / steps.count / max(len(timeline.busy), 1),  # per device
-        "exposed_pct_of_step": 100 * (copy_union_total - overlapped) / window if window > 0 else 0.0,
+        "per_step_ms": window.ms(copy_union_total),  # per device
+        "exposed_ms_per_step": window.ms(copy_union_total - overlapped),
+        "exposed_pct_of_step": window.pct(window.ms(copy_union_total - overlapped)),
     }

@@ -2,7 +2,8 @@
 
 Definition (also in docs/metrics.md): dataloader % of step = the union of
 `enumerate(DataLoader)#...__next__` annotations (the host waiting for a batch) clipped to the
-step windows, over the summed step window length. It counts host time; whether the GPU idled
+step windows, over the summed step window length; as ms per step, that share of the step time
+(analysis/window.py). It counts host time; whether the GPU idled
 meanwhile is `gap_causes`' `input`. Over 10% deserves a look; the DataLoader can usually hide
 behind compute entirely (num_workers, prefetching).
 """
@@ -14,16 +15,16 @@ import numpy as np
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.steps import Steps
+from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
 
 
-def dataloader_stats(trace: Trace, steps: Steps) -> dict:
+def dataloader_stats(trace: Trace, steps: Steps, window: Window) -> dict:
     """Time in DataLoader `__next__` per step and as a share of step time."""
     rows = host_calls.dataloader_rows(trace)
     host = trace.host
     waits = iv.union(host.start[rows], host.end[rows])
     per_step = iv.covered_between(waits, steps.start, steps.end)
-    total = float(steps.duration.sum())
     names = sorted({trace.names[host.name[r]] for r in rows})
     return {
         "present": bool(len(rows)),
@@ -31,5 +32,6 @@ def dataloader_stats(trace: Trace, steps: Steps) -> dict:
         "iterators": names,
         "per_step_ms": [float(x) / 1000 for x in per_step],
         "median_ms": float(np.median(per_step)) / 1000 if len(per_step) else 0.0,
-        "pct_of_step": 100 * float(per_step.sum()) / total if total > 0 else 0.0,
+        "ms_per_step": window.host_ms(float(per_step.sum())),
+        "pct_of_step": window.pct(window.host_ms(float(per_step.sum()))),
     }

@@ -27,6 +27,7 @@ from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
+from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
 
 CAUSES = ("input", "sync", "communication", "allocation", "launch", "other_host", "queued")
@@ -154,15 +155,13 @@ def _main_thread(trace: Trace, launch_rows: np.ndarray) -> tuple[int, int]:
     return int(best[0]), int(best[1])
 
 
-def summarize(causes: GapCauses, steps: Steps, timeline: Timeline) -> dict:
-    """Idle time per cause in ms: in total (all devices), per step and as a share of step time (both
-    per device: summed over devices, divided by their number)."""
+def summarize(causes: GapCauses, window: Window) -> dict:
+    """Idle time per cause in ms: in total (all devices), per step and as a share of step time (per device,
+    through the one normalizer of analysis/window.py)."""
     by = causes.by_cause_us()
-    n_dev = max(len(timeline.busy), 1)
-    total_window = float(steps.duration.sum()) * n_dev
-    per_step = {c: by[c] / 1000 / steps.count / n_dev for c in CAUSES}
+    per_step = {c: window.ms(by[c]) for c in CAUSES}
     return {
         "by_cause_ms": {c: by[c] / 1000 for c in CAUSES},
         "per_step_ms": per_step,
-        "pct_of_step": {c: (100 * by[c] / total_window if total_window > 0 else 0.0) for c in CAUSES},
+        "pct_of_step": {c: window.pct(per_step[c]) for c in CAUSES},
     }

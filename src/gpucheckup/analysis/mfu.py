@@ -7,7 +7,8 @@ Definitions (also in docs/mfu.md):
   stored (`flops.json` in a run directory), the trace's FLOP annotations (`with_flops=True`),
   the GEMM/conv/attention shapes of a `record_shapes` trace (shape_flops.py). An explicit option
   wins because the user asked for it; `mfu.estimates` keeps every source found, to compare.
-- step time: the median step window (steps.py), seconds.
+- step time: the window's step time (analysis/window.py: the median step window, or the step
+  without the profiler when that correction applies), seconds.
 - achieved TFLOP/s = F / step time / 1e12.
 - peak: the datasheet dense peak (hardware/peaks.py) of the GPU named in the trace's
   `deviceProperties` (or `--gpu`), for the dtype most GEMM kernel time runs in (gemm_dtype.py)

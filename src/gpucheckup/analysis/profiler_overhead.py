@@ -5,9 +5,10 @@ GPU-bound ones (docs/validation.md). The GPU's kernels run at the same speed, so
 GPU-bound without the profiler can look launch-bound in its trace. When the step time without
 the profiler is known (the run directory's steps.csv steady median, or --unprofiled-step-ms):
 
-- inflation % = traced mean step / unprofiled step - 1 (the mean, as the per-step idle figures are).
-- GPU work per step = GPU busy time of the analysis window / steps (from the trace; the
-  profiler does not slow kernels).
+- inflation % = traced step / unprofiled step - 1, the traced step being the window's step time
+  (the median step window, analysis/window.py), as every per-step figure is.
+- GPU work per step = GPU busy time of the analysis window through the window's normalizer
+  (its share of the window x the traced step; the profiler does not slow kernels).
 - unprofiled busy % = GPU work per step / unprofiled step (capped at 100).
 - host idle factor = (unprofiled step - GPU work) / (traced step - GPU work), clipped to [0, 1]:
   the idle time left without the profiler over the idle time in the trace. Each gap cause's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis import rules, verdict
-from gpucheckup.diagnosis.findings import SEVERITIES, Diagnosis, Finding, Fix
+from gpucheckup.diagnosis.findings import SEVERITIES, Diagnosis, Event, Finding, Fix
 
 VERDICT_FINDING = {
     "input_bound": "input_pipeline",
@@ -25,7 +25,7 @@ def diagnose(a: TraceAnalysis) -> Diagnosis:
     primary, reason, sc = verdict.primary(a)
     findings = [f for f in (rule(a) for rule in rules.RULES) if f is not None]
     lead = VERDICT_FINDING.get(primary)
-    step_ms = a.step_summary["mean_ms"]
+    step_ms = a.window.step_ms
     left_ms = step_ms - sum(f.cost_ms_per_step for f in findings if f.id == lead)
     for f in findings:
         if f.id == lead:
@@ -47,4 +47,4 @@ def diagnose(a: TraceAnalysis) -> Diagnosis:
     return Diagnosis(primary=primary, reason=reason, scores=sc, findings=findings, notes=notes)
 
 
-__all__ = ["Diagnosis", "Finding", "Fix", "diagnose"]
+__all__ = ["Diagnosis", "Event", "Finding", "Fix", "diagnose"]

@@ -25,7 +25,20 @@ class Fix:
     tier: str  # one of TIERS
     saving_ms: float  # upper bound per step, from the finding's measured cost
     how: str = ""
-    key: str = ""  # fixes with the same key are one change (e.g. "pin_memory") offered by two findings
+    key: str = ""  # the catalogue key (diagnosis/fixes.py): one change, however many findings offer it
+    reason: str = ""  # the saving model and why (the catalogue's `saves`)
+
+
+@dataclass
+class Event:
+    """One event behind a finding: what it is, where it ran, when (ms from the trace's first event, or from
+    the run's start for run-level findings) and for how long."""
+
+    name: str
+    where: str  # thread, stream or GPU; for run-level findings the file the figure comes from
+    start_ms: float
+    dur_ms: float
+    t_us: float | None = None  # the trace's own clock (for Perfetto marks); None off the trace
 
 
 @dataclass
@@ -39,7 +52,7 @@ class Finding:
     cost_ms_per_step: float
     cost_pct_of_step: float
     evidence: list[str] = field(default_factory=list)
-    events: list[dict] = field(default_factory=list)  # {"name", "t_us", "dur_us", ...}: where to look in the trace
+    events: list[Event] = field(default_factory=list)  # where to look: the events behind the finding
     fixes: list[Fix] = field(default_factory=list)
 
     def to_dict(self) -> dict:

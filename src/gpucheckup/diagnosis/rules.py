@@ -1,114 +1,112 @@
 """The rules: each states its metric and threshold, and returns a Finding or None.
 
-Costs are per step, measured on the trace; a fix's saving is at most the cost it removes.
-Thresholds are percent of step time unless said otherwise. Each rule's docstring is its
-definition; docs/metrics.md repeats them.
+Costs are ms per step of the window's step time and percent of it (analysis/window.py: every
+figure through one normalizer, so a percent is its ms over the step time). Fixes come from the
+catalogue (diagnosis/fixes.py), each offered only where its precondition holds, each saving at
+most the cost its finding measures. Every finding carries the events behind it
+(diagnosis/evidence.py). Thresholds are constants below, printed from the constant; percent of
+step time unless said otherwise. Each rule's docstring is its definition; docs/metrics.md
+repeats them in its rule table (a test checks the two agree).
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
+
+from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.gemm_dtype import dtype_from_name
-from gpucheckup.analysis.kernels import QUEUED_DELAY_US, STARVED_DELAY_US, kernel_label
-from gpucheckup.diagnosis.findings import Finding, Fix
+from gpucheckup.analysis.kernels import (
+    CATEGORIES, QUEUED_DELAY_US, SMALL_KERNEL_US, STARVED_DELAY_US, kernel_label,
+)
+from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
+from gpucheckup.diagnosis import evidence as ev
+from gpucheckup.diagnosis.findings import Event, Finding
+from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single_process_loader
+from gpucheckup.diagnosis.verdict import GPU_BOUND_BUSY_PCT
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
+from gpucheckup.trace.tables import MEMCPY
 
 INPUT_PCT = 5.0
+INPUT_CRITICAL_PCT = 20.0
 DATALOADER_PCT = 10.0
 LAUNCH_PCT = 10.0
+LAUNCH_CRITICAL_PCT = 30.0
 SYNC_PCT = 2.0
+SYNC_CRITICAL_PCT = 15.0
 PAGEABLE_MB_PER_STEP = 1.0
-PINNED_GB_S = 25.0  # conservative pinned host-to-device rate (PCIe 4.0 x16 reaches ~25; the H200 host 54)
+PAGEABLE_WARNING_PCT = 1.0
 COPY_EXPOSED_PCT = 5.0
 COMM_EXPOSED_PCT = 5.0
+COMM_CRITICAL_PCT = 20.0
 DATA_MOVEMENT_PCT = 15.0
 FP32_GEMM_PCT = 10.0
 ALLOC_PCT = 2.0
 STEP_CV_PCT = 20.0
+MIN_CV_STEPS = 3
 QUEUED_PCT = 10.0
 LOW_MFU_PCT = 20.0  # below the lowest healthy band (MoE with FP8: 20-32%)
-DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%)
+CATEGORY_MIN_PCT = 1.0  # kernel categories listed in the gpu_bound evidence
+
+LAUNCH_CAUSES = ("launch", "other_host", "allocation")
 
 
-
-def _step_ms(a: TraceAnalysis) -> float:
-    return a.step_summary["mean_ms"]
-
-
-def _per_step(a: TraceAnalysis, us: float) -> float:
-    """Microseconds summed over the window and every device, as ms per step per device."""
-    return us / 1000 / a.steps.count / max(len(a.timeline.busy), 1)
+def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
+    """Gap causes' idle time per step (ms) and its percent of the step time."""
+    ms = sum(a.gaps_summary["per_step_ms"][c] for c in causes)
+    return ms, a.window.pct(ms)
 
 
-def _cost(a: TraceAnalysis, cause: str) -> tuple[float, float]:
-    """A gap cause's idle time per step (ms) and its percent of step time."""
-    return a.gaps_summary["per_step_ms"][cause], a.gaps_summary["pct_of_step"][cause]
-
-
-def _top_gaps(a: TraceAnalysis, cause: str, n: int = 3) -> list[dict]:
-    """The longest gaps whose largest share is the given cause, as trace pointers."""
-    idx = CAUSES.index(cause)
-    g = a.timeline.gaps
-    if len(g) == 0:
-        return []
-    dom = a.causes.dominant()
-    sel = [i for i in (g.dur.argsort()[::-1]) if dom[i] == idx][:n]
-    return [{"name": f"GPU idle ({cause})", "t_us": float(g.start[i]), "dur_us": float(g.dur[i]),
-             "device": int(g.device[i]), "step": int(g.step[i])} for i in sel]
+def _finding(a: TraceAnalysis, ms: float, **kw) -> Finding:
+    """A finding whose cost is ms per step, its percent from the one window."""
+    ms = min(max(ms, 0.0), a.window.step_ms)
+    return Finding(cost_ms_per_step=ms, cost_pct_of_step=a.window.pct(ms), **kw)
 
 
 def input_pipeline(a: TraceAnalysis) -> Finding | None:
-    """GPU idle while the host waits in DataLoader `__next__` >= 5% of step time, or the
-    DataLoader itself >= 10% of step time."""
+    """GPU idle while the host waits in DataLoader `__next__` >= INPUT_PCT of step time, or the
+    DataLoader itself >= DATALOADER_PCT of step time."""
     ms, pct = _cost(a, "input")
     dl = a.dataloader
     if pct < INPUT_PCT and dl["pct_of_step"] < DATALOADER_PCT:
         return None
-    single = any("_SingleProcessDataLoaderIter" in n for n in dl["iterators"])
+    w = a.window
     evidence = [
-        f"DataLoader __next__ takes {dl['pct_of_step']:.1f}% of step time ({dl['median_ms']:.1f} ms of a "
-        f"{a.step_summary['median_ms']:.1f} ms median step)",
+        f"DataLoader __next__ takes {dl['pct_of_step']:.1f}% of step time ({dl['ms_per_step']:.1f} ms of the "
+        f"{w.step_ms:.1f} ms step)",
         f"the GPU sits idle {pct:.1f}% of the step waiting for data ({ms:.1f} ms per step)",
     ]
-    if single:
+    if single_process_loader(a):
         evidence.append("the iterator is _SingleProcessDataLoaderIter: num_workers=0, so loading and "
                         "augmentation run in the training process, serially with the GPU work")
-    fixes = [
-        Fix("Load batches in worker processes: DataLoader(num_workers=N) with N up to the free CPU cores"
-            if single else "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor",
-            "config", ms, "DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)"),
-        Fix("Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config",
-            min(ms, a.copies["per_step_ms"]), key="pin_memory"),
-        Fix("Move per-sample augmentation to the GPU (batched transforms) or precompute it once", "code", ms),
-        Fix("Store the dataset in a faster format or on local disk (sharded, pre-decoded)", "refactor", ms),
-    ]
-    return Finding(
-        id="input_pipeline", severity="critical" if pct >= 20 else "warning",
+    events = ev.gaps(a, ("input",), 3) + ev.host_rows(a, host_calls.dataloader_rows(a.trace), 2)
+    return _finding(
+        a, ms, id="input_pipeline", severity="critical" if pct >= INPUT_CRITICAL_PCT else "warning",
         title="The GPU waits for input data",
         rule=f"GPU idle while the host is in DataLoader __next__ >= {INPUT_PCT:g}% of step time, "
-             f"or DataLoader >= {DATALOADER_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, events=_top_gaps(a, "input"), fixes=fixes,
+             f"or DataLoader >= {DATALOADER_PCT:g}% of step time (critical >= {INPUT_CRITICAL_PCT:g}%)",
+        evidence=evidence, events=events,
+        fixes=offer(a, "dataloader_workers", "more_workers", "pin_memory", "gpu_augment", "fast_storage", cap_ms=ms),
     )
 
 
 def launch_overhead(a: TraceAnalysis) -> Finding | None:
     """GPU idle while the host dispatches ops, launches kernels or runs Python between them
-    (`launch` + `other_host` + `allocation` gap time) >= 10% of step time."""
-    ms = sum(_cost(a, c)[0] for c in ("launch", "other_host", "allocation"))
-    pct = sum(_cost(a, c)[1] for c in ("launch", "other_host", "allocation"))
+    (`launch` + `other_host` + `allocation` gap time) >= LAUNCH_PCT of step time."""
+    ms, pct = _cost(a, *LAUNCH_CAUSES)
     if pct < LAUNCH_PCT:
         return None
     k = a.kernels
     pat = a.gap_pattern
     evidence = [
-        f"GPU busy only {a.busy_pct:.1f}% of the step; {pct:.1f}% of step time is idle while the "
+        f"GPU busy only {a.busy_pct:.1f}% of the step; {pct:.1f}% of step time ({ms:.2f} ms) is idle while the "
         f"host issues work ({_cost(a, 'launch')[1]:.1f}% inside ops and CUDA calls, "
         f"{_cost(a, 'other_host')[1]:.1f}% in Python between ops)",
         f"{k.count} kernels, mean {k.mean_us:.1f} us, median {k.median_us:.1f} us; "
-        f"{k.small_pct:.1f}% run under 20 us, shorter than launching them takes",
+        f"{k.small_pct:.1f}% run under {SMALL_KERNEL_US:g} us, shorter than launching them takes",
         f"idle time is {pat['shape']} ({pat.get('gap_count', 0)} gaps; the longest gap per step holds "
         f"{pat['largest_gap_share_pct']:.0f}% of idle time)",
     ]
@@ -119,32 +117,20 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         elif d > QUEUED_DELAY_US:
             meaning = "most kernels wait in a queue, so the host runs ahead part of the time"
         else:
-            meaning = "between starved (< 50 us) and queued (> 1 ms)"
+            meaning = f"between starved (< {STARVED_DELAY_US:g} us) and queued (> {QUEUED_DELAY_US / 1000:g} ms)"
         evidence.append(f"median launch-to-start delay {d:.1f} us: {meaning}")
-    fixes = []
-    if k.categories_pct.get("optimizer", 0) >= 5:
-        fixes.append(Fix("Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per "
-                         "parameter group instead of several per tensor list)", "config",
-                         ms * k.categories_pct["optimizer"] / 100))
-    fixes += [
-        Fix("Compile the model: model = torch.compile(model) fuses elementwise and normalisation kernels",
-            "code", ms, key="torch_compile"),
-        Fix("Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
-            "torch.cuda.graphs", "code", ms),
-        Fix("Give each kernel more work: a larger batch per step (gradient accumulation keeps the global batch)",
-            "code", ms),
-        Fix("Fuse the small layers into fewer, larger operations (custom or Triton kernels)", "refactor", ms),
-    ]
-    return Finding(
-        id="launch_overhead", severity="critical" if pct >= 30 else "warning",
+    return _finding(
+        a, ms, id="launch_overhead", severity="critical" if pct >= LAUNCH_CRITICAL_PCT else "warning",
         title="The CPU cannot launch kernels fast enough (small-kernel storm)",
-        rule=f"GPU idle while the host launches or runs Python >= {LAUNCH_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, events=_top_gaps(a, "launch"), fixes=fixes,
+        rule=f"GPU idle while the host launches or runs Python >= {LAUNCH_PCT:g}% of step time "
+             f"(critical >= {LAUNCH_CRITICAL_PCT:g}%)",
+        evidence=evidence, events=ev.gaps(a, LAUNCH_CAUSES),
+        fixes=offer(a, "fused_optimizer", "torch_compile", "cuda_graph", "larger_batch", "fuse_layers", cap_ms=ms),
     )
 
 
 def synchronizations(a: TraceAnalysis) -> Finding | None:
-    """GPU idle caused by host-GPU synchronizations (queue drained by a sync) >= 2% of step time."""
+    """GPU idle caused by host-GPU synchronizations (queue drained by a sync) >= SYNC_PCT of step time."""
     ms, pct = _cost(a, "sync")
     if pct < SYNC_PCT:
         return None
@@ -153,251 +139,233 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         f"{s['count_per_step']:.1f} synchronizations per step; each drains the GPU's queue, which then idles "
         f"until the host launches again (host work after the sync included): {ms:.2f} ms per step ({pct:.1f}%)",
     ]
-    events = []
     for c in s["by_cause"][:4]:
         where = f" at {c['frame']}" if c["frame"] else ""
         inner = f" -> {c['inner_op']}" if c["inner_op"] and c["inner_op"] != c["op"] else ""
         evidence.append(f"{c['op']}{inner}{where}: {c['per_step']:.1f} per step, host blocked "
                         f"{c['blocked_ms']:.2f} ms, GPU idle {c['gpu_idle_ms']:.2f} ms in total "
                         f"({' + '.join(c['calls'])})")
-    for p in s["points"][:5]:
-        events.append({"name": f"sync: {p['op']}", "t_us": p["t_us"], "dur_us": p["blocked_us"]})
-    ops = {c["op"] for c in s["by_cause"]}
-    fixes = []
-    if ops & {"aten::item", "aten::_local_scalar_dense"}:
-        fixes.append(Fix("Stop reading GPU values on the host every step: no .item(), int(tensor), "
-                         "print(loss) in the loop; log every N steps", "config", ms))
-    fixes += [
-        Fix("Replace data-dependent shapes (sizes read from GPU tensors, bincount/nonzero/unique) with static "
-            "bounds, e.g. a fixed capacity instead of int(counts.max())", "code", ms),
-        Fix("Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code", 0.0),
-    ]
-    return Finding(
-        id="synchronizations", severity="critical" if pct >= 15 else "warning",
+    rows = np.union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
+    events = ev.gaps(a, ("sync",), 2) + ev.host_rows(a, rows, 3)
+    return _finding(
+        a, ms, id="synchronizations", severity="critical" if pct >= SYNC_CRITICAL_PCT else "warning",
         title="Host-GPU synchronizations stall the GPU",
-        rule=f"GPU idle after synchronizations >= {SYNC_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, events=events, fixes=fixes,
+        rule=f"GPU idle after synchronizations >= {SYNC_PCT:g}% of step time (critical >= {SYNC_CRITICAL_PCT:g}%)",
+        evidence=evidence, events=events,
+        fixes=offer(a, "no_host_reads", "static_shapes", "pin_memory", "sync_debug", cap_ms=ms),
     )
 
 
+def _copy_rows(a: TraceAnalysis, pageable: bool = False) -> np.ndarray:
+    """Rows of the copies in the analysis window (only pageable ones when asked)."""
+    g = a.trace.gpu
+    lo, hi = a.steps.window
+    rows = np.flatnonzero((g.kind == MEMCPY) & (g.start >= lo) & (g.start <= hi))
+    if pageable:
+        ids = a.trace.name_ids(lambda n: "Pageable" in n)
+        rows = rows[np.isin(g.name[rows], ids)]
+    return rows
+
+
 def pageable_copies(a: TraceAnalysis) -> Finding | None:
-    """Copies to or from pageable host memory moving >= 1 MB per step."""
+    """Copies to or from pageable host memory moving >= PAGEABLE_MB_PER_STEP per step (per device)."""
     c = a.copies
-    mb_per_step = c["pageable_mb"] / a.steps.count
+    mb_per_step = c["pageable_mb_per_step"]
     if c["pageable_count"] == 0 or mb_per_step < PAGEABLE_MB_PER_STEP:
         return None
     h2d = c["by_direction"].get("HtoD", {})
-    time_ms = _per_step(a, sum(d["time_us"] for d in c["by_direction"].values() if d["pageable_count"]))
-    saving = max(time_ms - mb_per_step / PINNED_GB_S, 0.0)
-    pct = 100 * time_ms / _step_ms(a)
+    ms = c["pageable_ms_per_step"]
     evidence = [
-        f"{c['pageable_count']} copies touch pageable host memory ({mb_per_step:.1f} MB per step); CUDA stages "
-        "them through a bounce buffer and blocks the host",
+        f"{c['pageable_count']} copies touch pageable host memory ({mb_per_step:.1f} MB, {ms:.2f} ms per step); "
+        "CUDA stages them through a bounce buffer and blocks the host",
+        f"the same bytes take {mb_per_step / PINNED_GB_S:.2f} ms per step pinned at {PINNED_GB_S:g} GB/s",
     ]
     if h2d.get("gb_per_s"):
         evidence.append(f"host-to-device copies reach {h2d['gb_per_s']:.1f} GB/s over {h2d['count']} copies "
                         f"({h2d['pageable_count']} pageable); pinned memory reaches several times that")
     if c["overlap_pct"] is not None:
         evidence.append(f"{c['overlap_pct']:.0f}% of copy time overlaps compute (healthy: over 80%)")
-    fixes = [
-        Fix("Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config", saving,
-            key="pin_memory"),
-        Fix("Keep reused host tensors pinned (tensor.pin_memory()) and copy them on a side stream", "code", saving),
-    ]
-    return Finding(
-        id="pageable_copies", severity="warning" if pct >= 1 else "info",
+    pct = a.window.pct(ms)
+    return _finding(
+        a, ms, id="pageable_copies", severity="warning" if pct >= PAGEABLE_WARNING_PCT else "info",
         title="Host-device copies use pageable memory",
-        rule=f"copies to or from pageable host memory >= {PAGEABLE_MB_PER_STEP:g} MB per step",
-        cost_ms_per_step=time_ms, cost_pct_of_step=pct, evidence=evidence, fixes=fixes,
+        rule=f"copies to or from pageable host memory >= {PAGEABLE_MB_PER_STEP:g} MB per step "
+             f"(warning when they take >= {PAGEABLE_WARNING_PCT:g}% of step time)",
+        evidence=evidence, events=ev.gpu_rows(a, _copy_rows(a, pageable=True)),
+        fixes=offer(a, "pin_memory", "pinned_reuse", cap_ms=ms),
     )
 
 
 def exposed_copies(a: TraceAnalysis) -> Finding | None:
-    """Copy time not overlapped by any kernel >= 5% of step time."""
+    """Copy time not overlapped by any kernel >= COPY_EXPOSED_PCT of step time."""
     c = a.copies
-    pct = c["exposed_pct_of_step"]
+    ms = c["exposed_ms_per_step"]
+    pct = a.window.pct(ms)
     if pct < COPY_EXPOSED_PCT:
         return None
-    ms = pct / 100 * _step_ms(a)
-    evidence = [f"copies take {c['time_ms'] / a.steps.count:.2f} ms per step, {pct:.1f}% of the step with no "
+    evidence = [f"copies take {c['per_step_ms']:.2f} ms per step, {ms:.2f} ms ({pct:.1f}%) of it with no "
                 f"kernel beside them ({c['pct_of_gpu_time']:.0f}% of GPU busy time)"]
     for d, e in sorted(c["by_direction"].items()):
         rate = f", {e['gb_per_s']:.1f} GB/s" if e["gb_per_s"] else ""
         evidence.append(f"{d}: {e['count']} copies, {e['mb']:.1f} MB{rate}")
-    fixes = [
-        Fix("Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config", ms,
-            key="pin_memory"),
-        Fix("Prefetch the next batch to the GPU on a side stream while this one computes", "code", ms),
-        Fix("Keep data resident on the GPU (move preprocessing there; avoid round trips)", "refactor", ms),
-    ]
-    return Finding(
-        id="exposed_copies", severity="warning", title="Copies the GPU waits on",
+    return _finding(
+        a, ms, id="exposed_copies", severity="warning", title="Copies the GPU waits on",
         rule=f"copy time with no kernel running beside it >= {COPY_EXPOSED_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, fixes=fixes,
+        evidence=evidence, events=ev.gpu_rows(a, _copy_rows(a)),
+        fixes=offer(a, "pin_memory", "prefetch_copies", "resident_data", cap_ms=ms),
     )
 
 
 def exposed_communication(a: TraceAnalysis) -> Finding | None:
     """Communication kernel time with no compute beside it, plus host waits on collectives,
-    >= 5% of step time."""
+    >= COMM_EXPOSED_PCT of step time."""
     cm = a.communication
     ms_idle, pct_idle = _cost(a, "communication")
-    pct = cm["exposed_pct_of_step"] + pct_idle
+    ms = cm["exposed_ms_per_step"] + ms_idle
+    pct = a.window.pct(ms)
     if pct < COMM_EXPOSED_PCT:
         return None
-    ms = cm["exposed_ms_per_step"] + ms_idle
     evidence = []
     if cm["present"]:
-        evidence.append(f"communication kernels take {cm['time_ms'] / a.steps.count:.2f} ms per step, "
+        evidence.append(f"communication kernels take {a.window.ms(cm['time_ms'] * 1000):.2f} ms per step, "
                         f"{cm['overlap_pct']:.0f}% hidden under compute; {cm['exposed_ms_per_step']:.2f} ms exposed")
     if pct_idle > 0:
         evidence.append(f"the GPU idles {ms_idle:.2f} ms per step while the host waits on collectives")
-    fixes = [
-        Fix("Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., gradient_as_bucket_view=True)",
-            "config", ms),
-        Fix("Check NCCL's transport (NCCL_DEBUG=INFO), topology (nvidia-smi topo -m) and bus bandwidth "
-            "(nccl-tests) against the link", "config", ms),
-        Fix("Overlap communication with compute (DDP's default, FSDP prefetching); accumulate gradients to "
-            "communicate less often", "code", ms),
-        Fix("Reduce traffic: sharding strategy, compression, or a topology-aware placement", "refactor", ms),
-    ]
-    return Finding(
-        id="exposed_communication", severity="critical" if pct >= 20 else "warning",
+    events = ev.kernels_where(a, lambda n: re.search(r"nccl|rccl", n, re.I) is not None, 3) + \
+        ev.gaps(a, ("communication",), 2)
+    return _finding(
+        a, ms, id="exposed_communication", severity="critical" if pct >= COMM_CRITICAL_PCT else "warning",
         title="Communication not hidden behind compute",
-        rule=f"exposed communication time + host waits on collectives >= {COMM_EXPOSED_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, fixes=fixes,
+        rule=f"exposed communication time + host waits on collectives >= {COMM_EXPOSED_PCT:g}% of step time "
+             f"(critical >= {COMM_CRITICAL_PCT:g}%)",
+        evidence=evidence, events=events,
+        fixes=offer(a, "ddp_buckets", "nccl_check", "overlap_comm", "reduce_traffic", cap_ms=ms),
     )
 
 
 def data_movement(a: TraceAnalysis) -> Finding | None:
-    """Data-movement kernels (index, gather, scatter, sort, copy, cat, ...) >= 15% of kernel time."""
+    """Data-movement kernels (index, gather, scatter, sort, copy, cat, ...) >= DATA_MOVEMENT_PCT of kernel time."""
     k = a.kernels
     pct_k = k.categories_pct.get("data_movement", 0.0)
     if pct_k < DATA_MOVEMENT_PCT:
         return None
-    ms = _per_step(a, k.categories_us["data_movement"])
+    ms = a.window.ms(k.categories_us["data_movement"])
     evidence = [f"{pct_k:.1f}% of kernel time moves data instead of computing ({ms:.2f} ms per step)"]
     for fam in k.data_movement[:6]:
         short = ", ".join(dict.fromkeys(kernel_label(n) for n in fam["kernels"][:3]))
         evidence.append(f"{fam['family']}: {fam['pct']:.1f}% of kernel time, {fam['count']} kernels ({short})")
-    fixes = [
-        Fix("Compile the routing code (torch.compile) so gathers and scatters fuse into their consumers",
-            "code", ms / 2),
-        Fix("Avoid the argsort/index_select/index_add round trip: a fused MoE dispatch (grouped GEMM with "
-            "the permutation inside, e.g. megablocks-style kernels)", "refactor", ms * 0.8),
-    ]
-    return Finding(
-        id="data_movement", severity="warning",
+    events = ev.gpu_rows(a, k.rows[k.category_of_row == _cat("data_movement")])
+    return _finding(
+        a, ms, id="data_movement", severity="warning",
         title="Much GPU time moves data rather than computing",
         rule=f"data-movement kernels >= {DATA_MOVEMENT_PCT:g}% of kernel time",
-        cost_ms_per_step=ms, cost_pct_of_step=100 * ms / _step_ms(a), evidence=evidence, fixes=fixes,
+        evidence=evidence, events=events, fixes=offer(a, "compile_routing", "moe_dispatch", cap_ms=ms),
     )
+
+
+def _cat(name: str) -> int:
+    return CATEGORIES.index(name)
 
 
 def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     """GEMM/conv kernels whose names say plain FP32 (no tensor cores: sgemm, FFMA, SIMT kernels;
-    `gemm_dtype.dtype_from_name`) >= 10% of kernel time."""
+    `gemm_dtype.dtype_from_name`) >= FP32_GEMM_PCT of kernel time."""
     k = a.kernels
     fp32 = [t for t in k.per_name if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"]
     pct_k = sum(t["pct"] for t in fp32)
     if pct_k < FP32_GEMM_PCT:
         return None
-    ms = _per_step(a, 1000 * sum(t["total_ms"] for t in fp32))
+    ms = a.window.ms(1000 * sum(t["total_ms"] for t in fp32))
     evidence = [f"{pct_k:.1f}% of kernel time is FP32 matrix multiply without tensor cores ({ms:.2f} ms per step)"]
     evidence += [f"{kernel_label(t['name'])}: {t['pct']:.1f}%, {t['count']} launches" for t in fp32[:3]]
-    fixes = [
-        Fix("Allow TF32 tensor cores for FP32 matmuls: torch.set_float32_matmul_precision(\"high\") "
-            "(and torch.backends.cudnn.allow_tf32 = True)", "config", ms * 0.6),
-        Fix("Train in bf16 with torch.autocast(\"cuda\", dtype=torch.bfloat16)", "code", ms * 0.75),
-    ]
-    return Finding(
-        id="fp32_gemms", severity="warning", title="Matrix multiplies run in FP32 without tensor cores",
+    names = {t["name"] for t in fp32}
+    return _finding(
+        a, ms, id="fp32_gemms", severity="warning", title="Matrix multiplies run in FP32 without tensor cores",
         rule=f"FP32 (non-tensor-core) GEMM kernels >= {FP32_GEMM_PCT:g}% of kernel time",
-        cost_ms_per_step=ms, cost_pct_of_step=100 * ms / _step_ms(a), evidence=evidence, fixes=fixes,
+        evidence=evidence, events=ev.kernels_where(a, lambda n: n in names),
+        fixes=offer(a, "tf32", "bf16_autocast", cap_ms=ms),
     )
 
 
 def allocations(a: TraceAnalysis) -> Finding | None:
-    """GPU idle while the host is inside cudaMalloc/cudaFree-like calls >= 2% of step time."""
+    """GPU idle while the host is inside cudaMalloc/cudaFree-like calls >= ALLOC_PCT of step time."""
     ms, pct = _cost(a, "allocation")
     if pct < ALLOC_PCT:
         return None
     calls = {n: c for n, c in a.api["calls"].items() if "alloc" in n.lower() or "free" in n.lower()}
     evidence = [f"the GPU idles {ms:.2f} ms per step ({pct:.1f}%) while the host allocates memory"]
     evidence += [f"{n}: {c['count']} calls, {c['total_ms']:.2f} ms" for n, c in calls.items()]
-    fixes = [
-        Fix("Let the caching allocator grow instead of reallocating: "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "config", ms),
-        Fix("Keep tensor shapes stable across steps (pad or bucket variable lengths)", "code", ms),
-    ]
-    return Finding(
-        id="allocations", severity="warning", title="Memory allocation in the training loop",
+    events = ev.gaps(a, ("allocation",), 3) + ev.host_rows(a, host_calls.alloc_rows(a.trace), 2)
+    return _finding(
+        a, ms, id="allocations", severity="warning", title="Memory allocation in the training loop",
         rule=f"GPU idle during allocation calls >= {ALLOC_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct, evidence=evidence, fixes=fixes,
+        evidence=evidence, events=events, fixes=offer(a, "expandable_segments", "stable_shapes", cap_ms=ms),
     )
 
 
 def lock_contention(a: TraceAnalysis) -> Finding | None:
-    """A CUDA call 10x slower than its median while another thread allocates (any occurrence)."""
+    """A CUDA call SLOW_FACTOR x slower than its median (and >= SLOW_FLOOR_US) while another thread
+    allocates (any occurrence)."""
     cont = a.api["contention"]
     if not cont:
         return None
-    ms = sum(c["slow_ms"] for c in cont) / a.steps.count
+    ms = a.window.host_ms(1000 * sum(c["slow_ms"] for c in cont))
     evidence = [
-        f"{c['call']} on {c['thread']} took over 10x its usual {c['typical_us']:.1f} us {c['count']} time(s) "
-        f"({c['slow_ms']:.2f} ms in all) while {c['blocker']} ran on {c['blocker_thread']}: both need the "
+        f"{c['call']} on {c['thread']} took over {SLOW_FACTOR:g}x its usual {c['typical_us']:.1f} us {c['count']} "
+        f"time(s) ({c['slow_ms']:.2f} ms in all) while {c['blocker']} ran on {c['blocker_thread']}: both need the "
         "CUDA driver's context lock"
         for c in cont[:4]
     ]
-    fixes = [
-        Fix("Allocate pinned buffers once and reuse them instead of calling cudaHostAlloc per batch", "code", ms),
-        Fix("Warm up the caching allocator before the loop so cudaMalloc leaves the steady state", "code", ms),
-    ]
-    return Finding(
-        id="lock_contention", severity="warning", title="CUDA calls stall behind allocations on another thread",
-        rule="a CUDA call >= 10x its median and >= 50 us overlapping an allocation call on another thread",
-        cost_ms_per_step=ms, cost_pct_of_step=100 * ms / _step_ms(a), evidence=evidence, fixes=fixes,
+    stalled = {(c["call"], c["thread"]) for c in cont}
+    t0 = a.trace.span[0]
+    events = [Event(s["call"], s["thread"], (s["t_us"] - t0) / 1000, s["dur_us"] / 1000, s["t_us"])
+              for s in a.api.get("slow", []) if (s["call"], s["thread"]) in stalled][:ev.MAX_EVENTS]
+    return _finding(
+        a, ms, id="lock_contention", severity="warning", title="CUDA calls stall behind allocations on another thread",
+        rule=f"a CUDA call >= {SLOW_FACTOR:g}x its median and >= {SLOW_FLOOR_US:g} us overlapping an allocation "
+             "call on another thread",
+        evidence=evidence, events=events, fixes=offer(a, "pinned_buffers_once", "warm_allocator", cap_ms=ms),
     )
 
 
 def unstable_steps(a: TraceAnalysis) -> Finding | None:
-    """Step time coefficient of variation >= 20% over the profiled steps."""
+    """Step time coefficient of variation >= STEP_CV_PCT over the profiled steps (at least MIN_CV_STEPS)."""
     s = a.step_summary
-    if s["count"] < 3 or s["cv_pct"] < STEP_CV_PCT:
+    if s["count"] < MIN_CV_STEPS or s["cv_pct"] < STEP_CV_PCT:
         return None
-    return Finding(
-        id="unstable_steps", severity="info", title="Step time varies a lot between steps",
-        rule=f"coefficient of variation of step time >= {STEP_CV_PCT:g}%",
-        cost_ms_per_step=0.0,
-        cost_pct_of_step=0.0,
+    d = a.steps.duration
+    return _finding(
+        a, 0.0, id="unstable_steps", severity="info", title="Step time varies a lot between steps",
+        rule=f"coefficient of variation of step time >= {STEP_CV_PCT:g}% (at least {MIN_CV_STEPS} steps)",
         evidence=[f"steps take {s['min_ms']:.1f} to {s['max_ms']:.1f} ms (median {s['median_ms']:.1f}, "
-                  f"CV {s['cv_pct']:.0f}%): profile past warm-up and over more steps before comparing"],
+                  f"CV {s['cv_pct']:.0f}%): profile past warm-up and over more steps before comparing; the "
+                  f"figures here use the median step, which one outlier does not move"],
+        events=ev.steps(a, [int(np.argmax(d)), int(np.argmin(d))]),
     )
 
 
 def gpu_side_gaps(a: TraceAnalysis) -> Finding | None:
-    """GPU idle with its next op already queued (GPU-side latency, cross-stream waits) >= 10%."""
+    """GPU idle with its next op already queued (GPU-side latency, cross-stream waits) >= QUEUED_PCT."""
     ms, pct = _cost(a, "queued")
     if pct < QUEUED_PCT:
         return None
-    return Finding(
-        id="gpu_side_gaps", severity="info", title="The GPU idles with work already queued",
+    return _finding(
+        a, ms, id="gpu_side_gaps", severity="info", title="The GPU idles with work already queued",
         rule=f"idle gaps whose next op was launched before the gap began >= {QUEUED_PCT:g}% of step time",
-        cost_ms_per_step=ms, cost_pct_of_step=pct,
         evidence=[f"{pct:.1f}% of step time ({ms:.2f} ms per step) the GPU waits with its next op already "
                   "launched: inter-stream dependencies, event waits, or per-kernel latency"],
-        fixes=[Fix("Capture the step in a CUDA graph to cut per-kernel scheduling latency", "code", ms)],
+        events=ev.gaps(a, ("queued",)), fixes=offer(a, "cuda_graph", cap_ms=ms),
     )
 
 
 def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
     """The GPU-bound verdict's own finding: what the busy GPU spends its time on.
-    Written whenever the verdict is gpu_bound (GPU busy >= 80% of the step)."""
+    Written whenever the verdict is gpu_bound (GPU busy >= GPU_BOUND_BUSY_PCT of the step)."""
     k = a.kernels
-    step = _step_ms(a)
-    cats = sorted(((c, p) for c, p in k.categories_pct.items() if p >= 1), key=lambda cp: -cp[1])
+    cats = sorted(((c, p) for c, p in k.categories_pct.items() if p >= CATEGORY_MIN_PCT), key=lambda cp: -cp[1])
+    ms = compute_pct / 100 * a.window.step_ms
     evidence = [
-        f"GPU busy {a.busy_pct:.1f}% of step time; kernels computing {compute_pct:.1f}%",
+        f"GPU busy {a.busy_pct:.1f}% of step time; kernels computing {compute_pct:.1f}% ({ms:.2f} ms per step)",
         "kernel time by category: " + ", ".join(f"{c.replace('_', ' ')} {p:.1f}%" for c, p in cats),
     ]
     tr = a.trace
@@ -411,46 +379,30 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
     for t in k.top[:3]:
         evidence.append(f"top kernel {kernel_label(t['name'])}: {t['pct']:.1f}% of kernel time, "
                         f"{t['count']} launches, mean {t['mean_us']:.0f} us")
-    cat_ms = {c: _per_step(a, v) for c, v in k.categories_us.items()}
-    conv_ms = _per_step(a, 1000 * sum(t["total_ms"] for t in k.per_name
-                                      if re.search(r"conv|fprop|dgrad|wgrad", t["name"], re.I)))
-    fixes = []
-    if conv_ms >= 0.1 * step:
-        fixes.append(Fix("Let cuDNN pick the fastest convolution algorithms: torch.backends.cudnn.benchmark = True "
-                         "(with fixed input shapes)", "config", conv_ms * 0.2))
-    fused = cat_ms["elementwise"] + cat_ms["reduction_norm"]
-    if fused >= 0.1 * step:
-        fixes.append(Fix("Fuse elementwise and normalisation kernels with torch.compile (one memory pass "
-                         "instead of several)", "code", fused * 0.5, key="torch_compile"))
-    if (a.mfu or {}).get("pct") is None:
-        fixes.append(Fix("Measure MFU to see how far the GEMMs are from the GPU's peak: re-run with "
-                         "--flops-per-step F (or --params N --tokens-per-step T), or record with record_shapes=True",
-                         "code", 0.0))
-    fixes.append(Fix("Cut the work itself: activation checkpointing trade-offs, a smaller sequence or model, "
-                     "fewer redundant ops", "refactor", 0.0))
-    return Finding(
-        id="gpu_bound", severity="critical", title="The GPU's own work bounds the step",
-        rule="GPU busy >= 80% of step time (verdict rule); kernel time by category",
-        cost_ms_per_step=compute_pct / 100 * step, cost_pct_of_step=compute_pct,
-        evidence=evidence, fixes=fixes,
+    top = {t["name"] for t in k.top[:3]}
+    return _finding(
+        a, ms, id="gpu_bound", severity="critical", title="The GPU's own work bounds the step",
+        rule=f"GPU busy >= {GPU_BOUND_BUSY_PCT:g}% of step time (verdict rule); kernel time by category",
+        evidence=evidence, events=ev.kernels_where(a, lambda n: n in top),
+        fixes=offer(a, "cudnn_benchmark", "torch_compile", "measure_mfu", "cut_work", cap_ms=ms),
     )
 
 
 def low_mfu(a: TraceAnalysis) -> Finding | None:
-    """MFU < 35% (the dense pre-training band's floor) while the job is gpu_bound: a warning under 20%
-    (below the MoE/FP8 band too), information between 20 and 35%. Cost: the step time above what the
-    same FLOPs would take at 35% MFU."""
+    """MFU < DENSE_MFU_PCT (the dense pre-training band's floor) while the job is gpu_bound: a warning
+    under LOW_MFU_PCT (below the MoE/FP8 band too), information between. Cost: the step time above
+    what the same FLOPs would take at DENSE_MFU_PCT MFU."""
     m = a.mfu
     pct = m.get("pct") if m else None
     if pct is None or pct >= DENSE_MFU_PCT or verdict_primary(a)[0] != "gpu_bound":
         return None
-    step = a.step_summary["median_ms"]
+    step = a.window.step_ms
     cost = step * (1 - pct / DENSE_MFU_PCT)
     gemm = m.get("gemm_dtypes_pct") or {}
     evidence = [
         f"MFU {pct:.1f}%: {m['achieved_tflops']:.1f} TFLOP/s achieved against the {m['peak_tflops']:g} TFLOP/s "
         f"{m['dtype']} peak ({m['peak_from']}); healthy: dense pre-training 35-50%, MoE with FP8 20-32%",
-        f"FLOPs per step {m['flops_per_step']:.3g} ({m['source']}: {m['source_detail']}), median step {step:.2f} ms",
+        f"FLOPs per step {m['flops_per_step']:.3g} ({m['source']}: {m['source_detail']}), step {step:.2f} ms",
     ]
     if gemm:
         evidence.append("GEMM kernel time by dtype: " + ", ".join(f"{k} {v:.0f}%" for k, v in gemm.items()))
@@ -463,32 +415,26 @@ def low_mfu(a: TraceAnalysis) -> Finding | None:
     evidence.append("to see which top kernels are compute-, memory- or latency-bound: gpucheckup ncu-cmd "
                     "prints the Nsight Compute command, gpucheckup analyze --ncu reads its CSV")
     k = a.kernels
-    per_step = {c: v / 1000 / a.steps.count for c, v in k.categories_us.items()}
-    fixes = [
-        Fix("Fuse the non-GEMM work with torch.compile so more of the step is matrix math", "code",
-            min(cost, 0.5 * (per_step["elementwise"] + per_step["reduction_norm"])), key="torch_compile"),
-        Fix("Give the GEMMs more work: larger batch or hidden sizes, dimensions multiples of 64", "code",
-            min(cost, 0.3 * per_step["gemm_conv"])),
-    ]
-    return Finding(
-        id="low_mfu", severity="warning" if pct < LOW_MFU_PCT else "info",
+    gemms = k.rows[k.category_of_row == _cat("gemm_conv")]
+    return _finding(
+        a, cost, id="low_mfu", severity="warning" if pct < LOW_MFU_PCT else "info",
         title="Low model FLOPs utilisation",
         rule=f"MFU < {DENSE_MFU_PCT:g}% while gpu_bound (warning < {LOW_MFU_PCT:g}%)",
-        cost_ms_per_step=cost, cost_pct_of_step=100 * cost / step if step > 0 else 0.0,
-        evidence=evidence, fixes=fixes,
+        evidence=evidence, events=ev.gpu_rows(a, gemms if len(gemms) else k.rows),
+        fixes=offer(a, "torch_compile", "bigger_gemms", cap_ms=cost),
     )
 
 
 def profiler_overhead(a: TraceAnalysis) -> Finding | None:
-    """The profiled steps ran >= 5% slower than the same job without the profiler: the trace's host-side
-    figures are inflated, and the report's shares are corrected to the unprofiled step."""
+    """The profiled steps ran >= MIN_INFLATION_PCT slower than the same job without the profiler: the
+    trace's host-side figures are inflated, and the report's shares are corrected to the unprofiled step."""
     p = a.profiler
     if not p or not p["applied"]:
         return None
-    return Finding(
-        id="profiler_overhead", severity="info", title="The profiler slowed the host: shares corrected",
-        rule="traced step >= 5% slower than the unprofiled step (analysis/profiler_overhead.py)",
-        cost_ms_per_step=0.0, cost_pct_of_step=0.0,
+    d = a.steps.duration
+    return _finding(
+        a, 0.0, id="profiler_overhead", severity="info", title="The profiler slowed the host: shares corrected",
+        rule=f"traced step >= {MIN_INFLATION_PCT:g}% slower than the unprofiled step (analysis/profiler_overhead.py)",
         evidence=[
             f"profiled steps took {p['traced_step_ms']:.2f} ms against {p['unprofiled_step_ms']:.2f} ms without the "
             f"profiler ({p['source']}): +{p['inflation_pct']:.0f}%, all of it on the host",
@@ -497,6 +443,7 @@ def profiler_overhead(a: TraceAnalysis) -> Finding | None:
             f"idle-time causes are scaled by {p['host_idle_factor']:.2f} to the idle time the job has without the "
             "profiler; MFU uses the unprofiled step",
         ],
+        events=ev.steps(a, [int(np.argsort(d)[len(d) // 2])], "median step window"),
     )
 
 

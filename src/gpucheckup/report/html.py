@@ -24,6 +24,7 @@ from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, mfu_short, ncu_rows, roofline_rows,
 )
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
 from gpucheckup.report.plots import esc, num
 
 SORT_JS = """(function () {
@@ -167,7 +168,7 @@ def _report(r: dict, prefix: str, label: str | None, many: bool) -> str:
 
 def _verdict(r: dict) -> str:
     v, g, k = r["verdict"], r["gpu"], r["kernels"]
-    kpis = (f"GPU busy {g['busy_pct']:.1f}% | step {r['steps']['median_ms']:.2f} ms | {k['count']} kernels, "
+    kpis = (f"GPU busy {g['busy_pct']:.1f}% | {step_line(r)} | {k['count']} kernels, "
             f"mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us | DataLoader "
             f"{r['dataloader']['pct_of_step']:.1f}% of step | {r['sync']['count_per_step']:.1f} syncs/step")
     return (f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
@@ -190,17 +191,13 @@ def _fixes(r: dict) -> str:
 
 def _finding(f: dict) -> str:
     ev = "".join(f"<li>{esc(e)}</li>" for e in f["evidence"])
-    events = "".join(
-        f"<li>at t={e['t_us']:.1f} us {esc(e['name'])}"
-        + (f" ({e['dur_us'] / 1000:.2f} ms)" if e.get("dur_us") is not None else "") + "</li>"
-        for e in f["events"][:5])
+    events = "".join(f"<li>{esc(event_line(e))}</li>" for e in f["events"][:MAX_EVENTS])
     events = f'<ul class="events">{events}</ul>' if events else ""
     fixes = "".join(f"<li>{esc(x['action'])} <span class=\"cost\">({esc(TIER_TITLES.get(x['tier'], x['tier']))})"
                     "</span></li>" for x in f["fix"])
     fixes = f"<b>fixes</b><ul>{fixes}</ul>" if fixes else ""
     return (f'<div class="finding sev-{esc(f["severity"])}"><h4><span class="sev">{esc(f["severity"])}</span>'
-            f'{esc(f["title"])} <span class="cost">{f["cost_ms_per_step"]:.2f} ms/step '
-            f'({f["cost_pct_of_step"]:.1f}%)</span></h4><ul>{ev}</ul>{events}{fixes}'
+            f'{esc(f["title"])} <span class="cost">{esc(cost_line(f))}</span></h4><ul>{ev}</ul>{events}{fixes}'
             f'<p class="rule">rule: {esc(f["rule"])}</p></div>')
 
 

@@ -15,6 +15,7 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
 
 _SYNTAX = "\\`*_[]|~"
 
@@ -64,7 +65,7 @@ def _report(r: dict, label: str | None, many: bool) -> str:
     out = [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
            f"{md(t['path'])}  \n{md(dev)} | {md(steps)}\n",
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['title'])}\n",
-           f"{md(v['reason'])}\n",
+           f"{md(v['reason'])}  \n{md(step_line(r))}: every ms per step and percent below is of this step\n",
            f"{h}# What to try first\n"]
     fixes = r["fixes"]
     if fixes:
@@ -76,12 +77,9 @@ def _report(r: dict, label: str | None, many: bool) -> str:
         out.append("No fix suggested: no finding above its threshold.\n")
     out.append(f"{h}# Findings\n")
     for f in v["findings"]:
-        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {f['cost_ms_per_step']:.2f} ms/step, "
-                   f"{f['cost_pct_of_step']:.1f}%)\n")
+        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {cost_line(f)})\n")
         lines = [f"- {md(e)}" for e in f["evidence"]]
-        lines += [f"- at t={e['t_us']:.1f} us: {md(e['name'])}"
-                  + (f" ({e['dur_us'] / 1000:.2f} ms)" if e.get("dur_us") is not None else "")
-                  for e in f["events"][:5]]
+        lines += [f"- {md(event_line(e))}" for e in f["events"][:MAX_EVENTS]]
         lines.append(f"- rule: {md(f['rule'])}")
         out.append("\n".join(lines) + "\n")
     out.append(f"{h}# Key figures\n")

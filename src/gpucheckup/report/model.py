@@ -2,9 +2,12 @@
 
 Key reference (also in docs/metrics.md, section "JSON report"):
 - verdict.primary / verdict.title / verdict.reason / verdict.scores
+- window: step_ms (THE step time every ms per step and percent is expressed in), basis (what it is),
+  traced_step_ms, devices, steps, length_ms (analysis/window.py)
 - verdict.findings[]: id, severity, title, rule, cost_ms_per_step, cost_pct_of_step, evidence[],
-  events[] (trace pointers: name, t_us, dur_us), fix[] (action, tier, saving_ms, how)
-- fixes[]: every fix, configuration-only first, then by the time it could save
+  events[] (the events behind it: name, where, start_ms from the trace's first event, dur_ms, t_us on
+  the trace's clock), fix[] (action, tier, saving_ms, how, key, reason)
+- fixes[]: every fix once (by catalogue key), configuration-only first, then by the time it could save
 - gpu.busy_pct, gpu.devices, gpu.streams
 - steps.count, steps.median_ms, ... ; kernels.count, kernels.mean_us, kernels.small_pct,
   kernels.categories (percent of kernel time, with data_movement)
@@ -63,10 +66,8 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "scores": d.scores,
             "findings": [f.to_dict() for f in d.findings],
         },
-        "fixes": [
-            {"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "finding": fd.id}
-            for f, fd in d.ranked_fixes()
-        ],
+        "fixes": fix_dicts(d),
+        "window": a.window.to_dict(),
         "gpu": {
             "busy_pct": a.timeline.busy_pct,
             "busy_pct_unprofiled": a.profiler["busy_pct_unprofiled"] if a.profiler and a.profiler["applied"] else None,
@@ -97,6 +98,12 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "ncu": a.ncu,
     }
     return _clean(out)
+
+
+def fix_dicts(d: Diagnosis) -> list[dict]:
+    """The report's `fixes`: Diagnosis.ranked_fixes (each catalogue key once), with the finding that offers each."""
+    return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "key": f.key,
+             "reason": f.reason, "finding": fd.id} for f, fd in d.ranked_fixes()]
 
 
 def _longest_gaps(a: TraceAnalysis, n: int = 10) -> list[dict]:

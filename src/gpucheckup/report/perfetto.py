@@ -100,13 +100,13 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
                    "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step": round(f["cost_ms_per_step"], 4),
                             "evidence": f["evidence"]}})
         for e in pointers:
-            if not e.get("dur_us"):
+            if not e.get("dur_ms"):
                 continue
             start = _ns(e["t_us"])
             common = {"cat": f"{CAT}.finding", "name": f"{f['id']}: {e['name']}", "id": next_id, "pid": pid,
                       "tid": TID_FINDINGS}
             ev.append({"ph": "b", "ts": _us(start), **common, "args": {"finding": f["title"]}})
-            ev.append({"ph": "e", "ts": _us(max(start + 1, _ns(e["t_us"] + e["dur_us"]))), **common})
+            ev.append({"ph": "e", "ts": _us(max(start + 1, _ns(e["t_us"] + 1000 * e["dur_ms"]))), **common})
             next_id += 1
     return ev
 

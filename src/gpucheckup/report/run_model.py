@@ -24,6 +24,7 @@ from gpucheckup.analysis import step_history, telemetry
 from gpucheckup.analysis.run import RunAnalysis
 from gpucheckup.diagnosis.findings import Diagnosis, Finding
 from gpucheckup.report.model import _clean
+from gpucheckup.report.model import fix_dicts as model_fix_dicts
 
 MAX_ENV_TEXT = 20000
 
@@ -87,6 +88,4 @@ def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, tr
 def fix_dicts(findings: list[Finding]) -> list[dict]:
     """The report's `fixes` from findings, ranked as in every check-up (Diagnosis.ranked_fixes: info findings
     skipped, one fix per key with its largest saving, configuration-only first, then by saving)."""
-    ranked = Diagnosis(primary=None, reason="", scores={}, findings=findings).ranked_fixes()
-    return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "finding": fd.id}
-            for f, fd in ranked]
+    return model_fix_dicts(Diagnosis(primary=None, reason="", scores={}, findings=findings))

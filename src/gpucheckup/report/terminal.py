@@ -14,6 +14,7 @@ from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.hardware_text import mfu_short
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
 from gpucheckup.report.terminal_mfu import render_hardware
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -62,7 +63,7 @@ def _verdict(r: dict) -> Panel:
     g = r["gpu"]
     k = r["kernels"]
     unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
-    body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  step {r['steps']['median_ms']:.2f} ms  |  "
+    body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  {step_line(r)}  |  "
                 f"{k['count']} kernels, mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us  |  "
                 f"DataLoader {r['dataloader']['pct_of_step']:.1f}% of step  |  "
                 f"{r['sync']['count_per_step']:.1f} syncs/step", style="dim")
@@ -75,16 +76,13 @@ def _finding(f: dict) -> Panel:
         body.append("• ")
         body.append(e)
         body.append("\n")
-    for ev in f["events"][:3]:
-        body.append(f"  at t={ev['t_us']:.1f} us", style="dim")
-        body.append(f" {ev['name']}", style="dim")
-        if ev.get("dur_us") is not None:
-            body.append(f" ({ev['dur_us'] / 1000:.2f} ms)", style="dim")
+    for ev in f["events"][:MAX_EVENTS]:
+        body.append(Text("  " + event_line(ev), style="dim"))
         body.append("\n")
     body.append(f"rule: {f['rule']}", style="dim italic")
     title = Text(f"[{f['severity']}] ", style=SEVERITY_STYLE.get(f["severity"], ""))
     title.append(f"{f['title']}  ")
-    title.append(f"{f['cost_ms_per_step']:.2f} ms/step ({f['cost_pct_of_step']:.1f}%)", style="dim")
+    title.append(cost_line(f), style="dim")
     return Panel(body, title=title, title_align="left", box=box.SIMPLE_HEAD)
 
 

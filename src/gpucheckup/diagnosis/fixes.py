@@ -1,0 +1,490 @@
+"""The fix catalogue: one entry per fix, with when it applies and what it can save.
+
+Each entry has a key (one change, however many findings point at it), the action, its tier
+(configuration only, code change, refactor), how to do it, its precondition (checked on the
+trace's analysis, or on the run's for run-level fixes: a fix is offered only where it holds) and
+its saving model with the reason for it. Savings are ms per step of the window's step time
+(analysis/window.py), predicted from the cost the fix removes and never more than it; a fix that
+removes part of a cost names the part. docs/metrics.md ("Fix catalogue") repeats every model.
+Rules build a finding's fixes with `offer(a, key, ...)`; `make(key, saving_ms)` builds one from
+the catalogue with a saving computed elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.gemm_dtype import dtype_from_name
+from gpucheckup.analysis.kernels import CATEGORIES
+from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.diagnosis.findings import Fix
+from gpucheckup.hardware.peaks import lookup
+
+# Pinned host-to-device rate assumed for the bytes a pageable copy still has to move: PCIe 4.0 x16
+# reaches ~25 GB/s pinned (the H200 host measured 54), so the pinned copy time is not understated.
+PINNED_GB_S = 25.0
+# A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
+# output; fusing a producer into its consumer drops the intermediate's write and read, two of the
+# four memory passes of a two-kernel chain. Longer chains save more, so half is the floor.
+FUSION_KEEP = 0.5
+# A gather/scatter fused into its consumer (or producer) still reads its source once; the standalone
+# kernel reads and writes it: fusing removes the write and the consumer's re-read, half the passes.
+FUSED_GATHER_KEEP = 0.5
+# Ops whose output size depends on tensor values, so the host must read the GPU to allocate it.
+DATA_DEPENDENT_OPS = frozenset({
+    "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive",
+    "aten::unique_dim", "aten::bincount", "aten::masked_select", "aten::repeat_interleave", "aten::histc",
+})
+HOST_READ_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+# A mixture-of-experts token dispatch: top-k routing, a sort or count of tokens per expert, and an
+# indexed gather/scatter of tokens to and from the experts.
+MOE_ROUTING_OPS = frozenset({"aten::topk"})
+MOE_GROUPING_OPS = frozenset({"aten::argsort", "aten::sort", "aten::bincount", "aten::histc"})
+MOE_MOVE_OPS = frozenset({"aten::index_add_", "aten::index_select", "aten::scatter_add_", "aten::index_put_",
+                          "aten::scatter_"})
+MOE_FAMILIES = ("sort", "gather", "scatter", "index")
+DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%), the target low_mfu measures against
+OPTIMIZER_FUSE_MIN_PCT = 5.0  # optimizer kernels' share of kernel time below which fusing them is noise
+CONV_MIN_PCT_OF_STEP = 10.0  # convolution time worth re-tuning algorithms for
+
+
+@dataclass(frozen=True)
+class CatalogueFix:
+    """One fix: what to do, how deep a change it is, when it applies, what it saves and why."""
+
+    key: str
+    action: str  # may hold {fields} filled from `fill`
+    tier: str
+    when: str  # the precondition, in words
+    saves: str  # the saving model and the reason for it, in words
+    applies: Callable[[object], bool]
+    saving: Callable[[object], float]
+    how: str = ""
+    fill: Callable[[object], dict] | None = None
+
+
+# ---- quantities the preconditions and saving models read (ms per step of the window) ----
+
+def _idle(a: TraceAnalysis, *causes: str) -> float:
+    return sum(a.gaps_summary["per_step_ms"][c] for c in causes)
+
+
+def _launch_idle(a: TraceAnalysis) -> float:
+    return _idle(a, "launch", "other_host")
+
+
+def _host_ops(a: TraceAnalysis) -> set[str]:
+    """Names of the CPU ops in the trace."""
+    from gpucheckup.trace.tables import CPU_OP
+    cached = getattr(a, "_cpu_op_names", None)
+    if cached is None:
+        import numpy as np
+        ids = np.unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
+        cached = {a.trace.names[int(i)] for i in ids}
+        object.__setattr__(a, "_cpu_op_names", cached)
+    return cached
+
+
+def _count_share(a: TraceAnalysis, *cats: str) -> float:
+    """The share of kernel launches in the given categories."""
+    k = a.kernels
+    if not k.count:
+        return 0.0
+    idx = [CATEGORIES.index(c) for c in cats]
+    import numpy as np
+    return float(np.isin(k.category_of_row, idx).sum()) / k.count
+
+
+def _kernel_ms(a: TraceAnalysis, *cats: str) -> float:
+    return a.window.ms(sum(a.kernels.categories_us[c] for c in cats))
+
+
+def _sync_share(a: TraceAnalysis, ops: frozenset) -> float:
+    """The share of sync-caused GPU idle that follows syncs from the given ops."""
+    groups = a.syncs["by_cause"]
+    total = sum(g["gpu_idle_ms"] for g in groups)
+    part = sum(g["gpu_idle_ms"] for g in groups if g["op"] in ops or (g["inner_op"] or "") in ops)
+    return part / total if total > 0 else 0.0
+
+
+def _has_sync_from(a: TraceAnalysis, ops: frozenset) -> bool:
+    return any(g["op"] in ops or (g["inner_op"] or "") in ops for g in a.syncs["by_cause"])
+
+
+def _sync_saving(a: TraceAnalysis, ops: frozenset) -> float:
+    return _idle(a, "sync") * _sync_share(a, ops)
+
+
+def _pinned_saving(a: TraceAnalysis) -> float:
+    c = a.copies
+    return max(c["pageable_ms_per_step"] - c["pageable_mb_per_step"] / PINNED_GB_S, 0.0)
+
+
+def _has_pageable(a: TraceAnalysis) -> bool:
+    return a.copies["pageable_count"] > 0
+
+
+def single_process_loader(a: TraceAnalysis) -> bool:
+    return any("_SingleProcessDataLoaderIter" in n for n in a.dataloader["iterators"])
+
+
+def _multi_process_loader(a: TraceAnalysis) -> bool:
+    return any("_MultiProcessingDataLoaderIter" in n for n in a.dataloader["iterators"])
+
+
+def _input_wait(a: TraceAnalysis) -> bool:
+    return a.dataloader["present"] or _idle(a, "input") > 0
+
+
+def _fp32_ms(a: TraceAnalysis) -> float:
+    return a.window.ms(1000 * sum(t["total_ms"] for t in a.kernels.per_name
+                                  if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"))
+
+
+def _peak_ratio(a: TraceAnalysis, dtype: str) -> float | None:
+    """FP32 FMA peak over the dtype's tensor-core peak on the trace's GPU, when both are known."""
+    name = a.trace.devices[0].name if a.trace.devices else ""
+    gpu = lookup(name) if name else None
+    if gpu is None or not gpu.peak("fp32") or not gpu.peak(dtype):
+        return None
+    return gpu.peak("fp32") / gpu.peak(dtype)
+
+
+def _faster_dtype_saving(a: TraceAnalysis, dtype: str) -> float:
+    ratio = _peak_ratio(a, dtype)
+    return _fp32_ms(a) * (1 - ratio) if ratio is not None else _fp32_ms(a)
+
+
+def _moe_dispatch(a: TraceAnalysis) -> bool:
+    ops = _host_ops(a)
+    return bool(ops & MOE_ROUTING_OPS and ops & MOE_GROUPING_OPS and ops & MOE_MOVE_OPS)
+
+
+def _moe_ms(a: TraceAnalysis) -> float:
+    k = a.kernels
+    return a.window.ms(sum(f["pct"] for f in k.data_movement if f["family"] in MOE_FAMILIES) / 100 * k.total_us)
+
+
+def _conv_ms(a: TraceAnalysis) -> float:
+    return a.window.ms(1000 * sum(t["total_ms"] for t in a.kernels.per_name
+                                  if re.search(r"conv|fprop|dgrad|wgrad", t["name"], re.I)))
+
+
+def _mfu_pct(a: TraceAnalysis) -> float | None:
+    return (a.mfu or {}).get("pct")
+
+
+def _low_mfu_cost(a: TraceAnalysis) -> float:
+    pct = _mfu_pct(a)
+    return a.window.step_ms * (1 - pct / DENSE_MFU_PCT) if pct is not None and pct < DENSE_MFU_PCT else 0.0
+
+
+def _gemm_to_band(a: TraceAnalysis) -> float:
+    pct = _mfu_pct(a)
+    if pct is None or pct >= DENSE_MFU_PCT:
+        return 0.0
+    return min(_kernel_ms(a, "gemm_conv") * (1 - pct / DENSE_MFU_PCT), _low_mfu_cost(a))
+
+
+def _is_run(x) -> bool:
+    return isinstance(x, RunAnalysis)
+
+
+def _no_workers(x) -> bool:
+    return x.loaders["max_workers"] == 0 if _is_run(x) else single_process_loader(x)
+
+
+def _trace(f: Callable[[TraceAnalysis], float]) -> Callable[[object], float]:
+    """A saving model that the trace measures; 0 for a run-level finding (no per-step figure)."""
+    return lambda x: 0.0 if _is_run(x) else f(x)
+
+
+def _never_on_run(f: Callable[[TraceAnalysis], bool]) -> Callable[[object], bool]:
+    return lambda x: (not _is_run(x)) and f(x)
+
+
+def _zero(_x) -> float:
+    return 0.0
+
+
+def _always(_x) -> bool:
+    return True
+
+
+INPUT_SAVES = ("all of the GPU idle while the host waits for data (`input` gap time): with batches ready when "
+               "asked for, that wait is gone; the loading work itself moves off the critical path")
+LAUNCH_SAVES = "the GPU idle while the host launches kernels or runs Python between them (`launch` + `other_host`)"
+
+CATALOGUE: list[CatalogueFix] = [
+    CatalogueFix(
+        "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers=N) with N up to the free "
+        "CPU cores", "config",
+        when="the training loop iterates a single-process DataLoader (_SingleProcessDataLoaderIter; in a run "
+             "directory: every DataLoader has num_workers=0)",
+        saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes",
+        applies=_no_workers, saving=_trace(lambda a: _idle(a, "input")),
+        how="DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)"),
+    CatalogueFix(
+        "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
+        when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU waits for it",
+        saves=INPUT_SAVES + "; more workers raise the batch rate until it matches the GPU's",
+        applies=_never_on_run(_multi_process_loader), saving=_trace(lambda a: _idle(a, "input"))),
+    CatalogueFix(
+        "pin_memory", "Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config",
+        when="the trace has copies to or from pageable host memory",
+        saves="the pageable copies' time per step minus the time the same bytes take pinned, at a conservative "
+              f"{PINNED_GB_S:g} GB/s: pinning removes the staging through CUDA's bounce buffer and lets the copy "
+              "overlap compute, but the bytes still move",
+        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving)),
+    CatalogueFix(
+        "gpu_augment", "Move per-sample augmentation to the GPU (batched transforms) or precompute it once", "code",
+        when="the host waits in the DataLoader", saves=INPUT_SAVES,
+        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input"))),
+    CatalogueFix(
+        "fast_storage", "Store the dataset in a faster format or on local disk (sharded, pre-decoded)", "refactor",
+        when="the host waits in the DataLoader", saves=INPUT_SAVES,
+        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input"))),
+    CatalogueFix(
+        "fused_optimizer", "Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per parameter "
+        "group instead of several per tensor list)", "config",
+        when=f"optimizer kernels take >= {OPTIMIZER_FUSE_MIN_PCT:g}% of kernel time",
+        saves="the launch idle times the optimizer's share of kernel launches: host launch overhead is paid per "
+              "launch, and the fused optimizer launches a few kernels where the foreach one launches many",
+        applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT),
+        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "optimizer"))),
+    CatalogueFix(
+        "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise and normalisation "
+        "kernels", "code",
+        when="the trace has elementwise or normalisation kernels",
+        saves="the launch idle times the elementwise and normalisation kernels' share of launches (fused kernels "
+              f"are not launched), plus {1 - FUSION_KEEP:g} of those kernels' time: they are memory-bound, and "
+              "fusing a producer into its consumer drops the intermediate's write and read, two of the four memory "
+              "passes of a two-kernel chain",
+        applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") > 0),
+        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
+                      + (1 - FUSION_KEEP) * _kernel_ms(a, "elementwise", "reduction_norm"))),
+    CatalogueFix(
+        "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
+        "torch.cuda.graphs", "code",
+        when="the GPU idles while the host launches, or with work already queued",
+        saves="the launch idle plus the idle with work already queued (`queued`): a graph replays the whole step "
+              "from one launch, so no host time falls between kernels, and the per-kernel scheduling latency "
+              "shrinks (upper bound: all of it)",
+        applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
+        saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued"))),
+    CatalogueFix(
+        "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
+        "global batch)", "code",
+        when="the GPU idles while the host launches",
+        saves=LAUNCH_SAVES + ": launch overhead is per kernel, not per sample, so larger kernels hide it "
+              "(upper bound: all of it)",
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle)),
+    CatalogueFix(
+        "fuse_layers", "Fuse the small layers into fewer, larger operations (custom or Triton kernels)", "refactor",
+        when="the GPU idles while the host launches",
+        saves=LAUNCH_SAVES + ": each fused kernel is one launch instead of several (upper bound: all of it)",
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle)),
+    CatalogueFix(
+        "no_host_reads", "Stop reading GPU values on the host every step: no .item(), int(tensor), print(loss) in "
+        "the loop; log every N steps", "config",
+        when="a synchronization comes from aten::item / aten::_local_scalar_dense",
+        saves="the sync idle that follows those syncs (their share of the GPU idle after syncs): without the read "
+              "the host keeps queueing work",
+        applies=_never_on_run(lambda a: _has_sync_from(a, HOST_READ_OPS)),
+        saving=_trace(lambda a: _sync_saving(a, HOST_READ_OPS))),
+    CatalogueFix(
+        "static_shapes", "Replace data-dependent shapes (sizes read from GPU tensors, bincount/nonzero/unique) with "
+        "static bounds, e.g. a fixed capacity instead of int(counts.max())", "code",
+        when="a synchronization comes from an op whose output size depends on values (" +
+             ", ".join(sorted(DATA_DEPENDENT_OPS)) + ")",
+        saves="the sync idle that follows those syncs: with a static bound the host need not read the size back",
+        applies=_never_on_run(lambda a: _has_sync_from(a, DATA_DEPENDENT_OPS)),
+        saving=_trace(lambda a: _sync_saving(a, DATA_DEPENDENT_OPS))),
+    CatalogueFix(
+        "sync_debug", "Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code",
+        when="the trace has host-GPU synchronizations",
+        saves="nothing by itself: it finds the syncs the other fixes remove",
+        applies=_never_on_run(lambda a: a.syncs["count"] > 0), saving=_zero),
+    CatalogueFix(
+        "pinned_reuse", "Keep reused host tensors pinned (tensor.pin_memory()) and copy them on a side stream",
+        "code", when="the trace has copies to or from pageable host memory",
+        saves="as pin_memory: the pageable copy time minus the same bytes at the pinned rate",
+        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving)),
+    CatalogueFix(
+        "prefetch_copies", "Prefetch the next batch to the GPU on a side stream while this one computes", "code",
+        when="copies run with no kernel beside them",
+        saves="the exposed copy time: a copy overlapped with compute costs the step nothing",
+        applies=_never_on_run(lambda a: a.copies["exposed_ms_per_step"] > 0),
+        saving=_trace(lambda a: a.copies["exposed_ms_per_step"])),
+    CatalogueFix(
+        "resident_data", "Keep data resident on the GPU (move preprocessing there; avoid round trips)", "refactor",
+        when="copies run with no kernel beside them",
+        saves="the exposed copy time: data that stays on the GPU is not copied",
+        applies=_never_on_run(lambda a: a.copies["exposed_ms_per_step"] > 0),
+        saving=_trace(lambda a: a.copies["exposed_ms_per_step"])),
+    *[CatalogueFix(
+        key, action, tier,
+        when="communication kernels run with no compute beside them, or the host waits on collectives",
+        saves="the exposed communication time plus the GPU idle while the host waits on collectives (upper bound: "
+              + why + ")",
+        applies=_never_on_run(lambda a: a.communication["exposed_ms_per_step"] + _idle(a, "communication") > 0),
+        saving=_trace(lambda a: a.communication["exposed_ms_per_step"] + _idle(a, "communication")))
+      for key, action, tier, why in [
+          ("ddp_buckets", "Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., "
+           "gradient_as_bucket_view=True)", "config", "buckets sized to start reducing early overlap all of it"),
+          ("nccl_check", "Check NCCL's transport (NCCL_DEBUG=INFO), topology (nvidia-smi topo -m) and bus bandwidth "
+           "(nccl-tests) against the link", "config", "a collective on the wrong transport runs several times slower"),
+          ("overlap_comm", "Overlap communication with compute (DDP's default, FSDP prefetching); accumulate "
+           "gradients to communicate less often", "code", "fully overlapped communication is hidden"),
+          ("reduce_traffic", "Reduce traffic: sharding strategy, compression, or a topology-aware placement",
+           "refactor", "less traffic takes proportionally less time"),
+      ]],
+    CatalogueFix(
+        "compile_routing", "Compile the routing code (torch.compile) so gathers and scatters fuse into their "
+        "consumers", "code",
+        when="data-movement kernels run (index, gather, scatter, sort, copy-like)",
+        saves=f"{1 - FUSED_GATHER_KEEP:g} of the data-movement kernel time: a gather fused into its consumer still "
+              "reads its source once, but the standalone kernel's write and the consumer's re-read go",
+        applies=_never_on_run(lambda a: _kernel_ms(a, "data_movement") > 0),
+        saving=_trace(lambda a: (1 - FUSED_GATHER_KEEP) * _kernel_ms(a, "data_movement"))),
+    CatalogueFix(
+        "moe_dispatch", "Avoid the argsort/index_select/index_add round trip: a fused MoE dispatch (grouped GEMM with "
+        "the permutation inside, e.g. megablocks-style kernels)", "refactor",
+        when="the trace routes tokens to experts: aten::topk, a sort or count of tokens (argsort, sort, bincount, "
+             "histc) and an indexed gather or scatter (index_add_, index_select, scatter_add_, index_put_, scatter_)",
+        saves="the sort, gather, scatter and index kernels' time: the fused dispatch permutes tokens inside the "
+              "grouped GEMM's loads, so those kernels do not run",
+        applies=_never_on_run(_moe_dispatch), saving=_trace(_moe_ms)),
+    CatalogueFix(
+        "tf32", "Allow TF32 tensor cores for FP32 matmuls: torch.set_float32_matmul_precision(\"high\") "
+        "(and torch.backends.cudnn.allow_tf32 = True)", "config",
+        when="GEMM kernels run in plain FP32 (no tensor cores)",
+        saves="the FP32 GEMM time x (1 - FP32 FMA peak / TF32 tensor-core peak) of the trace's GPU "
+              "(hardware/peaks.py; all of it when the GPU is unknown): a compute-bound GEMM's time scales with the "
+              "peak it runs at",
+        applies=_never_on_run(lambda a: _fp32_ms(a) > 0), saving=_trace(lambda a: _faster_dtype_saving(a, "tf32"))),
+    CatalogueFix(
+        "bf16_autocast", "Train in bf16 with torch.autocast(\"cuda\", dtype=torch.bfloat16)", "code",
+        when="GEMM kernels run in plain FP32 (no tensor cores)",
+        saves="the FP32 GEMM time x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
+        applies=_never_on_run(lambda a: _fp32_ms(a) > 0),
+        saving=_trace(lambda a: _faster_dtype_saving(a, "bf16"))),
+    CatalogueFix(
+        "expandable_segments", "Let the caching allocator grow instead of reallocating: "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "config",
+        when="the GPU idles while the host allocates memory",
+        saves="the GPU idle during allocation calls (`allocation`): without cudaMalloc/cudaFree in the loop the "
+              "host does not stop launching",
+        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation"))),
+    CatalogueFix(
+        "stable_shapes", "Keep tensor shapes stable across steps (pad or bucket variable lengths)", "code",
+        when="the GPU idles while the host allocates memory",
+        saves="the GPU idle during allocation calls: stable shapes reuse the cached blocks",
+        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation"))),
+    CatalogueFix(
+        "pinned_buffers_once", "Allocate pinned buffers once and reuse them instead of calling cudaHostAlloc per "
+        "batch", "code",
+        when="a CUDA call stalls behind an allocation on another thread",
+        saves="the stalled calls' time per step: without allocations beside them they run at their usual speed",
+        applies=_never_on_run(lambda a: bool(a.api["contention"])),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c["slow_ms"] for c in a.api["contention"])))),
+    CatalogueFix(
+        "warm_allocator", "Warm up the caching allocator before the loop so cudaMalloc leaves the steady state",
+        "code", when="a CUDA call stalls behind an allocation on another thread",
+        saves="the stalled calls' time per step, as pinned_buffers_once",
+        applies=_never_on_run(lambda a: bool(a.api["contention"])),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c["slow_ms"] for c in a.api["contention"])))),
+    CatalogueFix(
+        "cudnn_benchmark", "Let cuDNN pick the fastest convolution algorithms: torch.backends.cudnn.benchmark = "
+        "True (with fixed input shapes)", "config",
+        when=f"convolution kernels take >= {CONV_MIN_PCT_OF_STEP:g}% of the step",
+        saves="not predicted (shown as -): the gain depends on which algorithms cuDNN's heuristics picked, which "
+              "the trace does not say",
+        applies=_never_on_run(lambda a: _conv_ms(a) >= CONV_MIN_PCT_OF_STEP / 100 * a.window.step_ms),
+        saving=_zero),
+    CatalogueFix(
+        "bigger_gemms", "Give the GEMMs more work: larger batch or hidden sizes, dimensions multiples of 64", "code",
+        when=f"MFU is below {DENSE_MFU_PCT:g}%",
+        saves=f"the GEMM time x (1 - MFU / {DENSE_MFU_PCT:g}%): larger, aligned GEMMs run nearer the peak; at the "
+              "dense band's floor their time would shrink in that proportion (at most the low-MFU cost)",
+        applies=_never_on_run(lambda a: _gemm_to_band(a) > 0), saving=_trace(_gemm_to_band)),
+    CatalogueFix(
+        "measure_mfu", "Measure MFU to see how far the GEMMs are from the GPU's peak: re-run with --flops-per-step F "
+        "(or --params N --tokens-per-step T), or record with record_shapes=True", "code",
+        when="MFU could not be computed", saves="nothing by itself: it measures",
+        applies=_never_on_run(lambda a: _mfu_pct(a) is None), saving=_zero),
+    CatalogueFix(
+        "cut_work", "Cut the work itself: activation checkpointing trade-offs, a smaller sequence or model, fewer "
+        "redundant ops", "refactor",
+        when="the GPU's own work bounds the step", saves="not predicted: it depends on what is cut",
+        applies=_always, saving=_zero),
+    CatalogueFix(
+        "fewer_workers", "Lower num_workers to about {fit} per process (usable cores / processes, minus one for the "
+        "training process)", "config",
+        when="DataLoader workers on the host exceed its usable cores (run directory)",
+        saves="not predicted: thrashing shows in step time, not in a trace figure",
+        applies=lambda x: _is_run(x) and bool(x.loaders["workers_on_host"]) and bool(x.loaders["usable_cores"])
+        and x.loaders["workers_on_host"] > x.loaders["usable_cores"],
+        saving=_zero,
+        fill=lambda ra: {"fit": max(int(ra.loaders["usable_cores"] // max(ra.loaders["processes_on_host"], 1)) - 1,
+                                    1)}),
+    CatalogueFix(
+        "check_cooling", "Check cooling and the power supply (nvidia-smi -q -d PERFORMANCE,TEMPERATURE); a thermally "
+        "or hardware-throttled GPU runs every kernel slower", "config",
+        when="NVML reports throttle reasons other than the software power cap (run directory)",
+        saves="not predicted: the clock lost is in NVML, not in the trace",
+        applies=lambda x: _is_run(x) and bool(set(((x.nvml or {}).get("throttle") or {}).get("by_reason_pct", {}))
+                                              - {"SW power cap"}),
+        saving=_zero),
+    CatalogueFix(
+        "detach_values", "Keep only detached values across steps (loss.item() every N steps, not the loss tensor); "
+        "check torch.cuda.memory_summary() between steps", "code",
+        when="used GPU memory grows over the run (run directory)",
+        saves="nothing per step: it prevents an out-of-memory error",
+        applies=_is_run, saving=_zero),
+    CatalogueFix(
+        "profile_later", "Profile later: gpucheckup run --skip {skip} ...", "config",
+        when="the profiled steps fall in warm-up (run directory)",
+        saves="nothing per step: it makes the trace show the steady state",
+        applies=lambda x: _is_run(x) and bool(x.steps) and x.steps.get("warmup_steps") is not None,
+        saving=_zero, fill=lambda ra: {"skip": ra.steps["warmup_steps"] + 5}),
+    CatalogueFix(
+        "async_periodic", "Make the periodic work asynchronous or rarer: async checkpointing "
+        "(torch.distributed.checkpoint.async_save), evaluation less often, logging without syncs", "code",
+        when="steps over 2x the steady median recur after warm-up (run directory)",
+        saves="the slow steps' extra time spread over the plain steps: work moved off the training thread no "
+              "longer stalls it",
+        applies=lambda x: _is_run(x) and bool((x.steps or {}).get("slow")) and x.steps["slow"]["count"] > 0,
+        saving=lambda ra: ra.steps["slow"]["extra_ms"] / max(ra.steps["plain_count"], 1) if _is_run(ra) else 0.0),
+]
+BY_KEY = {f.key: f for f in CATALOGUE}
+assert len(BY_KEY) == len(CATALOGUE), "fix keys must be unique"
+assert len({f.action for f in CATALOGUE}) == len(CATALOGUE), "fix actions must be unique"
+
+
+def _action(entry: CatalogueFix, x) -> str:
+    return entry.action.format(**entry.fill(x)) if entry.fill else entry.action
+
+
+def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:
+    """The catalogue's fixes for these keys whose precondition holds on x (a TraceAnalysis or RunAnalysis),
+    each saving at most cap_ms (the cost the finding measures) when given."""
+    out = []
+    for key in keys:
+        e = BY_KEY[key]
+        if not e.applies(x):
+            continue
+        saving = max(float(e.saving(x)), 0.0)
+        if cap_ms is not None:
+            saving = min(saving, max(cap_ms, 0.0))
+        out.append(Fix(_action(e, x), e.tier, saving, e.how, key, e.saves))
+    return out
+
+
+def make(key: str, saving_ms: float, action: str | None = None) -> Fix:
+    """A fix from the catalogue with a saving computed by the caller (its precondition checked by the caller)."""
+    e = BY_KEY[key]
+    return Fix(action or e.action, e.tier, saving_ms, e.how, key, e.saves)
