@@ -30,6 +30,7 @@ JOB_MEMORY_MB = 256
 HEARTBEAT_FLOOR_PCT = 5.0
 HEARTBEAT_PULSES = 3
 HEARTBEAT_LOW_PCT = 30.0
+MEMORY_TENTHS = 10  # memory growth compares the first and last 1/MEMORY_TENTHS of the active samples
 THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slowdown", 0x40: "HW thermal slowdown",
                  0x80: "HW power brake"}
 THROTTLE_MASK = sum(THROTTLE_BITS)
@@ -123,7 +124,7 @@ def memory_growth(mem: np.ndarray, total: np.ndarray) -> dict:
     m = mem[np.isfinite(mem)]
     if len(m) < 10:
         return {"start_mb": None, "end_mb": None, "growth_mb": None, "growth_pct_of_total": None, "peak_mb": None}
-    k = max(len(m) // 10, 1)
+    k = max(len(m) // MEMORY_TENTHS, 1)
     start, end = float(np.median(m[:k])), float(np.median(m[-k:]))
     tot = float(np.nanmax(total)) if np.isfinite(total).any() else None
     return {"start_mb": start, "end_mb": end, "growth_mb": end - start,

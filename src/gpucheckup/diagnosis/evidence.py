@@ -82,3 +82,55 @@ def steps(a: TraceAnalysis, idx, label: str = "step window") -> list[Event]:
     """Step windows by index."""
     st = a.steps
     return [event(a, f"{label} {st.labels[i]}", "steps", st.start[i], st.end[i] - st.start[i]) for i in idx]
+
+
+# ---- run-level events: off the trace, timed in ms from the run's start, from the run directory's files ----
+
+def _run_t0(ra) -> float:
+    """The run's start in epoch seconds: the manifest's, else the earliest sample or step end."""
+    m = ra.run.manifest.get("started_epoch_s")
+    if m:
+        return float(m)
+    firsts = []
+    if ra.run.nvml is not None and len(ra.run.nvml.get("t_s", [])):
+        firsts.append(float(np.nanmin(ra.run.nvml["t_s"])))
+    for st in ra.run.steps.values():
+        t = np.asarray(st.get("t_end_s", []), dtype=float)
+        if len(t) and np.isfinite(t).any():
+            firsts.append(float(np.nanmin(t)))
+    return min(firsts) if firsts else 0.0
+
+
+def run_event(ra, name: str, where: str, start_s: float, dur_s: float) -> Event:
+    """An event at epoch seconds start_s, as ms from the run's start."""
+    return Event(name=name, where=where, start_ms=1000 * (start_s - _run_t0(ra)), dur_ms=1000 * dur_s)
+
+
+def run_steps(ra, steps, n: int = MAX_EVENTS) -> list[Event]:
+    """Events for the given step numbers of the run's steps file, longest first."""
+    key = ra.steps_key
+    if key is None:
+        return []
+    st = ra.run.steps[key]
+    where = "steps.csv" if key == "main" else f"steps-{key}.csv"
+    num = np.asarray(st["step"])
+    ms = np.asarray(st["ms"], dtype=float)
+    t_end = np.asarray(st.get("t_end_s", [np.nan] * len(num)), dtype=float)
+    if not np.isfinite(t_end).any():  # no wall clock: place steps by their summed times
+        t_end = _run_t0(ra) + np.nancumsum(ms) / 1000
+    rows = [i for i in np.flatnonzero(np.isin(num, list(steps))) if np.isfinite(ms[i])]
+    rows = sorted(rows, key=lambda i: -ms[i])[:n]
+    return [run_event(ra, f"step {int(num[i])} ({ms[i]:.1f} ms)", where, t_end[i] - ms[i] / 1000, ms[i] / 1000)
+            for i in rows]
+
+
+def run_stretches(ra, t_s: np.ndarray, mask: np.ndarray, name: str, n: int = MAX_EVENTS) -> list[Event]:
+    """The longest stretches of consecutive NVML samples where mask holds."""
+    mask = np.asarray(mask, dtype=bool)
+    if not mask.any():
+        return []
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(int), [0]))))
+    spans = list(zip(edges[::2], edges[1::2] - 1))
+    step = float(np.median(np.diff(t_s))) if len(t_s) > 1 else 0.0
+    spans.sort(key=lambda ab: -(t_s[ab[1]] - t_s[ab[0]]))
+    return [run_event(ra, name, "nvml.csv", float(t_s[a]), float(t_s[b] - t_s[a]) + step) for a, b in spans[:n]]

@@ -1,14 +1,21 @@
 """Run-level rules: over the whole run (steps.csv, nvml.csv, env.json), not only the profiled window.
 
-Each rule's docstring is its definition (metric and threshold); docs/capture.md repeats them.
-They qualify the trace's verdict and never replace it. Costs are per step where the run
-measures them, else 0 (the finding then says what to look at, not what it would save).
+Each rule's docstring is its definition (metric and threshold); docs/capture.md and the rule
+table of docs/metrics.md repeat them. They qualify the trace's verdict and never replace it.
+Costs are per step where the run measures them, else 0 (the finding then says what to look at,
+not what it would save). Fixes come from the catalogue (diagnosis/fixes.py); every finding
+carries the events behind it, timed in ms from the run's start (diagnosis/evidence.py).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from gpucheckup.analysis import step_history, telemetry
 from gpucheckup.analysis.run import RunAnalysis
-from gpucheckup.diagnosis.findings import Finding, Fix
+from gpucheckup.diagnosis import evidence as ev
+from gpucheckup.diagnosis.findings import Event, Finding
+from gpucheckup.diagnosis.fixes import offer
 
 LOW_UTIL_PCT = 50.0
 THROTTLE_PCT = 10.0
@@ -35,14 +42,16 @@ def gpu_heartbeat(ra: RunAnalysis) -> Finding | None:
     if ra.loaders["max_workers"] == 0:
         evidence.append("every DataLoader the job created has num_workers=0: batches are prepared in the "
                         "training process, between GPU bursts")
-    fixes = []
-    if ra.loaders["max_workers"] == 0:
-        fixes.append(Fix("Load batches in worker processes: DataLoader(num_workers=N) with N up to the free CPU cores",
-                         "config", 0.0, key="num_workers"))
+    s = telemetry.gpu_series(ra.run.nvml)
+    a, b = telemetry.active_span(s["util"])
+    t, u = s["t_s"][a:b + 1], np.nan_to_num(s["util"][a:b + 1])
+    events = ev.run_stretches(ra, t, u <= hb["threshold_pct"], f"GPU utilization <= {hb['threshold_pct']:.0f}%")
     return Finding(
         id="gpu_heartbeat", severity="warning", title="GPU utilization comes in pulses over the whole run",
-        rule="NVML utilization: >= 3 pulses above max(5%, p90/2) and >= 30% of active samples below it",
-        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, fixes=fixes)
+        rule=f"NVML utilization: >= {telemetry.HEARTBEAT_PULSES} pulses above max({telemetry.HEARTBEAT_FLOOR_PCT:g}%, "
+             f"p90/2) and >= {telemetry.HEARTBEAT_LOW_PCT:g}% of active samples at or below it",
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, events=events,
+        fixes=offer(ra, "dataloader_workers"))
 
 
 def low_gpu_utilization(ra: RunAnalysis) -> Finding | None:
@@ -50,13 +59,16 @@ def low_gpu_utilization(ra: RunAnalysis) -> Finding | None:
     nv = ra.nvml
     if not nv or nv["util_mean_pct"] is None or nv["util_mean_pct"] >= LOW_UTIL_PCT or nv["heartbeat"]["heartbeat"]:
         return None
+    events = [ev.run_event(ra, f"active period, mean utilization {nv['util_mean_pct']:.1f}%", "nvml.csv",
+                           nv["active_from_epoch_s"], nv["active_s"])]
     return Finding(
         id="low_gpu_utilization", severity="warning", title="The GPU is mostly idle over the whole run",
         rule=f"mean NVML utilization over the active period < {LOW_UTIL_PCT:g}%",
         cost_ms_per_step=0.0, cost_pct_of_step=0.0,
         evidence=[f"NVML utilization averages {nv['util_mean_pct']:.1f}% over {nv['active_s']:.1f} s of activity "
                   f"({nv['samples']} samples): not only the profiled window is starved",
-                  "NVML counts any running kernel as busy, so the GPU's real use is lower still"])
+                  "NVML counts any running kernel as busy, so the GPU's real use is lower still"],
+        events=events)
 
 
 def throttling(ra: RunAnalysis) -> Finding | None:
@@ -73,14 +85,16 @@ def throttling(ra: RunAnalysis) -> Finding | None:
                 if nv.get("sm_clock_median_mhz") and nv.get("power_mean_w") else "clock and power not reported"]
     if power_only:
         evidence.append("a power cap under heavy GEMM load is normal on a busy GPU: it bounds peak FLOP/s")
-    fixes = [] if power_only else [
-        Fix("Check cooling and the power supply (nvidia-smi -q -d PERFORMANCE,TEMPERATURE); a thermally or "
-            "hardware-throttled GPU runs every kernel slower", "config", 0.0)]
+    s = telemetry.gpu_series(ra.run.nvml)
+    a, b = telemetry.active_span(s["util"])
+    throttled = ((s["reasons"][a:b + 1] & telemetry.THROTTLE_MASK) != 0) & s["reasons_known"][a:b + 1]
+    events = ev.run_stretches(ra, s["t_s"][a:b + 1], throttled, "SM clocks throttled")
     return Finding(
         id="throttling", severity="info" if power_only else "warning", title="The GPU's clocks were throttled",
-        rule=f"NVML throttle reasons (power cap, HW slowdown, thermal, power brake) in >= {THROTTLE_PCT:g}% "
+        rule=f"NVML throttle reasons ({', '.join(telemetry.THROTTLE_BITS.values())}) in >= {THROTTLE_PCT:g}% "
              "of active samples",
-        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, fixes=fixes)
+        cost_ms_per_step=0.0, cost_pct_of_step=0.0, evidence=evidence, events=events,
+        fixes=offer(ra, "check_cooling"))
 
 
 def memory_growth(ra: RunAnalysis) -> Finding | None:
@@ -89,6 +103,13 @@ def memory_growth(ra: RunAnalysis) -> Finding | None:
     g, pct = mem.get("growth_mb"), mem.get("growth_pct_of_total")
     if g is None or pct is None or g < MEMORY_GROWTH_MB or pct < MEMORY_GROWTH_PCT:
         return None
+    s = telemetry.gpu_series(ra.run.nvml)
+    a, b = telemetry.active_span(s["util"])
+    t = s["t_s"][a:b + 1]
+    k = max(len(t) // telemetry.MEMORY_TENTHS, 1)
+    events = [ev.run_event(ra, f"{which} tenth of the active period: {mb / 1024:.1f} GB used", "nvml.csv",
+                           float(span[0]), float(span[-1] - span[0]))
+              for which, span, mb in (("first", t[:k], mem["start_mb"]), ("last", t[-k:], mem["end_mb"]))]
     return Finding(
         id="memory_growth", severity="warning", title="GPU memory keeps growing during the run",
         rule=f"used memory, last tenth vs first tenth of the active period: >= {MEMORY_GROWTH_PCT:g}% of total "
@@ -98,8 +119,7 @@ def memory_growth(ra: RunAnalysis) -> Finding | None:
                   f"(+{g / 1024:.1f} GB, {pct:.0f}% of the GPU's memory; peak {mem['peak_mb'] / 1024:.1f} GB)",
                   "tensors kept across steps (a loss kept with its graph, growing lists of outputs) or a cache "
                   "that fills up; an out-of-memory error may follow on a longer run"],
-        fixes=[Fix("Keep only detached values across steps (loss.item() every N steps, not the loss tensor); "
-                   "check torch.cuda.memory_summary() between steps", "code", 0.0)])
+        events=events, fixes=offer(ra, "detach_values"))
 
 
 def profiled_during_warmup(ra: RunAnalysis) -> Finding | None:
@@ -110,14 +130,16 @@ def profiled_during_warmup(ra: RunAnalysis) -> Finding | None:
     first = st["profiled_steps"][0]
     if st["warmup_steps"] < first:
         return None
+    events = ev.run_steps(ra, range(first, st["profiled_steps"][1] + 1))
     return Finding(
         id="profiled_during_warmup", severity="warning", title="The profiled steps fell in warm-up",
-        rule="warm-up (steps until 5 in a row lie within 20% of the steady median) >= the first profiled step",
+        rule=f"warm-up (steps until {step_history.WARMUP_RUN} in a row lie within {step_history.WARMUP_TOL_PCT:g}% "
+             "of the steady median) >= the first profiled step",
         cost_ms_per_step=0.0, cost_pct_of_step=0.0,
         evidence=[f"step times settle after step {st['warmup_steps']}, but the window profiled steps "
                   f"{first}-{st['profiled_steps'][1]}: the trace may show start-up costs (allocator growth, "
                   "cuDNN autotuning, compilation), not the steady state"],
-        fixes=[Fix(f"Profile later: gpucheckup run --skip {st['warmup_steps'] + 5} ...", "config", 0.0)])
+        events=events, fixes=offer(ra, "profile_later"))
 
 
 def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
@@ -130,16 +152,15 @@ def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
     extra_per_step = slow["extra_ms"] / max(st["plain_count"], 1)
     return Finding(
         id="periodic_slow_steps", severity="warning", title=f"Some steps are much slower ({per})",
-        rule=f"steps > 2x the steady median after warm-up cost >= {SLOW_STEPS_PCT:g}% of step time",
+        rule=f"steps > {step_history.SLOW_FACTOR:g}x the steady median after warm-up cost >= {SLOW_STEPS_PCT:g}% "
+             "of step time",
         cost_ms_per_step=extra_per_step, cost_pct_of_step=slow["extra_pct"],
         evidence=[f"{slow['count']} steps took over 2x the steady median of {st['steady_median_ms']:.1f} ms "
                   f"(median {slow['median_slow_ms']:.1f} ms), {per}; they add {_duration(slow['extra_ms'])}, "
                   f"{slow['extra_pct']:.1f}% of the run's step time (steps {', '.join(map(str, slow['steps'][:8]))})",
                   "regular slow steps are checkpointing, evaluation, logging or garbage collection on a schedule; "
                   "irregular ones are contention (other jobs, I/O, the network)"],
-        fixes=[Fix("Make the periodic work asynchronous or rarer: async checkpointing "
-                   "(torch.distributed.checkpoint.async_save), evaluation less often, logging without syncs",
-                   "code", extra_per_step)])
+        events=ev.run_steps(ra, slow["steps"]), fixes=offer(ra, "async_periodic"))
 
 
 def unstable_run(ra: RunAnalysis) -> Finding | None:
@@ -147,12 +168,14 @@ def unstable_run(ra: RunAnalysis) -> Finding | None:
     st = ra.steps
     if not st or st["cv_pct"] is None or st["cv_pct"] < RUN_CV_PCT:
         return None
+    after = range(st["warmup_steps"] + 1, st["last_step"] + 1)
     return Finding(
         id="unstable_run", severity="info", title="Step time varies a lot over the run",
         rule=f"coefficient of variation of step time after warm-up >= {RUN_CV_PCT:g}% (whole run)",
         cost_ms_per_step=0.0, cost_pct_of_step=0.0,
         evidence=[f"after warm-up, steps vary with a CV of {st['cv_pct']:.0f}% around a median of "
-                  f"{st['steady_median_ms']:.1f} ms: compare runs by their median, over many steps"])
+                  f"{st['steady_median_ms']:.1f} ms: compare runs by their median, over many steps"],
+        events=ev.run_steps(ra, after))
 
 
 def workers_exceed_cores(ra: RunAnalysis) -> Finding | None:
@@ -160,7 +183,10 @@ def workers_exceed_cores(ra: RunAnalysis) -> Finding | None:
     ld = ra.loaders
     if not ld["workers_on_host"] or not ld["usable_cores"] or ld["workers_on_host"] <= ld["usable_cores"]:
         return None
-    fit = max(int(ld["usable_cores"] // max(ld["processes_on_host"], 1)) - 1, 1)
+    m = ra.run.manifest
+    events = [ev.run_event(ra, f"the run: {ld['workers_on_host']} DataLoader workers on {ld['usable_cores']:g} cores",
+                           "env.json", float(m.get("started_epoch_s") or ev._run_t0(ra)),
+                           float(m.get("duration_s") or 0.0))]
     return Finding(
         id="workers_exceed_cores", severity="warning", title="More DataLoader workers than CPU cores",
         rule="DataLoader workers on the host > usable cores (min of CPU count, affinity, cgroup quota)",
@@ -168,8 +194,7 @@ def workers_exceed_cores(ra: RunAnalysis) -> Finding | None:
         evidence=[f"{ld['processes_on_host']} process(es) x num_workers={ld['max_workers']} = "
                   f"{ld['workers_on_host']} workers on {ld['usable_cores']:g} usable cores (limited by "
                   f"{ld['cores_limited_by']}): the workers and the training processes thrash"],
-        fixes=[Fix(f"Lower num_workers to about {fit} per process (usable cores / processes, minus one for the "
-                   "training process)", "config", 0.0, key="num_workers")])
+        events=events, fixes=offer(ra, "fewer_workers"))
 
 
 def _duration(ms: float) -> str:
