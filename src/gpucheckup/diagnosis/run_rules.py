@@ -26,8 +26,9 @@ RUN_CV_PCT = 20.0
 
 
 def gpu_heartbeat(ra: RunAnalysis) -> Finding | None:
-    """NVML utilization in pulses over the whole run: >= 3 pulses above max(5%, p90/2) and
-    >= 30% of active samples at or below it (analysis.telemetry.heartbeat)."""
+    """NVML utilization in pulses over the whole run: >= HEARTBEAT_PULSES pulses above
+    max(HEARTBEAT_FLOOR_PCT, p90/2) and >= HEARTBEAT_LOW_PCT of active samples at or below it
+    (analysis.telemetry.heartbeat)."""
     nv = ra.nvml
     if not nv or not nv["heartbeat"]["heartbeat"]:
         return None
@@ -55,7 +56,7 @@ def gpu_heartbeat(ra: RunAnalysis) -> Finding | None:
 
 
 def low_gpu_utilization(ra: RunAnalysis) -> Finding | None:
-    """Mean NVML utilization over the active period < 50% (and no heartbeat, which says more)."""
+    """Mean NVML utilization over the active period < LOW_UTIL_PCT (and no heartbeat, which says more)."""
     nv = ra.nvml
     if not nv or nv["util_mean_pct"] is None or nv["util_mean_pct"] >= LOW_UTIL_PCT or nv["heartbeat"]["heartbeat"]:
         return None
@@ -72,7 +73,8 @@ def low_gpu_utilization(ra: RunAnalysis) -> Finding | None:
 
 
 def throttling(ra: RunAnalysis) -> Finding | None:
-    """Clock-event reasons other than idle/application clocks/sync boost/display in >= 10% of active samples."""
+    """Clock-event reasons other than idle/application clocks/sync boost/display in >= THROTTLE_PCT of
+    active samples."""
     nv = ra.nvml
     th = (nv or {}).get("throttle") or {}
     if not th.get("known") or th["throttled_pct"] < THROTTLE_PCT:
@@ -98,7 +100,8 @@ def throttling(ra: RunAnalysis) -> Finding | None:
 
 
 def memory_growth(ra: RunAnalysis) -> Finding | None:
-    """Used GPU memory grows over the active period by >= 5% of total and >= 1 GB."""
+    """Used GPU memory grows over the active period (first vs last 1/MEMORY_TENTHS of it) by
+    >= MEMORY_GROWTH_PCT of total and >= MEMORY_GROWTH_MB."""
     mem = (ra.nvml or {}).get("memory") or {}
     g, pct = mem.get("growth_mb"), mem.get("growth_pct_of_total")
     if g is None or pct is None or g < MEMORY_GROWTH_MB or pct < MEMORY_GROWTH_PCT:
@@ -123,7 +126,8 @@ def memory_growth(ra: RunAnalysis) -> Finding | None:
 
 
 def profiled_during_warmup(ra: RunAnalysis) -> Finding | None:
-    """The profiled window starts before warm-up ended (warm-up steps >= first profiled step)."""
+    """The profiled window starts before warm-up ended (warm-up steps >= first profiled step; warm-up
+    ends where WARMUP_RUN steps in a row lie within WARMUP_TOL_PCT of the steady median)."""
     st = ra.steps
     if not st or st["warmup_steps"] is None or not st["profiled_steps"]:
         return None
@@ -143,7 +147,8 @@ def profiled_during_warmup(ra: RunAnalysis) -> Finding | None:
 
 
 def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
-    """Steps over 2x the steady median, after warm-up, costing >= 5% of the run's plain step time."""
+    """Steps over SLOW_FACTOR x the steady median, after warm-up, costing >= SLOW_STEPS_PCT of the run's
+    plain step time."""
     st = ra.steps
     slow = (st or {}).get("slow")
     if not slow or slow["count"] == 0 or slow["extra_pct"] < SLOW_STEPS_PCT:
@@ -164,7 +169,7 @@ def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
 
 
 def unstable_run(ra: RunAnalysis) -> Finding | None:
-    """Coefficient of variation of plain step times after warm-up >= 20% over the whole run."""
+    """Coefficient of variation of plain step times after warm-up >= RUN_CV_PCT over the whole run."""
     st = ra.steps
     if not st or st["cv_pct"] is None or st["cv_pct"] < RUN_CV_PCT:
         return None
