@@ -68,7 +68,7 @@ def test_integer_microsecond_timestamps(tmp_path):
         ev("kernel", "k", 1010, 50, pid=0, tid=7, device=0, stream=7, correlation=5),
     ]
     a = analyze(read_trace(write_trace(tmp_path / "ints.json", events)))
-    assert a.step_summary["median_ms"] == pytest.approx(0.1)
+    assert a.step_summary.median_ms == pytest.approx(0.1)
     assert a.timeline.busy_pct == pytest.approx(50)
 
 

@@ -35,12 +35,11 @@ def test_lock_contention_names_both_threads_and_calls(tmp_path):
     tr = read_trace(path)
     tr.thread_names[(1, 2)] = "pin_memory"
     a = analyze(tr)
-    cont = a.api["contention"]
+    cont = a.api.contention
     assert len(cont) == 1
     c = cont[0]
-    assert (c["call"], c["blocker"], c["blocker_thread"], c["count"]) == ("cudaLaunchKernel", "cudaHostAlloc",
-                                                                           "pin_memory", 1)
-    assert c["typical_us"] == pytest.approx(5)
+    assert (c.call, c.blocker, c.blocker_thread, c.count) == ("cudaLaunchKernel", "cudaHostAlloc", "pin_memory", 1)
+    assert c.typical_us == pytest.approx(5)
     f = {x.id: x for x in diagnose(a).findings}["lock_contention"]
     assert "while cudaHostAlloc ran on pin_memory" in f.evidence[0] and "cudaLaunchKernel on thread 1" in f.evidence[0]
 
@@ -60,9 +59,9 @@ def test_exposed_nccl_time_is_communication_bound(tmp_path):
         corr += 1
     a = analyze(read_trace(write_trace(tmp_path / "ddp.json", events)))
     cm = a.communication
-    assert cm["time_ms"] == pytest.approx(1.8)
-    assert cm["overlap_pct"] == pytest.approx(100 * 100 / 600)
-    assert cm["exposed_ms_per_step"] == pytest.approx(0.5)
+    assert cm.time_ms == pytest.approx(1.8)
+    assert cm.overlap_pct == pytest.approx(100 * 100 / 600)
+    assert cm.exposed_ms_per_step == pytest.approx(0.5)
     d = diagnose(a)
     assert d.primary == "communication_bound"
     assert a.kernels.categories_pct["communication"] == pytest.approx(100 * 600 / 900)

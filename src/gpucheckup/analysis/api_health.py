@@ -14,6 +14,7 @@ Definitions (also in docs/metrics.md).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,19 +26,62 @@ SLOW_FLOOR_US = 50.0
 MAX_LISTED = 10
 
 
-def api_health(trace: Trace, launch_rows: np.ndarray) -> dict:
+@dataclass
+class CallStats:
+    """One CUDA API call name: how often, how long typically, in total."""
+
+    count: int
+    median_us: float
+    total_ms: float
+
+
+@dataclass
+class SlowCall:
+    """One call far slower than its typical duration."""
+
+    call: str
+    thread: str
+    dur_us: float
+    typical_us: float
+    t_us: float
+
+
+@dataclass
+class Contention:
+    """Slow calls of one name on one thread that overlapped an allocation on another thread."""
+
+    call: str
+    thread: str
+    blocker: str
+    blocker_thread: str
+    count: int
+    slow_ms: float
+    typical_us: float
+
+
+@dataclass
+class ApiHealth:
+    """The report's `cuda_api` figures (calls stay internal)."""
+
+    calls: dict[str, CallStats] = field(default_factory=dict)
+    slow_count: int = 0
+    slow: list[SlowCall] = field(default_factory=list)
+    contention: list[Contention] = field(default_factory=list)
+
+
+def api_health(trace: Trace, launch_rows: np.ndarray) -> ApiHealth:
     """Per call name: count and typical duration; slow calls; contention with allocations."""
     host = trace.host
     rows = np.flatnonzero((host.cat == RUNTIME) | (host.cat == DRIVER))
     if len(rows) == 0:
-        return {"calls": {}, "slow_count": 0, "contention": []}
+        return ApiHealth()
     dur = host.end[rows] - host.start[rows]
     names = host.name[rows]
     uniq, inv = np.unique(names, return_inverse=True)
     median = np.array([np.median(dur[inv == i]) for i in range(len(uniq))])
     calls = {
-        trace.names[n]: {"count": int((inv == i).sum()), "median_us": float(median[i]),
-                         "total_ms": float(dur[inv == i].sum()) / 1000}
+        trace.names[n]: CallStats(count=int((inv == i).sum()), median_us=float(median[i]),
+                                  total_ms=float(dur[inv == i].sum()) / 1000)
         for i, n in enumerate(uniq)
     }
     exempt = np.union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.alloc_rows(trace))
@@ -59,18 +103,16 @@ def api_health(trace: Trace, launch_rows: np.ndarray) -> dict:
         p = pairs[key]
         p["count"] += 1
         p["slow_ms"] += float(host.end[r] - host.start[r]) / 1000
-        p["typical_us"] = calls[key[0]]["median_us"]
+        p["typical_us"] = calls[key[0]].median_us
     for (call, thread, blocker, blocker_thread), p in sorted(pairs.items(), key=lambda kv: -kv[1]["slow_ms"]):
-        contention.append({
-            "call": call, "thread": thread, "blocker": blocker, "blocker_thread": blocker_thread, **p,
-        })
+        contention.append(Contention(call, thread, blocker, blocker_thread, p["count"], p["slow_ms"], p["typical_us"]))
     slow_list = sorted(
-        ({"call": trace.names[host.name[r]], "thread": _thread(trace, r), "dur_us": float(host.end[r] - host.start[r]),
-          "typical_us": calls[trace.names[host.name[r]]]["median_us"], "t_us": float(host.start[r])}
+        (SlowCall(call=trace.names[host.name[r]], thread=_thread(trace, r), dur_us=float(host.end[r] - host.start[r]),
+                  typical_us=calls[trace.names[host.name[r]]].median_us, t_us=float(host.start[r]))
          for r in slow_rows),
-        key=lambda s: -s["dur_us"],
+        key=lambda s: -s.dur_us,
     )[:MAX_LISTED]
-    return {"calls": calls, "slow_count": int(len(slow_rows)), "slow": slow_list, "contention": contention[:MAX_LISTED]}
+    return ApiHealth(calls=calls, slow_count=int(len(slow_rows)), slow=slow_list, contention=contention[:MAX_LISTED])
 
 
 def _thread(trace: Trace, row: int) -> str:

@@ -28,25 +28,25 @@ class TraceAnalysis:
     timeline: tl.Timeline
     causes: gap_causes.GapCauses
     kernels: kernels.KernelStats
-    step_summary: dict
+    step_summary: steps.StepSummary
     gap_pattern: dict
-    gaps_summary: dict
-    copies: dict
+    gaps_summary: gap_causes.GapSummary
+    copies: copies.CopyStats
     syncs: dict
-    dataloader: dict
-    api: dict
-    communication: dict
+    dataloader: dataloader.DataLoaderStats
+    api: api_health.ApiHealth
+    communication: communication.CommStats
     mfu: dict = field(default_factory=dict)
     roofline: dict = field(default_factory=dict)
     ncu: dict | None = None
-    profiler: dict | None = None  # profiler_overhead.correction, when the unprofiled step time is known
+    profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
     window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/window.py)
 
     @property
     def busy_pct(self) -> float:
         """GPU busy % of the step: without the profiler when that correction applies, else as traced."""
-        if self.profiler and self.profiler["applied"]:
-            return self.profiler["busy_pct_unprofiled"]
+        if self.profiler and self.profiler.applied:
+            return self.profiler.busy_pct_unprofiled
         return self.timeline.busy_pct
 
 
@@ -76,7 +76,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         gpu_ms = w.ms(sum(timeline.busy_us(d) for d in timeline.busy))
         prof = profiler_overhead.correction(w.traced_step_ms, gpu_ms, inputs.unprofiled_step_ms,
                                             inputs.unprofiled_from)
-        if prof["applied"]:
+        if prof.applied:
             w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)
             gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
     step_s = w.step_ms / 1000

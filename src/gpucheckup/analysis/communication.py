@@ -11,6 +11,8 @@ Definitions (also in docs/metrics.md). Counted: kernels of category `communicati
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
@@ -22,7 +24,18 @@ from gpucheckup.trace.tables import Trace
 COMM = CATEGORIES.index("communication")
 
 
-def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats, window: Window) -> dict:
+@dataclass
+class CommStats:
+    """Communication kernel time and its overlap with compute (the report's `communication`)."""
+
+    present: bool
+    time_ms: float
+    overlap_pct: float | None
+    exposed_ms_per_step: float
+    exposed_pct_of_step: float
+
+
+def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats, window: Window) -> CommStats:
     """Communication kernel time, its overlap with compute, and the exposed remainder."""
     gpu = trace.gpu
     rows, cat = kernels.rows, kernels.category_of_row
@@ -34,10 +47,10 @@ def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats, window: Window)
         compute = iv.union(gpu.start[k], gpu.end[k])
         comm_total += iv.total(comm)
         exposed += iv.total(iv.subtract(comm, compute))
-    return {
-        "present": comm_total > 0,
-        "time_ms": comm_total / 1000,
-        "overlap_pct": 100 * (comm_total - exposed) / comm_total if comm_total > 0 else None,
-        "exposed_ms_per_step": window.ms(exposed),
-        "exposed_pct_of_step": window.pct(window.ms(exposed)),
-    }
+    return CommStats(
+        present=comm_total > 0,
+        time_ms=comm_total / 1000,
+        overlap_pct=100 * (comm_total - exposed) / comm_total if comm_total > 0 else None,
+        exposed_ms_per_step=window.ms(exposed),
+        exposed_pct_of_step=window.pct(window.ms(exposed)),
+    )

@@ -19,6 +19,7 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -42,30 +43,60 @@ def parse_copy_name(name: str) -> tuple[str, str, str]:
     return "other", "?", "?"
 
 
-def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -> dict:
+@dataclass
+class DirectionStats:
+    """Copies of one direction (HtoD, DtoH, ...)."""
+
+    count: int = 0
+    bytes: float = 0.0
+    time_us: float = 0.0
+    pageable_count: int = 0
+    gb_per_s: float | None = None
+    mb: float = 0.0
+
+
+@dataclass
+class CopyStats:
+    """Copy figures of the analysis window (the report's `copies`)."""
+
+    count: int
+    by_direction: dict[str, DirectionStats]
+    pageable_count: int
+    pageable_mb: float
+    pageable_mb_per_step: float  # per device
+    pageable_ms_per_step: float  # summed copy durations, per device
+    time_ms: float
+    pct_of_gpu_time: float
+    overlap_pct: float | None
+    per_step_ms: float  # per device
+    exposed_ms_per_step: float
+    exposed_pct_of_step: float
+
+
+def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -> CopyStats:
     """Per-direction totals, pageable count, share of GPU time and overlap with kernels."""
     gpu = trace.gpu
     lo, hi = steps.window
     rows = np.flatnonzero((gpu.kind == MEMCPY) & (gpu.start >= lo) & (gpu.start <= hi))
-    directions: dict[str, dict] = {}
+    directions: dict[str, DirectionStats] = {}
     pageable = 0
     pageable_bytes = 0.0
     pageable_us = 0.0
     for r in rows:
         d, src, dst = parse_copy_name(trace.names[gpu.name[r]])
-        e = directions.setdefault(d, {"count": 0, "bytes": 0.0, "time_us": 0.0, "pageable_count": 0})
-        e["count"] += 1
+        e = directions.setdefault(d, DirectionStats())
+        e.count += 1
         b = gpu.bytes[r]
-        e["bytes"] += 0.0 if np.isnan(b) else float(b)
-        e["time_us"] += float(gpu.end[r] - gpu.start[r])
+        e.bytes += 0.0 if np.isnan(b) else float(b)
+        e.time_us += float(gpu.end[r] - gpu.start[r])
         if "Pageable" in (src, dst):
-            e["pageable_count"] += 1
+            e.pageable_count += 1
             pageable += 1
             pageable_bytes += 0.0 if np.isnan(b) else float(b)
             pageable_us += float(gpu.end[r] - gpu.start[r])
     for e in directions.values():
-        e["gb_per_s"] = e["bytes"] / (e["time_us"] * 1e3) if e["time_us"] > 0 else None
-        e["mb"] = e["bytes"] / 1e6
+        e.gb_per_s = e.bytes / (e.time_us * 1e3) if e.time_us > 0 else None
+        e.mb = e.bytes / 1e6
     busy_total = sum(iv.total(b) for b in timeline.busy.values())
     copy_union_total = 0.0
     overlapped = 0.0
@@ -76,17 +107,17 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -
         kernels = iv.clip(iv.union(gpu.start[k], gpu.end[k]), lo, hi)
         copy_union_total += iv.total(copies)
         overlapped += iv.total(iv.intersect(copies, kernels))
-    return {
-        "count": int(len(rows)),
-        "by_direction": directions,
-        "pageable_count": pageable,
-        "pageable_mb": pageable_bytes / 1e6,
-        "pageable_mb_per_step": window.per_step(pageable_bytes) / 1e6,  # per device
-        "pageable_ms_per_step": window.ms(pageable_us),  # summed copy durations, per device
-        "time_ms": copy_union_total / 1000,
-        "pct_of_gpu_time": 100 * copy_union_total / busy_total if busy_total > 0 else 0.0,
-        "overlap_pct": 100 * overlapped / copy_union_total if copy_union_total > 0 else None,
-        "per_step_ms": window.ms(copy_union_total),  # per device
-        "exposed_ms_per_step": window.ms(copy_union_total - overlapped),
-        "exposed_pct_of_step": window.pct(window.ms(copy_union_total - overlapped)),
-    }
+    return CopyStats(
+        count=int(len(rows)),
+        by_direction=directions,
+        pageable_count=pageable,
+        pageable_mb=pageable_bytes / 1e6,
+        pageable_mb_per_step=window.per_step(pageable_bytes) / 1e6,
+        pageable_ms_per_step=window.ms(pageable_us),
+        time_ms=copy_union_total / 1000,
+        pct_of_gpu_time=100 * copy_union_total / busy_total if busy_total > 0 else 0.0,
+        overlap_pct=100 * overlapped / copy_union_total if copy_union_total > 0 else None,
+        per_step_ms=window.ms(copy_union_total),
+        exposed_ms_per_step=window.ms(copy_union_total - overlapped),
+        exposed_pct_of_step=window.pct(window.ms(copy_union_total - overlapped)),
+    )

@@ -10,6 +10,8 @@ behind compute entirely (num_workers, prefetching).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gpucheckup.analysis import host_calls
@@ -19,19 +21,33 @@ from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
 
 
-def dataloader_stats(trace: Trace, steps: Steps, window: Window) -> dict:
+@dataclass
+class DataLoaderStats:
+    """Time in DataLoader `__next__` (the report's `dataloader`)."""
+
+    present: bool
+    count: int
+    iterators: list[str]
+    per_step_ms: list[float]
+    median_ms: float
+    ms_per_step: float
+    pct_of_step: float
+
+
+def dataloader_stats(trace: Trace, steps: Steps, window: Window) -> DataLoaderStats:
     """Time in DataLoader `__next__` per step and as a share of step time."""
     rows = host_calls.dataloader_rows(trace)
     host = trace.host
     waits = iv.union(host.start[rows], host.end[rows])
     per_step = iv.covered_between(waits, steps.start, steps.end)
     names = sorted({trace.names[host.name[r]] for r in rows})
-    return {
-        "present": bool(len(rows)),
-        "count": int(len(rows)),
-        "iterators": names,
-        "per_step_ms": [float(x) / 1000 for x in per_step],
-        "median_ms": float(np.median(per_step)) / 1000 if len(per_step) else 0.0,
-        "ms_per_step": window.host_ms(float(per_step.sum())),
-        "pct_of_step": window.pct(window.host_ms(float(per_step.sum()))),
-    }
+    ms = window.host_ms(float(per_step.sum()))
+    return DataLoaderStats(
+        present=bool(len(rows)),
+        count=int(len(rows)),
+        iterators=names,
+        per_step_ms=[float(x) / 1000 for x in per_step],
+        median_ms=float(np.median(per_step)) / 1000 if len(per_step) else 0.0,
+        ms_per_step=ms,
+        pct_of_step=window.pct(ms),
+    )

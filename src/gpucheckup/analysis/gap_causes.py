@@ -155,13 +155,21 @@ def _main_thread(trace: Trace, launch_rows: np.ndarray) -> tuple[int, int]:
     return int(best[0]), int(best[1])
 
 
-def summarize(causes: GapCauses, window: Window) -> dict:
+@dataclass
+class GapSummary:
+    """Idle time per cause (the report's `gaps` figures); `traced` keeps the uncorrected ones when the
+    profiler-overhead correction applied."""
+
+    by_cause_ms: dict[str, float]  # in total, all devices
+    per_step_ms: dict[str, float]  # per step and device
+    pct_of_step: dict[str, float]  # of the window's step time
+    traced: dict | None = None  # {"per_step_ms", "pct_of_step"} as traced, when corrected
+
+
+def summarize(causes: GapCauses, window: Window) -> GapSummary:
     """Idle time per cause in ms: in total (all devices), per step and as a share of step time (per device,
     through the one normalizer of analysis/window.py)."""
     by = causes.by_cause_us()
     per_step = {c: window.ms(by[c]) for c in CAUSES}
-    return {
-        "by_cause_ms": {c: by[c] / 1000 for c in CAUSES},
-        "per_step_ms": per_step,
-        "pct_of_step": {c: window.pct(per_step[c]) for c in CAUSES},
-    }
+    return GapSummary(by_cause_ms={c: by[c] / 1000 for c in CAUSES}, per_step_ms=per_step,
+                      pct_of_step={c: window.pct(per_step[c]) for c in CAUSES})

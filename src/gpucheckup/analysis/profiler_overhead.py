@@ -20,35 +20,50 @@ trace is taken as it is. Everything else (kernels, copies, syncs counts) stays a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+from gpucheckup.analysis.gap_causes import GapSummary
+
 MIN_INFLATION_PCT = 5.0
 
 
-def correction(traced_step_ms: float, gpu_ms_per_step: float, unprofiled_step_ms: float, source: str) -> dict:
+@dataclass
+class ProfilerCorrection:
+    """The figures of the profiler-overhead correction (the report's `profiler`)."""
+
+    source: str
+    traced_step_ms: float
+    unprofiled_step_ms: float
+    inflation_pct: float
+    gpu_ms_per_step: float
+    busy_pct_unprofiled: float | None
+    host_idle_factor: float
+    applied: bool
+
+
+def correction(traced_step_ms: float, gpu_ms_per_step: float, unprofiled_step_ms: float,
+               source: str) -> ProfilerCorrection:
     """The figures of the profiler-overhead correction (see the module docstring)."""
     inflation = 100 * (traced_step_ms / unprofiled_step_ms - 1) if unprofiled_step_ms > 0 else 0.0
     traced_idle = max(traced_step_ms - gpu_ms_per_step, 0.0)
     real_idle = max(unprofiled_step_ms - gpu_ms_per_step, 0.0)
     factor = min(max(real_idle / traced_idle, 0.0), 1.0) if traced_idle > 0 else 1.0
-    return {
-        "source": source,
-        "traced_step_ms": traced_step_ms,
-        "unprofiled_step_ms": unprofiled_step_ms,
-        "inflation_pct": inflation,
-        "gpu_ms_per_step": gpu_ms_per_step,
-        "busy_pct_unprofiled": min(100 * gpu_ms_per_step / unprofiled_step_ms, 100.0) if unprofiled_step_ms else None,
-        "host_idle_factor": factor,
-        "applied": inflation >= MIN_INFLATION_PCT,
-    }
+    return ProfilerCorrection(
+        source=source,
+        traced_step_ms=traced_step_ms,
+        unprofiled_step_ms=unprofiled_step_ms,
+        inflation_pct=inflation,
+        gpu_ms_per_step=gpu_ms_per_step,
+        busy_pct_unprofiled=min(100 * gpu_ms_per_step / unprofiled_step_ms, 100.0) if unprofiled_step_ms else None,
+        host_idle_factor=factor,
+        applied=inflation >= MIN_INFLATION_PCT,
+    )
 
 
-def corrected_gaps(gaps_summary: dict, corr: dict) -> dict:
+def corrected_gaps(gaps: GapSummary, corr: ProfilerCorrection) -> GapSummary:
     """Gap causes scaled to the idle time the job has without the profiler."""
-    f = corr["host_idle_factor"]
-    step = corr["unprofiled_step_ms"]
-    per_step = {c: v * f for c, v in gaps_summary["per_step_ms"].items()}
-    return {
-        **gaps_summary,
-        "per_step_ms": per_step,
-        "pct_of_step": {c: 100 * v / step for c, v in per_step.items()},
-        "traced": {"per_step_ms": gaps_summary["per_step_ms"], "pct_of_step": gaps_summary["pct_of_step"]},
-    }
+    f = corr.host_idle_factor
+    step = corr.unprofiled_step_ms
+    per_step = {c: v * f for c, v in gaps.per_step_ms.items()}
+    return replace(gaps, per_step_ms=per_step, pct_of_step={c: 100 * v / step for c, v in per_step.items()},
+                   traced={"per_step_ms": gaps.per_step_ms, "pct_of_step": gaps.pct_of_step})

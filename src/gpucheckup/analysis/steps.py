@@ -107,19 +107,35 @@ def _gpu_projection(trace: Trace, launch_rows: np.ndarray, hs: np.ndarray, he: n
     return gs, ge
 
 
-def summary(steps: Steps) -> dict:
+@dataclass
+class StepSummary:
+    """Median and spread of the step windows, in milliseconds (the report's `steps`)."""
+
+    count: int
+    marked: bool
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    max_ms: float
+    cv_pct: float
+    per_step_ms: list[float]
+    host_median_ms: float
+    labels: list[str]
+
+
+def summary(steps: Steps) -> StepSummary:
     """Median and spread of step time, in milliseconds."""
     d = steps.duration / 1000.0
     host = (steps.host_end - steps.host_start) / 1000.0
-    return {
-        "count": steps.count,
-        "marked": steps.marked,
-        "median_ms": float(np.median(d)),
-        "mean_ms": float(np.mean(d)),
-        "min_ms": float(np.min(d)),
-        "max_ms": float(np.max(d)),
-        "cv_pct": float(100 * np.std(d) / np.mean(d)) if np.mean(d) > 0 else 0.0,
-        "per_step_ms": [round(float(x), 3) for x in d],
-        "host_median_ms": float(np.median(host)),
-        "labels": steps.labels,
-    }
+    return StepSummary(
+        count=steps.count,
+        marked=steps.marked,
+        median_ms=float(np.median(d)),
+        mean_ms=float(np.mean(d)),
+        min_ms=float(np.min(d)),
+        max_ms=float(np.max(d)),
+        cv_pct=float(100 * np.std(d) / np.mean(d)) if np.mean(d) > 0 else 0.0,
+        per_step_ms=[round(float(x), 3) for x in d],
+        host_median_ms=float(np.median(host)),
+        labels=steps.labels,
+    )

@@ -69,7 +69,7 @@ class CatalogueFix:
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
 
 def _idle(a: TraceAnalysis, *causes: str) -> float:
-    return sum(a.gaps_summary["per_step_ms"][c] for c in causes)
+    return sum(a.gaps_summary.per_step_ms[c] for c in causes)
 
 
 def _launch_idle(a: TraceAnalysis) -> float:
@@ -120,23 +120,23 @@ def _sync_saving(a: TraceAnalysis, ops: frozenset) -> float:
 
 def _pinned_saving(a: TraceAnalysis) -> float:
     c = a.copies
-    return max(c["pageable_ms_per_step"] - c["pageable_mb_per_step"] / PINNED_GB_S, 0.0)
+    return max(c.pageable_ms_per_step - c.pageable_mb_per_step / PINNED_GB_S, 0.0)
 
 
 def _has_pageable(a: TraceAnalysis) -> bool:
-    return a.copies["pageable_count"] > 0
+    return a.copies.pageable_count > 0
 
 
 def single_process_loader(a: TraceAnalysis) -> bool:
-    return any("_SingleProcessDataLoaderIter" in n for n in a.dataloader["iterators"])
+    return any("_SingleProcessDataLoaderIter" in n for n in a.dataloader.iterators)
 
 
 def _multi_process_loader(a: TraceAnalysis) -> bool:
-    return any("_MultiProcessingDataLoaderIter" in n for n in a.dataloader["iterators"])
+    return any("_MultiProcessingDataLoaderIter" in n for n in a.dataloader.iterators)
 
 
 def _input_wait(a: TraceAnalysis) -> bool:
-    return a.dataloader["present"] or _idle(a, "input") > 0
+    return a.dataloader.present or _idle(a, "input") > 0
 
 
 def _fp32_ms(a: TraceAnalysis) -> float:
@@ -317,21 +317,21 @@ CATALOGUE: list[CatalogueFix] = [
         "prefetch_copies", "Prefetch the next batch to the GPU on a side stream while this one computes", "code",
         when="copies run with no kernel beside them",
         saves="the exposed copy time: a copy overlapped with compute costs the step nothing",
-        applies=_never_on_run(lambda a: a.copies["exposed_ms_per_step"] > 0),
-        saving=_trace(lambda a: a.copies["exposed_ms_per_step"])),
+        applies=_never_on_run(lambda a: a.copies.exposed_ms_per_step > 0),
+        saving=_trace(lambda a: a.copies.exposed_ms_per_step)),
     CatalogueFix(
         "resident_data", "Keep data resident on the GPU (move preprocessing there; avoid round trips)", "refactor",
         when="copies run with no kernel beside them",
         saves="the exposed copy time: data that stays on the GPU is not copied",
-        applies=_never_on_run(lambda a: a.copies["exposed_ms_per_step"] > 0),
-        saving=_trace(lambda a: a.copies["exposed_ms_per_step"])),
+        applies=_never_on_run(lambda a: a.copies.exposed_ms_per_step > 0),
+        saving=_trace(lambda a: a.copies.exposed_ms_per_step)),
     *[CatalogueFix(
         key, action, tier,
         when="communication kernels run with no compute beside them, or the host waits on collectives",
         saves="the exposed communication time plus the GPU idle while the host waits on collectives (upper bound: "
               + why + ")",
-        applies=_never_on_run(lambda a: a.communication["exposed_ms_per_step"] + _idle(a, "communication") > 0),
-        saving=_trace(lambda a: a.communication["exposed_ms_per_step"] + _idle(a, "communication")))
+        applies=_never_on_run(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication") > 0),
+        saving=_trace(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication")))
       for key, action, tier, why in [
           ("ddp_buckets", "Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., "
            "gradient_as_bucket_view=True)", "config", "buckets sized to start reducing early overlap all of it"),
@@ -389,14 +389,14 @@ CATALOGUE: list[CatalogueFix] = [
         "batch", "code",
         when="a CUDA call stalls behind an allocation on another thread",
         saves="the stalled calls' time per step: without allocations beside them they run at their usual speed",
-        applies=_never_on_run(lambda a: bool(a.api["contention"])),
-        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c["slow_ms"] for c in a.api["contention"])))),
+        applies=_never_on_run(lambda a: bool(a.api.contention)),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention)))),
     CatalogueFix(
         "warm_allocator", "Warm up the caching allocator before the loop so cudaMalloc leaves the steady state",
         "code", when="a CUDA call stalls behind an allocation on another thread",
         saves="the stalled calls' time per step, as pinned_buffers_once",
-        applies=_never_on_run(lambda a: bool(a.api["contention"])),
-        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c["slow_ms"] for c in a.api["contention"])))),
+        applies=_never_on_run(lambda a: bool(a.api.contention)),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention)))),
     CatalogueFix(
         "cudnn_benchmark", "Let cuDNN pick the fastest convolution algorithms: torch.backends.cudnn.benchmark = "
         "True (with fixed input shapes)", "config",

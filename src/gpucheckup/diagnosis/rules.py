@@ -56,7 +56,7 @@ LAUNCH_CAUSES = ("launch", "other_host", "allocation")
 
 def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
     """Gap causes' idle time per step (ms) and its percent of the step time."""
-    ms = sum(a.gaps_summary["per_step_ms"][c] for c in causes)
+    ms = sum(a.gaps_summary.per_step_ms[c] for c in causes)
     return ms, a.window.pct(ms)
 
 
@@ -71,11 +71,11 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
     DataLoader itself >= DATALOADER_PCT of step time."""
     ms, pct = _cost(a, "input")
     dl = a.dataloader
-    if pct < INPUT_PCT and dl["pct_of_step"] < DATALOADER_PCT:
+    if pct < INPUT_PCT and dl.pct_of_step < DATALOADER_PCT:
         return None
     w = a.window
     evidence = [
-        f"DataLoader __next__ takes {dl['pct_of_step']:.1f}% of step time ({dl['ms_per_step']:.1f} ms of the "
+        f"DataLoader __next__ takes {dl.pct_of_step:.1f}% of step time ({dl.ms_per_step:.1f} ms of the "
         f"{w.step_ms:.1f} ms step)",
         f"the GPU sits idle {pct:.1f}% of the step waiting for data ({ms:.1f} ms per step)",
     ]
@@ -170,21 +170,21 @@ def _copy_rows(a: TraceAnalysis, pageable: bool = False) -> np.ndarray:
 def pageable_copies(a: TraceAnalysis) -> Finding | None:
     """Copies to or from pageable host memory moving >= PAGEABLE_MB_PER_STEP per step (per device)."""
     c = a.copies
-    mb_per_step = c["pageable_mb_per_step"]
-    if c["pageable_count"] == 0 or mb_per_step < PAGEABLE_MB_PER_STEP:
+    mb_per_step = c.pageable_mb_per_step
+    if c.pageable_count == 0 or mb_per_step < PAGEABLE_MB_PER_STEP:
         return None
-    h2d = c["by_direction"].get("HtoD", {})
-    ms = c["pageable_ms_per_step"]
+    h2d = c.by_direction.get("HtoD")
+    ms = c.pageable_ms_per_step
     evidence = [
-        f"{c['pageable_count']} copies touch pageable host memory ({mb_per_step:.1f} MB, {ms:.2f} ms per step); "
+        f"{c.pageable_count} copies touch pageable host memory ({mb_per_step:.1f} MB, {ms:.2f} ms per step); "
         "CUDA stages them through a bounce buffer and blocks the host",
         f"the same bytes take {mb_per_step / PINNED_GB_S:.2f} ms per step pinned at {PINNED_GB_S:g} GB/s",
     ]
-    if h2d.get("gb_per_s"):
-        evidence.append(f"host-to-device copies reach {h2d['gb_per_s']:.1f} GB/s over {h2d['count']} copies "
-                        f"({h2d['pageable_count']} pageable); pinned memory reaches several times that")
-    if c["overlap_pct"] is not None:
-        evidence.append(f"{c['overlap_pct']:.0f}% of copy time overlaps compute (healthy: over 80%)")
+    if h2d and h2d.gb_per_s:
+        evidence.append(f"host-to-device copies reach {h2d.gb_per_s:.1f} GB/s over {h2d.count} copies "
+                        f"({h2d.pageable_count} pageable); pinned memory reaches several times that")
+    if c.overlap_pct is not None:
+        evidence.append(f"{c.overlap_pct:.0f}% of copy time overlaps compute (healthy: over 80%)")
     pct = a.window.pct(ms)
     return _finding(
         a, ms, id="pageable_copies", severity="warning" if pct >= PAGEABLE_WARNING_PCT else "info",
@@ -199,15 +199,15 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
 def exposed_copies(a: TraceAnalysis) -> Finding | None:
     """Copy time not overlapped by any kernel >= COPY_EXPOSED_PCT of step time."""
     c = a.copies
-    ms = c["exposed_ms_per_step"]
+    ms = c.exposed_ms_per_step
     pct = a.window.pct(ms)
     if pct < COPY_EXPOSED_PCT:
         return None
-    evidence = [f"copies take {c['per_step_ms']:.2f} ms per step, {ms:.2f} ms ({pct:.1f}%) of it with no "
-                f"kernel beside them ({c['pct_of_gpu_time']:.0f}% of GPU busy time)"]
-    for d, e in sorted(c["by_direction"].items()):
-        rate = f", {e['gb_per_s']:.1f} GB/s" if e["gb_per_s"] else ""
-        evidence.append(f"{d}: {e['count']} copies, {e['mb']:.1f} MB{rate}")
+    evidence = [f"copies take {c.per_step_ms:.2f} ms per step, {ms:.2f} ms ({pct:.1f}%) of it with no "
+                f"kernel beside them ({c.pct_of_gpu_time:.0f}% of GPU busy time)"]
+    for d, e in sorted(c.by_direction.items()):
+        rate = f", {e.gb_per_s:.1f} GB/s" if e.gb_per_s else ""
+        evidence.append(f"{d}: {e.count} copies, {e.mb:.1f} MB{rate}")
     return _finding(
         a, ms, id="exposed_copies", severity="warning", title="Copies the GPU waits on",
         rule=f"copy time with no kernel running beside it >= {COPY_EXPOSED_PCT:g}% of step time",
@@ -221,14 +221,14 @@ def exposed_communication(a: TraceAnalysis) -> Finding | None:
     >= COMM_EXPOSED_PCT of step time."""
     cm = a.communication
     ms_idle, pct_idle = _cost(a, "communication")
-    ms = cm["exposed_ms_per_step"] + ms_idle
+    ms = cm.exposed_ms_per_step + ms_idle
     pct = a.window.pct(ms)
     if pct < COMM_EXPOSED_PCT:
         return None
     evidence = []
-    if cm["present"]:
-        evidence.append(f"communication kernels take {a.window.ms(cm['time_ms'] * 1000):.2f} ms per step, "
-                        f"{cm['overlap_pct']:.0f}% hidden under compute; {cm['exposed_ms_per_step']:.2f} ms exposed")
+    if cm.present:
+        evidence.append(f"communication kernels take {a.window.ms(cm.time_ms * 1000):.2f} ms per step, "
+                        f"{cm.overlap_pct:.0f}% hidden under compute; {cm.exposed_ms_per_step:.2f} ms exposed")
     if pct_idle > 0:
         evidence.append(f"the GPU idles {ms_idle:.2f} ms per step while the host waits on collectives")
     events = ev.kernels_where(a, lambda n: re.search(r"nccl|rccl", n, re.I) is not None, 3) + \
@@ -292,9 +292,9 @@ def allocations(a: TraceAnalysis) -> Finding | None:
     ms, pct = _cost(a, "allocation")
     if pct < ALLOC_PCT:
         return None
-    calls = {n: c for n, c in a.api["calls"].items() if "alloc" in n.lower() or "free" in n.lower()}
+    calls = {n: c for n, c in a.api.calls.items() if "alloc" in n.lower() or "free" in n.lower()}
     evidence = [f"the GPU idles {ms:.2f} ms per step ({pct:.1f}%) while the host allocates memory"]
-    evidence += [f"{n}: {c['count']} calls, {c['total_ms']:.2f} ms" for n, c in calls.items()]
+    evidence += [f"{n}: {c.count} calls, {c.total_ms:.2f} ms" for n, c in calls.items()]
     events = ev.gaps(a, ("allocation",), 3) + ev.host_rows(a, host_calls.alloc_rows(a.trace), 2)
     return _finding(
         a, ms, id="allocations", severity="warning", title="Memory allocation in the training loop",
@@ -306,20 +306,20 @@ def allocations(a: TraceAnalysis) -> Finding | None:
 def lock_contention(a: TraceAnalysis) -> Finding | None:
     """A CUDA call SLOW_FACTOR x slower than its median (and >= SLOW_FLOOR_US) while another thread
     allocates (any occurrence)."""
-    cont = a.api["contention"]
+    cont = a.api.contention
     if not cont:
         return None
-    ms = a.window.host_ms(1000 * sum(c["slow_ms"] for c in cont))
+    ms = a.window.host_ms(1000 * sum(c.slow_ms for c in cont))
     evidence = [
-        f"{c['call']} on {c['thread']} took over {SLOW_FACTOR:g}x its usual {c['typical_us']:.1f} us {c['count']} "
-        f"time(s) ({c['slow_ms']:.2f} ms in all) while {c['blocker']} ran on {c['blocker_thread']}: both need the "
+        f"{c.call} on {c.thread} took over {SLOW_FACTOR:g}x its usual {c.typical_us:.1f} us {c.count} "
+        f"time(s) ({c.slow_ms:.2f} ms in all) while {c.blocker} ran on {c.blocker_thread}: both need the "
         "CUDA driver's context lock"
         for c in cont[:4]
     ]
-    stalled = {(c["call"], c["thread"]) for c in cont}
+    stalled = {(c.call, c.thread) for c in cont}
     t0 = a.trace.span[0]
-    events = [Event(s["call"], s["thread"], (s["t_us"] - t0) / 1000, s["dur_us"] / 1000, s["t_us"])
-              for s in a.api.get("slow", []) if (s["call"], s["thread"]) in stalled][:ev.MAX_EVENTS]
+    events = [Event(s.call, s.thread, (s.t_us - t0) / 1000, s.dur_us / 1000, s.t_us)
+              for s in a.api.slow if (s.call, s.thread) in stalled][:ev.MAX_EVENTS]
     return _finding(
         a, ms, id="lock_contention", severity="warning", title="CUDA calls stall behind allocations on another thread",
         rule=f"a CUDA call >= {SLOW_FACTOR:g}x its median and >= {SLOW_FLOOR_US:g} us overlapping an allocation "
@@ -331,14 +331,14 @@ def lock_contention(a: TraceAnalysis) -> Finding | None:
 def unstable_steps(a: TraceAnalysis) -> Finding | None:
     """Step time coefficient of variation >= STEP_CV_PCT over the profiled steps (at least MIN_CV_STEPS)."""
     s = a.step_summary
-    if s["count"] < MIN_CV_STEPS or s["cv_pct"] < STEP_CV_PCT:
+    if s.count < MIN_CV_STEPS or s.cv_pct < STEP_CV_PCT:
         return None
     d = a.steps.duration
     return _finding(
         a, 0.0, id="unstable_steps", severity="info", title="Step time varies a lot between steps",
         rule=f"coefficient of variation of step time >= {STEP_CV_PCT:g}% (at least {MIN_CV_STEPS} steps)",
-        evidence=[f"steps take {s['min_ms']:.1f} to {s['max_ms']:.1f} ms (median {s['median_ms']:.1f}, "
-                  f"CV {s['cv_pct']:.0f}%): profile past warm-up and over more steps before comparing; the "
+        evidence=[f"steps take {s.min_ms:.1f} to {s.max_ms:.1f} ms (median {s.median_ms:.1f}, "
+                  f"CV {s.cv_pct:.0f}%): profile past warm-up and over more steps before comparing; the "
                   f"figures here use the median step, which one outlier does not move"],
         events=ev.steps(a, [int(np.argmax(d)), int(np.argmin(d))]),
     )
@@ -429,18 +429,18 @@ def profiler_overhead(a: TraceAnalysis) -> Finding | None:
     """The profiled steps ran >= MIN_INFLATION_PCT slower than the same job without the profiler: the
     trace's host-side figures are inflated, and the report's shares are corrected to the unprofiled step."""
     p = a.profiler
-    if not p or not p["applied"]:
+    if not p or not p.applied:
         return None
     d = a.steps.duration
     return _finding(
         a, 0.0, id="profiler_overhead", severity="info", title="The profiler slowed the host: shares corrected",
         rule=f"traced step >= {MIN_INFLATION_PCT:g}% slower than the unprofiled step (analysis/profiler_overhead.py)",
         evidence=[
-            f"profiled steps took {p['traced_step_ms']:.2f} ms against {p['unprofiled_step_ms']:.2f} ms without the "
-            f"profiler ({p['source']}): +{p['inflation_pct']:.0f}%, all of it on the host",
-            f"the GPU works {p['gpu_ms_per_step']:.2f} ms per step, {p['busy_pct_unprofiled']:.1f}% of the unprofiled "
+            f"profiled steps took {p.traced_step_ms:.2f} ms against {p.unprofiled_step_ms:.2f} ms without the "
+            f"profiler ({p.source}): +{p.inflation_pct:.0f}%, all of it on the host",
+            f"the GPU works {p.gpu_ms_per_step:.2f} ms per step, {p.busy_pct_unprofiled:.1f}% of the unprofiled "
             f"step (the trace shows {a.timeline.busy_pct:.1f}% of the profiled one)",
-            f"idle-time causes are scaled by {p['host_idle_factor']:.2f} to the idle time the job has without the "
+            f"idle-time causes are scaled by {p.host_idle_factor:.2f} to the idle time the job has without the "
             "profiler; MFU uses the unprofiled step",
         ],
         events=ev.steps(a, [int(np.argsort(d)[len(d) // 2])], "median step window"),

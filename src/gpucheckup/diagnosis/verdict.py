@@ -26,9 +26,9 @@ GPU_BOUND_BUSY_PCT = 80.0
 
 def scores(a: TraceAnalysis) -> dict[str, float]:
     """Percent of step time each bound explains."""
-    pct = a.gaps_summary["pct_of_step"]
-    copy = a.copies["exposed_pct_of_step"]
-    comm = a.communication["exposed_pct_of_step"]
+    pct = a.gaps_summary.pct_of_step
+    copy = a.copies.exposed_pct_of_step
+    comm = a.communication.exposed_pct_of_step
     return {
         "input_bound": pct["input"],
         "launch_bound": pct["launch"] + pct["allocation"] + pct["other_host"],
@@ -43,7 +43,7 @@ def primary(a: TraceAnalysis) -> tuple[str, str, dict[str, float]]:
     """The verdict, a one-line reason, and the scores behind it."""
     sc = scores(a)
     busy = a.busy_pct
-    unprof = " without the profiler" if a.profiler and a.profiler["applied"] else ""
+    unprof = " without the profiler" if a.profiler and a.profiler.applied else ""
     if busy >= GPU_BOUND_BUSY_PCT:
         best = max(("gpu_bound", "copy_bound", "communication_bound"), key=lambda k: sc[k])
         return best, (f"GPU busy {busy:.1f}% of step time{unprof} (>= {GPU_BOUND_BUSY_PCT:g}%): "

@@ -27,6 +27,7 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 from gpucheckup import __version__
 from gpucheckup.analysis.checkup import TraceAnalysis
@@ -70,34 +71,43 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "window": a.window.to_dict(),
         "gpu": {
             "busy_pct": a.timeline.busy_pct,
-            "busy_pct_unprofiled": a.profiler["busy_pct_unprofiled"] if a.profiler and a.profiler["applied"] else None,
+            "busy_pct_unprofiled": a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None,
             "devices": busy_dev,
             "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
                         for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
             "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
         },
-        "steps": a.step_summary,
-        "profiler": a.profiler,
+        "steps": asdict(a.step_summary),
+        "profiler": asdict(a.profiler) if a.profiler else None,
         "kernels": k,
         "gaps": {
-            **a.gaps_summary,
+            **_gaps(a),
             "pattern": a.gap_pattern,
             "cause_titles": CAUSE_TITLES,
             "longest": _longest_gaps(a),
             "histogram": plot_data.gap_histogram(a),
         },
         "timeline": plot_data.step_timeline(a),
-        "dataloader": a.dataloader,
+        "dataloader": asdict(a.dataloader),
         "sync": a.syncs,
-        "copies": a.copies,
-        "communication": a.communication,
-        "cuda_api": {key: a.api[key] for key in ("slow_count", "slow", "contention") if key in a.api},
+        "copies": asdict(a.copies),
+        "communication": asdict(a.communication),
+        "cuda_api": {"slow_count": a.api.slow_count, "slow": [asdict(x) for x in a.api.slow],
+                     "contention": [asdict(x) for x in a.api.contention]},
         "notes": d.notes,
         "mfu": a.mfu,
         "roofline": a.roofline,
         "ncu": a.ncu,
     }
     return _clean(out)
+
+
+def _gaps(a: TraceAnalysis) -> dict:
+    """The gap summary's keys (`traced` only when the profiler correction applied, as before)."""
+    d = asdict(a.gaps_summary)
+    if d["traced"] is None:
+        del d["traced"]
+    return d
 
 
 def fix_dicts(d: Diagnosis) -> list[dict]:
