@@ -36,6 +36,6 @@ def test_nameless_kernels_take_the_ops_dtype():
                                         ("launch_bound", "fp32")])
 def test_dominant_dtype_on_real_traces(case, dtype):
     a = analyze(read_trace(trace_path(case)))
-    shares = a.mfu["gemm_dtypes_pct"]
+    shares = a.mfu.gemm_dtypes_pct
     assert max(shares, key=shares.get) == dtype
     assert shares[dtype] == pytest.approx(100.0)

@@ -36,7 +36,7 @@ class TraceAnalysis:
     dataloader: dataloader.DataLoaderStats
     api: api_health.ApiHealth
     communication: communication.CommStats
-    mfu: dict = field(default_factory=dict)
+    mfu: mfu.MfuFigures | None = None
     roofline: dict = field(default_factory=dict)
     ncu: dict | None = None
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
@@ -85,8 +85,8 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     device = trace.devices[0].name if trace.devices else ""
     mfu_fig = mfu.mfu_figures(device, step_s, gemm_dtype.gemm_dtypes(trace, kstats),
                               inputs, annotated, shapes)
-    mfu_fig["shape_flops"] = shapes.to_dict() if shapes else None
-    mfu_fig["annotated_flops"] = annotated.to_dict() if annotated else None
+    mfu_fig.shape_flops = shapes.to_dict() if shapes else None
+    mfu_fig.annotated_flops = annotated.to_dict() if annotated else None
     gpu = lookup(inputs.gpu or device) if (inputs.gpu or device) else None
     return TraceAnalysis(
         trace=trace,

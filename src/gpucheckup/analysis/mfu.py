@@ -112,8 +112,41 @@ def assess(pct: float | None) -> str | None:
     return f"above the dense pre-training band (> {hi_dense:g}%)"
 
 
+@dataclass
+class MfuFigures:
+    """The report's `mfu` block: FLOPs, achieved TFLOP/s, peaks, MFU, bands; None with a reason."""
+
+    flops_per_step: float | None
+    source: str | None
+    source_detail: str | None
+    estimates: dict[str, float]
+    step_s: float
+    achieved_tflops: float | None
+    device: str | None
+    gpu: dict | None
+    dtype: str
+    dtype_from: str
+    gemm_dtypes_pct: dict[str, float]
+    peak_tflops: float | None
+    peak_from: str | None
+    pct: float | None
+    pct_of_bf16_peak: float | None
+    gemm_dtype: str | None
+    pct_of_gemm_dtype_peak: float | None
+    measured_tflops: float | None
+    pct_of_measured: float | None
+    ceilings_path: str | None
+    tokens_per_s: float | None
+    samples_per_s: float | None
+    healthy_bands_pct: dict[str, list[float]]
+    assessment: str | None
+    reason: str | None
+    shape_flops: dict | None = None  # shape_flops.FlopCount.to_dict(), filled by analysis/checkup.py
+    annotated_flops: dict | None = None
+
+
 def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
-                annotated: FlopCount | None, shapes: FlopCount | None) -> dict:
+                annotated: FlopCount | None, shapes: FlopCount | None) -> MfuFigures:
     """The report's `mfu` block: FLOPs, achieved TFLOP/s, peaks, MFU, bands; nulls with a reason."""
     flops, source, how, estimates = pick_flops(inp, annotated, shapes)
     gpu_name = inp.gpu or device_name
@@ -129,58 +162,58 @@ def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
                       else f"default {dtype} (no GEMM kernels in the trace)")
     peak = inp.peak_tflops or (g.peak(dtype) if g else None)
     peak_from = "--peak-tflops" if inp.peak_tflops else (f"{g.id} datasheet, dense {dtype}" if g and peak else None)
-    out = {
-        "flops_per_step": flops,
-        "source": source,
-        "source_detail": how or None,
-        "estimates": estimates,
-        "step_s": step_s,
-        "achieved_tflops": None,
-        "device": gpu_name or None,
-        "gpu": g.to_dict() if g else None,
-        "dtype": dtype,
-        "dtype_from": dtype_from,
-        "gemm_dtypes_pct": gemm.get("shares_pct", {}),
-        "peak_tflops": peak,
-        "peak_from": peak_from,
-        "pct": None,
-        "pct_of_bf16_peak": None,
-        "gemm_dtype": dominant,
-        "pct_of_gemm_dtype_peak": None,
-        "measured_tflops": None,
-        "pct_of_measured": None,
-        "ceilings_path": inp.ceilings_path,
-        "tokens_per_s": inp.tokens_per_step / step_s if inp.tokens_per_step and step_s > 0 else None,
-        "samples_per_s": inp.samples_per_step / step_s if inp.samples_per_step and step_s > 0 else None,
-        "healthy_bands_pct": {k: list(v) for k, v in HEALTHY_BANDS_PCT.items()},
-        "assessment": None,
-        "reason": None,
-    }
+    out = MfuFigures(
+        flops_per_step=flops,
+        source=source,
+        source_detail=how or None,
+        estimates=estimates,
+        step_s=step_s,
+        achieved_tflops=None,
+        device=gpu_name or None,
+        gpu=g.to_dict() if g else None,
+        dtype=dtype,
+        dtype_from=dtype_from,
+        gemm_dtypes_pct=gemm.get("shares_pct", {}),
+        peak_tflops=peak,
+        peak_from=peak_from,
+        pct=None,
+        pct_of_bf16_peak=None,
+        gemm_dtype=dominant,
+        pct_of_gemm_dtype_peak=None,
+        measured_tflops=None,
+        pct_of_measured=None,
+        ceilings_path=inp.ceilings_path,
+        tokens_per_s=inp.tokens_per_step / step_s if inp.tokens_per_step and step_s > 0 else None,
+        samples_per_s=inp.samples_per_step / step_s if inp.samples_per_step and step_s > 0 else None,
+        healthy_bands_pct={k: list(v) for k, v in HEALTHY_BANDS_PCT.items()},
+        assessment=None,
+        reason=None,
+    )
     if flops is None:
-        out["reason"] = ("FLOPs per step unknown: the trace has no FLOP annotations (with_flops=True) and no "
+        out.reason = ("FLOPs per step unknown: the trace has no FLOP annotations (with_flops=True) and no "
                          "GEMM shapes (record_shapes=True); pass --flops-per-step F, or --params N "
                          "--tokens-per-step T")
         return out
     if step_s <= 0:
-        out["reason"] = "step time is zero"
+        out.reason = "step time is zero"
         return out
     achieved = flops / step_s / 1e12
-    out["achieved_tflops"] = achieved
+    out.achieved_tflops = achieved
     if peak:
-        out["pct"] = 100 * achieved / peak
-        out["assessment"] = assess(out["pct"])
+        out.pct = 100 * achieved / peak
+        out.assessment = assess(out.pct)
     elif g is None:
-        out["reason"] = (f"GPU {gpu_name!r} is not in the peak table: pass --gpu with a table id (e.g. H100-SXM) "
+        out.reason = (f"GPU {gpu_name!r} is not in the peak table: pass --gpu with a table id (e.g. H100-SXM) "
                          "or --peak-tflops" if gpu_name else
                          "the trace names no GPU (no deviceProperties): pass --gpu or --peak-tflops")
     else:
-        out["reason"] = f"{g.id} has no {dtype} tensor-core peak in its datasheet: pass --dtype or --peak-tflops"
+        out.reason = f"{g.id} has no {dtype} tensor-core peak in its datasheet: pass --dtype or --peak-tflops"
     if g and g.peak("bf16"):
-        out["pct_of_bf16_peak"] = 100 * achieved / g.peak("bf16")
+        out.pct_of_bf16_peak = 100 * achieved / g.peak("bf16")
     if g and dominant and dominant != dtype and g.peak(dominant):
-        out["pct_of_gemm_dtype_peak"] = 100 * achieved / g.peak(dominant)
+        out.pct_of_gemm_dtype_peak = 100 * achieved / g.peak(dominant)
     c = inp.ceilings
     if c and c.matmul_tflops.get(dtype):
-        out["measured_tflops"] = c.matmul_tflops[dtype]
-        out["pct_of_measured"] = 100 * achieved / c.matmul_tflops[dtype]
+        out.measured_tflops = c.matmul_tflops[dtype]
+        out.pct_of_measured = 100 * achieved / c.matmul_tflops[dtype]
     return out

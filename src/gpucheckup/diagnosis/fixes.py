@@ -19,6 +19,7 @@ from typing import Callable
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gemm_dtype import dtype_from_name
 from gpucheckup.analysis.kernels import CATEGORIES
+from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run import RunAnalysis
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
@@ -46,7 +47,7 @@ MOE_GROUPING_OPS = frozenset({"aten::argsort", "aten::sort", "aten::bincount", "
 MOE_MOVE_OPS = frozenset({"aten::index_add_", "aten::index_select", "aten::scatter_add_", "aten::index_put_",
                           "aten::scatter_"})
 MOE_FAMILIES = ("sort", "gather", "scatter", "index")
-DENSE_MFU_PCT = 35.0  # the dense pre-training band's floor (35-50%), the target low_mfu measures against
+DENSE_MFU_PCT = HEALTHY_BANDS_PCT["dense_pretraining"][0]  # the dense band's floor: the target low_mfu measures
 OPTIMIZER_FUSE_MIN_PCT = 5.0  # optimizer kernels' share of kernel time below which fusing them is noise
 CONV_MIN_PCT_OF_STEP = 10.0  # convolution time worth re-tuning algorithms for
 
@@ -174,7 +175,7 @@ def _conv_ms(a: TraceAnalysis) -> float:
 
 
 def _mfu_pct(a: TraceAnalysis) -> float | None:
-    return (a.mfu or {}).get("pct")
+    return a.mfu.pct if a.mfu else None
 
 
 def _low_mfu_cost(a: TraceAnalysis) -> float:

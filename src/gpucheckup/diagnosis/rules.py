@@ -22,6 +22,7 @@ from gpucheckup.analysis.gemm_dtype import dtype_from_name
 from gpucheckup.analysis.kernels import (
     CATEGORIES, QUEUED_DELAY_US, SMALL_KERNEL_US, STARVED_DELAY_US, kernel_label,
 )
+from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.diagnosis import evidence as ev
 from gpucheckup.diagnosis.findings import Event, Finding
@@ -48,7 +49,7 @@ ALLOC_PCT = 2.0
 STEP_CV_PCT = 20.0
 MIN_CV_STEPS = 3
 QUEUED_PCT = 10.0
-LOW_MFU_PCT = 20.0  # below the lowest healthy band (MoE with FP8: 20-32%)
+LOW_MFU_PCT = HEALTHY_BANDS_PCT["moe_fp8"][0]  # below the lowest healthy band (MoE with FP8)
 CATEGORY_MIN_PCT = 1.0  # kernel categories listed in the gpu_bound evidence
 
 LAUNCH_CAUSES = ("launch", "other_host", "allocation")
@@ -58,6 +59,12 @@ def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
     """Gap causes' idle time per step (ms) and its percent of the step time."""
     ms = sum(a.gaps_summary.per_step_ms[c] for c in causes)
     return ms, a.window.pct(ms)
+
+
+def _bands() -> str:
+    """The healthy MFU bands, from their one home (analysis/mfu.py)."""
+    d, m = HEALTHY_BANDS_PCT["dense_pretraining"], HEALTHY_BANDS_PCT["moe_fp8"]
+    return f"dense pre-training {d[0]:g}-{d[1]:g}%, MoE with FP8 {m[0]:g}-{m[1]:g}%"
 
 
 def _finding(a: TraceAnalysis, ms: float, **kw) -> Finding:
@@ -393,25 +400,25 @@ def low_mfu(a: TraceAnalysis) -> Finding | None:
     under LOW_MFU_PCT (below the MoE/FP8 band too), information between. Cost: the step time above
     what the same FLOPs would take at DENSE_MFU_PCT MFU."""
     m = a.mfu
-    pct = m.get("pct") if m else None
+    pct = m.pct if m else None
     if pct is None or pct >= DENSE_MFU_PCT or verdict_primary(a)[0] != "gpu_bound":
         return None
     step = a.window.step_ms
     cost = step * (1 - pct / DENSE_MFU_PCT)
-    gemm = m.get("gemm_dtypes_pct") or {}
+    gemm = m.gemm_dtypes_pct or {}
     evidence = [
-        f"MFU {pct:.1f}%: {m['achieved_tflops']:.1f} TFLOP/s achieved against the {m['peak_tflops']:g} TFLOP/s "
-        f"{m['dtype']} peak ({m['peak_from']}); healthy: dense pre-training 35-50%, MoE with FP8 20-32%",
-        f"FLOPs per step {m['flops_per_step']:.3g} ({m['source']}: {m['source_detail']}), step {step:.2f} ms",
+        f"MFU {pct:.1f}%: {m.achieved_tflops:.1f} TFLOP/s achieved against the {m.peak_tflops:g} TFLOP/s "
+        f"{m.dtype} peak ({m.peak_from}); healthy: {_bands()}",
+        f"FLOPs per step {m.flops_per_step:.3g} ({m.source}: {m.source_detail}), step {step:.2f} ms",
     ]
     if gemm:
         evidence.append("GEMM kernel time by dtype: " + ", ".join(f"{k} {v:.0f}%" for k, v in gemm.items()))
-    if m.get("pct_of_measured") is not None:
-        evidence.append(f"{m['pct_of_measured']:.1f}% of this GPU's measured {m['dtype']} matmul ceiling "
-                        f"({m['measured_tflops']:.0f} TFLOP/s)")
-    if m.get("pct_of_gemm_dtype_peak") is not None:
-        evidence.append(f"the GEMMs run in {m['gemm_dtype']}: {m['pct_of_gemm_dtype_peak']:.1f}% of that dtype's "
-                        f"peak, but the {m['dtype']} tensor-core peak goes unused")
+    if m.pct_of_measured is not None:
+        evidence.append(f"{m.pct_of_measured:.1f}% of this GPU's measured {m.dtype} matmul ceiling "
+                        f"({m.measured_tflops:.0f} TFLOP/s)")
+    if m.pct_of_gemm_dtype_peak is not None:
+        evidence.append(f"the GEMMs run in {m.gemm_dtype}: {m.pct_of_gemm_dtype_peak:.1f}% of that dtype's "
+                        f"peak, but the {m.dtype} tensor-core peak goes unused")
     evidence.append("to see which top kernels are compute-, memory- or latency-bound: gpucheckup ncu-cmd "
                     "prints the Nsight Compute command, gpucheckup analyze --ncu reads its CSV")
     k = a.kernels

@@ -95,7 +95,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "cuda_api": {"slow_count": a.api.slow_count, "slow": [asdict(x) for x in a.api.slow],
                      "contention": [asdict(x) for x in a.api.contention]},
         "notes": d.notes,
-        "mfu": a.mfu,
+        "mfu": asdict(a.mfu) if a.mfu else {},
         "roofline": a.roofline,
         "ncu": a.ncu,
     }
