@@ -81,7 +81,7 @@ def test_moe_kernels_land_where_their_figures_say(lid, kernel, bound):
         independent = "balanced"
     assert independent == bound
     report = ncu_bounds(read_ncu_csv(path), None)
-    got = {x["id"]: x["bound"] for x in report["per_launch"]}
+    got = {x["id"]: x["bound"] for x in report.per_launch}
     assert got[lid] == bound
 
 
@@ -115,17 +115,17 @@ def test_not_ncu_output_is_a_one_line_error(tmp_path):
 def test_join_to_trace_kernels():
     a = analyze(read_trace(trace_path("moe_seed")), ncu=read_ncu_csv(_long_csv()))
     n = a.ncu
-    assert n["kernel_names"] == 46 and n["matched_to_trace"] >= 44
-    by_name = {k["name"]: k for k in n["kernels"]}
-    for k in n["kernels"]:  # a match shares the kernel's function name and its template tokens
+    assert n.kernel_names == 46 and n.matched_to_trace >= 44
+    by_name = {k["name"]: k for k in n.kernels}
+    for k in n.kernels:  # a match shares the kernel's function name and its template tokens
         if k["trace_name"]:
             assert len(tokens(k["name"]) & tokens(k["trace_name"])) / len(tokens(k["name"]) | tokens(k["trace_name"])) >= 0.5
     index4 = [k for name, k in by_name.items() if "index_kernel_impl<native::OpaqueType<4>>" in name][0]
     index8 = [k for name, k in by_name.items() if "index_kernel_impl<native::OpaqueType<8>>" in name][0]
     assert "OpaqueType<4>" in index4["trace_name"] and "OpaqueType<8>" in index8["trace_name"]
-    top = n["top"][0]
+    top = n.top[0]
     assert "sm80_xmma_gemm_f32f32" in top["name"] and top["bound"] == "compute-bound"
-    assert n["trace_ms_by_bound"]["compute-bound"] > 0.7 * sum(n["trace_ms_by_bound"].values())
+    assert n.trace_ms_by_bound["compute-bound"] > 0.7 * sum(n.trace_ms_by_bound.values())
 
 
 def test_analyze_with_ncu_in_report_and_terminal(tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class TraceAnalysis:
     api: api_health.ApiHealth
     communication: communication.CommStats
     mfu: mfu.MfuFigures | None = None
-    roofline: dict = field(default_factory=dict)
-    ncu: dict | None = None
+    roofline: roofline.Roofline | None = None
+    ncu: ncu_bounds.NcuBounds | None = None
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
     window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/window.py)
 

@@ -25,6 +25,7 @@ Definitions (also in docs/mfu.md):
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -133,7 +134,22 @@ def match_names(ncu_names: list[str], kstats: KernelStats) -> dict[str, str | No
     return out
 
 
-def ncu_bounds(launches: list[NcuLaunch], kstats: KernelStats | None, path: str = "") -> dict:
+@dataclass
+class NcuBounds:
+    """The report's `ncu` block; kernels, top and per_launch are its table rows."""
+
+    path: str
+    thresholds: dict
+    launches: int
+    kernel_names: int
+    matched_to_trace: int
+    trace_ms_by_bound: dict[str, float]
+    kernels: list[dict]
+    top: list[dict]
+    per_launch: list[dict]
+
+
+def ncu_bounds(launches: list[NcuLaunch], kstats: KernelStats | None, path: str = "") -> NcuBounds:
     """The report's `ncu` block: per-launch and per-name figures and bounds, joined to the trace."""
     per_launch = []
     for x in launches:
@@ -186,14 +202,6 @@ def ncu_bounds(launches: list[NcuLaunch], kstats: KernelStats | None, path: str 
         if k["trace_ms"] is not None and k["bound"]:
             bound_ms[k["bound"]] = bound_ms.get(k["bound"], 0.0) + k["trace_ms"]
     matched = sum(1 for k in kernels if k["trace_name"])
-    return {
-        "path": path,
-        "thresholds": THRESHOLDS,
-        "launches": len(launches),
-        "kernel_names": len(kernels),
-        "matched_to_trace": matched,
-        "trace_ms_by_bound": bound_ms,
-        "kernels": kernels,
-        "top": top,
-        "per_launch": per_launch,
-    }
+    return NcuBounds(path=path, thresholds=THRESHOLDS, launches=len(launches), kernel_names=len(kernels),
+                     matched_to_trace=matched, trace_ms_by_bound=bound_ms, kernels=kernels, top=top,
+                     per_launch=per_launch)

@@ -15,16 +15,27 @@ Ops are grouped by (op, shapes, dtype) and the groups with the most kernel time 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from gpucheckup.analysis.shape_flops import FlopCount
 from gpucheckup.hardware.peaks import GpuPeak
 
 TOP_N = 8
 
 
-def roofline(shapes: FlopCount | None, gpu: GpuPeak | None, n_steps: int, top: int = TOP_N) -> dict:
+@dataclass
+class Roofline:
+    """The report's `roofline` block: one row per op group, or why there are none."""
+
+    ops: list[dict] = field(default_factory=list)
+    reason: str | None = None
+    mem_bw_gb_s: float | None = None
+
+
+def roofline(shapes: FlopCount | None, gpu: GpuPeak | None, n_steps: int, top: int = TOP_N) -> Roofline:
     """The top op groups by kernel time, each with AI, ridge, expected bound and achieved rate."""
     if shapes is None:
-        return {"ops": [], "reason": "no GEMM/conv/attention shapes in the trace (record it with record_shapes=True)"}
+        return Roofline(reason="no GEMM/conv/attention shapes in the trace (record it with record_shapes=True)")
     rows = []
     for g in sorted(shapes.groups, key=lambda g: -g["kernel_ms"])[:top]:
         dtype = g["dtype"] or "bf16"
@@ -46,5 +57,5 @@ def roofline(shapes: FlopCount | None, gpu: GpuPeak | None, n_steps: int, top: i
             "achieved_tflops": g["achieved_tflops"],
             "pct_of_peak": 100 * g["achieved_tflops"] / peak if peak and g["achieved_tflops"] else None,
         })
-    return {"ops": rows, "reason": None if gpu else "GPU not in the peak table: no ridge point",
-            "mem_bw_gb_s": gpu.mem_bw_gb_s if gpu else None}
+    return Roofline(ops=rows, reason=None if gpu else "GPU not in the peak table: no ridge point",
+                    mem_bw_gb_s=gpu.mem_bw_gb_s if gpu else None)

@@ -96,8 +96,8 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
                      "contention": [asdict(x) for x in a.api.contention]},
         "notes": d.notes,
         "mfu": asdict(a.mfu) if a.mfu else {},
-        "roofline": a.roofline,
-        "ncu": a.ncu,
+        "roofline": asdict(a.roofline) if a.roofline else {},
+        "ncu": asdict(a.ncu) if a.ncu else None,
     }
     return _clean(out)
 
