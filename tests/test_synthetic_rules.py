@@ -40,7 +40,10 @@ def test_lock_contention_names_both_threads_and_calls(tmp_path):
     c = cont[0]
     assert (c.call, c.blocker, c.blocker_thread, c.count) == ("cudaLaunchKernel", "cudaHostAlloc", "pin_memory", 1)
     assert c.typical_us == pytest.approx(5)
-    f = {x.id: x for x in diagnose(a).findings}["lock_contention"]
+    findings = diagnose(a).findings
+    assert all(x.events for x in findings)  # every finding points at the events behind it
+    f = {x.id: x for x in findings}["lock_contention"]
+    assert [(e.name, e.dur_ms) for e in f.events] == [("cudaLaunchKernel", pytest.approx(0.8))]
     assert "while cudaHostAlloc ran on pin_memory" in f.evidence[0] and "cudaLaunchKernel on thread 1" in f.evidence[0]
 
 
@@ -64,4 +67,7 @@ def test_exposed_nccl_time_is_communication_bound(tmp_path):
     assert cm.exposed_ms_per_step == pytest.approx(0.5)
     d = diagnose(a)
     assert d.primary == "communication_bound"
+    comm = {x.id: x for x in d.findings}["exposed_communication"]
+    nccl = [e for e in comm.events if e.name.startswith("ncclDevKernel")]
+    assert len(nccl) == 3 and all(e.where == "GPU 0 stream 20" and e.dur_ms == pytest.approx(0.6) for e in nccl)
     assert a.kernels.categories_pct["communication"] == pytest.approx(100 * 600 / 900)

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gemm_dtype import dtype_from_name
 from gpucheckup.analysis.kernels import CATEGORIES
@@ -23,6 +25,7 @@ from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run import RunAnalysis
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
+from gpucheckup.trace.tables import CPU_OP
 
 # Pinned host-to-device rate assumed for the bytes a pageable copy still has to move: PCIe 4.0 x16
 # reaches ~25 GB/s pinned (the H200 host measured 54), so the pinned copy time is not understated.
@@ -79,14 +82,8 @@ def _launch_idle(a: TraceAnalysis) -> float:
 
 def _host_ops(a: TraceAnalysis) -> set[str]:
     """Names of the CPU ops in the trace."""
-    from gpucheckup.trace.tables import CPU_OP
-    cached = getattr(a, "_cpu_op_names", None)
-    if cached is None:
-        import numpy as np
-        ids = np.unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
-        cached = {a.trace.names[int(i)] for i in ids}
-        object.__setattr__(a, "_cpu_op_names", cached)
-    return cached
+    ids = np.unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
+    return {a.trace.names[int(i)] for i in ids}
 
 
 def _count_share(a: TraceAnalysis, *cats: str) -> float:
@@ -95,7 +92,6 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
     if not k.count:
         return 0.0
     idx = [CATEGORIES.index(c) for c in cats]
-    import numpy as np
     return float(np.isin(k.category_of_row, idx).sum()) / k.count
 
 

@@ -11,8 +11,6 @@ repeats them in its rule table (a test checks the two agree).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from gpucheckup.analysis import host_calls
@@ -238,8 +236,8 @@ def exposed_communication(a: TraceAnalysis) -> Finding | None:
                         f"{cm.overlap_pct:.0f}% hidden under compute; {cm.exposed_ms_per_step:.2f} ms exposed")
     if pct_idle > 0:
         evidence.append(f"the GPU idles {ms_idle:.2f} ms per step while the host waits on collectives")
-    events = ev.kernels_where(a, lambda n: re.search(r"nccl|rccl", n, re.I) is not None, 3) + \
-        ev.gaps(a, ("communication",), 2)
+    k = a.kernels
+    events = ev.gpu_rows(a, k.rows[k.category_of_row == _cat("communication")], 3) + ev.gaps(a, ("communication",), 2)
     return _finding(
         a, ms, id="exposed_communication", severity="critical" if pct >= COMM_CRITICAL_PCT else "warning",
         title="Communication not hidden behind compute",
@@ -327,6 +325,7 @@ def lock_contention(a: TraceAnalysis) -> Finding | None:
     t0 = a.trace.span[0]
     events = [Event(s.call, s.thread, (s.t_us - t0) / 1000, s.dur_us / 1000, s.t_us)
               for s in a.api.slow if (s.call, s.thread) in stalled][:ev.MAX_EVENTS]
+    events = events or ev.host_rows(a, host_calls.alloc_rows(a.trace), 3)  # the listed slow calls were others
     return _finding(
         a, ms, id="lock_contention", severity="warning", title="CUDA calls stall behind allocations on another thread",
         rule=f"a CUDA call >= {SLOW_FACTOR:g}x its median and >= {SLOW_FLOOR_US:g} us overlapping an allocation "
