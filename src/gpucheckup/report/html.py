@@ -181,6 +181,8 @@ def _fixes(r: dict) -> str:
     for i, fx in enumerate(r["fixes"], 1):
         saving = f"{fx['saving_ms']:.2f} ms/step" if fx["saving_ms"] > 0 else "-"
         how = f"<br><span class=\"explain\">{esc(fx['how'])}</span>" if fx.get("how") else ""
+        if fx.get("reason"):
+            how += f"<br><span class=\"explain\">saving: {esc(fx['reason'])}</span>"
         rows.append([(i, str(i)), esc(TIER_TITLES.get(fx["tier"], fx["tier"])), esc(fx["action"]) + how,
                      (fx["saving_ms"], saving), esc(fx["finding"])])
     if not rows:
