@@ -73,11 +73,27 @@ class CopyStats:
     exposed_pct_of_step: float
 
 
+def is_pageable(name: str) -> bool:
+    """Whether a Kineto memcpy name says it copies to or from pageable host memory (the one definition)."""
+    _, src, dst = parse_copy_name(name)
+    return "Pageable" in (src, dst)
+
+
+def copy_rows(trace: Trace, steps: Steps, pageable: bool = False) -> np.ndarray:
+    """Rows of trace.gpu of the copies starting inside the analysis window (only pageable ones when asked)."""
+    gpu = trace.gpu
+    lo, hi = steps.window
+    rows = np.flatnonzero((gpu.kind == MEMCPY) & (gpu.start >= lo) & (gpu.start <= hi))
+    if pageable:
+        rows = rows[np.isin(gpu.name[rows], trace.name_ids(is_pageable))]
+    return rows
+
+
 def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -> CopyStats:
     """Per-direction totals, pageable count, share of GPU time and overlap with kernels."""
     gpu = trace.gpu
     lo, hi = steps.window
-    rows = np.flatnonzero((gpu.kind == MEMCPY) & (gpu.start >= lo) & (gpu.start <= hi))
+    rows = copy_rows(trace, steps)
     directions: dict[str, DirectionStats] = {}
     pageable = 0
     pageable_bytes = 0.0
@@ -89,7 +105,7 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -
         b = gpu.bytes[r]
         e.bytes += 0.0 if np.isnan(b) else float(b)
         e.time_us += float(gpu.end[r] - gpu.start[r])
-        if "Pageable" in (src, dst):
+        if is_pageable(trace.names[gpu.name[r]]):
             e.pageable_count += 1
             pageable += 1
             pageable_bytes += 0.0 if np.isnan(b) else float(b)

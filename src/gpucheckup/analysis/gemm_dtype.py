@@ -54,6 +54,12 @@ def kernel_dtype(name: str, op_dtype: str) -> str:
     return op_dtype or "unknown"
 
 
+def plain_fp32_gemms(kstats: KernelStats) -> list[dict]:
+    """The GEMM/conv kernel names (kstats.per_name rows) whose names say plain FP32, no tensor cores: the
+    one definition of the FP32-GEMM share (rule fp32_gemms, fixes tf32 and bf16_autocast)."""
+    return [t for t in kstats.per_name if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"]
+
+
 def gemm_dtypes(trace: Trace, kstats: KernelStats) -> dict:
     """Percent of GEMM kernel time per dtype, the dominant dtype, and the GEMM time itself."""
     gpu, host = trace.gpu, trace.host

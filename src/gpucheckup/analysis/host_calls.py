@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from gpucheckup.analysis.copies import is_pageable
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"
@@ -60,7 +61,7 @@ def dataloader_rows(trace: Trace) -> np.ndarray:
 def blocking_copy_rows(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
     """Copy calls that block the host: to or from pageable memory, or the synchronous cudaMemcpy."""
     gpu = trace.gpu
-    pageable_ids = trace.name_ids(lambda n: "Pageable" in n)
+    pageable_ids = trace.name_ids(is_pageable)
     m = (gpu.kind == MEMCPY) & np.isin(gpu.name, pageable_ids) & (launch_rows >= 0)
     return np.unique(launch_rows[m])
 

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.gemm_dtype import dtype_from_name
+from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import CATEGORIES
 from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run import RunAnalysis
@@ -137,8 +137,7 @@ def _input_wait(a: TraceAnalysis) -> bool:
 
 
 def _fp32_ms(a: TraceAnalysis) -> float:
-    return a.window.ms(1000 * sum(t["total_ms"] for t in a.kernels.per_name
-                                  if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"))
+    return a.window.ms(1000 * sum(t["total_ms"] for t in plain_fp32_gemms(a.kernels)))
 
 
 def _peak_ratio(a: TraceAnalysis, dtype: str) -> float | None:

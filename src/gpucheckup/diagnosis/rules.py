@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucheckup.analysis import host_calls
+from gpucheckup.analysis import copies, host_calls
 from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.gemm_dtype import dtype_from_name
+from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import (
     CATEGORIES, QUEUED_DELAY_US, SMALL_KERNEL_US, STARVED_DELAY_US, kernel_label,
 )
@@ -27,7 +27,6 @@ from gpucheckup.diagnosis.findings import Event, Finding
 from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single_process_loader
 from gpucheckup.diagnosis.verdict import GPU_BOUND_BUSY_PCT
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
-from gpucheckup.trace.tables import MEMCPY
 
 INPUT_PCT = 5.0
 INPUT_CRITICAL_PCT = 20.0
@@ -161,17 +160,6 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
     )
 
 
-def _copy_rows(a: TraceAnalysis, pageable: bool = False) -> np.ndarray:
-    """Rows of the copies in the analysis window (only pageable ones when asked)."""
-    g = a.trace.gpu
-    lo, hi = a.steps.window
-    rows = np.flatnonzero((g.kind == MEMCPY) & (g.start >= lo) & (g.start <= hi))
-    if pageable:
-        ids = a.trace.name_ids(lambda n: "Pageable" in n)
-        rows = rows[np.isin(g.name[rows], ids)]
-    return rows
-
-
 def pageable_copies(a: TraceAnalysis) -> Finding | None:
     """Copies to or from pageable host memory moving >= PAGEABLE_MB_PER_STEP per step (per device)."""
     c = a.copies
@@ -196,7 +184,7 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
         title="Host-device copies use pageable memory",
         rule=f"copies to or from pageable host memory >= {PAGEABLE_MB_PER_STEP:g} MB per step "
              f"(warning when they take >= {PAGEABLE_WARNING_PCT:g}% of step time)",
-        evidence=evidence, events=ev.gpu_rows(a, _copy_rows(a, pageable=True)),
+        evidence=evidence, events=ev.gpu_rows(a, copies.copy_rows(a.trace, a.steps, pageable=True)),
         fixes=offer(a, "pin_memory", "pinned_reuse", cap_ms=ms),
     )
 
@@ -216,7 +204,7 @@ def exposed_copies(a: TraceAnalysis) -> Finding | None:
     return _finding(
         a, ms, id="exposed_copies", severity="warning", title="Copies the GPU waits on",
         rule=f"copy time with no kernel running beside it >= {COPY_EXPOSED_PCT:g}% of step time",
-        evidence=evidence, events=ev.gpu_rows(a, _copy_rows(a)),
+        evidence=evidence, events=ev.gpu_rows(a, copies.copy_rows(a.trace, a.steps)),
         fixes=offer(a, "pin_memory", "prefetch_copies", "resident_data", cap_ms=ms),
     )
 
@@ -276,7 +264,7 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     """GEMM/conv kernels whose names say plain FP32 (no tensor cores: sgemm, FFMA, SIMT kernels;
     `gemm_dtype.dtype_from_name`) >= FP32_GEMM_PCT of kernel time."""
     k = a.kernels
-    fp32 = [t for t in k.per_name if t["category"] == "gemm_conv" and dtype_from_name(t["name"]) == "fp32"]
+    fp32 = plain_fp32_gemms(k)
     pct_k = sum(t["pct"] for t in fp32)
     if pct_k < FP32_GEMM_PCT:
         return None
