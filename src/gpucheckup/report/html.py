@@ -22,9 +22,9 @@ from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
-    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, mfu_short, ncu_rows, roofline_rows,
+    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
 from gpucheckup.report.plots import esc, num
 
 SORT_JS = """(function () {
@@ -256,29 +256,6 @@ def _tables(r: dict) -> str:
 def _key_figures(r: dict) -> str:
     rows = [[esc(k), esc(v)] for k, v in key_figures(r)]
     return "<h4>Key figures</h4>" + _table([("figure", "t"), ("value", "n")], rows, raw=True)
-
-
-def key_figures(r: dict) -> list[tuple[str, str]]:
-    """The headline figures as (name, value) text pairs (shared with the Markdown report)."""
-    s, k, c = r["steps"], r["kernels"], r["copies"]
-    rows = [
-        ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
-        ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
-        ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
-        ("MFU", mfu_short(r)),
-    ]
-    for cause, pct in r["gaps"]["pct_of_step"].items():
-        if pct >= 0.5:
-            rows.append((f"GPU idle: {r['gaps']['cause_titles'].get(cause, cause)}", f"{pct:.1f}% of step"))
-    rows += [
-        ("idle pattern", r["gaps"]["pattern"]["shape"]),
-        ("kernels (count / mean / under 20 us)", f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%"),
-        ("data movement share of kernel time", f"{k['categories'].get('data_movement', 0.0):.1f}%"),
-        ("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}"),
-        ("synchronizations per step", f"{r['sync']['count_per_step']:.1f}"),
-        ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
-    ]
-    return rows
 
 
 def _hardware(r: dict) -> str:

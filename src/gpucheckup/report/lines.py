@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gpucheckup.report.hardware_text import mfu_short
+
 MAX_EVENTS = 3  # evidence events shown under each finding (the JSON has them all)
 
 
@@ -19,3 +21,27 @@ def step_line(r: dict) -> str:
 def cost_line(f: dict) -> str:
     """A finding's cost: ms per step and percent of the step time."""
     return f"{f['cost_ms_per_step']:.2f} ms/step ({f['cost_pct_of_step']:.1f}%)"
+
+
+def key_figures(r: dict) -> list[tuple[str, str]]:
+    """The headline figures as (name, value) text pairs: the one list the terminal, HTML and Markdown print."""
+    s, k, c = r["steps"], r["kernels"], r["copies"]
+    rows = [
+        ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
+        ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
+        ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
+        ("MFU", mfu_short(r)),
+    ]
+    for cause, pct in r["gaps"]["pct_of_step"].items():
+        if pct >= 0.5:
+            rows.append((f"GPU idle: {r['gaps']['cause_titles'].get(cause, cause)}", f"{pct:.1f}% of step"))
+    rows += [
+        ("idle pattern", r["gaps"]["pattern"]["shape"]),
+        (f"kernels (count / mean / under {k['small_threshold_us']:g} us)",
+         f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%"),
+        ("data movement share of kernel time", f"{k['categories'].get('data_movement', 0.0):.1f}%"),
+        ("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}"),
+        ("synchronizations per step", f"{r['sync']['count_per_step']:.1f}"),
+        ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
+    ]
+    return rows

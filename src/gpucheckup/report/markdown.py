@@ -14,8 +14,8 @@ from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
+from gpucheckup.report.html import environment_rows, nvml_summary, step_rows
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
 
 _SYNTAX = "\\`*_[]|~"
 

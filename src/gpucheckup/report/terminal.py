@@ -13,8 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.hardware_text import mfu_short
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, step_line
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
 from gpucheckup.report.terminal_mfu import render_hardware
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -103,18 +102,8 @@ def _figures(r: dict) -> Group:
     figs = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)
     figs.add_column("figure")
     figs.add_column("value", justify="right")
-    s = r["steps"]
-    figs.add_row("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms")
-    figs.add_row("GPU busy", f"{r['gpu']['busy_pct']:.1f}%")
-    figs.add_row("MFU", mfu_short(r))
-    for cause, pct in r["gaps"]["pct_of_step"].items():
-        if pct >= 0.5:
-            figs.add_row(Text(f"GPU idle: {r['gaps']['cause_titles'][cause]}"), f"{pct:.1f}% of step")
-    figs.add_row("idle pattern", r["gaps"]["pattern"]["shape"])
-    figs.add_row("kernels (count / mean / small)", f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%")
-    c = r["copies"]
-    figs.add_row("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}")
-    figs.add_row("synchronizations per step", f"{r['sync']['count_per_step']:.1f}")
+    for name, value in key_figures(r):
+        figs.add_row(Text(name), Text(value))
 
     cats = Table(title="GPU time by kernel category", title_justify="left", box=box.SIMPLE, show_header=False)
     cats.add_column("category")
