@@ -298,10 +298,10 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
         job.kill()
         job.wait()
     assert res.returncode == 0, res.stderr
-    assert "coarse verdict: unknown" in res.stdout and "no NVML" in res.stdout
+    assert "Out-of-process check-up (coarse)" in res.stdout and "no NVML" in res.stdout
     data = json.loads(report.read_text())
     coarse = data["run_figures"]["coarse"]
-    assert coarse["samples"] >= 4
+    assert coarse["verdict"] == "unknown" and coarse["samples"] >= 4
     assert coarse["main_states_pct"].get("dataloader", 0) >= 50
     run_dir = the_run_dir(out)
     assert_manifest_complete(run_dir)
