@@ -287,9 +287,10 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
 
     if find_pyspy() is None:
         pytest.fail("py-spy is part of the test extras; install it (pip install -e '.[test]')")
-    job = subprocess.Popen([PY, str(JOBS / "slow_loader.py"), "60"])
+    ready = tmp_path / "ready"
+    job = subprocess.Popen([PY, str(JOBS / "slow_loader.py"), "60", str(ready)])
     try:
-        time.sleep(6)  # past `import torch`
+        wait_for(ready)  # past `import torch` and the first step: the job now loads batches
         out = tmp_path / "runs"
         report = tmp_path / "attach.json"
         res = gpucheckup("attach", "--pid", str(job.pid), "--duration", "4", "--rate", "4", "--out", str(out),

@@ -47,12 +47,12 @@ def cmd_analyze(args, console) -> int:
 
 def cmd_demo(args, console) -> int:
     from gpucheckup.cli.emit import Output, emit
-    from gpucheckup.pipeline import Checkups, check_path
+    from gpucheckup.pipeline import Checkups, check
 
     cases = args.case or list(args.cases)
     console.print("gpucheckup demo: real PyTorch profiler traces captured on an NVIDIA H200, checked up offline.",
                   style="bold", markup=False)
-    result = Checkups(Path("demo"), [c for case in cases for c in check_path(demo_trace(case))])
+    result = Checkups(Path("demo"), [c for case in cases for c in check(demo_trace(case)).checkups])
     out = Output.of(args)
     out.html = out.html or DEMO_HTML
     emit(result, out, console, cases)

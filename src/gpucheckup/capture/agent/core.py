@@ -366,11 +366,11 @@ class Agent:
             self.time_done = True
             self.log(f"no optimizer step {self.settings['window_start_s']:g} s after torch was imported: "
                      f"profiling a {self.settings['window_s']:g} s time window")
-            self._time_window(self.settings["window_s"], auto=True)
+            self.time_window(self.settings["window_s"], auto=True)
         except Exception as e:  # noqa: BLE001
             self.error("time window", e)
 
-    def _time_window(self, seconds: float, request: Request | None = None, auto: bool = False) -> None:
+    def time_window(self, seconds: float, request: Request | None = None, auto: bool = False) -> None:
         """Profile `seconds` of wall time, started and stopped on the main thread."""
         box = {}
 
@@ -475,41 +475,8 @@ class Agent:
             self.error("starting the control socket", e)
 
     def handle(self, req: dict):
-        """Answers to one control request (a generator: the acceptance first, the result when ready)."""
-        if req["cmd"] == "status":
-            yield {"ok": True, "pid": self.pid, "key": self.key, "run_dir": self.run_dir, "step": self.step,
-                   "busy": self.window is not None, "captures": self.captures}
-            return
-        r = Request(steps=req.get("steps"), seconds=req.get("seconds"))
-        with self.lock:
-            if self.pending is not None or self.window is not None:
-                yield {"ok": False, "error": "a capture is already running in this job; try again when it ends"}
-                return
-            self.pending = r
-        yield {"ok": True, "accepted": req, "step": self.step}
-        recent = sorted(self.step_ms_recent)
-        wait_s = max(10.0, 3 * recent[len(recent) // 2] / 1000) if recent else 10.0
-        seen, idle_s = self.step, 0.0
-        while not r.picked.wait(1.0):  # steps flowing (maybe through another window): keep waiting
-            if self.step != seen:
-                seen, idle_s = self.step, 0.0
-                continue
-            idle_s += 1.0
-            if idle_s >= wait_s:
-                break
-        if not r.picked.is_set():
-            with self.lock:
-                taken = self.pending is not r
-                if not taken:
-                    self.pending = None
-            if not taken:
-                if r.seconds is None:
-                    yield {"ok": False, "error": f"no optimizer step in {wait_s:.0f} s (the job steps no optimizer, "
-                                                 "or is stalled); ask for --duration instead"}
-                    return
-                self._time_window(r.seconds, request=r)
-        r.done.wait()
-        yield r.result
+        """Answers to one control request (server.answers)."""
+        return server.answers(self, req)
 
     # ---- exit ----------------------------------------------------------------------------------
     def at_exit(self) -> None:

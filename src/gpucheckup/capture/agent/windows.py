@@ -3,7 +3,10 @@ profiler they run, the atomic export of their trace, and the calls made on the m
 
 A profiler started from another thread does not record the main thread's operators, so time
 windows are started and stopped on the main thread through a real-time signal handler
-(SIGRTMIN + SIGNAL_OFFSET), where the job leaves that signal free."""
+(SIGRTMIN + SIGNAL_OFFSET), where the job leaves that signal free. The handler never runs a call
+while the main thread is inside an import (a lazy `import torch._dynamo` in the job's first
+forward, say: the profiler would find that module half-made); it is signalled again until the
+import is over."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import time
 
 SIGNAL_OFFSET = 7  # the agent's real-time signal: SIGRTMIN + 7
 MAIN_CALL_TIMEOUT_S = 30.0
+RESIGNAL_S = 0.2  # a call not yet run (the main thread was importing) is signalled again this often
 
 
 class Window:
@@ -116,6 +120,8 @@ class MainThread:
         self.how = f"main thread, through signal {sig}"
 
     def _on_signal(self, signum, frame) -> None:
+        if _importing(frame):  # the main thread is half-way through an import: torch's modules may be half-made
+            return  # the calls stay queued; `run` signals again
         while self.calls:
             fn = self.calls.pop(0)
             try:
@@ -142,8 +148,19 @@ class MainThread:
         import signal
 
         self.calls.append(call)
-        signal.pthread_kill(threading.main_thread().ident, self.signum)
-        if done.wait(timeout_s):
-            return True
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            signal.pthread_kill(threading.main_thread().ident, self.signum)
+            if done.wait(min(RESIGNAL_S, max(deadline - time.time(), 0.0))):
+                return True
         state["cancelled"] = True
         return done.is_set()
+
+
+def _importing(frame) -> bool:
+    """Whether a frame runs inside an import (importlib's bootstrap is on its stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
