@@ -7,7 +7,6 @@ they run, so that parsing (and `gpucheckup --help`) imports the standard library
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from pathlib import Path
 
 from gpucheckup.errors import CheckupError, say
@@ -61,6 +60,8 @@ def cmd_demo(args, console) -> int:
 
 def demo_trace(case: str) -> Path:
     """Path of a bundled demo trace."""
+    from importlib import resources
+
     return Path(str(resources.files("gpucheckup") / "data" / "demo" / case / "trace.json.gz"))
 
 

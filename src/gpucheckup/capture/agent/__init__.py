@@ -32,14 +32,24 @@ export, main-thread calls), flops.py (FlopCounterMode), loaders.py (DataLoader s
 versions), server.py (the control socket). File names and columns: gpucheckup/layout.py.
 """
 
-from gpucheckup.capture.agent.core import Agent, install
-from gpucheckup.capture.agent.settings import (
-    DURATION_MAX_STEPS,
-    LIMITS,
-    SETTINGS,
-    parse_settings,
-    process_key,
-)
+from __future__ import annotations
 
-__all__ = ["Agent", "install", "DURATION_MAX_STEPS", "LIMITS", "SETTINGS",
-           "parse_settings", "process_key"]
+from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, LIMITS, SETTINGS, parse_settings, process_key
+
+
+def install(run_dir: str | None = None, overrides: dict | None = None) -> None:
+    """Arm the agent (core.install): the state machine is imported only where it is armed."""
+    from gpucheckup.capture.agent.core import install as arm
+
+    arm(run_dir, overrides)
+
+
+def __getattr__(name: str):
+    if name == "Agent":  # the command line reads the settings here without loading the agent itself
+        from gpucheckup.capture.agent.core import Agent
+
+        return Agent
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["Agent", "install", "DURATION_MAX_STEPS", "LIMITS", "SETTINGS", "parse_settings", "process_key"]
