@@ -191,3 +191,12 @@ def test_attach_refuses_a_bad_rate_or_timeout_before_sampling(tmp_path, option, 
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpucheckup: error: {option} must be"), res.stderr
     assert not out.exists()
+
+
+def test_a_bad_mfu_option_stops_run_before_the_job(tmp_path):
+    """run takes analyze's MFU options, checked with the capture options before anything starts."""
+    out = tmp_path / "runs"
+    marker = tmp_path / "ran"
+    res = gpucheckup("run", "--out", str(out), "--params", "7e9", "--", PY, "-c", f"open({str(marker)!r}, 'w')")
+    assert res.returncode == 2 and "--params needs --tokens-per-step" in res.stderr
+    assert not marker.exists() and not out.exists()
