@@ -68,6 +68,11 @@ def assert_manifest_complete(run_dir: Path) -> dict:
                if p.is_file() and p.name != "manifest.json"}
     assert listed == on_disk
     assert not any(name.endswith((".part", ".tmp")) or "/." in "/" + name for name in on_disk), on_disk
+    from gpucheckup import layout
+
+    assert set(manifest) <= set(layout.MANIFEST_KEYS), set(manifest) - set(layout.MANIFEST_KEYS)
+    assert [a["path"] for a in manifest["artefacts"] if not any(
+        a["path"].startswith(prefix) for prefix, _ in layout.ARTEFACT_WHAT)] == []  # every file said what it holds
     return manifest
 
 

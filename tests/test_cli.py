@@ -139,3 +139,4 @@ def test_the_reader_needs_only_columns_the_writers_write():
     assert set(rundir.NVML_COLUMNS) <= set(layout.NVML_COLUMNS)
     assert set(rundir.CPU_COLUMNS) <= set(layout.CPU_COLUMNS)
     assert set(rundir.SAMPLE_COLUMNS) <= set(layout.SAMPLE_COLUMNS)
+    assert set(rundir.MANIFEST_TYPES) <= set(layout.MANIFEST_KEYS)

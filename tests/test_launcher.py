@@ -33,6 +33,11 @@ def manifest_listing_every_file(run_dir: Path) -> dict:
                if p.is_file() and p.name != "manifest.json"}
     assert listed == on_disk
     assert not any(name.endswith((".part", ".tmp")) for name in on_disk), on_disk
+    from gpucheckup import layout
+
+    assert set(manifest) <= set(layout.MANIFEST_KEYS), set(manifest) - set(layout.MANIFEST_KEYS)
+    assert [a["path"] for a in manifest["artefacts"] if not any(
+        a["path"].startswith(prefix) for prefix, _ in layout.ARTEFACT_WHAT)] == []  # every file said what it holds
     return manifest
 
 
