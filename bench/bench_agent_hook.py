@@ -24,13 +24,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         os.environ.update({"GPUCHECKUP_SKIP": "100000000", "GPUCHECKUP_CONTROL": "0"})
         from gpucheckup.capture import agent as agent_mod
+        from gpucheckup.capture.agent.steplog import StepLog
 
         import torch
 
         a = agent_mod.Agent(d)
         a.passive = False
         a.torch = torch  # as activate() sets it once the job imports torch
-        a._open_steps_file()
+        a.steplog = StepLog(os.path.join(d, a.files["steps"]))
         opt = object()
         runs = []
         for _ in range(5):
@@ -38,9 +39,9 @@ def main() -> int:
             for _ in range(n // 5):
                 a._on_step(opt, (), {})
             runs.append((time.perf_counter() - t) / (n // 5) * 1e6)
-        a._flush_steps()
+        a.steplog.flush()
         us = statistics.median(runs)
-        rows = sum(1 for _ in open(a.steps_part)) - 1
+        rows = sum(1 for _ in open(a.steplog.part)) - 1
     print(f"agent step hook: {us:.2f} us per step (median of 5 x {n // 5} calls; {rows} rows in steps.csv; "
           f"errors logged: {a.error_count})")
     print(f"{'job (H200, unprofiled step)':<36}{'step ms':>10}{'hook share':>12}")

@@ -68,6 +68,11 @@ def assert_manifest_complete(run_dir: Path) -> dict:
                if p.is_file() and p.name != "manifest.json"}
     assert listed == on_disk
     assert not any(name.endswith((".part", ".tmp")) or "/." in "/" + name for name in on_disk), on_disk
+    from gpucheckup import layout
+
+    assert set(manifest) <= set(layout.MANIFEST_KEYS), set(manifest) - set(layout.MANIFEST_KEYS)
+    assert [a["path"] for a in manifest["artefacts"] if not any(
+        a["path"].startswith(prefix) for prefix, _ in layout.ARTEFACT_WHAT)] == []  # every file said what it holds
     return manifest
 
 
@@ -287,9 +292,10 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
 
     if find_pyspy() is None:
         pytest.fail("py-spy is part of the test extras; install it (pip install -e '.[test]')")
-    job = subprocess.Popen([PY, str(JOBS / "slow_loader.py"), "60"])
+    ready = tmp_path / "ready"
+    job = subprocess.Popen([PY, str(JOBS / "slow_loader.py"), "60", str(ready)])
     try:
-        time.sleep(6)  # past `import torch`
+        wait_for(ready)  # past `import torch` and the first step: the job now loads batches
         out = tmp_path / "runs"
         report = tmp_path / "attach.json"
         res = gpucheckup("attach", "--pid", str(job.pid), "--duration", "4", "--rate", "4", "--out", str(out),
@@ -298,10 +304,10 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
         job.kill()
         job.wait()
     assert res.returncode == 0, res.stderr
-    assert "coarse verdict: unknown" in res.stdout and "no NVML" in res.stdout
+    assert "Out-of-process check-up (coarse)" in res.stdout and "no NVML" in res.stdout
     data = json.loads(report.read_text())
     coarse = data["run_figures"]["coarse"]
-    assert coarse["samples"] >= 4
+    assert coarse["verdict"] == "unknown" and coarse["samples"] >= 4
     assert coarse["main_states_pct"].get("dataloader", 0) >= 50
     run_dir = the_run_dir(out)
     assert_manifest_complete(run_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -77,3 +78,65 @@ def test_trace_text_is_printed_literally(tmp_path):
     res = run_cli("analyze", str(path), env={"COLUMNS": "300", "PATH": "/usr/bin:/bin"})
     assert res.returncode == 0, res.stderr
     assert "<img src=x onerror=alert(1)> [bold red]not markup[/bold red]" in res.stdout
+
+
+def test_debug_is_taken_before_or_after_the_command():
+    from gpucheckup.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["analyze", "x.json", "--debug"]).debug is True
+    assert p.parse_args(["--debug", "analyze", "x.json"]).debug is True
+    assert p.parse_args(["analyze", "x.json"]).debug is False
+    assert p.parse_args(["run", "--debug", "--", "python", "train.py", "--debug"]).cmd == [
+        "--", "python", "train.py", "--debug"]  # the job's own --debug is the job's
+
+
+def test_the_command_line_imports_no_analysis_at_start():
+    """`gpucheckup --help` and the parsing of every command import the standard library only."""
+    code = ("import sys\nfrom gpucheckup.cli import build_parser\n"
+            "for argv in (['analyze', 'x'], ['demo'], ['run', '--', 'true'], ['attach', '--pid', '1'], ['ncu-cmd', 'x'],"
+            " ['ceilings']):\n    build_parser().parse_args(argv)\n"
+            "heavy = ('numpy', 'rich', 'msgspec', 'torch', 'gpucheckup.analysis', 'gpucheckup.diagnosis', "
+            "'gpucheckup.report', 'gpucheckup.pipeline', 'gpucheckup.trace')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_an_out_of_process_attach_is_judged_when_checked_up(tmp_path):
+    """samples.csv holds raw frames; the coarse verdict is made from them and nvml.csv when the run is read.
+    12 samples: 8 in DataLoader then 2 in forward while NVML says 0% (a tick every 0.1 s), and 2 more
+    in forward 3 s after the last tick (no NVML within 1 s: unknown). So the GPU idles in 10 of 10
+    known samples, 8 of them in the DataLoader."""
+    run = tmp_path / "attach-1"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({"kind": "attach-py-spy", "command": ["gpucheckup", "attach"],
+                                                   "started_epoch_s": 1000.0, "captured": {}, "failed": {}}))
+    loader = "__next__@/x/torch/utils/data/dataloader.py;<module>@/job/train.py"
+    forward = "forward@/x/torch/nn/modules/linear.py;<module>@/job/train.py"
+    rows = [(1000 + 0.25 * i, loader if i < 8 else forward) for i in range(10)] + [(1005.0, forward),
+                                                                                    (1005.25, forward)]
+    (run / "samples.csv").write_text("t_s,main_thread_active,threads,active_threads_elsewhere,main_stack\n" + "".join(
+        f"{t},true,3,0,{stack}\n" for t, stack in rows))
+    (run / "nvml.csv").write_text("t_s,gpu,util_pct,mem_used_mb,mem_total_mb,power_w,sm_clock_mhz,clock_reasons\n"
+                                  + "".join(f"{1000 + 0.1 * i:.1f},0,0,1000,80000,100,1980,0\n" for i in range(21)))
+    out = tmp_path / "r.json"
+    res = run_cli("analyze", str(run), "--json", str(out), env={**os.environ, "COLUMNS": "200"})
+    assert res.returncode == 0, res.stderr
+    sentence = "GPU idle in 100% of 10 samples while the main thread waits in DataLoader __next__ (80% of those samples)"
+    assert sentence in res.stdout
+    coarse = json.loads(out.read_text())["run_figures"]["coarse"]
+    assert coarse["verdict"] == "input_bound" and coarse["samples"] == 12 and coarse["gpu_idle_pct"] == 100
+    assert coarse["main_states_pct"] == {"dataloader": 100 * 8 / 12, "forward": 100 * 4 / 12}
+
+
+def test_the_reader_needs_only_columns_the_writers_write():
+    from gpucheckup import layout
+    from gpucheckup.trace import rundir
+
+    assert set(rundir.STEP_COLUMNS) <= set(layout.STEP_COLUMNS)
+    assert set(rundir.NVML_COLUMNS) <= set(layout.NVML_COLUMNS)
+    assert set(rundir.CPU_COLUMNS) <= set(layout.CPU_COLUMNS)
+    assert set(rundir.SAMPLE_COLUMNS) <= set(layout.SAMPLE_COLUMNS)
+    assert set(rundir.MANIFEST_TYPES) <= set(layout.MANIFEST_KEYS)

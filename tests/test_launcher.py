@@ -33,6 +33,11 @@ def manifest_listing_every_file(run_dir: Path) -> dict:
                if p.is_file() and p.name != "manifest.json"}
     assert listed == on_disk
     assert not any(name.endswith((".part", ".tmp")) for name in on_disk), on_disk
+    from gpucheckup import layout
+
+    assert set(manifest) <= set(layout.MANIFEST_KEYS), set(manifest) - set(layout.MANIFEST_KEYS)
+    assert [a["path"] for a in manifest["artefacts"] if not any(
+        a["path"].startswith(prefix) for prefix, _ in layout.ARTEFACT_WHAT)] == []  # every file said what it holds
     return manifest
 
 
@@ -191,3 +196,12 @@ def test_attach_refuses_a_bad_rate_or_timeout_before_sampling(tmp_path, option, 
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"gpucheckup: error: {option} must be"), res.stderr
     assert not out.exists()
+
+
+def test_a_bad_mfu_option_stops_run_before_the_job(tmp_path):
+    """run takes analyze's MFU options, checked with the capture options before anything starts."""
+    out = tmp_path / "runs"
+    marker = tmp_path / "ran"
+    res = gpucheckup("run", "--out", str(out), "--params", "7e9", "--", PY, "-c", f"open({str(marker)!r}, 'w')")
+    assert res.returncode == 2 and "--params needs --tokens-per-step" in res.stderr
+    assert not marker.exists() and not out.exists()

@@ -9,7 +9,7 @@ import pytest
 
 import independent as ind
 from conftest import raw_events
-from gpucheckup.checkup import check_path
+from gpucheckup.pipeline import check_path
 
 DATA = Path(__file__).parent / "data" / "h200"
 

@@ -22,7 +22,7 @@ from browser import Browser
 from conftest import trace_path, write_trace
 from PIL import Image
 
-from gpucheckup.checkup import check_path
+from gpucheckup.pipeline import check_path
 from gpucheckup.report import html
 
 EVIL_KERNEL = "<img src=x onerror=alert(1)>"

@@ -20,7 +20,9 @@ from conftest import fixtures_dir, trace_path
 from gpucheckup.analysis import environment, stack_samples, step_history, telemetry
 from gpucheckup.capture import agent, control
 from gpucheckup.capture.environment import cgroup_quota
-from gpucheckup.capture.telemetry import NVML_COLUMNS, visible_indices
+from gpucheckup.capture.telemetry import visible_indices
+from gpucheckup.diagnosis.coarse import coarse_verdict
+from gpucheckup.layout import NVML_COLUMNS
 
 H200_MEMORY_MB = 143771  # nvidia-smi in the fixtures' env.txt
 
@@ -234,12 +236,12 @@ def test_stack_states_and_coarse_verdict():
     assert stack_samples.classify(fwd, True) == "forward"
     assert stack_samples.classify([frame("wait", "/usr/lib/python3/threading.py")], False) == "waiting"
     states = ["dataloader"] * 7 + ["forward"] * 3
-    v = stack_samples.coarse_verdict(states, [0.0] * 7 + [90.0] * 3)
-    assert v["verdict"] == "input_bound"
-    assert v["sentence"] == ("GPU idle in 70% of 10 samples while the main thread waits in DataLoader __next__ "
-                             "(100% of those samples)")
-    assert stack_samples.coarse_verdict(states, [95.0] * 10)["verdict"] == "gpu_bound"
-    assert stack_samples.coarse_verdict(states, [None] * 10)["verdict"] == "unknown"
+    v = coarse_verdict(states, [0.0] * 7 + [90.0] * 3)
+    assert v.verdict == "input_bound"
+    assert v.sentence == ("GPU idle in 70% of 10 samples while the main thread waits in DataLoader __next__ "
+                          "(100% of those samples)")
+    assert coarse_verdict(states, [95.0] * 10).verdict == "gpu_bound"
+    assert coarse_verdict(states, [None] * 10).verdict == "unknown"
 
 
 # ---- bad run directories --------------------------------------------------------------------------
@@ -285,7 +287,7 @@ MANIFEST = {"kind": "run", "command": ["python", "train.py"], "started_epoch_s":
     ({"env.json": {"cpu": "8 cores"}}, "env.json: field 'cpu' should be an object"),
     ({"env.json": {"dataloaders": ["num_workers=4"]}}, "env.json: dataloaders[0] should be an object"),
     ({"agent.json": {"key": 5}}, "agent.json: field 'key' should be a string"),
-    ({"attach.json": {"sentence": ["idle"]}}, "attach.json: field 'sentence' should be a string, not a list"),
+    ({"samples.csv": "t_s,threads\n1.0,3\n"}, "samples.csv: no column main_stack"),
 ])
 def test_malformed_run_files_are_a_one_line_error_naming_the_file(tmp_path, files, message):
     files = {"manifest.json": MANIFEST, **files}

@@ -1,6 +1,8 @@
-"""Input-bound on the CPU: heavy per-sample numpy work in DataLoader(num_workers=0); runs argv[1] seconds."""
+"""Input-bound on the CPU: heavy per-sample numpy work in DataLoader(num_workers=0); runs argv[1] seconds,
+and creates the file argv[2] (when given) once its first step is done."""
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,5 +27,7 @@ for x in DataLoader(Heavy(), batch_size=16, num_workers=0):
     opt.zero_grad()
     model(x).sum().backward()
     opt.step()
+    if len(sys.argv) > 2 and not Path(sys.argv[2]).exists():
+        Path(sys.argv[2]).write_text("stepping")
     if time.time() > end:
         break

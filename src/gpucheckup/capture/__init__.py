@@ -1,5 +1,7 @@
 """Capture: `gpucheckup run` (launcher, telemetry, environment), the in-job agent, `gpucheckup attach`.
 
-The agent (`agent.py`, `control.py`, `inject/sitecustomize.py`) runs inside the user's job and
-imports only the standard library until torch is there; the rest runs in gpucheckup's own process.
+Capture only writes run directories (their layout: gpucheckup/layout.py) and returns; the command
+line checks them up. The agent (`agent/`, `control.py`, `inject/sitecustomize.py`) runs inside the
+user's job and imports only the standard library until torch is there; the rest runs in
+gpucheckup's own process. `options.py` holds what `run` and `attach` are asked to do.
 """

@@ -1,4 +1,4 @@
-"""`gpucheckup run [options] -- CMD ...`: run a job with the agent injected, sample telemetry, check it up.
+"""`gpucheckup run [options] -- CMD ...`: run a job with the agent injected, sample telemetry, write its run directory.
 
 What it does, in order:
 1. creates the run directory `<out>/<YYYYmmdd-HHMMSS>-<name>/`;
@@ -10,85 +10,55 @@ What it does, in order:
 4. forwards SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 to the job, and SIGINT / SIGQUIT too unless they
    came from the terminal (then the job, in the same foreground process group, got them already);
 5. when the job ends: publishes leftover partial files, writes env.json and manifest.json
-   (every artefact listed), prints the check-up of the run directory;
-6. exits with the job's exit code; when the job was killed by a signal, kills itself with the
-   same signal (128 + N for signals that would dump core, and where that signal cannot end it).
+   (every artefact listed), and returns the run directory and the job's status (the command
+   line then checks the run directory up);
+6. `pass_through` exits with the job's exit code; when the job was killed by a signal, kills this
+   process with the same signal (128 + N for signals that would dump core, and where that signal
+   cannot end it).
 
 Every option is checked before the job starts (a bad one is a one-line error, exit 2, and no job).
 Once the job has started, nothing the launcher does can lose it: whatever fails in telemetry,
-the environment probes, the run directory or the report, the launcher still waits for the job,
+the environment probes or the run directory, the launcher still waits for the job,
 writes the manifest (the failure under `failed.launcher`) and passes its exit status through.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpucheckup import __version__
+from gpucheckup import __version__, layout
 from gpucheckup.atomic import write_json_atomic
 from gpucheckup.capture import environment
-from gpucheckup.capture.agent import ENV_RUN_DIR, LIMITS, SETTINGS
+from gpucheckup.capture.agent.settings import SETTINGS
+from gpucheckup.capture.options import RunOptions
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError, say
 
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 TERMINAL_SIGNALS = ("SIGINT", "SIGQUIT")  # the terminal sends these to the whole foreground group
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")  # their disposition cannot be changed (signal.signal raises)
-NVML_HZ_MAX = 100.0  # NVML's utilization has a sample period of 1/6 s to 1 s: faster only costs CPU
 CORE_SIGNALS = ("SIGQUIT", "SIGILL", "SIGABRT", "SIGFPE", "SIGSEGV", "SIGBUS", "SIGSYS", "SIGTRAP", "SIGXCPU",
                 "SIGXFSZ")
-ARTEFACT_WHAT = [  # (name prefix, description), first match wins
-    ("manifest.json", "this manifest"),
-    ("traces/attach/", "trace captured by gpucheckup attach (gzipped Kineto JSON)"),
-    ("traces/time-window/", "time window profiled because no optimizer stepped (gzipped Kineto JSON)"),
-    ("traces/", "profiled window of the job (gzipped Kineto JSON, one per rank)"),
-    ("steps", "wall time of every optimizer step of the whole run (CSV)"),
-    ("nvml.csv", "NVML GPU telemetry at 10 Hz, sampled outside the job (CSV)"),
-    ("cpu.csv", "CPU use of the job's processes, 1 Hz (CSV)"),
-    ("env.json", "environment: GPUs, driver, CUDA/cuDNN/NCCL/torch versions, topology, CPU budget, variables"),
-    ("agent-bootstrap.log", "errors arming the agent"),
-    ("agent", "the in-job agent's log (.log) and account of what it saw and did (.json)"),
-    ("flops", "FLOPs of one training step counted by FlopCounterMode (JSON)"),
-]
 
 
-def add_parser(sub) -> None:
-    """The `run` subcommand."""
-    p = sub.add_parser(
-        "run", help="run a training job with no code change and check it up (gpucheckup run -- python train.py)",
-        description="Run CMD with the gpucheckup agent injected: step times for the whole run, a profiled "
-                    "window after warm-up, NVML telemetry, the environment; then print the check-up. "
-                    "Exit code and signals pass through.")
-    p.add_argument("--out", type=Path, default=Path("gpucheckup-runs"), help="parent folder of run directories")
-    p.add_argument("--name", help="run name (default: the script's name)")
-    p.add_argument("--skip", type=int, help=f"steps before the profiled window (default {SETTINGS['skip'][1]})")
-    p.add_argument("--steps", type=int, help=f"steps to profile (default {SETTINGS['steps'][1]})")
-    p.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
-    p.add_argument("--with-stack", action="store_true", help="record Python stacks (large traces)")
-    p.add_argument("--flops", action="store_true", help="count one step's FLOPs with FlopCounterMode (flops.json)")
-    p.add_argument("--window-start", type=float, metavar="S",
-                   help=f"no optimizer step after S seconds: profile a time window (default "
-                        f"{SETTINGS['window_start_s'][1]:g})")
-    p.add_argument("--window", type=float, metavar="S",
-                   help=f"length of that time window (default {SETTINGS['window_s'][1]:g})")
-    p.add_argument("--nvml-hz", type=float, default=10.0,
-                   help=f"NVML sampling rate, above 0 and at most {NVML_HZ_MAX:g} (default 10)")
-    p.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
-    p.add_argument("--no-report", action="store_true", help="do not print the check-up at the end")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the job's command line")
-    p.set_defaults(func=cmd_run)
+@dataclass
+class Job:
+    """A finished job: its run directory and its status as Popen gives it (negative: killed by that signal;
+    126/127 when it could not start)."""
+
+    run_dir: Path
+    returncode: int
+    started: bool
 
 
-def agent_environment(args) -> dict[str, str]:
+def agent_environment(args: RunOptions) -> dict[str, str]:
     """GPUCHECKUP_* variables for the options given on the command line."""
     given = {"skip": args.skip, "steps": args.steps, "window_start_s": args.window_start, "window_s": args.window,
              "record_shapes": args.record_shapes or None, "with_stack": args.with_stack or None,
@@ -131,34 +101,18 @@ def inject_dir() -> Path:
     return Path(__file__).resolve().parent / "inject"
 
 
-def check_options(args) -> None:
-    """Every option the launcher or the agent will use, checked before anything starts: CheckupError if bad."""
-    given = {"skip": ("--skip", args.skip), "steps": ("--steps", args.steps),
-             "window_start_s": ("--window-start", args.window_start), "window_s": ("--window", args.window)}
-    for name, (flag, v) in given.items():
-        lo, hi = LIMITS[name]
-        if v is not None and not (math.isfinite(v) and lo <= v <= hi):
-            raise CheckupError(f"{flag} must be from {_num(lo)} to {_num(hi)}, got {_num(v)}")
-    if not (math.isfinite(args.nvml_hz) and 0 < args.nvml_hz <= NVML_HZ_MAX):
-        raise CheckupError(f"--nvml-hz must be above 0 and at most {_num(NVML_HZ_MAX)}, got {_num(args.nvml_hz)}")
-
-
-def _num(x: float) -> str:
-    """A limit or value as a person writes it: 1000000000, 0.1, nan."""
-    return str(int(x)) if math.isfinite(x) and float(x).is_integer() else f"{x:g}"
-
-
-def cmd_run(args, console) -> int:
-    cmd = list(args.cmd)
+def run_job(cmd: list[str], args: RunOptions) -> Job:
+    """Run the job with the agent injected and telemetry sampled; its run directory and status.
+    CheckupError (and no job) for a bad option or an empty command."""
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise CheckupError("no command to run: gpucheckup run [options] -- python train.py ...")
-    check_options(args)
+    args.check()
     run_dir = make_run_dir(args.out, args.name or run_name(cmd))
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env[ENV_RUN_DIR] = str(run_dir)
+    env[layout.ENV_RUN_DIR] = str(run_dir)
     env.update(agent_environment(args))
     started = time.time()
     forwarder = SignalForwarder()  # before the job starts: no signal may fall between the two
@@ -170,7 +124,7 @@ def cmd_run(args, console) -> int:
             code, why = 127, "command not found"
         else:  # as a shell says it: 126 for a command found but not runnable
             code, why = 126, "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
-        return _not_started(run_dir, cmd, started, code, f"{why}: {cmd[0]}")
+        return Job(run_dir, _not_started(run_dir, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
     # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
     problems: list[str] = []
     nvml = cpu = None
@@ -195,8 +149,7 @@ def cmd_run(args, console) -> int:
         ended = time.time()
         forwarder.restore()
         finish_or_fallback(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
-    _report(run_dir, args, console)
-    return _pass_through(rc, exit_status(rc))
+    return Job(run_dir, rc, started=True)
 
 
 def start_sampler(sampler, problems: list[str]) -> None:
@@ -233,7 +186,7 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
         finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
         if problems:
             say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
-                 f"(in {run_dir / 'manifest.json'}, failed.launcher)")
+                 f"(in {run_dir / layout.MANIFEST}, failed.launcher)")
         return
     except Exception as e:  # noqa: BLE001 - the job's exit status comes first
         problems.append(f"writing the manifest: {type(e).__name__}: {e}")
@@ -243,8 +196,8 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
             _guard(problems, f"stopping {sampler.name}", sampler.close)
     _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir))
     try:
-        write_json_atomic(run_dir / "manifest.json", {
-            "gpucheckup_version": __version__, "kind": "run", "command": cmd, "cwd": os.getcwd(),
+        write_json_atomic(run_dir / layout.MANIFEST, {
+            "gpucheckup_version": __version__, "kind": layout.KIND_RUN, "command": cmd, "cwd": os.getcwd(),
             "run_dir": str(run_dir), "started_epoch_s": started, "ended_epoch_s": ended,
             "duration_s": round(ended - started, 3), **exit_status(rc), "captured": {},
             "failed": {"launcher": "; ".join(problems)}, "artefacts": _guard([], "", lambda: list_artefacts(run_dir))
@@ -254,10 +207,10 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
 
 
 def _not_started(run_dir: Path, cmd, started, code: int, why: str) -> int:
-    manifest = {"gpucheckup_version": __version__, "kind": "run", "command": cmd, "cwd": os.getcwd(),
+    manifest = {"gpucheckup_version": __version__, "kind": layout.KIND_RUN, "command": cmd, "cwd": os.getcwd(),
                 "run_dir": str(run_dir), "started_epoch_s": started, "exit_code": code,
                 "failed": {"job": why}, "artefacts": []}
-    write_json_atomic(run_dir / "manifest.json", manifest)
+    write_json_atomic(run_dir / layout.MANIFEST, manifest)
     say(f"gpucheckup: error: {why}")
     return code
 
@@ -320,12 +273,12 @@ def exit_status(rc: int) -> dict:
     return {"exit_code": None, "exit_signal": name}
 
 
-def _pass_through(rc: int, status: dict) -> int:
+def pass_through(rc: int) -> int:
     """Our exit code, or death by the job's signal (128 + N where the signal cannot end us as it ended the job)."""
     if rc >= 0:
         return rc
     sig = -rc
-    name = status["exit_signal"]
+    name = exit_status(rc)["exit_signal"]
     if name in CORE_SIGNALS or name == "SIGSTOP":  # SIGSTOP would stop us, not end us
         return 128 + sig
     sys.stdout.flush()
@@ -343,7 +296,7 @@ def _pass_through(rc: int, status: dict) -> int:
     return 128 + sig
 
 
-def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu,
+def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, host_env, nvml, cpu,
                    problems: list[str] | None = None) -> dict:
     """Stop the samplers, publish leftovers, write env.json and manifest.json. A step that fails is
     stated under failed.launcher (with anything in `problems`) and the others still run."""
@@ -361,7 +314,7 @@ def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml,
                                 f"{', '.join(recovered)}")
     agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(run_dir)) or {}
     env = _guard(problems, "merging the environment", lambda: environment.merge_agents(host_env, agents)) or host_env
-    _guard(problems, "writing env.json", lambda: write_json_atomic(run_dir / "env.json", env))
+    _guard(problems, "writing env.json", lambda: write_json_atomic(run_dir / layout.ENV, env))
     captured, more_failed = _guard(problems, "reading what was captured",
                                    lambda: capture_status(run_dir, agents, args)) or ({}, {})
     failed.update(more_failed)
@@ -371,7 +324,7 @@ def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml,
         failed["launcher"] = "; ".join(problems)
     manifest = {
         "gpucheckup_version": __version__,
-        "kind": "run",
+        "kind": layout.KIND_RUN,
         "command": cmd,
         "cwd": os.getcwd(),
         "run_dir": str(run_dir),
@@ -380,8 +333,7 @@ def finish_run_dir(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(ended - started, 3),
         **exit_status(rc),
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                    if k not in ("func", "cmd")},
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
         "agent_settings": {k: a.get("settings") for k, a in agents.items()},
         "captured": captured,
         "failed": failed,
@@ -401,21 +353,21 @@ def write_manifest(run_dir: Path, manifest: dict, **updates) -> dict:
     """The manifest with `updates` and every file now in the run directory listed, written atomically."""
     manifest = {**manifest, **updates}
     manifest["artefacts"] = list_artefacts(run_dir)
-    write_json_atomic(run_dir / "manifest.json", manifest)
+    write_json_atomic(run_dir / layout.MANIFEST, manifest)
     return manifest
 
 
 def publish_leftovers(run_dir: Path) -> list[str]:
     """Partial step files of a job that died are renamed into place; temporary files are removed."""
     recovered = []
-    for part in sorted(run_dir.glob("*.csv.part")):
-        final = part.with_name(part.name[: -len(".part")])
+    for part in sorted(run_dir.glob(f"*.csv{layout.PART}")):
+        final = part.with_name(part.name[: -len(layout.PART)])
         if not final.exists():
             os.replace(part, final)
             recovered.append(final.name)
         else:
             part.unlink()
-    shutil.rmtree(run_dir / ".claims", ignore_errors=True)
+    shutil.rmtree(run_dir / layout.CLAIMS, ignore_errors=True)
     for tmp in list(run_dir.rglob(".*")):
         if tmp.is_file():
             tmp.unlink(missing_ok=True)
@@ -427,7 +379,7 @@ def read_agents(run_dir: Path) -> dict[str, dict]:
     import json
 
     out = {}
-    for p in sorted(run_dir.glob("agent*.json")):
+    for p in sorted(run_dir.glob(layout.AGENT_GLOB)):
         try:
             a = json.loads(p.read_text())
         except (OSError, ValueError):
@@ -436,17 +388,18 @@ def read_agents(run_dir: Path) -> dict[str, dict]:
     return out
 
 
-def capture_status(run_dir: Path, agents: dict[str, dict], args) -> tuple[dict, dict]:
+def capture_status(run_dir: Path, agents: dict[str, dict], args: RunOptions) -> tuple[dict, dict]:
     """What was captured, and what failed, from the files and the agents' accounts."""
-    captured: dict = {"traces": sorted(str(p.relative_to(run_dir)) for p in (run_dir / "traces").rglob("*.json.gz"))
-                      if (run_dir / "traces").is_dir() else []}
+    traces = run_dir / layout.TRACES
+    captured: dict = {"traces": sorted(str(p.relative_to(run_dir)) for p in traces.rglob("*.json.gz"))
+                      if traces.is_dir() else []}
     failed: dict[str, str] = {}
-    captured["steps"] = {p.name: _count_rows(p) for p in sorted(run_dir.glob("steps*.csv"))}
-    captured["flops"] = sorted(p.name for p in run_dir.glob("flops*.json"))
+    captured["steps"] = {p.name: _count_rows(p) for p in sorted(run_dir.glob(layout.STEPS_GLOB))}
+    captured["flops"] = sorted(p.name for p in run_dir.glob(layout.FLOPS_GLOB))
     captured["processes"] = {}
     if not agents:
         failed["agent"] = ("no agent reported: the job never imported torch, or is not a Python job, or the agent "
-                           "could not start (see agent-bootstrap.log)")
+                           f"could not start (see {layout.BOOTSTRAP_LOG})")
     for key, a in agents.items():
         caps = a.get("captures") or []
         captured["processes"][key] = {"pid": a.get("pid"), "steps": a.get("steps"), "captures": caps,
@@ -476,25 +429,9 @@ def list_artefacts(run_dir: Path) -> list[dict]:
     """Every file in the run directory (the manifest excepted), with its size and what it holds."""
     out = []
     for p in sorted(run_dir.rglob("*")):
-        if not p.is_file() or p.name == "manifest.json":
+        if not p.is_file() or p.name == layout.MANIFEST:
             continue
         rel = p.relative_to(run_dir).as_posix()
-        what = next((w for prefix, w in ARTEFACT_WHAT if rel.startswith(prefix)), "file left by the job or agent")
+        what = next((w for prefix, w in layout.ARTEFACT_WHAT if rel.startswith(prefix)), "file left by the job or agent")
         out.append({"path": rel, "bytes": p.stat().st_size, "what": what})
     return out
-
-
-def _report(run_dir: Path, args, console) -> None:
-    """Print (and write) the check-up of the run; a failure here never changes the exit status."""
-    if args.no_report and not args.json:
-        return
-    try:
-        from gpucheckup.run_checkup import check_run, emit_run
-
-        emit_run(check_run(run_dir), console, quiet=args.no_report, json_path=args.json)
-        console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
-    except CheckupError as e:
-        say(f"gpucheckup: no check-up of {run_dir}: {e}")
-    except Exception as e:  # noqa: BLE001 - a closed stdout, a bug in a report: the job's status still passes
-        say(f"gpucheckup: no check-up of {run_dir}: internal error {type(e).__name__}: {e}")
-

@@ -21,9 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-NVML_COLUMNS = ["t_s", "gpu", "util_pct", "mem_util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz",
-                "clock_reasons", "temp_c", "pcie_tx_mbs", "pcie_rx_mbs", "proc_sm_util_pct"]
-CPU_COLUMNS = ["t_s", "pid", "ppid", "name", "cpu_pct", "rss_mb", "threads"]
+from gpucheckup import layout
+
 SLOW_EVERY = 10  # PCIe and per-process utilization on every 10th NVML tick
 FLUSH_S = 2.0
 
@@ -31,9 +30,9 @@ FLUSH_S = 2.0
 class CsvSink:
     """A CSV file written in batches to `<path>.part`, renamed to `<path>` when finished."""
 
-    def __init__(self, path: Path, columns: list[str]):
+    def __init__(self, path: Path, columns: tuple[str, ...]):
         self.path = Path(path)
-        self.part = self.path.with_name(self.path.name + ".part")
+        self.part = self.path.with_name(self.path.name + layout.PART)
         self.rows: list[str] = []
         self.count = 0
         self.last_flush = time.time()
@@ -143,7 +142,7 @@ class NvmlSampler(Sampler):
         self.nv = pynvml
         self.gpus = visible_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), n, uuids)
         self.handles = {i: handles[i] for i in self.gpus}
-        self.sink = CsvSink(self.run_dir / "nvml.csv", NVML_COLUMNS)
+        self.sink = CsvSink(self.run_dir / layout.NVML, layout.NVML_COLUMNS)
         self.status = "ok"
         return True
 
@@ -247,7 +246,7 @@ class CpuSampler(Sampler):
         except psutil.Error as e:
             self.status = f"unavailable: {e}"
             return False
-        self.sink = CsvSink(self.run_dir / "cpu.csv", CPU_COLUMNS)
+        self.sink = CsvSink(self.run_dir / layout.CPU, layout.CPU_COLUMNS)
         self.status = "ok"
         return True
 

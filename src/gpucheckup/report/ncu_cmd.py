@@ -26,8 +26,8 @@ from gpucheckup.trace.ncu_csv import SOL_METRICS
 MAX_LAUNCH_COUNT = 1000
 
 
-def report_for(path: Path) -> dict:
-    """A check-up report: read from a gpucheckup JSON report, or made from a trace (first rank)."""
+def saved_report(path: Path) -> dict | None:
+    """A check-up report read from a gpucheckup JSON report (its first rank's); None when the path is not one."""
     if path.is_file() and path.name.endswith(".json"):
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -41,9 +41,7 @@ def report_for(path: Path) -> dict:
             if not isinstance(doc, dict) or "kernels" not in doc or "steps" not in doc:
                 raise CheckupError(f"{path}: not a gpucheckup check-up report (no kernels/steps)")
             return doc
-    from gpucheckup.checkup import check_path
-
-    return check_path(path)[0].report
+    return None
 
 
 def ncu_command(report: dict, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:

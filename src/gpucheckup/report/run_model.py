@@ -29,8 +29,8 @@ from gpucheckup.report.model import fix_dicts as model_fix_dicts
 MAX_ENV_TEXT = 20000
 
 
-def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> dict:
-    """The run-level keys of the report dict."""
+def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None, coarse: dict | None = None) -> dict:
+    """The run-level keys of the report dict (`coarse`: diagnosis/coarse.py's verdict of py-spy samples)."""
     run = ra.run
     m = run.manifest
     t0 = m.get("started_epoch_s") or 0.0
@@ -57,7 +57,7 @@ def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None) -> di
         "step_history": step_history_part(ra),
         "env": env,
         "run_figures": {"steps": ra.steps, "nvml": ra.nvml, "cpu": ra.cpu, "dataloaders": ra.loaders,
-                        "flops": run.flops, "coarse": run.coarse},
+                        "flops": run.flops, "coarse": coarse},
     }
     return _clean(out)
 
@@ -72,7 +72,8 @@ def step_history_part(ra: RunAnalysis) -> dict:
             "source": "steps.csv" if key == "main" else f"steps-{key}.csv"}
 
 
-def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str]) -> dict:
+def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str],
+                  coarse: dict | None = None) -> dict:
     """A report for a run with no GPU timeline: the run-level parts and findings."""
     out = {
         "gpucheckup_version": __version__,
@@ -80,7 +81,7 @@ def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, tr
                     "findings": [f.to_dict() for f in findings]},
         "fixes": fix_dicts(findings),
         "notes": [no_timeline],
-        **run_parts(ra, traces, no_timeline),
+        **run_parts(ra, traces, no_timeline, coarse),
     }
     return _clean(out)
 

@@ -1,10 +1,10 @@
 """Read a run directory written by `gpucheckup run` (or `gpucheckup attach`) into plain tables.
 
-A run directory holds `manifest.json` and, when they could be captured: `traces/*.json.gz`
-(profiled windows, one per rank; `traces/time-window/` when no optimizer stepped,
-`traces/attach/` for attach captures), `steps.csv` /
-`steps-rank<R>.csv`, `nvml.csv`, `cpu.csv`, `env.json`, `agent*.json`, `flops.json`, and for an
-out-of-process attach `samples.csv`. CSV columns become numpy arrays (empty cells are NaN);
+A run directory's files and columns are those of gpucheckup/layout.py (the writers use it too):
+`manifest.json` and, when they could be captured: `traces/*.json.gz` (profiled windows, one per
+rank; `traces/time-window/` when no optimizer stepped, `traces/attach/` for attach captures),
+`steps.csv` / `steps-rank<R>.csv`, `nvml.csv`, `cpu.csv`, `env.json`, `agent*.json`, `flops.json`,
+and for an out-of-process attach `samples.csv`. CSV columns become numpy arrays (empty cells are NaN);
 text columns stay lists. A missing optional file is None. Needs no torch.
 
 A file that is there but malformed stops the reading with a one-line CheckupError naming the
@@ -25,18 +25,20 @@ from pathlib import Path
 
 import numpy as np
 
+from gpucheckup import layout
 from gpucheckup.errors import CheckupError
 
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
-SAMPLE_TEXT = {"main_state", "main_frame", "main_thread_active"}
-# Columns the run-level analyses read (analysis/step_history.py, analysis/telemetry.py), and those of
-# them no row may leave empty.
+# samples.csv: main_stack since the raw stacks are stored; main_state and main_frame in older run directories
+SAMPLE_TEXT = {"main_stack", "main_state", "main_frame", "main_thread_active"}
+# Columns of layout's CSVs that the run-level analyses read (analysis/step_history.py,
+# analysis/telemetry.py, analysis/stack_samples.py), and those of them no row may leave empty.
 STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
 NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
 NVML_FILLED = ("t_s",)
 CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
-SAMPLE_COLUMNS, SAMPLE_FILLED = ("t_s", "main_state"), ("t_s",)
+SAMPLE_COLUMNS, SAMPLE_FILLED = ("t_s",), ("t_s",)
 
 NUMBER, TEXT, OBJECT, LIST = "a number", "a string", "an object", "a list"
 MANIFEST_TYPES = {"kind": TEXT, "command": LIST, "started_epoch_s": NUMBER, "ended_epoch_s": NUMBER,
@@ -46,7 +48,6 @@ ENV_TYPES = {"cpu": OBJECT, "gpus": LIST, "torch": OBJECT, "dataloaders": LIST, 
              "topology": TEXT}
 AGENT_TYPES = {"key": TEXT}
 FLOPS_TYPES = {"flops_per_step": NUMBER}
-COARSE_TYPES = {"sentence": TEXT, "verdict": TEXT}
 
 
 @dataclass
@@ -65,11 +66,10 @@ class RunDir:
     time_traces: list[Path] = field(default_factory=list)  # traces/time-window/: no optimizer stepped
     attach_traces: list[Path] = field(default_factory=list)
     samples: dict | None = None  # out-of-process attach: one row per py-spy sample
-    coarse: dict | None = None  # out-of-process attach: its summary (attach.json)
 
     @property
     def kind(self) -> str:
-        return self.manifest.get("kind", "run")
+        return self.manifest.get("kind", layout.KIND_RUN)
 
     @property
     def started_epoch_s(self) -> float | None:
@@ -78,44 +78,44 @@ class RunDir:
 
 def is_run_dir(path: Path) -> bool:
     """Whether a folder is a gpucheckup run directory (it has manifest.json)."""
-    return path.is_dir() and (path / "manifest.json").is_file()
+    return path.is_dir() and (path / layout.MANIFEST).is_file()
 
 
 def read_run(path: Path) -> RunDir:
     """Read a run directory; CheckupError (one line: the file, what is wrong) for a malformed file."""
     path = Path(path)
-    manifest = read_json(path / "manifest.json", MANIFEST_TYPES)
-    _check_items(path / "manifest.json", "command", manifest.get("command"), TEXT)
-    _check_items(path / "manifest.json", "failed", manifest.get("failed"), TEXT)
+    manifest = read_json(path / layout.MANIFEST, MANIFEST_TYPES)
+    _check_items(path / layout.MANIFEST, "command", manifest.get("command"), TEXT)
+    _check_items(path / layout.MANIFEST, "failed", manifest.get("failed"), TEXT)
     for key in ("captured", "failed"):
         if manifest.get(key) is None:
             manifest[key] = {}
     run = RunDir(path=path, manifest=manifest)
-    if (path / "env.json").exists():
-        run.env = read_json(path / "env.json", ENV_TYPES)
+    if (path / layout.ENV).exists():
+        run.env = read_json(path / layout.ENV, ENV_TYPES)
         for key in ("gpus", "dataloaders", "job"):
-            _check_items(path / "env.json", key, run.env.get(key), OBJECT)
-    for p in sorted(path.glob("agent*.json")):
+            _check_items(path / layout.ENV, key, run.env.get(key), OBJECT)
+    for p in sorted(path.glob(layout.AGENT_GLOB)):
         a = read_json(p, AGENT_TYPES)
         run.agents[a.get("key") or p.stem] = a
-    for p in sorted(path.glob("steps*.csv")):
-        key = p.stem.split("-", 1)[1] if "-" in p.stem else "main"
-        run.steps[key] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
-    if (path / "nvml.csv").exists():
-        run.nvml = read_csv(path / "nvml.csv", required=NVML_COLUMNS, filled=NVML_FILLED)
-    if (path / "cpu.csv").exists():
-        run.cpu = read_csv(path / "cpu.csv", CPU_TEXT, CPU_COLUMNS, CPU_FILLED)
-    if (path / "flops.json").exists():
-        run.flops = read_json(path / "flops.json", FLOPS_TYPES)
-    traces = path / "traces"
+    for p in sorted(path.glob(layout.STEPS_GLOB)):
+        run.steps[layout.steps_key(p.name)] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
+    if (path / layout.NVML).exists():
+        run.nvml = read_csv(path / layout.NVML, required=NVML_COLUMNS, filled=NVML_FILLED)
+    if (path / layout.CPU).exists():
+        run.cpu = read_csv(path / layout.CPU, CPU_TEXT, CPU_COLUMNS, CPU_FILLED)
+    if (path / layout.flops_file()).exists():
+        run.flops = read_json(path / layout.flops_file(), FLOPS_TYPES)
+    traces = path / layout.TRACES
     if traces.is_dir():
         run.traces = sorted(p for p in traces.iterdir() if p.is_file() and p.name.endswith((".json.gz", ".json")))
-        run.time_traces = sorted((traces / "time-window").glob("*.json*"))
-        run.attach_traces = sorted((traces / "attach").glob("*.json*"))
-    if (path / "samples.csv").exists():
-        run.samples = read_csv(path / "samples.csv", SAMPLE_TEXT, SAMPLE_COLUMNS, SAMPLE_FILLED)
-    if (path / "attach.json").exists():
-        run.coarse = read_json(path / "attach.json", COARSE_TYPES)
+        run.time_traces = sorted((path / layout.TIME_WINDOW_TRACES).glob("*.json*"))
+        run.attach_traces = sorted((path / layout.ATTACH_TRACES).glob("*.json*"))
+    if (path / layout.SAMPLES).exists():
+        run.samples = read_csv(path / layout.SAMPLES, SAMPLE_TEXT, SAMPLE_COLUMNS, SAMPLE_FILLED)
+        if "main_stack" not in run.samples and "main_state" not in run.samples:
+            raise CheckupError(f"{path / layout.SAMPLES}: no column main_stack (the header has: "
+                               f"{','.join(run.samples)[:120]})")
     return run
 
 

@@ -1,0 +1,122 @@
+"""The one emitter: prints a check-up (a trace, a folder of ranks, a run directory, the demo's cases) and
+writes the JSON, HTML, Markdown and annotated-trace files that the output options ask for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+
+from gpucheckup.atomic import write_atomic
+from gpucheckup.pipeline import Checkups, rank_summary
+from gpucheckup.report import html, markdown, perfetto, terminal, terminal_run
+
+
+@dataclass
+class Output:
+    """What the output options ask for (output_options in parser.py); None: not asked."""
+
+    quiet: bool = False
+    json: Path | None = None
+    html: Path | None = None
+    markdown: Path | None = None
+    perfetto: Path | None = None
+
+    @classmethod
+    def of(cls, args) -> Output:
+        """The output options of parsed arguments (a command without one of them leaves it off)."""
+        return cls(**{k: getattr(args, k, None) or (False if k == "quiet" else None)
+                      for k in ("quiet", "json", "html", "markdown", "perfetto")})
+
+
+def emit(result: Checkups, out: Output, console: Console, cases: list[str] | None = None) -> None:
+    """Print the check-up and write what `out` asks for. `cases`: the demo's case names, one per check-up
+    (they label the check-ups instead of ranks, and key the JSON)."""
+    checkups = result.checkups
+    if cases:
+        labels, slugs, title = [f"demo case: {c}" for c in cases], list(cases), "Bundled cases"
+    else:
+        rows = rank_summary(checkups)
+        labels = [f"rank {r['rank']}: {Path(r['path']).name}" for r in rows]
+        slugs, title = [f"rank{r['rank']}" for r in rows], "Ranks"
+    if not out.quiet:
+        _print(result, console, cases)
+    if out.json:
+        write_atomic(out.json, msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2))
+        console.print(f"JSON written to {out.json}", style="dim", markup=False)
+    if checkups:
+        _write_files(list(zip(labels, slugs, checkups)), out, console, title)
+    elif result.run and (out.html or out.markdown or out.perfetto):
+        console.print(f"{result.run.no_timeline}: no HTML, Markdown or annotated trace written", markup=False)
+
+
+def payload(result: Checkups, cases: list[str] | None = None) -> dict:
+    """The JSON document: one report; ranks and their reports; or the demo's reports by case."""
+    reports = result.reports()
+    if cases:
+        return dict(zip(cases, reports))
+    if len(result.checkups) > 1:
+        return {"ranks": rank_summary(result.checkups), "reports": reports}
+    return reports[0]
+
+
+def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
+    """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
+    if cases:
+        _print_cases(result, console, cases)
+    else:
+        if len(result.checkups) > 1:
+            terminal.render_ranks(rank_summary(result.checkups), console)
+        for c in result.checkups:
+            terminal.render(c.report, console)
+    if result.run:
+        if result.checkups:
+            terminal_run.render_run(result.checkups[0].report, console)
+        else:
+            terminal_run.render_run_only(result.run.report, console)
+
+
+def _print_cases(result: Checkups, console: Console, cases: list[str]) -> None:
+    from rich.table import Table
+
+    t = Table(title="Bundled cases", title_justify="left")
+    for col in ("case", "verdict", "GPU busy", "median step"):
+        t.add_column(col)
+    for case, c in zip(cases, result.checkups):
+        t.add_row(case, c.diagnosis.primary, f"{c.report['gpu']['busy_pct']:.1f}%",
+                  f"{c.report['steps']['median_ms']:.2f} ms")
+    console.print(t)
+    for case, c in zip(cases, result.checkups):
+        console.rule(f"demo case: {case}")
+        terminal.render(c.report, console)
+
+
+def _write_files(items: list, out: Output, console: Console, title: str) -> None:
+    """Write the HTML, Markdown and annotated-trace files; items are (label, slug, check-up)."""
+    pages = [(label, c.report) for label, _, c in items]
+    if out.html:
+        write_atomic(out.html, html.render(pages, title).encode())
+        console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
+                      soft_wrap=True)
+    if out.markdown:
+        write_atomic(out.markdown, markdown.render(pages, title).encode())
+        console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+    if out.perfetto:
+        for _, slug, c in items:
+            path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)
+            with Console(stderr=True).status(f"writing the annotated trace {escape(str(path))}"):
+                write_atomic(path, perfetto.render(c.analysis, c.report, path.name))
+            console.print(f"annotated trace written to {path} (open it in ui.perfetto.dev)", style="dim",
+                          markup=False, soft_wrap=True)
+
+
+def with_slug(path: Path, slug: str) -> Path:
+    """`out.json.gz` + `rank1` -> `out.rank1.json.gz`."""
+    name = path.name
+    suffix = next((x for x in (".json.gz", ".json", ".gz") if name.endswith(x)), path.suffix)
+    stem = name[: len(name) - len(suffix)] if suffix else name
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in slug)
+    return path.with_name(f"{stem}.{safe}{suffix}")

@@ -1,0 +1,185 @@
+"""Every command's options, in one place: the shared option groups and one function per command.
+
+Adding a command: write `cmd_<name>(args, console) -> int` in commands.py, a `_<name>(sub)` here
+that declares its options (with the shared groups it needs) and names the function, and add it
+to COMMANDS. Standard library only at import (`gpucheckup --help` must be fast): the command
+functions import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gpucheckup import __version__
+from gpucheckup.capture import options as capture
+from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, SETTINGS
+from gpucheckup.cli import commands
+
+DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `gpucheckup` parser with every command."""
+    p = argparse.ArgumentParser(
+        prog="gpucheckup",
+        description="A performance check-up for PyTorch GPU training: what bounds the job, the evidence, "
+                    "and what to fix first.",
+    )
+    p.add_argument("--version", action="version", version=f"gpucheckup {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)  # options every command takes, before or after its name
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks instead of one-line errors")
+    for add in COMMANDS:
+        add(sub, common)
+    return p
+
+
+# ---- shared option groups --------------------------------------------------------------------------
+
+def output_options(p: argparse.ArgumentParser, quiet: bool = True) -> None:
+    """Where the check-up goes: the terminal, JSON, HTML, Markdown, an annotated trace."""
+    g = p.add_argument_group("output")
+    g.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
+    if quiet:
+        g.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
+    g.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report with plots")
+    g.add_argument("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown tables")
+    g.add_argument("--perfetto", type=Path, metavar="FILE",
+                   help="also write the trace with gpucheckup's tracks added, for ui.perfetto.dev (.json or .json.gz;"
+                        " one file per trace, named FILE.<rank or case>.json[.gz], when there are several)")
+
+
+def mfu_options(p: argparse.ArgumentParser) -> None:
+    """What MFU is measured from: the model's FLOPs, the GPU's peak, the unprofiled step time, ncu's bounds."""
+    g = p.add_argument_group("MFU (docs/mfu.md)")
+    g.add_argument("--flops-per-step", type=float, metavar="F", help="model FLOPs of one training step on one GPU")
+    g.add_argument("--params", type=float, metavar="N", help="parameter count, for 6*N*T FLOPs per step")
+    g.add_argument("--tokens-per-step", type=float, metavar="T", help="tokens per step per GPU (with --params)")
+    g.add_argument("--layers", type=int, metavar="L", help="layers, for the attention term 12*L*D*S*T")
+    g.add_argument("--d-model", type=int, metavar="D", help="model width (heads x head dim), for the attention term")
+    g.add_argument("--seq-len", type=int, metavar="S", help="sequence length, for the attention term")
+    g.add_argument("--samples-per-step", type=float, metavar="B", help="samples per step per GPU, for samples/s")
+    g.add_argument("--gpu", metavar="NAME", help="the GPU (peak-table id like H100-SXM, or a device name), "
+                                                 "when the trace does not say or says wrong")
+    g.add_argument("--dtype", choices=("bf16", "fp16", "tf32", "fp32", "fp8"),
+                   help="measure MFU against this dtype's peak (default: the dtype of most GEMM time)")
+    g.add_argument("--peak-tflops", type=float, metavar="P", help="use this peak instead of the datasheet's")
+    g.add_argument("--ceilings", type=Path, metavar="FILE", help="measured ceilings (from gpucheckup ceilings)")
+    g.add_argument("--unprofiled-step-ms", type=float, metavar="MS",
+                   help="the job's step time without the profiler (e.g. from its logs): corrects the trace's "
+                        "host-side shares and MFU for profiler overhead (run directories use their steps.csv)")
+    g.add_argument("--ncu", type=Path, metavar="FILE.csv",
+                   help="Nsight Compute --csv output (long or --page raw) for the kernels' bounds")
+
+
+def capture_options(p: argparse.ArgumentParser, what: str) -> argparse._ArgumentGroup:
+    """Where a capture's run directory goes; the group, for the command's own capture options."""
+    g = p.add_argument_group("capture")
+    g.add_argument("--out", type=Path, default=capture.DEFAULT_OUT, help=f"parent folder of the run directory{what}")
+    return g
+
+
+# ---- commands ----------------------------------------------------------------------------------------
+
+def _analyze(sub, common) -> None:
+    a = sub.add_parser("analyze", parents=[common],
+                       help="check up a PyTorch profiler trace (file or folder of per-rank traces) "
+                            "or a gpucheckup run directory")
+    a.add_argument("path", type=Path, help="trace .json / .json.gz, a folder of them, or a run directory")
+    output_options(a)
+    mfu_options(a)
+    a.set_defaults(func=commands.cmd_analyze)
+
+
+def _demo(sub, common) -> None:
+    d = sub.add_parser("demo", parents=[common],
+                       help="check up real H200 traces bundled with gpucheckup (offline, no GPU)")
+    d.add_argument("--case", choices=DEMO_CASES, action="append",
+                   help="only this bundled case (repeatable); default: all of them")
+    output_options(d)
+    d.set_defaults(func=commands.cmd_demo, cases=DEMO_CASES)
+
+
+def _run(sub, common) -> None:
+    p = sub.add_parser(
+        "run", parents=[common],
+        help="run a training job with no code change and check it up (gpucheckup run -- python train.py)",
+        description="Run CMD with the gpucheckup agent injected: step times for the whole run, a profiled "
+                    "window after warm-up, NVML telemetry, the environment; then print the check-up. "
+                    "Exit code and signals pass through.")
+    g = capture_options(p, "")
+    g.add_argument("--name", help="run name (default: the script's name)")
+    g.add_argument("--skip", type=int, help=f"steps before the profiled window (default {SETTINGS['skip'][1]})")
+    g.add_argument("--steps", type=int, help=f"steps to profile (default {SETTINGS['steps'][1]})")
+    g.add_argument("--record-shapes", action="store_true", help="record operator input shapes")
+    g.add_argument("--with-stack", action="store_true", help="record Python stacks (large traces)")
+    g.add_argument("--flops", action="store_true", help="count one step's FLOPs with FlopCounterMode (flops.json)")
+    g.add_argument("--window-start", type=float, metavar="S",
+                   help=f"no optimizer step after S seconds: profile a time window (default "
+                        f"{SETTINGS['window_start_s'][1]:g})")
+    g.add_argument("--window", type=float, metavar="S",
+                   help=f"length of that time window (default {SETTINGS['window_s'][1]:g})")
+    g.add_argument("--nvml-hz", type=float, default=capture.DEFAULT_NVML_HZ,
+                   help=f"NVML sampling rate, above 0 and at most {capture.NVML_HZ_MAX:g} "
+                        f"(default {capture.DEFAULT_NVML_HZ:g})")
+    g.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
+    output_options(p, quiet=False)
+    p.add_argument("--no-report", action="store_true",
+                   help="do not print the check-up at the end (nor make one, unless a file option asks)")
+    mfu_options(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the job's command line")
+    p.set_defaults(func=commands.cmd_run)
+
+
+def _attach(sub, common) -> None:
+    p = sub.add_parser("attach", parents=[common],
+                       help="check up a running job (gpucheckup attach --pid N --duration 20)",
+                       description="Check up a running job without restarting it: through its gpucheckup agent, "
+                                   "by injecting the agent (Python 3.14+), or out of process with py-spy and NVML.")
+    p.add_argument("--pid", type=int, required=True, help="the job's process id (or gpucheckup run's)")
+    g = capture_options(p, " (py-spy and inject modes)")
+    how_long = g.add_mutually_exclusive_group()
+    how_long.add_argument("--duration", type=float, metavar="S",
+                          help=f"seconds to capture (py-spy default {capture.DEFAULT_DURATION_S:g}; with the agent a "
+                               f"window in seconds stops after at most {DURATION_MAX_STEPS} steps)")
+    how_long.add_argument("--steps", type=int, metavar="K",
+                          help=f"optimizer steps to profile, 1 to {capture.STEPS_MAX} (needs the agent; its default "
+                               f"{capture.DEFAULT_STEPS})")
+    g.add_argument("--mode", choices=capture.ATTACH_MODES, default="auto",
+                   help="how to get in (default: the first that works, in that order)")
+    g.add_argument("--rate", type=float, default=capture.DEFAULT_RATE,
+                   help=f"py-spy dumps per second, 0.1 to {capture.RATE_MAX:g} (default {capture.DEFAULT_RATE:g})")
+    g.add_argument("--native", action="store_true",
+                   help="py-spy: native frames too (pauses the job for each dump, which biases NVML toward idle)")
+    g.add_argument("--timeout", type=float, default=capture.DEFAULT_TIMEOUT_S,
+                   help=f"give up after this many seconds (default {capture.DEFAULT_TIMEOUT_S:g})")
+    output_options(p)
+    mfu_options(p)
+    p.set_defaults(func=commands.cmd_attach)
+
+
+def _ceilings(sub, common) -> None:
+    c = sub.add_parser("ceilings", parents=[common],
+                       help="measure this GPU's matmul rates and copy bandwidths (needs torch and CUDA)")
+    c.add_argument("--out", type=Path, metavar="FILE",
+                   help="where to store them (default: ~/.cache/gpucheckup/ceilings-<gpu>.json, found by analyze)")
+    c.add_argument("--device", type=int, default=0, help="CUDA device index (default 0)")
+    c.add_argument("--quick", action="store_true", help="smaller problems and fewer repeats (a rough figure)")
+    c.set_defaults(func=commands.cmd_ceilings)
+
+
+def _ncu_cmd(sub, common) -> None:
+    n = sub.add_parser("ncu-cmd", parents=[common],
+                       help="print the Nsight Compute command line that profiles a check-up's top kernels")
+    n.add_argument("path", type=Path, help="a trace (or folder) or a gpucheckup JSON report")
+    n.add_argument("--top", type=int, default=5, help="how many top kernels (default 5)")
+    n.add_argument("--skip-steps", type=int, default=10,
+                   help="training steps to let pass before profiling (default 10: past warm-up)")
+    n.add_argument("--command", default="python train.py", help="the training command (default: python train.py)")
+    n.set_defaults(func=commands.cmd_ncu_cmd)
+
+
+COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach]  # in the order `gpucheckup --help` lists them

@@ -1,0 +1,97 @@
+"""The run directory's layout: file names, CSV columns and manifest keys, in one place.
+
+Written by capture (the launcher, `gpucheckup attach`, and the agent inside the user's job) and
+read by trace/rundir.py. Standard library only, and no imports at all: the agent imports this
+module inside the user's process before torch.
+
+A run directory holds (docs/capture.md):
+- manifest.json: MANIFEST_KEYS (the kind is one of KINDS), every file listed under `artefacts`
+- traces/<key>.json.gz: the profiled step window, one per process key (`trace.json.gz` for main);
+  traces/time-window/ when no optimizer stepped; traces/attach/ for attach captures
+- steps.csv / steps-<key>.csv (STEP_COLUMNS), nvml.csv (NVML_COLUMNS), cpu.csv (CPU_COLUMNS)
+- env.json, agent.json / agent-<key>.json, agent.log, agent-bootstrap.log, flops.json
+- out-of-process attach: samples.csv (SAMPLE_COLUMNS), stacks.txt, attach.json (ATTACH_KEYS)
+"""
+
+ENV_RUN_DIR = "GPUCHECKUP_RUN_DIR"  # the variable that tells the injected agent where to write
+
+MANIFEST = "manifest.json"
+ENV = "env.json"
+NVML = "nvml.csv"
+CPU = "cpu.csv"
+SAMPLES = "samples.csv"
+STACKS = "stacks.txt"
+ATTACH = "attach.json"
+BOOTSTRAP_LOG = "agent-bootstrap.log"
+TRACES = "traces"
+TIME_WINDOW_TRACES = "traces/time-window"
+ATTACH_TRACES = "traces/attach"
+CLAIMS = ".claims"  # one file per process key, claimed by the first agent (removed at the end)
+PART = ".part"  # a file being written; renamed into place when complete
+STEPS_GLOB = "steps*.csv"
+AGENT_GLOB = "agent*.json"
+FLOPS_GLOB = "flops*.json"
+MAIN_KEY = "main"  # the process key of a job without RANK; `rank<R>` under a distributed launcher
+FLOPS_KEYS = ("main", "rank0")  # the processes whose FLOP count is the run's flops.json
+
+KIND_RUN, KIND_ATTACH_INJECT, KIND_ATTACH_PYSPY = "run", "attach-inject", "attach-py-spy"
+KINDS = (KIND_RUN, KIND_ATTACH_INJECT, KIND_ATTACH_PYSPY)
+MANIFEST_KEYS = ("gpucheckup_version", "kind", "command", "cwd", "run_dir", "pid", "started_epoch_s",
+                 "ended_epoch_s", "started", "duration_s", "exit_code", "exit_signal", "options", "agent_settings",
+                 "captured", "failed", "versions", "artefacts")
+ATTACH_KEYS = ("pid", "duration_s", "rate_hz", "native", "py_spy")
+
+# CSV columns, in the order they are written.
+STEP_COLUMNS = ("step", "t_end_s", "ms", "phase")
+NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz",
+                "clock_reasons", "temp_c", "pcie_tx_mbs", "pcie_rx_mbs", "proc_sm_util_pct")
+CPU_COLUMNS = ("t_s", "pid", "ppid", "name", "cpu_pct", "rss_mb", "threads")
+SAMPLE_COLUMNS = ("t_s", "main_thread_active", "threads", "active_threads_elsewhere", "main_stack")
+# A py-spy frame in samples.csv's main_stack: `name@filename`, innermost first, joined by FRAME_SEP.
+FRAME_SEP = ";"
+FRAME_AT = "@"
+
+ARTEFACT_WHAT = (  # (name prefix, what it holds) for the manifest's artefact list; the first match wins
+    (MANIFEST, "this manifest"),
+    (ATTACH_TRACES + "/", "trace captured by gpucheckup attach (gzipped Kineto JSON)"),
+    (TIME_WINDOW_TRACES + "/", "time window profiled because no optimizer stepped (gzipped Kineto JSON)"),
+    (TRACES + "/", "profiled window of the job (gzipped Kineto JSON, one per rank)"),
+    ("steps", "wall time of every optimizer step of the whole run (CSV)"),
+    (NVML, "NVML GPU telemetry at 10 Hz, sampled outside the job (CSV)"),
+    (CPU, "CPU use of the job's processes, 1 Hz (CSV)"),
+    (ENV, "environment: GPUs, driver, CUDA/cuDNN/NCCL/torch versions, topology, CPU budget, variables"),
+    (BOOTSTRAP_LOG, "errors arming the agent"),
+    ("agent", "the in-job agent's log (.log) and account of what it saw and did (.json)"),
+    ("flops", "FLOPs of one training step counted by FlopCounterMode (JSON)"),
+    (SAMPLES, "py-spy samples of the job's main thread, one per dump (CSV)"),
+    (STACKS, "the sampled main-thread stacks, most common first"),
+    (ATTACH, "the out-of-process attach's settings (JSON)"),
+)
+
+
+def agent_files(key: str) -> dict:
+    """The run-directory file names one agent writes, by process key (`main` or `rank<R>`)."""
+    sfx = "" if key == MAIN_KEY else f"-{key}"
+    return {
+        "steps": f"steps{sfx}.csv",
+        "log": f"agent{sfx}.log",
+        "info": f"agent{sfx}.json",
+        "trace": f"{TRACES}/{'trace' if key == MAIN_KEY else key}.json.gz",
+        "flops": "flops.json" if key in FLOPS_KEYS else f"flops{sfx}.json",
+    }
+
+
+def steps_key(file_name: str) -> str:
+    """The process key of a steps file: `steps.csv` -> main, `steps-rank1.csv` -> rank1."""
+    stem = file_name.rsplit(".", 1)[0]
+    return stem.split("-", 1)[1] if "-" in stem else MAIN_KEY
+
+
+def steps_file(key: str) -> str:
+    """The steps file of a process key."""
+    return agent_files(key)["steps"]
+
+
+def flops_file() -> str:
+    """The run's FLOPs file (the main process's or rank 0's count)."""
+    return agent_files(MAIN_KEY)["flops"]

@@ -1,0 +1,242 @@
+"""A path to its check-up: a trace, a folder of per-rank traces, or a gpucheckup run directory.
+
+`check(path)` is the one way in. Each trace is read (trace/), analyzed (analysis/), diagnosed
+(diagnosis/) and turned into its report dict (report/model.py). A run directory adds its
+run-level parts: the run is read (trace/rundir.py), the run-level analyses (analysis/run.py) and
+rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
+windows; else the latest attach capture) is checked up as above with the run-level findings
+appended, and the run keys (report/run_model.py) are added to its report dict. A run whose traces
+hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
+which says so. An out-of-process attach's py-spy samples get their coarse verdict
+(diagnosis/coarse.py) here, from the samples stored in the run directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from gpucheckup import layout
+from gpucheckup.analysis import stack_samples
+from gpucheckup.analysis.checkup import TraceAnalysis, analyze
+from gpucheckup.analysis.mfu import MfuInputs
+from gpucheckup.analysis.run import RunAnalysis, analyze_run
+from gpucheckup.diagnosis import Diagnosis, diagnose
+from gpucheckup.diagnosis.coarse import CoarseVerdict, coarse_verdict
+from gpucheckup.diagnosis.findings import Finding
+from gpucheckup.diagnosis.run_rules import run_findings
+from gpucheckup.errors import CheckupError
+from gpucheckup.hardware import ceilings
+from gpucheckup.report.model import checkup_dict
+from gpucheckup.report.run_model import run_only_dict, run_parts
+from gpucheckup.trace import find_trace_files, read_trace
+from gpucheckup.trace.ncu_csv import read_ncu_csv
+from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
+
+STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fastest is a straggler
+
+
+@dataclass
+class Checkup:
+    """One trace's analysis, diagnosis and report dict."""
+
+    analysis: TraceAnalysis
+    diagnosis: Diagnosis
+    report: dict
+
+
+@dataclass
+class RunCheckup:
+    """A run directory's run-level analysis and findings, and its report when there is no GPU timeline."""
+
+    run: RunDir
+    analysis: RunAnalysis
+    findings: list[Finding]
+    coarse: CoarseVerdict | None = None  # out-of-process attach: the verdict of its py-spy samples
+    no_timeline: str | None = None
+    report: dict | None = None  # the run-only report when there is no GPU timeline
+
+
+@dataclass
+class Checkups:
+    """What one path checks up to: a check-up per trace (in rank order) and, for a run directory, its run part."""
+
+    path: Path
+    checkups: list[Checkup] = field(default_factory=list)
+    run: RunCheckup | None = None
+
+    def reports(self) -> list[dict]:
+        """The report dicts: one per checked-up trace, or the run-only one."""
+        return [c.report for c in self.checkups] or ([self.run.report] if self.run and self.run.report else [])
+
+
+def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
+          console: Console | None = None) -> Checkups:
+    """Check up a trace, a folder of traces or a run directory."""
+    path = Path(path)
+    if is_run_dir(path):
+        return check_run(path, inputs, ncu_csv)
+    return Checkups(path, check_path(path, console, inputs, ncu_csv))
+
+
+def trace_paths(path: Path) -> list[Path]:
+    """The trace files a path names: the file itself, or the traces in a folder."""
+    if not path.exists():
+        raise CheckupError(f"{path}: no such file or folder")
+    if path.is_dir():
+        files = find_trace_files(path)
+        if not files:
+            raise CheckupError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+        return files
+    return [path]
+
+
+def agent_flops(path: Path) -> dict | None:
+    """The FLOPs per step the capture agent stored in a run directory, if any."""
+    f = path / layout.flops_file() if path.is_dir() else None
+    if f is None or not f.exists():
+        return None
+    try:
+        d = json.loads(f.read_text())
+        flops = float(d["flops_per_step"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckupError(f"{f}: unreadable FLOPs file ({type(e).__name__}: {e}); expected "
+                           '{"flops_per_step": F, "how": "..."}') from None
+    return {"flops_per_step": flops, "how": str(d.get("how", "")), "path": str(f)}
+
+
+def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
+    """The MFU inputs for one trace: stored ceilings of its GPU unless given."""
+    if inputs.ceilings is not None:
+        return inputs
+    name = inputs.gpu or (trace.devices[0].name if trace.devices else "")
+    found = ceilings.find_for(name) if name else None
+    return replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
+
+
+def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=()) -> Checkup:
+    """Analyze, diagnose and build the report dict of one trace."""
+    a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
+    d = diagnose(a)
+    d.findings += list(extra_findings)
+    return Checkup(a, d, checkup_dict(a, d))
+
+
+def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
+               ncu_csv: Path | None = None) -> list[Checkup]:
+    """Check up every trace under a path (a trace or a folder of traces), in rank order."""
+    files = trace_paths(path)
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = replace(inputs, agent_flops=agent_flops(path))
+    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+    results, skipped = [], []
+    console = console or Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("reading traces", total=len(files))
+        for f in files:
+            size_mb = f.stat().st_size / 1e6
+            progress.update(task, description=f"reading {escape(f.name)} ({size_mb:.1f} MB)")
+            try:
+                trace = read_trace(f)
+                progress.update(task, description=f"analyzing {escape(f.name)}")
+                results.append(check_trace(trace, inputs, ncu, ncu_csv))
+            except CheckupError as e:
+                if len(files) == 1:
+                    raise
+                skipped.append(e)  # one bad rank file must not hide the others' check-ups
+            progress.advance(task)
+    if not results:
+        raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
+    _sort_by_rank(results)
+    for c in results:
+        c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
+    if len(results) > 1:
+        _note_stragglers(results)
+    return results
+
+
+def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
+    """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
+    path = Path(path)
+    if not is_run_dir(path):
+        raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = replace(inputs, agent_flops=agent_flops(path))
+    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+    run = read_run(path)
+    ra = analyze_run(run)
+    st = ra.steps or {}
+    if inputs.unprofiled_step_ms is None and st.get("steady_median_ms") and st.get("profiled_median_ms"):
+        steps_file = layout.steps_file(ra.steps_key)
+        inputs = replace(inputs, unprofiled_step_ms=st["steady_median_ms"],
+                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steady-state steps "
+                                         f"({ra.steps_key})")
+    findings = run_findings(ra)
+    rc = RunCheckup(run=run, analysis=ra, findings=findings)
+    if run.samples is not None:
+        rc.coarse = coarse_verdict(stack_samples.sample_states(run.samples),
+                                   stack_samples.sample_util(run.samples, run.nvml))
+    coarse = rc.coarse.to_dict() if rc.coarse else None
+    out = Checkups(path, run=rc)
+    traces = run.traces or run.time_traces or run.attach_traces[-1:]
+    used = []
+    for p in traces:
+        trace = read_trace(p)
+        if not trace.has_gpu:
+            rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
+                              "or memsets), so only the run-level figures are checked up")
+            continue
+        used.append(str(p.relative_to(path)))
+        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(findings)))
+    if not traces:
+        failed = run.manifest.get("failed", {})
+        why = "; ".join(v for k, v in failed.items() if k.startswith("trace")) or "no trace was captured"
+        rc.no_timeline = f"no GPU timeline: {why}"
+    _sort_by_rank(out.checkups)
+    if len(out.checkups) > 1:
+        _note_stragglers(out.checkups)
+    parts_traces = used or [str(p.relative_to(path)) for p in traces]
+    for c in out.checkups:
+        c.report.update(run_parts(ra, used, None, coarse))
+    if not out.checkups:
+        rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
+    return out
+
+
+def _sort_by_rank(results: list[Checkup]) -> None:
+    results.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0, c.analysis.trace.path))
+
+
+def rank_summary(results: list[Checkup]) -> list[dict]:
+    """One row per trace: rank, verdict, median step, GPU busy."""
+    return [
+        {
+            "rank": c.analysis.trace.rank if c.analysis.trace.rank is not None else i,
+            "path": c.analysis.trace.path,
+            "verdict": c.diagnosis.primary,
+            "step_median_ms": c.report["steps"]["median_ms"],
+            "busy_pct": c.report["gpu"]["busy_pct"],
+        }
+        for i, c in enumerate(results)
+    ]
+
+
+def _note_stragglers(results: list[Checkup]) -> None:
+    """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
+    rows = rank_summary(results)
+    fastest = min(r["step_median_ms"] for r in rows)
+    slow = [r for r in rows if r["step_median_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
+    for r in slow:
+        note = (f"rank {r['rank']} is a straggler: median step {r['step_median_ms']:.2f} ms against "
+                f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
+        for c in results:
+            c.report["notes"].append(note)
