@@ -1,0 +1,53 @@
+"""The streaming reader's tables equal the plain per-event reader's (tests/legacy_reader.py), column by
+column, on every real trace in the repository and the shared fixtures, read in one chunk and in many."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, fixtures_dir
+from legacy_reader import legacy_tables
+from gpucheckup.trace import chunks, read_trace
+
+
+def real_traces() -> list[Path]:
+    found = set((REPO / "tests" / "data").rglob("*.json.gz")) | set((REPO / "src" / "gpucheckup" / "data").rglob("*.json.gz"))
+    base = fixtures_dir()
+    if base is not None:
+        found |= set(base.rglob("*.json.gz"))
+    return sorted(found)
+
+
+def assert_same_tables(path: Path) -> None:
+    new, old = read_trace(path), legacy_tables(path)
+    assert new.names == old["names"]
+    assert new.thread_names == old["thread_names"]
+    assert (new.command_buffer_full_count, new.command_buffer_full_us) == old["command_buffer_full"]
+    for table in ("gpu", "host"):
+        for column, want in old[table].items():
+            got = getattr(getattr(new, table), column)
+            if isinstance(want, list):  # raw JSON arguments, one per row
+                assert list(got) == want, f"{path.name}: {table}.{column}"
+            else:
+                assert np.array_equal(got, want, equal_nan=True), f"{path.name}: {table}.{column}"
+                assert got.dtype.kind == want.dtype.kind, f"{path.name}: {table}.{column} dtype {got.dtype}"
+
+
+@pytest.mark.parametrize("path", real_traces(), ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_same_tables_as_the_plain_reader(path):
+    assert_same_tables(path)
+
+
+@pytest.mark.parametrize("path", [p for p in real_traces() if p.stat().st_size > 300_000][:3],
+                         ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_same_tables_when_cut_into_many_small_chunks(path, monkeypatch):
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 50_000)  # hundreds of cuts, each proven by decoding
+    monkeypatch.setattr(chunks, "READ_BYTES", 7_000)
+    assert_same_tables(path)
+
+
+def test_there_are_real_traces_to_compare():
+    assert len(real_traces()) >= 10
