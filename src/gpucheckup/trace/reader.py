@@ -7,7 +7,7 @@ is the finished tables plus a few chunks, whatever the file's size. A chunk whos
 unexpected types is decoded again loosely, dropping only the events that cannot be read, and the
 report says how many. Bad files raise `CheckupError` with a one-line reason.
 
-The columns read are declared in `GPU_COLUMNS`, `HOST_COLUMNS` and `HOST_RAW_COLUMNS` below.
+The argument columns read, and from which rows, are declared in `GPU_COLUMNS` and `HOST_COLUMNS` below.
 """
 
 from __future__ import annotations
@@ -63,27 +63,32 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 
 @dataclass(frozen=True)
 class Column:
-    """One numeric argument column: the table field, the `schema.Args` field it comes from, its dtype and fill."""
+    """One argument column: the table field, the `schema.Args` field it comes from, its dtype (None: raw
+    JSON bytes, a `RawColumn`) and fill, and the host categories whose rows read it (None: every row)."""
 
     field: str
     arg: str
-    dtype: type
-    fill: float
+    dtype: type | None
+    fill: float = 0
+    cats: tuple[int, ...] | None = None
 
 
+# What the analyses use, and from which rows: other rows hold the fill (-1, nan, no bytes).
 GPU_COLUMNS = (
     Column("correlation", "correlation", np.int64, -1),
     Column("external_id", "external_id", np.int64, -1),
     Column("bytes", "bytes", np.float64, np.nan),
 )
 HOST_COLUMNS = (
-    Column("correlation", "correlation", np.int64, -1),
-    Column("external_id", "external_id", np.int64, -1),
-    Column("python_id", "python_id", np.int64, -1),
-    Column("python_parent_id", "python_parent_id", np.int64, -1),
-    Column("flops", "flops", np.float64, np.nan),
+    Column("correlation", "correlation", np.int64, -1, (RUNTIME, DRIVER)),
+    Column("external_id", "external_id", np.int64, -1, (CPU_OP, USER_ANNOTATION)),
+    Column("python_id", "python_id", np.int64, -1, (PYTHON,)),
+    Column("python_parent_id", "python_parent_id", np.int64, -1, (PYTHON,)),
+    Column("flops", "flops", np.float64, np.nan, (CPU_OP,)),
+    Column("shapes", "input_dims", None, cats=(CPU_OP,)),
+    Column("dtypes", "input_type", None, cats=(CPU_OP,)),
+    Column("concrete", "concrete_inputs", None, cats=(CPU_OP,)),
 )
-HOST_RAW_COLUMNS = (("shapes", "input_dims"), ("dtypes", "input_type"), ("concrete", "concrete_inputs"))
 
 # Event codes: host categories 0..4, GPU kinds GPU_BASE + 0..2, then the few events read one by one.
 GPU_BASE, META, OVERHEAD, IGNORED = 8, 16, 17, -1
@@ -166,7 +171,7 @@ class _Builder:
 
     def ids(self, values: list) -> np.ndarray:
         """pid/tid/stream values as int64, strings mapped by `num_id`."""
-        if set(map(type, values)) <= {int}:
+        if all(v.__class__ is int for v in set(values)):  # a handful of distinct values
             return np.fromiter(values, np.int64, len(values))
         return np.array([self.num_id(v) for v in values], dtype=np.int64)
 
@@ -244,11 +249,24 @@ class _Builder:
         cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32),
                 "pid": self.ids(list(map(_PID, evs))), "tid": self.ids(list(map(_TID, evs))),
                 "start": start, "end": end}
+        rows_of: dict = {}
         for c in HOST_COLUMNS:
-            cols[c.field] = _numbers(evs, attrgetter("args." + c.arg), c.dtype, c.fill)
-        for field, arg in HOST_RAW_COLUMNS:
-            raws = list(map(attrgetter("args." + arg), evs))
-            cols[field] = (b"".join(raws), np.fromiter(map(len, raws), np.int64, len(raws)))
+            if c.cats not in rows_of:  # the rows of these categories, and their events
+                rows = np.flatnonzero(np.isin(codes, c.cats)) if c.cats is not None else np.arange(len(evs))
+                rows_of[c.cats] = rows, _take(evs, rows)
+            rows, sub = rows_of[c.cats]
+            get = attrgetter("args." + c.arg)
+            if c.dtype is None:  # raw JSON: one byte string and the length of each row's part
+                raws = list(map(get, sub))
+                lengths = np.zeros(len(evs), dtype=np.int64)
+                lengths[rows] = np.fromiter(map(len, raws), np.int64, len(raws))
+                cols[c.field] = (b"".join(raws), lengths)
+            elif len(rows) == len(evs):
+                cols[c.field] = _numbers(sub, get, c.dtype, c.fill)
+            else:
+                col = np.full(len(evs), c.fill, dtype=c.dtype)
+                col[rows] = _numbers(sub, get, c.dtype, c.fill)
+                cols[c.field] = col
         return cols
 
     def gpu_table(self) -> GpuOps:
@@ -262,8 +280,9 @@ class _Builder:
 
     def host_table(self) -> HostEvents:
         """The host columns, in file order."""
-        cols = _concat(self.host, ("cat", "name", "pid", "tid", "start", "end") + tuple(c.field for c in HOST_COLUMNS),
-                       tuple(f for f, _ in HOST_RAW_COLUMNS))
+        cols = _concat(self.host, ("cat", "name", "pid", "tid", "start", "end")
+                       + tuple(c.field for c in HOST_COLUMNS if c.dtype is not None),
+                       tuple(c.field for c in HOST_COLUMNS if c.dtype is None))
         self.host = []
         return HostEvents(**cols)
 

@@ -78,14 +78,15 @@ class HostEvents:
     tid: np.ndarray  # int64
     start: np.ndarray  # float64 us
     end: np.ndarray  # float64 us
-    correlation: np.ndarray  # int64, -1 when absent (runtime and driver calls carry it)
-    external_id: np.ndarray  # int64, -1 when absent
-    python_id: np.ndarray  # int64, -1 when absent
-    python_parent_id: np.ndarray  # int64, -1 when absent
-    flops: np.ndarray  # float64, nan when absent (with_flops=True)
-    shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None
-    dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None
-    concrete: "RawColumn"  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None
+    # Argument columns are read from the rows of the categories named (reader.HOST_COLUMNS); other rows hold the fill.
+    correlation: np.ndarray  # int64, -1 when absent; runtime and driver calls
+    external_id: np.ndarray  # int64, -1 when absent; operators and user annotations
+    python_id: np.ndarray  # int64, -1 when absent; Python frames
+    python_parent_id: np.ndarray  # int64, -1 when absent; Python frames
+    flops: np.ndarray  # float64, nan when absent (with_flops=True); operators
+    shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None; operators
+    dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None; operators
+    concrete: "RawColumn"  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None; operators
 
     def __len__(self) -> int:
         return len(self.start)
