@@ -182,7 +182,8 @@ def cmd_analyze(args, console: Console) -> int:
         elif any(getattr(args, k, None) for k in ("html", "markdown", "perfetto")):
             console.print(f"{rc.no_timeline}: no HTML, Markdown or annotated trace written", markup=False)
         return 0
-    results = check_path(args.path, inputs=mfu_inputs(args), ncu_csv=args.ncu)
+    results = check_path(args.path, inputs=mfu_inputs(args), ncu_csv=args.ncu,
+                         jobs=1 if args.perfetto else None)  # the annotated trace needs each analysis here
     _emit(results, args, console)
     return 0
 
