@@ -9,11 +9,9 @@ may hold threads.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from gpucheckup.errors import CheckupError
@@ -38,6 +36,8 @@ def worth_it(paths: list[Path], jobs: int | None = None) -> bool:
 
 
 def _context():
+    import multiprocessing
+
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
@@ -54,9 +54,11 @@ def map_files(fn: Callable, paths: list[Path], *args, jobs: int | None = None) -
     """(path, fn(path, *args)) for each path, in the order given; a CheckupError that fn raised comes back as
     the result, any other exception is raised here. `fn` must be a module-level function; its result should be
     small, as it is pickled back."""
+    from concurrent.futures import ProcessPoolExecutor  # imported here: only folders of ranks need it
+
     jobs = min(jobs or cores(), len(paths))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
-        pending: deque[tuple[Path, Future]] = deque()
+        pending: deque = deque()  # (path, future), in the order given
         todo = iter(paths)
         for path in todo:
             pending.append((path, pool.submit(_call, fn, path, args)))
