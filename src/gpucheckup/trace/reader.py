@@ -175,11 +175,11 @@ class _Builder:
             return np.fromiter(values, np.int64, len(values))
         return np.array([self.num_id(v) for v in values], dtype=np.int64)
 
-    def name_ids(self, names: list[str]) -> np.ndarray:
-        """Dense ids into `self.names` (in order of first appearance), new names appended."""
-        n = len(names)
+    def name_ids(self, evs) -> np.ndarray:
+        """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
+        n = len(evs)
         base = len(self.names) + (1 << 40)  # provisional ids for names first seen in this chunk
-        ids = np.fromiter(map(self.name_id.setdefault, names, count(base)), np.int64, n)
+        ids = np.fromiter(map(self.name_id.setdefault, map(_NAME, evs), count(base)), np.int64, n)
         new = ids >= base
         if new.any():
             first = np.flatnonzero(ids == base + np.arange(n))
@@ -187,7 +187,7 @@ class _Builder:
             lut[first] = np.arange(len(self.names), len(self.names) + len(first))
             ids[new] = lut[ids[new] - base]
             for p in first.tolist():
-                name = names[p]
+                name = evs[p].name
                 self.name_id[name] = len(self.names)
                 self.names.append(name)
         return ids
@@ -212,7 +212,7 @@ class _Builder:
             self.bad_time += int((~ok).sum())
             good = np.flatnonzero(ok)
             kept, codes, ts, end = _take(kept, good), codes[good], ts[good], end[good]
-        names = self.name_ids(list(map(_NAME, kept)))
+        names = self.name_ids(kept)
         on_gpu = codes >= GPU_BASE
         g, h = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
         if len(g):
