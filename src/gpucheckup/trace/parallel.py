@@ -3,8 +3,8 @@
 A folder of per-rank traces is read and analyzed on every core, and memory stays bounded: each
 worker holds one trace at a time, at most `IN_FLIGHT_PER_WORKER` files per worker are handed out
 ahead, and what comes back must be small (a report, not the trace's tables). Workers start from
-a fresh interpreter (forkserver where there is one, else spawn), never a fork of a process that
-may hold threads.
+a fresh interpreter (spawn), never a fork of a process that may hold threads, and are children of
+this process (so its resource accounting covers them).
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ def worth_it(paths: list[Path], jobs: int | None = None) -> bool:
 def _context():
     import multiprocessing
 
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return multiprocessing.get_context("spawn")
 
 
 def _call(fn: Callable, path: Path, args: tuple):
