@@ -3,8 +3,9 @@
 One command, one run: every row's commands are run in turn (floor, gpucheckup, HTA, floor, ...) as
 whole processes, and each one's wall time, CPU time (user + system) and peak RSS come from the
 operating system (os.wait4). Medians over --repeat runs. The rows:
-- 1x..16x: the `launch_bound_stacks` H200 trace (215k events, 64 MB of JSON) tiled K times
-  (bench/scale_trace.py); 16x is 3.4M events, 1 GB of JSON.
+- 1x..20x: the `launch_bound_stacks` H200 trace (215k events, 64 MB of JSON) tiled K times
+  (bench/scale_trace.py, compact JSON); 16x is 3.4M events (840 MB of JSON, gzipped), 20x is 4.3M
+  events written as 1.05 GB of plain JSON.
 - the decode floor (bench/floor.py): gunzip + msgspec typed decode of the fields gpucheckup reads.
 - HTA (HolisticTraceAnalysis, its TraceAnalysis parse only: bench/hta_parse.py), run with the Python
   of its own environment:  python -m venv /work/hta-venv && /work/hta-venv/bin/pip install HolisticTraceAnalysis
@@ -38,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
 BIG = "launch_bound_stacks"
 SMALL = "compute_bound"
+PLAIN = 20  # this tiling is written as plain JSON: 1.05 GB, the "1 GB JSON trace" row
 
 
 def fixture_dirs() -> list[Path]:
@@ -92,7 +94,8 @@ def measure(cmds: dict[str, list[str]], env: dict, repeat: int) -> dict[str, Run
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1,2,4,8,16", help="tiling factors of the big trace (default 1,2,4,8,16)")
+    p.add_argument("--sizes", default="1,2,4,8,16,20",
+                   help="tiling factors of the big trace (default 1,2,4,8,16,20; 20 is written as plain JSON: 1 GB)")
     p.add_argument("--ranks", type=int, default=32, help="ranks in the folder row (0: skip)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/hta-venv/bin/python"))
@@ -120,13 +123,14 @@ def main() -> int:
         print(f"note: HTA not found at {hta}: HTA columns skipped (python -m venv /work/hta-venv && "
               "/work/hta-venv/bin/pip install HolisticTraceAnalysis; or --hta-python)")
 
-    header = (f"{'trace':<22}{'events':>9}{'JSON MB':>9} | {'floor':>17} | {'gpucheckup analyze':>19} | "
+    print(f"trace: {BIG} tiled K times ({big})" if big else "")
+    header = (f"{'K':<22}{'events':>9}{'JSON MB':>9} | {'floor':>17} | {'gpucheckup analyze':>19} | "
               f"{'vs floor':>14} | {'MB/M ev':>7} | {'HTA parse':>18} | {'HTA/ours':>8}")
     print(header)
     print("-" * len(header))
     fmt = lambda r: f"{r.wall:5.2f} {r.cpu:5.2f} {r.rss_mb:5.0f}"  # noqa: E731
     for k in [int(x) for x in args.sizes.split(",") if x] if big else []:
-        path = big if k == 1 else args.workdir / f"{BIG}_x{k}.json.gz"
+        path = big if k == 1 else args.workdir / f"{BIG}_x{k}.json{'' if k == PLAIN else '.gz'}"
         if not path.exists():
             subprocess.run([py, str(BENCH / "scale_trace.py"), str(big), str(k), str(path)], check=True,
                            stdout=subprocess.DEVNULL)
@@ -137,7 +141,7 @@ def main() -> int:
         events = int(m["floor"].out.split()[0])
         json_mb = float(m["floor"].out.split()[1]) / 1e6
         f, o = m["floor"], m["ours"]
-        row = (f"{path.name if k > 1 else BIG + ' (1x)':<22}{events:>9}{json_mb:>9.0f} | {fmt(f)} | {fmt(o):>19} | "
+        row = (f"{f'{k}x' + (' (plain JSON)' if k == PLAIN else ''):<22}{events:>9}{json_mb:>9.0f} | {fmt(f)} | {fmt(o):>19} | "
                f"{o.wall / f.wall:5.2f}x {o.cpu / f.cpu:5.2f}x | {o.rss_mb / events * 1e6:7.0f} | ")
         row += (f"{fmt(m['hta']):>18} | {m['hta'].wall / o.wall:7.1f}x" if "hta" in m else f"{'-':>18} | {'-':>8}")
         print(row, flush=True)

@@ -73,7 +73,8 @@ class Column:
     cats: tuple[int, ...] | None = None
 
 
-# What the analyses use, and from which rows: other rows hold the fill (-1, nan, no bytes).
+# What the analyses use, and from which rows: other rows hold the fill (-1, nan, no bytes). Host
+# categories are CPU_OP..PYTHON; GPU columns take GPU_BASE + KERNEL/MEMCPY/MEMSET (None: every row).
 GPU_COLUMNS = (
     Column("correlation", "correlation", np.int64, -1),
     Column("external_id", "external_id", np.int64, -1),
@@ -241,38 +242,21 @@ class _Builder:
             stream[absent] = self.ids(list(map(_TID, _take(evs, absent))))
         cols = {"kind": (codes - GPU_BASE).astype(np.int8), "name": names.astype(np.int32),
                 "device": device.astype(np.int32), "stream": stream, "start": start, "end": end}
-        for c in GPU_COLUMNS:
-            cols[c.field] = _numbers(evs, attrgetter("args." + c.arg), c.dtype, c.fill)
+        _arg_columns(evs, codes, GPU_COLUMNS, cols)
         return cols
 
     def _host(self, evs: list, codes, names, start, end) -> dict:
         cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32),
                 "pid": self.ids(list(map(_PID, evs))), "tid": self.ids(list(map(_TID, evs))),
                 "start": start, "end": end}
-        rows_of: dict = {}
-        for c in HOST_COLUMNS:
-            if c.cats not in rows_of:  # the rows of these categories, and their events
-                rows = np.flatnonzero(np.isin(codes, c.cats)) if c.cats is not None else np.arange(len(evs))
-                rows_of[c.cats] = rows, _take(evs, rows)
-            rows, sub = rows_of[c.cats]
-            get = attrgetter("args." + c.arg)
-            if c.dtype is None:  # raw JSON: one byte string and the length of each row's part
-                raws = list(map(get, sub))
-                lengths = np.zeros(len(evs), dtype=np.int64)
-                lengths[rows] = np.fromiter(map(len, raws), np.int64, len(raws))
-                cols[c.field] = (b"".join(raws), lengths)
-            elif len(rows) == len(evs):
-                cols[c.field] = _numbers(sub, get, c.dtype, c.fill)
-            else:
-                col = np.full(len(evs), c.fill, dtype=c.dtype)
-                col[rows] = _numbers(sub, get, c.dtype, c.fill)
-                cols[c.field] = col
+        _arg_columns(evs, codes, HOST_COLUMNS, cols)
         return cols
 
     def gpu_table(self) -> GpuOps:
         """The GPU columns, sorted by start."""
         cols = _concat(self.gpu, ("kind", "name", "device", "stream", "start", "end")
-                       + tuple(c.field for c in GPU_COLUMNS), ())
+                       + tuple(c.field for c in GPU_COLUMNS if c.dtype is not None),
+                       tuple(c.field for c in GPU_COLUMNS if c.dtype is None))
         self.gpu = []
         gpu = GpuOps(**cols)
         order = np.argsort(gpu.start, kind="stable")
@@ -285,6 +269,28 @@ class _Builder:
                        tuple(c.field for c in HOST_COLUMNS if c.dtype is None))
         self.host = []
         return HostEvents(**cols)
+
+
+def _arg_columns(evs, codes: np.ndarray, columns: tuple[Column, ...], cols: dict) -> None:
+    """Add the declared argument columns of a chunk's rows (events `evs`, event codes `codes`) to `cols`."""
+    rows_of: dict = {}
+    for c in columns:
+        if c.cats not in rows_of:  # the rows of these categories, and their events
+            rows = np.flatnonzero(np.isin(codes, c.cats)) if c.cats is not None else np.arange(len(evs))
+            rows_of[c.cats] = rows, _take(evs, rows)
+        rows, sub = rows_of[c.cats]
+        get = attrgetter("args." + c.arg)
+        if c.dtype is None:  # raw JSON: one byte string and the length of each row's part
+            raws = list(map(get, sub))
+            lengths = np.zeros(len(evs), dtype=np.int64)
+            lengths[rows] = np.fromiter(map(len, raws), np.int64, len(raws))
+            cols[c.field] = (b"".join(raws), lengths)
+        elif len(rows) == len(evs):
+            cols[c.field] = _numbers(sub, get, c.dtype, c.fill)
+        else:
+            col = np.full(len(evs), c.fill, dtype=c.dtype)
+            col[rows] = _numbers(sub, get, c.dtype, c.fill)
+            cols[c.field] = col
 
 
 _DTYPES = {"kind": np.int8, "cat": np.int8, "name": np.int32, "device": np.int32, "stream": np.int64,
