@@ -12,6 +12,7 @@ The argument columns read, and from which rows, are declared in `GPU_COLUMNS` an
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
 import re
@@ -271,12 +272,20 @@ class _Builder:
         return HostEvents(**cols)
 
 
+@functools.cache
+def _of_cats(cats: tuple[int, ...]) -> np.ndarray:
+    """A lookup table: event code -> whether it is one of these categories."""
+    table = np.zeros(META, dtype=bool)
+    table[list(cats)] = True
+    return table
+
+
 def _arg_columns(evs, codes: np.ndarray, columns: tuple[Column, ...], cols: dict) -> None:
     """Add the declared argument columns of a chunk's rows (events `evs`, event codes `codes`) to `cols`."""
     rows_of: dict = {}
     for c in columns:
         if c.cats not in rows_of:  # the rows of these categories, and their events
-            rows = np.flatnonzero(np.isin(codes, c.cats)) if c.cats is not None else np.arange(len(evs))
+            rows = np.flatnonzero(_of_cats(c.cats)[codes]) if c.cats is not None else np.arange(len(evs))
             rows_of[c.cats] = rows, _take(evs, rows)
         rows, sub = rows_of[c.cats]
         get = attrgetter("args." + c.arg)
