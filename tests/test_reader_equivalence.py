@@ -16,7 +16,8 @@ from gpucheckup.trace.reader import HOST_COLUMNS
 
 
 def real_traces() -> list[Path]:
-    found = set((REPO / "tests" / "data").rglob("*.json.gz")) | set((REPO / "src" / "gpucheckup" / "data").rglob("*.json.gz"))
+    found = set((REPO / "tests" / "data").rglob("*.json.gz"))
+    found |= set((REPO / "src" / "gpucheckup" / "data").rglob("*.json.gz"))
     base = fixtures_dir()
     if base is not None:
         found |= set(base.rglob("*.json.gz"))

@@ -97,7 +97,8 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
         task = progress.add_task("reading traces", total=len(files))
         in_process = files
         if parallel.worth_it(files, jobs):  # one trace per worker at a time; reports come back
-            progress.update(task, description=f"checking up {len(files)} traces on {min(len(files), jobs or parallel.cores())} cores")
+            workers = min(len(files), jobs or parallel.cores())
+            progress.update(task, description=f"checking up {len(files)} traces on {workers} cores")
             for f, c in parallel.map_files(_check_file, files, inputs, ncu, ncu_csv, jobs=jobs):
                 (skipped if isinstance(c, CheckupError) else results).append(c)
                 progress.advance(task)

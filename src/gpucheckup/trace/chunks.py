@@ -22,7 +22,7 @@ import msgspec
 
 from gpucheckup.errors import CheckupError
 
-CHUNK_BYTES = 2 << 20  # JSON per decoded chunk: ~6k Kineto events, whose structs stay in the CPU cache while columns are taken
+CHUNK_BYTES = 2 << 20  # JSON per decoded chunk: ~6k events, whose structs stay in the CPU cache for the columns
 READ_BYTES = 1 << 20  # compressed (or plain) bytes read from the file at a time
 HEAD_LIMIT = 64 << 20  # the `traceEvents` key must appear within this many bytes of the start
 CUT_TRIES = 8  # candidate cuts tried before a chunk is given up on

@@ -122,15 +122,17 @@ class _Codes(dict):
 
     def __missing__(self, key: tuple[str, str]) -> int:
         ph, cat = key
-        if ph == "X":
-            code = GPU_BASE + GPU_CATS[cat] if cat in GPU_CATS else HOST_CATS.get(cat, OVERHEAD if cat == "overhead" else IGNORED)
+        if ph == "X" and cat in GPU_CATS:
+            code = GPU_BASE + GPU_CATS[cat]
+        elif ph == "X":
+            code = HOST_CATS.get(cat, OVERHEAD if cat == "overhead" else IGNORED)
         else:
             code = META if ph == "M" else IGNORED
         self[key] = code
         return code
 
 
-def _take(items, index: np.ndarray) -> list:
+def _take(items, index: np.ndarray) -> list | tuple:
     """items[i] for each i of an index array, gathered in C."""
     if len(index) == len(items):
         return items
