@@ -62,3 +62,37 @@ def test_same_tables_when_cut_into_many_small_chunks(path, monkeypatch):
 
 def test_there_are_real_traces_to_compare():
     assert len(real_traces()) >= 10
+
+
+def _tricky_events(n: int) -> list[dict]:
+    """Events whose text holds the cut pattern `}, {` inside strings and nested objects in their args."""
+    out = []
+    for i in range(n):
+        out.append({"ph": "X", "cat": "cpu_op", "name": f'op}}, {{"x": {i}', "pid": 1, "tid": 1, "ts": 10.0 * i,
+                    "dur": 5.0, "args": {"External id": i, "nested": [{"a": 1}, {"b": [{"c": "}, {"}]}],
+                                         "Input Dims": [[i, 2], [2, 3]], "Input type": ["float", "float"]}})
+        out.append({"ph": "X", "cat": "kernel", "name": "k}, {", "pid": 0, "tid": 7, "ts": 10.0 * i + 1, "dur": 2.0,
+                    "args": {"device": 0, "stream": 7, "correlation": i, "External id": i}})
+    return out
+
+
+@pytest.mark.parametrize("layout", ["events last", "events first", "a nested traceEvents key first"])
+def test_cuts_inside_strings_and_nested_objects_are_refused_and_retried(tmp_path, monkeypatch, layout):
+    import json
+
+    events = _tricky_events(400)
+    top = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132}]}
+    if layout == "events last":
+        doc = {**top, "traceEvents": events}
+    elif layout == "events first":
+        doc = {"traceEvents": events, **top, "baseTimeNanoseconds": 5}
+    else:  # the stream finds the nested key first, sees its top level is wrong, and reads the file whole
+        doc = {"meta": {"traceEvents": [{"ph": "X"}]}, **top, "traceEvents": events}
+    path = tmp_path / "tricky.json"
+    path.write_text(json.dumps(doc, indent=1))
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 3_000)
+    monkeypatch.setattr(chunks, "READ_BYTES", 1_000)
+    assert_same_tables(path)
+    tr = read_trace(path)
+    assert len(tr.gpu) == 400 and len(tr.host) == 400 and tr.devices[0].sm_count == 132
+    assert json.loads(tr.host.shapes[399]) == [[399, 2], [2, 3]]
