@@ -8,6 +8,7 @@ import pytest
 from conftest import trace_path, write_trace
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.diagnosis import diagnose
+from gpucheckup.errors import CheckupError
 from gpucheckup.trace import read_trace
 from gpucheckup.trace.tables import KERNEL, MEMCPY
 
@@ -77,3 +78,63 @@ def test_rank_from_distributed_info_or_name(tmp_path):
     tr = read_trace(write_trace(tmp_path / "a.json", events, distributedInfo={"rank": 3, "world_size": 8}))
     assert (tr.rank, tr.world_size) == (3, 8)
     assert read_trace(write_trace(tmp_path / "worker_rank5.json", events)).rank == 5
+
+
+# Reader-level classes of the fuzzing audit (issue 11): each minimal input reads correctly or gives one clear line.
+
+def _kernel_trace(tmp_path, name, extra_event=None, raw=None):
+    events = [ev("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+              ev("kernel", "k", 10, 40, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    path = tmp_path / name
+    if raw is not None:  # JSON text that the json module cannot write (huge literals, deep nesting)
+        head = write_trace(tmp_path / "base.json", events).read_text()
+        path.write_text(head[: head.rindex("]")] + ", " + raw + "]}")
+        return path
+    return write_trace(path, events + ([extra_event] if extra_event else []))
+
+
+def test_nesting_1000_levels_deep_is_one_clear_error(tmp_path):
+    deep = '{"ph": "X", "cat": "kernel", "name": "d", "ts": 1, "dur": 1, "args": {"x": ' + "[" * 1000 + "]" * 1000 + "}}"
+    path = _kernel_trace(tmp_path, "deep.json", raw=deep)
+    with pytest.raises(CheckupError, match="nested too deeply"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("field", ["ts", "dur", "correlation", "pid"])
+def test_400_digit_integers_drop_the_event_with_a_warning(tmp_path, field):
+    big = "1" * 400
+    fields = {"ph": '"X"', "cat": '"kernel"', "name": '"huge"', "pid": "0", "tid": "7", "ts": "60", "dur": "5"}
+    args = '{"device": 0, "stream": 7, "correlation": ' + (big if field == "correlation" else "2") + "}"
+    fields[field if field != "correlation" else "name"] = big if field != "correlation" else '"huge"'
+    raw = "{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + ', "args": ' + args + "}"
+    tr = read_trace(_kernel_trace(tmp_path, "big.json", raw=raw))
+    assert len(tr.gpu) == 1 and tr.names[tr.gpu.name[0]] == "k"
+    assert any("1 events with fields of unexpected types" in w for w in tr.warnings)
+
+
+@pytest.mark.parametrize("ts, dur", [(1.7e308, 1.0), (1.0e17, 5.0), (5.0, 1.7e308), ("1e999", 5.0)])
+def test_absurd_timestamps_drop_the_event_with_a_warning(tmp_path, ts, dur):
+    raw = ('{"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7, '
+           f'"ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": 7}}}}')
+    tr = read_trace(_kernel_trace(tmp_path, "far.json", raw=raw))
+    assert len(tr.gpu) == 1 and tr.names == ["cudaLaunchKernel", "k"]
+    assert len(tr.warnings) == 1 and "out-of-range timestamp" in tr.warnings[0]
+    a = analyze(tr)
+    assert a.timeline.busy_pct == pytest.approx(100 * 40 / 49)  # the kept events' window only
+
+
+def test_nan_and_infinity_literals_are_invalid_json(tmp_path):
+    for word in ("NaN", "Infinity", "-Infinity"):
+        raw = '{"ph": "X", "cat": "kernel", "name": "n", "pid": 0, "tid": 7, "ts": ' + word + ', "dur": 1}'
+        with pytest.raises(CheckupError, match="not valid JSON"):
+            read_trace(_kernel_trace(tmp_path, f"{word}.json", raw=raw))
+
+
+def test_non_integer_dims_and_null_input_type_are_read_as_raw_arguments(tmp_path):
+    gemm = ev("cpu_op", "aten::mm", 0, 50, **{"Input Dims": [[2.5, "x"], [None, 4]], "Input type": None,
+                                              "External id": 9})
+    tr = read_trace(_kernel_trace(tmp_path, "dims.json", extra_event=gemm))
+    row = tr.names.index("aten::mm")
+    r = int(np.flatnonzero(tr.host.name == row)[0])
+    assert tr.host.shapes[r] == b'[[2.5, "x"], [null, 4]]' and tr.host.dtypes[r] == b"null"
+    assert tr.host.external_id[r] == 9

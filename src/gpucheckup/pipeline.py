@@ -35,7 +35,7 @@ from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
 from gpucheckup.report.run_model import run_only_dict, run_parts
-from gpucheckup.trace import find_trace_files, read_trace
+from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.ncu_csv import read_ncu_csv
 from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
 
@@ -46,7 +46,7 @@ STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fa
 class Checkup:
     """One trace's analysis, diagnosis and report dict."""
 
-    analysis: TraceAnalysis
+    analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
     diagnosis: Diagnosis
     report: dict
 
@@ -77,12 +77,12 @@ class Checkups:
 
 
 def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
-          console: Console | None = None) -> Checkups:
-    """Check up a trace, a folder of traces or a run directory."""
+          console: Console | None = None, jobs: int | None = None) -> Checkups:
+    """Check up a trace, a folder of traces or a run directory (`jobs`: worker processes for a large folder)."""
     path = Path(path)
     if is_run_dir(path):
         return check_run(path, inputs, ncu_csv)
-    return Checkups(path, check_path(path, console, inputs, ncu_csv))
+    return Checkups(path, check_path(path, console, inputs, ncu_csv, jobs))
 
 
 def trace_paths(path: Path) -> list[Path]:
@@ -128,9 +128,16 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     return Checkup(a, d, checkup_dict(a, d))
 
 
+def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
+    """In a worker process: one trace's check-up, without its analysis (the trace's tables stay there)."""
+    c = check_trace(read_trace(f), inputs, ncu, ncu_csv)
+    return Checkup(None, c.diagnosis, c.report)
+
+
 def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
-               ncu_csv: Path | None = None) -> list[Checkup]:
-    """Check up every trace under a path (a trace or a folder of traces), in rank order."""
+               ncu_csv: Path | None = None, jobs: int | None = None) -> list[Checkup]:
+    """Check up every trace under a path, in rank order; a large folder in worker processes (`jobs`: how
+    many, default one per core; 1 keeps every analysis in this process)."""
     files = trace_paths(path)
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
@@ -141,7 +148,15 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as progress:
         task = progress.add_task("reading traces", total=len(files))
-        for f in files:
+        in_process = files
+        if parallel.worth_it(files, jobs):  # one trace per worker at a time; reports come back
+            workers = min(len(files), jobs or parallel.cores())
+            progress.update(task, description=f"checking up {len(files)} traces on {workers} cores")
+            for f, c in parallel.map_files(_check_file, files, inputs, ncu, ncu_csv, jobs=jobs):
+                (skipped if isinstance(c, CheckupError) else results).append(c)
+                progress.advance(task)
+            in_process = []
+        for f in in_process:
             size_mb = f.stat().st_size / 1e6
             progress.update(task, description=f"reading {escape(f.name)} ({size_mb:.1f} MB)")
             try:
@@ -213,15 +228,17 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:
-    results.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0, c.analysis.trace.path))
+    """Rank order (traces without a rank last, then by path); from the report, which worker check-ups carry."""
+    results.sort(key=lambda c: (c.report["trace"]["rank"] is None, c.report["trace"]["rank"] or 0,
+                                c.report["trace"]["path"]))
 
 
 def rank_summary(results: list[Checkup]) -> list[dict]:
     """One row per trace: rank, verdict, median step, GPU busy."""
     return [
         {
-            "rank": c.analysis.trace.rank if c.analysis.trace.rank is not None else i,
-            "path": c.analysis.trace.path,
+            "rank": c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i,
+            "path": c.report["trace"]["path"],
             "verdict": c.diagnosis.primary,
             "step_median_ms": c.report["steps"]["median_ms"],
             "busy_pct": c.report["gpu"]["busy_pct"],

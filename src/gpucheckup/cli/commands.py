@@ -40,7 +40,8 @@ def cmd_analyze(args, console) -> int:
     from gpucheckup.cli.emit import Output, emit
     from gpucheckup.pipeline import check
 
-    emit(check(args.path, mfu_inputs(args), args.ncu), Output.of(args), console)
+    jobs = 1 if args.perfetto else None  # the annotated trace needs each analysis in this process
+    emit(check(args.path, mfu_inputs(args), args.ncu, jobs=jobs), Output.of(args), console)
     return 0
 
 

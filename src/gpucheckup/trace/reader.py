@@ -1,24 +1,33 @@
 """Read Kineto JSON traces (`.json` or `.json.gz`) into columnar tables.
 
-Decoding goes through msgspec typed structs (see `schema.py`); a trace whose fields have
-unexpected types is decoded again loosely, dropping only the events that cannot be read, and
-the report says how many. Bad files raise `CheckupError` with a one-line reason.
+The file is streamed: gunzipped block by block and cut into chunks of whole events
+(`chunks.py`), each chunk decoded into typed msgspec structs (`schema.py`) and turned into numpy
+columns by C-level passes over the chunk (no Python code runs per event), then dropped. Memory
+is the finished tables plus a few chunks, whatever the file's size. A chunk whose fields have
+unexpected types is decoded again loosely, dropping only the events that cannot be read, and the
+report says how many. Bad files raise `CheckupError` with a one-line reason.
+
+The argument columns read, and from which rows, are declared in `GPU_COLUMNS` and `HOST_COLUMNS` below.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import gzip
-import math
 import re
+import sys
 import zlib
+from dataclasses import dataclass
+from itertools import count
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace import schema
+from gpucheckup.trace import chunks, schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
@@ -31,6 +40,7 @@ from gpucheckup.trace.tables import (
     Device,
     GpuOps,
     HostEvents,
+    RawColumn,
     Trace,
 )
 
@@ -48,9 +58,49 @@ HOST_CATS = {
 }
 SUPPORTED_SCHEMA_VERSIONS = {1}
 MAX_EVENT_US = 24 * 3600 * 1e6  # a single event longer than a day is not a real measurement
+MAX_TS_US = float(2**53)  # beyond 2**53 us (285 years) a float64 timestamp no longer resolves a microsecond
 TRACE_SUFFIXES = (".json", ".json.gz")
 
-_DECODER = msgspec.json.Decoder(schema.KinetoTrace)
+
+@dataclass(frozen=True)
+class Column:
+    """One argument column: the table field, the `schema.Args` field it comes from, its dtype (None: raw
+    JSON bytes, a `RawColumn`) and fill, and the host categories whose rows read it (None: every row)."""
+
+    field: str
+    arg: str
+    dtype: type | None
+    fill: float = 0
+    cats: tuple[int, ...] | None = None
+
+
+# What the analyses use, and from which rows: other rows hold the fill (-1, nan, no bytes). Host
+# categories are CPU_OP..PYTHON; GPU columns take GPU_BASE + KERNEL/MEMCPY/MEMSET (None: every row).
+GPU_COLUMNS = (
+    Column("correlation", "correlation", np.int64, -1),
+    Column("external_id", "external_id", np.int64, -1),
+    Column("bytes", "bytes", np.float64, np.nan),
+)
+HOST_COLUMNS = (
+    Column("correlation", "correlation", np.int64, -1, (RUNTIME, DRIVER)),
+    Column("external_id", "external_id", np.int64, -1, (CPU_OP, USER_ANNOTATION)),
+    Column("python_id", "python_id", np.int64, -1, (PYTHON,)),
+    Column("python_parent_id", "python_parent_id", np.int64, -1, (PYTHON,)),
+    Column("flops", "flops", np.float64, np.nan, (CPU_OP,)),
+    Column("shapes", "input_dims", None, cats=(CPU_OP,)),
+    Column("dtypes", "input_type", None, cats=(CPU_OP,)),
+    Column("concrete", "concrete_inputs", None, cats=(CPU_OP,)),
+)
+
+# Event codes: host categories 0..4, GPU kinds GPU_BASE + 0..2, then the few events read one by one.
+GPU_BASE, META, OVERHEAD, IGNORED = 8, 16, 17, -1
+_EVENTS = msgspec.json.Decoder(list[schema.Event])
+_TOP = msgspec.json.Decoder(schema.KinetoTrace)
+_LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (a bad time) instead of failing
+_PH_CAT = attrgetter("ph", "cat")
+_TS, _DUR, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "name", "pid", "tid"))
+_DEVICE, _STREAM = attrgetter("args.device"), attrgetter("args.stream")
+EVENTS_PER_PASS = 1 << 16  # events turned into columns at a time when a file is read whole
 
 
 def is_trace_file(path: Path) -> bool:
@@ -60,41 +110,263 @@ def is_trace_file(path: Path) -> bool:
 
 def read_bytes(path: Path) -> bytes:
     """The file's bytes, gunzipped when it is gzip (by magic number, whatever its name)."""
+    return b"".join(chunks.blocks(path))
+
+
+def _short(err: Exception) -> str:
+    return str(err).splitlines()[0][:160]
+
+
+class _Codes(dict):
+    """(ph, cat) -> event code; filled on first sight of each pair, so lookups stay in C."""
+
+    def __missing__(self, key: tuple[str, str]) -> int:
+        ph, cat = key
+        if ph == "X" and cat in GPU_CATS:
+            code = GPU_BASE + GPU_CATS[cat]
+        elif ph == "X":
+            code = HOST_CATS.get(cat, OVERHEAD if cat == "overhead" else IGNORED)
+        else:
+            code = META if ph == "M" else IGNORED
+        self[key] = code
+        return code
+
+
+def _take(items, index: np.ndarray) -> list | tuple:
+    """items[i] for each i of an index array, gathered in C."""
+    if len(index) == len(items):
+        return items
+    if len(index) == 0:
+        return []
+    if len(index) == 1:
+        return [items[index[0]]]
+    return itemgetter(*index.tolist())(items)
+
+
+def _numbers(items: list, getter, dtype, fill) -> np.ndarray:
+    """One numeric field of every item as a column; None (a JSON null) reads as `fill`."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckupError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise CheckupError(f"{path}: is a folder, expected a trace file") from None
-    except OSError as e:
-        raise CheckupError(f"{path}: cannot read ({e.strerror})") from None
-    if raw[:2] == b"\x1f\x8b":
+        return np.fromiter(map(getter, items), dtype, len(items))
+    except TypeError:
+        return np.array([fill if v is None else v for v in map(getter, items)], dtype=dtype)
+
+
+class _Builder:
+    """Accumulates the columns of a trace's events, chunk by chunk, in file order."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.codes = _Codes()
+        self.name_id: dict[str, int] = {}
+        self.names: list[str] = []
+        self.str_ids: dict[str, int] = {}
+        self.thread_names: dict[tuple[int, int], str] = {}
+        self.gpu: list[dict] = []
+        self.host: list[dict] = []
+        self.bad_time = 0
+        self.dropped = 0
+        self.cbf_count, self.cbf_us = 0, 0.0
+
+    def num_id(self, v) -> int:
+        """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
+        if v.__class__ is int:
+            return v
+        return self.str_ids.setdefault(v, -1 - len(self.str_ids))
+
+    def ids(self, values: list) -> np.ndarray:
+        """pid/tid/stream values as int64, strings mapped by `num_id`."""
+        if all(v.__class__ is int for v in set(values)):  # a handful of distinct values
+            return np.fromiter(values, np.int64, len(values))
+        return np.array([self.num_id(v) for v in values], dtype=np.int64)
+
+    def name_ids(self, evs) -> np.ndarray:
+        """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
+        n = len(evs)
+        base = len(self.names) + (1 << 40)  # provisional ids for names first seen in this chunk
+        ids = np.fromiter(map(self.name_id.setdefault, map(_NAME, evs), count(base)), np.int64, n)
+        new = ids >= base
+        if new.any():
+            first = np.flatnonzero(ids == base + np.arange(n))
+            lut = np.empty(n, dtype=np.int64)
+            lut[first] = np.arange(len(self.names), len(self.names) + len(first))
+            ids[new] = lut[ids[new] - base]
+            for p in first.tolist():
+                name = evs[p].name
+                self.name_id[name] = len(self.names)
+                self.names.append(name)
+        return ids
+
+    def add(self, events: list[schema.Event], dropped: int = 0) -> None:
+        """Turn one chunk of decoded events into column pieces."""
+        self.dropped += dropped
+        n = len(events)
+        if n == 0:
+            return
+        codes = np.fromiter(map(self.codes.__getitem__, map(_PH_CAT, events)), np.int8, n)
+        for i in np.flatnonzero(codes >= META).tolist():
+            self._one(events[i], codes[i])
+        keep = np.flatnonzero((codes >= 0) & (codes < META))
+        kept = _take(events, keep)
+        codes = codes[keep]
+        ts = np.fromiter(map(_TS, kept), np.float64, len(kept))
+        dur = np.fromiter(map(_DUR, kept), np.float64, len(kept))
+        end = ts + dur
+        ok = np.isfinite(end) & (dur >= 0) & (dur <= MAX_EVENT_US) & (np.abs(ts) <= MAX_TS_US)
+        if not ok.all():
+            self.bad_time += int((~ok).sum())
+            good = np.flatnonzero(ok)
+            kept, codes, ts, end = _take(kept, good), codes[good], ts[good], end[good]
+        names = self.name_ids(kept)
+        on_gpu = codes >= GPU_BASE
+        g, h = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
+        if len(g):
+            self.gpu.append(self._gpu(_take(kept, g), codes[g], names[g], ts[g], end[g]))
+        if len(h):
+            self.host.append(self._host(_take(kept, h), codes[h], names[h], ts[h], end[h]))
+
+    def _one(self, ev: schema.Event, code: int) -> None:
+        """A metadata or overhead event: the few read one by one."""
+        if code == META:
+            if ev.name == "thread_name" and ev.args.name:
+                self.thread_names[(self.num_id(ev.pid), self.num_id(ev.tid))] = ev.args.name
+        elif ev.name == "Command Buffer Full":
+            self.cbf_count += 1
+            self.cbf_us += float(ev.dur)
+
+    def _gpu(self, evs: list, codes, names, start, end) -> dict:
+        device = _numbers(evs, _DEVICE, np.int64, schema.NO_INT)
+        absent = np.flatnonzero(device == schema.NO_INT)
+        if len(absent):  # no `device` argument: the pid, when it is a number
+            pids = list(map(_PID, _take(evs, absent)))
+            device[absent] = [p if p.__class__ is int else 0 for p in pids]
+        stream = _numbers(evs, _STREAM, np.int64, schema.NO_INT)
+        absent = np.flatnonzero(stream == schema.NO_INT)
+        if len(absent):  # no `stream` argument: the tid
+            stream[absent] = self.ids(list(map(_TID, _take(evs, absent))))
+        cols = {"kind": (codes - GPU_BASE).astype(np.int8), "name": names.astype(np.int32),
+                "device": device.astype(np.int32), "stream": stream, "start": start, "end": end}
+        _arg_columns(evs, codes, GPU_COLUMNS, cols)
+        return cols
+
+    def _host(self, evs: list, codes, names, start, end) -> dict:
+        cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32),
+                "pid": self.ids(list(map(_PID, evs))), "tid": self.ids(list(map(_TID, evs))),
+                "start": start, "end": end}
+        _arg_columns(evs, codes, HOST_COLUMNS, cols)
+        return cols
+
+    def gpu_table(self) -> GpuOps:
+        """The GPU columns, sorted by start."""
+        cols = _concat(self.gpu, ("kind", "name", "device", "stream", "start", "end")
+                       + tuple(c.field for c in GPU_COLUMNS if c.dtype is not None),
+                       tuple(c.field for c in GPU_COLUMNS if c.dtype is None))
+        self.gpu = []
+        gpu = GpuOps(**cols)
+        order = np.argsort(gpu.start, kind="stable")
+        return gpu if np.all(order[1:] > order[:-1]) else gpu.take(order)
+
+    def host_table(self) -> HostEvents:
+        """The host columns, in file order."""
+        cols = _concat(self.host, ("cat", "name", "pid", "tid", "start", "end")
+                       + tuple(c.field for c in HOST_COLUMNS if c.dtype is not None),
+                       tuple(c.field for c in HOST_COLUMNS if c.dtype is None))
+        self.host = []
+        return HostEvents(**cols)
+
+
+@functools.cache
+def _of_cats(cats: tuple[int, ...]) -> np.ndarray:
+    """A lookup table: event code -> whether it is one of these categories."""
+    table = np.zeros(META, dtype=bool)
+    table[list(cats)] = True
+    return table
+
+
+def _arg_columns(evs, codes: np.ndarray, columns: tuple[Column, ...], cols: dict) -> None:
+    """Add the declared argument columns of a chunk's rows (events `evs`, event codes `codes`) to `cols`."""
+    rows_of: dict = {}
+    for c in columns:
+        if c.cats not in rows_of:  # the rows of these categories, and their events
+            rows = np.flatnonzero(_of_cats(c.cats)[codes]) if c.cats is not None else np.arange(len(evs))
+            rows_of[c.cats] = rows, _take(evs, rows)
+        rows, sub = rows_of[c.cats]
+        get = attrgetter("args." + c.arg)
+        if c.dtype is None:  # raw JSON: one byte string and the length of each row's part
+            raws = list(map(get, sub))
+            lengths = np.zeros(len(evs), dtype=np.int64)
+            lengths[rows] = np.fromiter(map(len, raws), np.int64, len(raws))
+            cols[c.field] = (b"".join(raws), lengths)
+        elif len(rows) == len(evs):
+            cols[c.field] = _numbers(sub, get, c.dtype, c.fill)
+        else:
+            col = np.full(len(evs), c.fill, dtype=c.dtype)
+            col[rows] = _numbers(sub, get, c.dtype, c.fill)
+            cols[c.field] = col
+
+
+_DTYPES = {"kind": np.int8, "cat": np.int8, "name": np.int32, "device": np.int32, "stream": np.int64,
+           "pid": np.int64, "tid": np.int64, "start": np.float64, "end": np.float64}
+
+
+def _column_dtype(field: str) -> type:
+    """The dtype of a table column, for an empty table."""
+    declared = {c.field: c.dtype for c in GPU_COLUMNS + HOST_COLUMNS}
+    return _DTYPES.get(field) or declared[field]
+
+
+def _concat(pieces: list[dict], numeric: tuple[str, ...], raw: tuple[str, ...]) -> dict:
+    """Join the chunks' column pieces column by column, freeing each piece's column as it goes."""
+    cols: dict = {}
+    for f in numeric:
+        parts = [p.pop(f) for p in pieces]
+        cols[f] = np.concatenate(parts) if parts else np.zeros(0, dtype=_column_dtype(f))
+    for f in raw:
+        parts = [p.pop(f) for p in pieces]
+        lengths = np.concatenate([[0]] + [lens for _, lens in parts]).astype(np.int64)
+        cols[f] = RawColumn(b"".join(data for data, _ in parts), np.cumsum(lengths))
+    return cols
+
+
+def _decode_events(data: bytes) -> tuple[list[schema.Event], int]:
+    """One chunk's events, strictly, else loosely (dropping what cannot be read); also the number dropped."""
+    try:
+        return _EVENTS.decode(data), 0
+    except msgspec.ValidationError:
+        pass
+    objs = _LOOSE.decode(data)  # a DecodeError here means the chunk is not whole JSON
+    return _convert_loosely(objs)
+
+
+_RAW_ARGS = [f.encode_name for f in msgspec.structs.fields(schema.Args) if f.type is msgspec.Raw]
+
+
+def _convert_loosely(objs: list) -> tuple[list[schema.Event], int]:
+    """Untyped events as `schema.Event`s, converting what converts ("12" -> 12); also the number dropped."""
+    good, dropped = [], 0
+    for ev in objs:
+        args = ev.get("args") if isinstance(ev, dict) else None
+        if isinstance(args, dict):  # raw arguments were decoded: back to JSON bytes
+            for k in _RAW_ARGS:
+                if k in args:
+                    args[k] = msgspec.Raw(msgspec.json.encode(args[k]))
         try:
-            return gzip.decompress(raw)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise CheckupError(f"{path}: gzip data is truncated or corrupt ({e})") from None
-    if path.name.endswith(".gz"):
-        raise CheckupError(f"{path}: named .gz but is not gzip data")
-    return raw
+            good.append(msgspec.convert(ev, schema.Event, strict=False))
+        except msgspec.ValidationError:
+            dropped += 1
+    return good, dropped
 
 
-def decode(path: Path, data: bytes) -> tuple[schema.KinetoTrace, int]:
-    """Decode trace JSON, strictly first, then loosely when types are off; also the events dropped."""
-    if not data.strip():
-        raise CheckupError(f"{path}: file is empty")
+def _decode_top(path: Path, data: bytes) -> tuple[schema.KinetoTrace, object]:
+    """The top-level object, strictly, else field by field (dropping those that cannot be read), and its raw
+    `traceEvents` when the loose route had to be taken."""
     try:
-        return _DECODER.decode(data), 0
+        return _TOP.decode(data), None
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as e:
         raise CheckupError(f"{path}: not valid JSON ({_short(e)}); the trace may be truncated or corrupt") from None
-    return _decode_loosely(path, data)
-
-
-def _decode_loosely(path: Path, data: bytes) -> tuple[schema.KinetoTrace, int]:
-    """Decode untyped, then convert event by event, dropping those that cannot be read."""
     try:
-        obj = msgspec.json.decode(data)
+        obj = _LOOSE.decode(data)
     except msgspec.DecodeError as e:
         raise CheckupError(f"{path}: not valid JSON ({_short(e)})") from None
     if not isinstance(obj, dict):
@@ -106,38 +378,54 @@ def _decode_loosely(path: Path, data: bytes) -> tuple[schema.KinetoTrace, int]:
             top.update(msgspec.to_builtins(msgspec.convert({key: value}, schema.KinetoTrace, strict=False)))
         except msgspec.ValidationError:
             continue
-    trace = msgspec.convert(top, schema.KinetoTrace, strict=False)
-    if events is None:
-        return trace, 0
-    if not isinstance(events, list):
-        raise CheckupError(f"{path}: `traceEvents` is a JSON {type(events).__name__}, expected a list")
-    good, dropped = [], 0
-    for ev in events:
+    return msgspec.convert(top, schema.KinetoTrace, strict=False), events
+
+
+def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
+    """Read chunk by chunk; `chunks.StreamError` when the file cannot be cut (then read it whole)."""
+    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    stream.feed(lambda chunk: b.add(*_decode_events(chunk)))
+    kt, events = _decode_top(path, stream.top)
+    if kt.traceEvents != [] or events not in (None, []):
+        raise chunks.StreamError("the traceEvents found is not the top-level one")
+    return kt
+
+
+def _read_whole(path: Path, b: _Builder) -> schema.KinetoTrace:
+    """Read the whole file at once (a file the stream could not cut: unusual layout, or bad JSON)."""
+    data = read_bytes(path)
+    if not data.strip():
+        raise CheckupError(f"{path}: file is empty")
+    kt, events = _decode_top(path, data)
+    if events is not None:
+        if not isinstance(events, list):
+            raise CheckupError(f"{path}: `traceEvents` is a JSON {type(events).__name__}, expected a list")
+        kt.traceEvents = []
+        for i in range(0, len(events), EVENTS_PER_PASS):
+            b.add(*_convert_loosely(events[i : i + EVENTS_PER_PASS]))
+    elif kt.traceEvents is not None:
+        for i in range(0, len(kt.traceEvents), EVENTS_PER_PASS):
+            b.add(kt.traceEvents[i : i + EVENTS_PER_PASS])
+        kt.traceEvents = []
+    return kt
+
+
+def read_tables(path: Path) -> tuple[_Builder, schema.KinetoTrace]:
+    """Stream the file into column pieces and its top-level fields."""
+    try:
         try:
-            good.append(msgspec.convert(ev, schema.Event, strict=False))
-        except msgspec.ValidationError:
-            dropped += 1
-    trace.traceEvents = good
-    return trace, dropped
+            b = _Builder(path)
+            return b, _read_streaming(path, b)
+        except chunks.StreamError:
+            b = _Builder(path)
+            return b, _read_whole(path, b)
+    except RecursionError:
+        raise CheckupError(f"{path}: JSON nested too deeply (over about {sys.getrecursionlimit()} levels): "
+                           "not a profiler trace") from None
 
 
-def _short(err: Exception) -> str:
-    return str(err).splitlines()[0][:160]
-
-
-_EMPTY_ARGS = schema.Args()
-
-
-def _columns(rows: list[tuple], width: int) -> list[np.ndarray]:
-    """Rows of numbers as float64 columns (ids stay exact: they are far below 2**53)."""
-    if not rows:
-        return [np.zeros(0) for _ in range(width)]
-    table = np.array(rows, dtype=np.float64)
-    return [table[:, i] for i in range(width)]
-
-
-def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
-    """Turn decoded events into a `Trace` of numpy columns."""
+def build_trace(path: Path, b: _Builder, kt: schema.KinetoTrace) -> Trace:
+    """The `Trace` of a file's columns and top-level fields."""
     if kt.traceEvents is None:
         raise CheckupError(f"{path}: not a PyTorch profiler trace (no `traceEvents` list)")
     if kt.schemaVersion is not None and kt.schemaVersion not in SUPPORTED_SCHEMA_VERSIONS:
@@ -145,123 +433,15 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
             f"{path}: unknown Kineto schemaVersion {kt.schemaVersion} (gpucheckup reads "
             f"{', '.join(map(str, sorted(SUPPORTED_SCHEMA_VERSIONS)))})"
         )
-    name_ids: dict[str, int] = {}
-    names: list[str] = []
     warnings: list[str] = []
-    g_rows: list[tuple] = []  # kind, name, device, stream, start, end, correlation, external id, bytes
-    h_rows: list[tuple] = []  # cat, name, pid, tid, start, end, correlation, external id, py id, py parent, flops
-    shapes: list = []
-    dtypes: list = []
-    concrete: list = []
-    thread_names: dict[tuple[int, int], str] = {}
-    str_ids: dict[str, int] = {}
-    bad_time = 0
-    cbf_count, cbf_us = 0, 0.0
-    nan = math.nan
-    isfinite = math.isfinite
-
-    def num_id(v) -> int:
-        """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
-        if v.__class__ is int:
-            return v
-        return str_ids.setdefault(v, -1 - len(str_ids))
-
-    for ev in kt.traceEvents:
-        if ev.ph != "X":
-            if ev.ph == "M" and ev.name == "thread_name" and ev.args is not None and ev.args.name:
-                thread_names[(num_id(ev.pid), num_id(ev.tid))] = ev.args.name
-            continue
-        cat = ev.cat
-        gk = GPU_CATS.get(cat)
-        hk = HOST_CATS.get(cat) if gk is None else None
-        if gk is None and hk is None:
-            if cat == "overhead" and ev.name == "Command Buffer Full":
-                cbf_count += 1
-                cbf_us += float(ev.dur)
-            continue
-        ts, dur = ev.ts, ev.dur
-        if not (isfinite(ts) and isfinite(dur)) or dur < 0 or dur > MAX_EVENT_US:
-            bad_time += 1
-            continue
-        name = name_ids.get(ev.name)
-        if name is None:
-            name = name_ids[ev.name] = len(names)
-            names.append(ev.name)
-        a = ev.args
-        if gk is not None:
-            if a is None:
-                a = _EMPTY_ARGS
-            dev = a.device if a.device is not None else ev.pid
-            stream = a.stream if a.stream is not None else ev.tid
-            g_rows.append((
-                gk,
-                name,
-                dev if dev.__class__ is int else 0,
-                num_id(stream),
-                ts,
-                ts + dur,
-                a.correlation if a.correlation is not None else -1,
-                a.external_id if a.external_id is not None else -1,
-                a.bytes if a.bytes is not None else nan,
-            ))
-        elif a is None:
-            h_rows.append((hk, name, num_id(ev.pid), num_id(ev.tid), ts, ts + dur, -1, -1, -1, -1, nan))
-            shapes.append(None)
-            dtypes.append(None)
-            concrete.append(None)
-        else:
-            h_rows.append((
-                hk,
-                name,
-                num_id(ev.pid),
-                num_id(ev.tid),
-                ts,
-                ts + dur,
-                a.correlation if a.correlation is not None else -1,
-                a.external_id if a.external_id is not None else -1,
-                a.python_id if a.python_id is not None else -1,
-                a.python_parent_id if a.python_parent_id is not None else -1,
-                a.flops if a.flops is not None else nan,
-            ))
-            shapes.append(bytes(a.input_dims) or None)
-            dtypes.append(bytes(a.input_type) or None)
-            concrete.append(bytes(a.concrete_inputs) or None)
-
-    if bad_time:
-        warnings.append(f"{bad_time} events with a negative, non-finite or over-a-day duration were ignored")
-    if dropped:
-        warnings.append(f"{dropped} events with fields of unexpected types could not be read and were ignored")
-
-    g = _columns(g_rows, 9)
-    gpu = GpuOps(
-        kind=g[0].astype(np.int8),
-        name=g[1].astype(np.int32),
-        device=g[2].astype(np.int32),
-        stream=g[3].astype(np.int64),
-        start=g[4],
-        end=g[5],
-        correlation=g[6].astype(np.int64),
-        external_id=g[7].astype(np.int64),
-        bytes=g[8],
-    )
-    gpu = gpu.take(np.argsort(gpu.start, kind="stable"))
-    h = _columns(h_rows, 11)
-    host = HostEvents(
-        cat=h[0].astype(np.int8),
-        name=h[1].astype(np.int32),
-        pid=h[2].astype(np.int64),
-        tid=h[3].astype(np.int64),
-        start=h[4],
-        end=h[5],
-        correlation=h[6].astype(np.int64),
-        external_id=h[7].astype(np.int64),
-        python_id=h[8].astype(np.int64),
-        python_parent_id=h[9].astype(np.int64),
-        flops=h[10],
-        shapes=shapes,
-        dtypes=dtypes,
-        concrete=concrete,
-    )
+    if b.bad_time:
+        warnings.append(f"{b.bad_time} events with a negative, non-finite or over-a-day duration "
+                        "or an out-of-range timestamp were ignored")
+    if b.dropped:
+        warnings.append(f"{b.dropped} events with fields of unexpected types could not be read and were ignored")
+    gpu, host = b.gpu_table(), b.host_table()
+    if len(gpu) == 0 and len(host) == 0:
+        raise CheckupError(f"{path}: the trace holds no profiler events (empty `traceEvents`)")
     devices = [
         Device(
             id=d.id,
@@ -273,15 +453,13 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
         for d in (kt.deviceProperties or [])
     ]
     dist = kt.distributedInfo
-    if len(gpu) == 0 and len(host) == 0:
-        raise CheckupError(f"{path}: the trace holds no profiler events (empty `traceEvents`)")
     return Trace(
         path=str(path),
-        names=names,
+        names=b.names,
         gpu=gpu,
         host=host,
         devices=devices,
-        thread_names=thread_names,
+        thread_names=b.thread_names,
         base_time_ns=kt.baseTimeNanoseconds,
         schema_version=kt.schemaVersion,
         rank=dist.rank if dist is not None else None,
@@ -290,8 +468,8 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
         record_shapes=bool(kt.record_shapes),
         cuda_runtime_version=kt.cuda_runtime_version,
         cuda_driver_version=kt.cuda_driver_version,
-        command_buffer_full_count=cbf_count,
-        command_buffer_full_us=cbf_us,
+        command_buffer_full_count=b.cbf_count,
+        command_buffer_full_us=b.cbf_us,
         warnings=warnings,
     )
 
@@ -299,11 +477,10 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
 def read_trace(path: str | Path) -> Trace:
     """Read one trace file into a `Trace`."""
     path = Path(path)
-    data = read_bytes(path)
     gc_was_on = gc.isenabled()
     gc.disable()  # hundreds of thousands of acyclic objects: the cycle collector only costs time here
     try:
-        trace = build_tables(path, *decode(path, data))
+        trace = build_trace(path, *read_tables(path))
     finally:
         if gc_was_on:
             gc.enable()

@@ -1,37 +1,46 @@
 """Typed msgspec structs for the parts of a Kineto (PyTorch profiler) trace that gpucheckup reads.
 
-Decoding into typed structs is about five times faster than building Python dicts, and fields
-not named here are skipped without being materialised. Argument fields that only some analyses
-need (shapes, concrete inputs) stay as raw JSON until asked for.
+Only the fields the analyses use are named; msgspec skips every other field without building it.
+Absent fields decode to the column's fill value (-1 for ids, nan for amounts), so the reader turns
+a list of events into numpy columns without a Python loop per event. Ids are held to int64
+(a 400-digit id is an unreadable event, not an overflow later). Argument fields that only some
+analyses need (shapes, concrete inputs) stay raw JSON bytes until asked for.
+
+To read one more argument: add a field to `Args` here (its JSON name, type and fill value) and a
+`Column` naming it in `reader.GPU_COLUMNS` / `reader.HOST_COLUMNS`, plus the matching field on the
+table dataclass in `tables.py`.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Annotated
+
 import msgspec
 
-Number = int | float
-_NO_RAW = msgspec.Raw(b"")  # an absent raw field: falsy, like None
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+NO_INT = -(2**63)  # `device`/`stream` absent: the reader falls back to the event's pid/tid
+NO_RAW = msgspec.Raw(b"")  # an absent raw field: empty
 
 
-class Args(msgspec.Struct, gc=False):
-    """The `args` of one event; every field optional, unknown ones ignored."""
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The `args` of one event; every field optional, unknown ones skipped."""
 
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    device: int | None = None
-    stream: int | None = None
-    bytes: Number | None = None
-    python_id: int | None = msgspec.field(default=None, name="Python id")
-    python_parent_id: int | None = msgspec.field(default=None, name="Python parent id")
-    grid: list[int] | None = None
-    block: list[int] | None = None
-    flops: Number | None = None
-    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    correlation: Int64 | None = -1
+    external_id: Int64 | None = msgspec.field(default=-1, name="External id")
+    device: Int64 | None = NO_INT
+    stream: Int64 | None = NO_INT
+    bytes: float | None = math.nan
+    python_id: Int64 | None = msgspec.field(default=-1, name="Python id")
+    python_parent_id: Int64 | None = msgspec.field(default=-1, name="Python parent id")
+    flops: float | None = math.nan
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
     name: str | None = None  # metadata events (process_name, thread_name) carry their label here
-    labels: str | None = None
-    rank: int | None = None
+
+
+NO_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
@@ -40,29 +49,29 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: Number = 0.0
-    dur: Number = 0.0
-    args: Args | None = None
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args = NO_ARGS
 
 
 class DeviceProperties(msgspec.Struct):
     """An entry of the trace's top-level `deviceProperties` list."""
 
-    id: int = 0
+    id: Int64 = 0
     name: str = ""
-    totalGlobalMem: int = 0
-    computeMajor: int = 0
-    computeMinor: int = 0
-    numSms: int = 0
+    totalGlobalMem: Int64 = 0
+    computeMajor: Int64 = 0
+    computeMinor: Int64 = 0
+    numSms: Int64 = 0
 
 
 class DistributedInfo(msgspec.Struct):
     """The trace's `distributedInfo` block, written when torch.distributed is initialised."""
 
-    rank: int | None = None
-    world_size: int | None = None
+    rank: Int64 | None = None
+    world_size: Int64 | None = None
     backend: str | None = None
 
 
@@ -70,15 +79,15 @@ class KinetoTrace(msgspec.Struct):
     """The top level of a Kineto JSON trace."""
 
     traceEvents: list[Event] | None = None
-    schemaVersion: int | None = None
+    schemaVersion: Int64 | None = None
     deviceProperties: list[DeviceProperties] | None = None
     distributedInfo: DistributedInfo | None = None
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: Int64 | None = None
     displayTimeUnit: str | None = None
     with_stack: int | bool | None = None
     record_shapes: int | bool | None = None
     with_flops: int | bool | None = None
-    cuda_driver_version: int | None = None
-    cuda_runtime_version: int | None = None
-    cupti_version: int | None = None
+    cuda_driver_version: Int64 | None = None
+    cuda_runtime_version: Int64 | None = None
+    cupti_version: Int64 | None = None
     trace_id: str | None = None

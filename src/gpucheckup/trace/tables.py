@@ -17,6 +17,31 @@ KERNEL, MEMCPY, MEMSET = 0, 1, 2
 CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON = 0, 1, 2, 3, 4
 
 
+class RawColumn:
+    """One raw-JSON argument per row, held as one byte string and row offsets (no object per row)."""
+
+    __slots__ = ("data", "offsets")
+
+    def __init__(self, data: bytes = b"", offsets: np.ndarray | None = None):
+        self.data = data
+        self.offsets = np.zeros(1, dtype=np.int64) if offsets is None else offsets  # row i: data[o[i]:o[i+1]]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row) -> bytes | None:
+        """The JSON bytes of one row, or None where the event did not carry the argument."""
+        a, b = self.offsets[row], self.offsets[row + 1]
+        return self.data[a:b] if b > a else None
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def present(self) -> np.ndarray:
+        """Whether each row carries the argument."""
+        return np.diff(self.offsets) > 0
+
+
 @dataclass
 class GpuOps:
     """Kernels, copies and memsets as they ran on the GPU."""
@@ -53,14 +78,15 @@ class HostEvents:
     tid: np.ndarray  # int64
     start: np.ndarray  # float64 us
     end: np.ndarray  # float64 us
-    correlation: np.ndarray  # int64, -1 when absent (runtime and driver calls carry it)
-    external_id: np.ndarray  # int64, -1 when absent
-    python_id: np.ndarray  # int64, -1 when absent
-    python_parent_id: np.ndarray  # int64, -1 when absent
-    flops: np.ndarray  # float64, nan when absent (with_flops=True)
-    shapes: list  # per row: JSON bytes of `Input Dims`, or None
-    dtypes: list  # per row: JSON bytes of `Input type`, or None
-    concrete: list = field(default_factory=list)  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None
+    # Argument columns are read from the rows of the categories named (reader.HOST_COLUMNS); other rows hold the fill.
+    correlation: np.ndarray  # int64, -1 when absent; runtime and driver calls
+    external_id: np.ndarray  # int64, -1 when absent; operators and user annotations
+    python_id: np.ndarray  # int64, -1 when absent; Python frames
+    python_parent_id: np.ndarray  # int64, -1 when absent; Python frames
+    flops: np.ndarray  # float64, nan when absent (with_flops=True); operators
+    shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None; operators
+    dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None; operators
+    concrete: "RawColumn"  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None; operators
 
     def __len__(self) -> int:
         return len(self.start)
