@@ -15,6 +15,7 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
+from gpucheckup.safe_text import safe
 
 _SYNTAX = "\\`*_[]|~"
 
@@ -25,7 +26,7 @@ class Markup(str):
 
 def md(x) -> str:
     """Escape text for a Markdown paragraph or table cell."""
-    s = " ".join(str(x).split())
+    s = safe(" ".join(str(x).split()))  # control and bidi characters shown escaped
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return "".join("\\" + c if c in _SYNTAX else c for c in s)
 

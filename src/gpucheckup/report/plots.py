@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import math
 
+from gpucheckup.safe_text import safe
+
 CAUSE_COLORS = {
     "busy": "#2e9e5b",
     "input": "#f28e2b",
@@ -29,8 +31,8 @@ WIDTH = 760
 
 
 def esc(x) -> str:
-    """Escape text for HTML and SVG, quotes included."""
-    return html.escape(str(x), quote=True)
+    """Escape text for HTML and SVG, quotes included; control and bidi characters shown escaped."""
+    return html.escape(safe(x), quote=True)
 
 
 def num(x: float) -> str:

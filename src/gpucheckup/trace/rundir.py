@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,8 +145,9 @@ def _check_items(path: Path, key: str, value, kind: str) -> None:
 
 
 def _is(value, kind: str) -> bool:
-    if kind == NUMBER:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == NUMBER:  # finite, and an int a float can hold (json reads NaN, Infinity and 400-digit ints)
+        return (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 63) or (
+            isinstance(value, float) and math.isfinite(value))
     return isinstance(value, {TEXT: str, OBJECT: dict, LIST: list}[kind])
 
 
@@ -188,6 +190,9 @@ def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -
         except ValueError:
             bad = next(i for i, c in enumerate(cells) if c != "" and not _is_float(c))
             raise CheckupError(f"{path}: line {bad + 2}, column {name}: {cells[bad]!r} is not a number") from None
+        inf = np.flatnonzero(np.isinf(out[name]) | (np.isnan(out[name]) & np.array([c != "" for c in cells], bool)))
+        if len(inf):  # "inf", "nan", 1e999: no measurement writes these
+            raise CheckupError(f"{path}: line {inf[0] + 2}, column {name}: {cells[inf[0]]!r} is not a finite number")
     return out
 
 
