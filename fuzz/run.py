@@ -83,6 +83,11 @@ def invoke(argv: list[str]) -> tuple[str, str, str]:
         bad = UNSAFE & set(out.getvalue())
         if bad:
             return "unsafe", "terminal", repr(sorted(bad))
+        for flag, what in (("--markdown", "Markdown"), ("--html", "HTML")):
+            if flag in argv:
+                bad = UNSAFE & set(Path(argv[argv.index(flag) + 1]).read_text(errors="replace"))
+                if bad:
+                    return "unsafe", what, repr(sorted(bad))
         return "checkup", "", ""
     if rc == 2:
         lines = [ln for ln in stderr.splitlines() if ln.strip()]

@@ -125,12 +125,11 @@ def gap_pattern(timeline: Timeline, steps: Steps) -> dict:
         return {"idle_ms": 0.0, "gap_count": 0, "idle_at_step_start_pct": 0.0, "largest_gap_share_pct": 0.0,
                 "shape": "none"}
     early = float(g.dur[(g.step >= 0) & (g.position <= STEP_START)].sum())
-    largest = 0.0
-    for s in np.unique(g.step[g.step >= 0]):
-        for dev in np.unique(g.device):
-            d = g.dur[(g.step == s) & (g.device == dev)]
-            if len(d):
-                largest += float(d.max())
+    m = g.step >= 0  # the longest gap of each (step, device): one sort, not a mask per step
+    order = np.lexsort((g.device[m], g.step[m]))
+    st, dv, du = g.step[m][order], g.device[m][order], g.dur[m][order]
+    first = np.flatnonzero(np.r_[True, (st[1:] != st[:-1]) | (dv[1:] != dv[:-1])]) if len(st) else []
+    largest = sum(np.maximum.reduceat(du, first).tolist()) if len(st) else 0.0
     start_pct = 100 * early / idle
     largest_pct = 100 * largest / idle
     if largest_pct >= 50:

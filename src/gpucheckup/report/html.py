@@ -24,7 +24,8 @@ from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, mfu_short, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.plots import esc, num
+from gpucheckup.report.plots import cost_text, esc, num
+from gpucheckup.safe_text import UNSAFE
 
 SORT_JS = """(function () {
   function key(cell) {
@@ -134,7 +135,7 @@ def json_for_script(obj) -> str:
     for ch, rep in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, rep)
-    return text
+    return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # C1 and bidi controls: the same data, escaped
 
 
 def _summary(items, title: str) -> str:
@@ -199,8 +200,7 @@ def _finding(f: dict) -> str:
                     "</span></li>" for x in f["fix"])
     fixes = f"<b>fixes</b><ul>{fixes}</ul>" if fixes else ""
     return (f'<div class="finding sev-{esc(f["severity"])}"><h4><span class="sev">{esc(f["severity"])}</span>'
-            f'{esc(f["title"])} <span class="cost">{f["cost_ms_per_step"]:.2f} ms/step '
-            f'({f["cost_pct_of_step"]:.1f}%)</span></h4><ul>{ev}</ul>{events}{fixes}'
+            f'{esc(f["title"])} <span class="cost">{cost_text(f)}</span></h4><ul>{ev}</ul>{events}{fixes}'
             f'<p class="rule">rule: {esc(f["rule"])}</p></div>')
 
 

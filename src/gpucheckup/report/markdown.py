@@ -15,6 +15,7 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 from gpucheckup.report.html import environment_rows, key_figures, nvml_summary, step_rows
+from gpucheckup.report.plots import cost_text
 from gpucheckup.safe_text import safe
 
 _SYNTAX = "\\`*_[]|~"
@@ -77,8 +78,7 @@ def _report(r: dict, label: str | None, many: bool) -> str:
         out.append("No fix suggested: no finding above its threshold.\n")
     out.append(f"{h}# Findings\n")
     for f in v["findings"]:
-        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {f['cost_ms_per_step']:.2f} ms/step, "
-                   f"{f['cost_pct_of_step']:.1f}%)\n")
+        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {cost_text(f)})\n")
         lines = [f"- {md(e)}" for e in f["evidence"]]
         lines += [f"- at t={e['t_us']:.1f} us: {md(e['name'])}"
                   + (f" ({e['dur_us'] / 1000:.2f} ms)" if e.get("dur_us") is not None else "")

@@ -35,6 +35,12 @@ def esc(x) -> str:
     return html.escape(safe(x), quote=True)
 
 
+def cost_text(f: dict) -> str:
+    """A finding's cost, `1.23 ms/step (4.5%)`; a cost that could not be measured (None: it was not finite) says so."""
+    ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
+
+
 def num(x: float) -> str:
     """A short human number: 3 significant digits, no exponent for usual ranges."""
     if x is None:

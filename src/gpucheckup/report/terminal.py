@@ -14,6 +14,7 @@ from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.hardware_text import mfu_short
+from gpucheckup.report.plots import cost_text
 from gpucheckup.report.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -86,7 +87,7 @@ def _finding(f: dict) -> Panel:
     body.append(f"rule: {f['rule']}", style="dim italic")
     title = Text(f"[{f['severity']}] ", style=SEVERITY_STYLE.get(f["severity"], ""))
     title.append(f"{f['title']}  ")
-    title.append(f"{f['cost_ms_per_step']:.2f} ms/step ({f['cost_pct_of_step']:.1f}%)", style="dim")
+    title.append(cost_text(f), style="dim")
     return Panel(body, title=title, title_align="left", box=box.SIMPLE_HEAD)
 
 
