@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,8 +85,9 @@ def invoke(argv: list[str]) -> tuple[str, str, str]:
         if bad:
             return "unsafe", "terminal", repr(sorted(bad))
         for flag, what in (("--markdown", "Markdown"), ("--html", "HTML")):
-            if flag in argv:
-                bad = UNSAFE & set(Path(argv[argv.index(flag) + 1]).read_text(errors="replace"))
+            written = Path(argv[argv.index(flag) + 1]) if flag in argv else None
+            if written and written.exists():  # a run directory without a timeline writes none
+                bad = UNSAFE & set(written.read_text(errors="replace"))
                 if bad:
                     return "unsafe", what, repr(sorted(bad))
         return "checkup", "", ""
@@ -147,43 +149,52 @@ def _worker(seed: int, start: int, stop: int, root: str, results: str, current, 
 def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, results: Path | None = None,
          progress: bool = True) -> dict:
     """Run cases [start, start+cases) of a seed in a supervised worker; the totals."""
+    import gpucheckup.cli  # noqa: F401 - imported once, before the workers fork
+
     ctx = mp.get_context("fork")
     t0 = time.time()
     stop = start + cases
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the worker too
     with tempfile.TemporaryDirectory(prefix="gpucheckup-fuzz-") as root:
         results = results or Path(root) / "results.jsonl"
         results.write_text("")
-        hangs = []
         nxt = start
         while nxt < stop:
             current, started = ctx.Value("q", nxt), ctx.Value("d", time.time())
             w = ctx.Process(target=_worker, args=(seed, nxt, stop, root, str(results), current, started,
                                                   subprocess_every))
             w.start()
-            last_report = time.time()
-            while w.is_alive():
-                w.join(0.5)
-                if w.is_alive() and time.time() - started.value > HANG_S:
-                    i = current.value
+            try:
+                hung = _supervise(w, current, started, start, cases, t0, progress)
+            finally:
+                if w.is_alive():
                     w.kill()
-                    w.join()
-                    hangs.append(i)
-                    with open(results, "a") as f:
-                        f.write(json.dumps({"i": i, "outcome": "hang", "class": f"over {HANG_S:.0f} s",
-                                            "s": HANG_S}) + "\n")
-                    break
-                if progress and time.time() - last_report > 60:
-                    last_report = time.time()
-                    print(f"  {current.value - start} / {cases} cases, {time.time() - t0:.0f} s", file=sys.stderr,
-                          flush=True)
-            if w.exitcode not in (0, None) and not (hangs and hangs[-1] == current.value):
-                i = current.value  # the worker died (out of memory, a signal): count the case, go on
+                w.join()
+            row = None
+            if hung:
+                row = {"i": current.value, "outcome": "hang", "class": f"over {HANG_S:.0f} s", "s": HANG_S}
+            elif w.exitcode != 0:  # the worker died (out of memory, a signal): count the case, go on
+                row = {"i": current.value, "outcome": "crash", "class": f"worker died ({w.exitcode})", "s": 0}
+            if row:
                 with open(results, "a") as f:
-                    f.write(json.dumps({"i": i, "outcome": "crash", "class": f"worker died ({w.exitcode})",
-                                        "s": 0}) + "\n")
+                    f.write(json.dumps(row) + "\n")
             nxt = current.value + 1 if current.value < stop else stop
         rows = [json.loads(line) for line in results.read_text().splitlines() if line]
     return summarize(rows, seed, start, cases, time.time() - t0)
+
+
+def _supervise(w, current, started, start: int, cases: int, t0: float, progress: bool) -> bool:
+    """Wait for the worker to finish; True (after killing it) when one case runs over HANG_S."""
+    last_report = time.time()
+    while w.is_alive():
+        w.join(0.5)
+        if w.is_alive() and time.time() - started.value > HANG_S:
+            w.kill()
+            return True
+        if progress and time.time() - last_report > 60:
+            last_report = time.time()
+            print(f"  {current.value - start} / {cases} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    return False
 
 
 def summarize(rows: list[dict], seed: int, start: int, cases: int, wall_s: float) -> dict:

@@ -113,7 +113,7 @@ def _figures(r: dict) -> Group:
     figs.add_row("GPU busy", f"{r['gpu']['busy_pct']:.1f}%")
     figs.add_row("MFU", mfu_short(r))
     for cause, pct in r["gaps"]["pct_of_step"].items():
-        if pct >= 0.5:
+        if pct is not None and pct >= 0.5:  # None: not finite (an absurd trace)
             figs.add_row(Text(f"GPU idle: {r['gaps']['cause_titles'][cause]}"), f"{pct:.1f}% of step")
     figs.add_row("idle pattern", r["gaps"]["pattern"]["shape"])
     figs.add_row("kernels (count / mean / small)", f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%")
@@ -126,7 +126,7 @@ def _figures(r: dict) -> Group:
     cats.add_column("share", justify="right")
     cats.add_column("bar")
     for cat, pct in sorted(k["categories"].items(), key=lambda kv: -kv[1]):
-        if pct >= 0.5:
+        if pct is not None and pct >= 0.5:
             style = "bold yellow" if cat == "data_movement" else ""
             cats.add_row(Text(cat.replace("_", " "), style=style), f"{pct:.1f}%", "█" * max(1, round(pct / 4)))
 
