@@ -257,7 +257,7 @@ def gap_histogram_plot(r: dict) -> str:
         if key == "count":
             ticks = [t for t in ticks if float(t).is_integer()] or [0, 1]
 
-        def y_of(v, y0=y0, top_v=ticks[-1]):
+        def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
             return y0 + panel_h * (1 - v / top_v)
 
         body += _y_axis(left, WIDTH - right, y_of, ticks, unit)
@@ -363,7 +363,7 @@ def _nvml_one(d: dict) -> str:
         hi = 100.0 if key == "gpu_util" else (max(finite + limit, default=0.0) * 1.1 or 1.0)
         ticks = nice_ticks(0, hi, 3)
 
-        def y_of(v, y0=y0, top_v=ticks[-1]):
+        def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
             return y0 + panel_h * (1 - v / top_v)
 
         for a, b, why in bands:
