@@ -165,6 +165,24 @@ def test_non_finite_cells_in_a_run_directory_are_one_line(tmp_path, file, column
     assert err.strip() == f"gpucheckup: error: {run / file}: line 4, column {column}: {cell!r} is not a finite number"
 
 
+@pytest.mark.parametrize("column, cell", [("ms", "-1e308"), ("ms", "1e308"), ("ms", "-3"), ("step", "-1"),
+                                          ("step", "1e300")])
+def test_step_numbers_and_times_out_of_range_are_one_line(tmp_path, column, cell):
+    """Class: a step time of -1e308 ms in steps.csv (a None steady median formatted in the terminal)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    lines = (run / "steps.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[21].split(",")
+    row[header.index(column)] = cell
+    lines[21] = ",".join(row)
+    (run / "steps.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = analyze(run)
+    assert rc == 2
+    assert err.strip().startswith(f"gpucheckup: error: {run / 'steps.csv'}: line 22, column {column}: {float(cell)!r}")
+    assert "is out of range" in err
+
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "1" + "0" * 400])
 def test_non_finite_or_huge_numbers_in_a_manifest_are_one_line(tmp_path, value):
     run = tmp_path / "run"

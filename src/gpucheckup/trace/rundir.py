@@ -34,6 +34,7 @@ SAMPLE_TEXT = {"main_state", "main_frame", "main_thread_active"}
 # Columns the run-level analyses read (analysis/step_history.py, analysis/telemetry.py), and those of
 # them no row may leave empty.
 STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
+STEP_MAX, STEP_MS_MAX = 2.0 ** 53, 24 * 3600 * 1e3  # a step number, a step time of at most a day
 NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
 NVML_FILLED = ("t_s",)
 CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
@@ -102,6 +103,11 @@ def read_run(path: Path) -> RunDir:
     for p in sorted(path.glob("steps*.csv")):
         key = p.stem.split("-", 1)[1] if "-" in p.stem else "main"
         run.steps[key] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
+        for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
+            bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
+            if len(bad):
+                raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {float(run.steps[key][col][bad[0]])!r} is out of "
+                                   f"range (0 to {top:g})")
     if (path / "nvml.csv").exists():
         run.nvml = read_csv(path / "nvml.csv", required=NVML_COLUMNS, filled=NVML_FILLED)
     if (path / "cpu.csv").exists():
