@@ -275,3 +275,47 @@ def test_seed_corpus_is_small_and_real():
     assert sum(p.stat().st_size for p in files) < 2_000_000
     for p in sorted((ROOT / "fuzz" / "corpus" / "traces").glob("*.json.gz")):
         assert json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 2),
+                          st.one_of(st.none(), st.floats(0, 1000, allow_nan=False))), min_size=1, max_size=80))
+def test_nvml_series_by_bincount_equals_the_per_tick_loop(samples):
+    """gpu_series' per-tick mean/sum/max, now by bincount, equals the loop with a mask per tick it replaced."""
+    from gpucheckup.analysis.telemetry import gpu_series
+
+    t = np.array([s[0] for s in samples], dtype=float)
+    v = np.array([np.nan if s[2] is None else s[2] for s in samples])
+    nvml = {"t_s": t, "gpu": np.array([s[1] for s in samples], dtype=float), "util_pct": v, "mem_used_mb": v,
+            "mem_total_mb": v, "power_w": v, "sm_clock_mhz": v, "clock_reasons": np.where(np.isfinite(v), 4.0, np.nan)}
+    got = gpu_series(nvml)
+    sel = np.isin(nvml["gpu"], got["gpus"])
+    times, inv = np.unique(t[sel], return_inverse=True)
+    for key, col, how in (("util", "util_pct", np.mean), ("power", "power_w", np.sum)):
+        want = np.full(len(times), np.nan)
+        for i in range(len(times)):
+            x = nvml[col][sel][inv == i]
+            x = x[np.isfinite(x)]
+            if len(x):
+                want[i] = how(x)
+        np.testing.assert_allclose(got[key], want, rtol=1e-12, equal_nan=True)
+
+
+def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
+    """Class (same pattern, found by review): a mask per NVML tick (quadratic in a long run's samples) and a mask
+    per stream (quadratic in a trace with thousands of streams)."""
+    from gpucheckup.analysis.telemetry import gpu_series
+
+    n = 200_000  # about 5.5 hours at 10 Hz
+    t = np.arange(n, dtype=float) / 10
+    nvml = {"t_s": t, "gpu": np.zeros(n), "util_pct": np.full(n, 50.0), "mem_used_mb": np.full(n, 1e3),
+            "mem_total_mb": np.full(n, 1e5), "power_w": np.full(n, 300.0), "sm_clock_mhz": np.full(n, 1980.0),
+            "clock_reasons": np.zeros(n)}
+    with hang_bound():
+        s = gpu_series(nvml)
+    assert len(s["t_s"]) == n and float(np.mean(s["power"])) == 300.0
+    doc = minimal.steps_trace(8000)
+    for i, e in enumerate(x for x in doc["traceEvents"] if x.get("cat") == "kernel"):
+        e["args"]["stream"] = 1000 + i
+    rc, _, _ = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", "--json", tmp_path / "r.json")
+    assert rc == 0 and json.loads((tmp_path / "r.json").read_text())["steps"]["count"] == 8000
