@@ -27,7 +27,7 @@ TRACES = {
     "moe_seed": "src/gpucheckup/data/demo/moe_seed/trace.json.gz",
 }
 RUNS = ("20261129-105908-input_bound", "20261129-110024-attach-653")
-PER_STEP = 150  # host events kept of each step (the first ones, in time order): a check-up in milliseconds
+PER_STEP = 80  # host events kept of each step (the first ones, in time order): a check-up in milliseconds
 
 
 def cut(doc: dict, steps: int = 2) -> dict:
