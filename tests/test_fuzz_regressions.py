@@ -136,6 +136,17 @@ def test_infinite_step_times_with_perfetto(tmp_path):
         assert rc in (0, 2) and (rc == 0 or len(err.strip().splitlines()) == 1)
 
 
+def test_a_step_at_ts_1e308_with_perfetto(tmp_path):
+    """Class: a step ending near 1e308 us with --perfetto (OverflowError converting it to nanoseconds)."""
+    doc = minimal.steps_trace(4)
+    last = [e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#3"][0]
+    last["ts"] = 1e308
+    rc, _, err = analyze(minimal.write(doc, tmp_path / "t.json"), "--perfetto", tmp_path / "p.json.gz")
+    assert rc in (0, 2)
+    if rc == 2:  # the reader keeps the step: the annotated trace cannot place it
+        assert err.strip().endswith("a time of 1e+308 us cannot be placed in the annotated trace")
+
+
 def test_events_6e_10_us_apart_with_html(tmp_path):
     """Class: two events 6e-10 us apart with --html (ZeroDivisionError in the plots)."""
     doc = minimal.steps_trace(4)

@@ -24,6 +24,7 @@ truncates to integer nanoseconds still sees them as siblings.
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import msgspec
@@ -122,7 +123,10 @@ def _idle_by_step(a: TraceAnalysis) -> list[dict[str, float]]:
 
 
 def _ns(t_us: float) -> int:
-    return int(round(float(t_us) * 1000))
+    ns = float(t_us) * 1000
+    if not math.isfinite(ns):  # a trace time near 1e308 us: no nanosecond timestamp holds it
+        raise CheckupError(f"a time of {float(t_us):g} us cannot be placed in the annotated trace")
+    return int(round(ns))
 
 
 def _us(ns: int) -> float:
