@@ -45,7 +45,8 @@ def cut(doc: dict, steps: int = 2) -> dict:
     corr = {e.get("args", {}).get("correlation") for e in host if e.get("cat") in ("cuda_runtime", "cuda_driver")}
     lo, hi = windows[0][0], windows[-1][1]
     gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") not in host_cats and (
-        e.get("args", {}).get("correlation") in corr or (e.get("cat") == "gpu_user_annotation" and lo <= e["ts"] <= hi + 1e6))]
+        e.get("args", {}).get("correlation") in corr
+        or (e.get("cat") == "gpu_user_annotation" and lo <= e["ts"] <= hi + 1e6))]
     flows = [e for e in events if e.get("ph") in ("s", "f") and e.get("id") in corr]
     keep_meta = [e for e in events if e.get("ph") not in ("X", "s", "f")]
     out = dict(doc)

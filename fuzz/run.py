@@ -207,7 +207,8 @@ def summarize(rows: list[dict], seed: int, start: int, cases: int, wall_s: float
                                                                       "ops": r.get("ops"), "detail": r.get("detail")})
             c["count"] += 1
     subs = [r["subprocess"] for r in rows if "subprocess" in r]
-    errors = collections.Counter(r["class"].split("error: ")[-1].split(":")[0][:40] for r in rows if r["outcome"] == "error")
+    errors = collections.Counter(r["class"].split("error: ")[-1].split(":")[0][:40] for r in rows
+                                 if r["outcome"] == "error")
     return {
         "seed": seed, "first_case": start, "cases": len(rows), "asked": cases, "wall_s": round(wall_s, 1),
         "outcomes": dict(outcomes), "failure_classes": classes,

@@ -73,7 +73,8 @@ def test_safe_escapes_controls_and_bidi_and_keeps_text():
     assert safe(PAYLOAD).encode() == (b"\\x1b[2J\\x1b[?1049h\\x1b]8;;https://evil.example/\\x07click\\x1b]8;;\\x07"
                                       b"\\x07\\x08\\x08\\x9b31m\\u202eevil\\x1b]0;owned")
     assert safe("line one\n\tindented ok: é ü 日本 [bold]") == "line one\n\tindented ok: é ü 日本 [bold]"
-    assert safe("\x7f\x85\u2066\u2069\u200e\u200f\u202a\ud800") == "\\x7f\\x85\\u2066\\u2069\\u200e\\u200f\\u202a\\ud800"
+    assert safe("\x7f\x85\u2066\u2069\u200e\u200f\u202a\ud800") == (
+        "\\x7f\\x85\\u2066\\u2069\\u200e\\u200f\\u202a\\ud800")
     assert safe_tree({"a\x1b": ["\u202e", ("x\x07", 3)], "n": 1.5}) == {"a\\x1b": ["\\u202e", ("x\\x07", 3)], "n": 1.5}
 
 

@@ -98,8 +98,8 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
         t0 = min((e["t_us"] for e in pointers), default=st.start[0])
         ev.append({"ph": "i", "s": "g", "name": f"{f['severity']}: {f['title']}", "cat": CAT, "pid": pid,
                    "tid": TID_FINDINGS, "ts": _us(_ns(t0)),
-                   "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step": None if f["cost_ms_per_step"] is None
-                            else round(f["cost_ms_per_step"], 4),
+                   "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step":
+                            None if f["cost_ms_per_step"] is None else round(f["cost_ms_per_step"], 4),
                             "evidence": f["evidence"]}})
         for e in pointers:
             if not e.get("dur_us"):

@@ -106,8 +106,8 @@ def read_run(path: Path) -> RunDir:
         for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
             bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
             if len(bad):
-                raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {float(run.steps[key][col][bad[0]])!r} is out of "
-                                   f"range (0 to {top:g})")
+                value = float(run.steps[key][col][bad[0]])
+                raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {value!r} is out of range (0 to {top:g})")
     if (path / "nvml.csv").exists():
         run.nvml = read_csv(path / "nvml.csv", required=NVML_COLUMNS, filled=NVML_FILLED)
     if (path / "cpu.csv").exists():
