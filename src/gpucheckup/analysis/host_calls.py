@@ -108,7 +108,11 @@ def enclosing(trace: Trace, row: int, cats: tuple[int, ...]) -> list[int]:
 def user_frame(trace: Trace, row: int) -> str | None:
     """The innermost Python frame around a host event that is not inside torch itself."""
     frames = enclosing(trace, row, (PYTHON,))
-    names = [trace.names[trace.host.name[f]] for f in frames]
+    return innermost_user_frame([trace.names[trace.host.name[f]] for f in frames])
+
+
+def innermost_user_frame(names: list[str]) -> str | None:
+    """Of Python frames outermost first, the innermost one that is not inside torch itself."""
     for name in reversed(names):
         if not _is_library_frame(name):
             return name

@@ -69,7 +69,7 @@ DATA_MOVEMENT_FAMILIES = [
 ]
 
 
-_INNER = re.compile(r"(\w+_kernel_impl\w*|\w*Functor\w*|\w+_kernel_cuda|Reduce\w+|\w+_functor)")
+_WORD = re.compile(r"\w+")
 _GENERIC = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "ReduceOp", "AUnaryFunctor", "BUnaryFunctor",
             "BinaryFunctor", "UnaryFunctor"}
 LABEL_WIDTH = 72
@@ -82,10 +82,30 @@ def kernel_label(name: str) -> str:
     base = re.split(r"[<(]", head, maxsplit=1)[0].split("::")[-1] or head
     if base.lower() in ("kernel", "kernel2") and "<" in head:  # CUTLASS: the template argument names the kernel
         base = re.split(r"[<>(,]", head.split("<", 1)[1], maxsplit=1)[0].split("::")[-1].strip() or base
-    inner = [i for i in _INNER.findall(head[len(base):]) if i != base]
+    inner = [i for w in _WORD.findall(head[len(base):]) for i in _inner_names(w) if i != base]
     specific = [i for i in inner if i not in _GENERIC]
     label = f"{base} ({(specific or inner)[0]})" if inner else base
     return label if len(label) <= LABEL_WIDTH else label[: LABEL_WIDTH - 3] + "..."
+
+
+def _inner_names(w: str) -> list[str]:
+    """The op names inside one word of a kernel's template: `*_kernel_impl*`, `*Functor*`, `*_kernel_cuda`,
+    `Reduce*`, `*_functor`, found with `str.find` (a regex such as `\\w+_kernel_cuda` scanned over a long word
+    takes time quadratic in its length)."""
+    out = []
+    while w:
+        if "_kernel_impl" in w[1:] or "Functor" in w:
+            return out + [w]
+        cut = next((w.rindex(x) + len(x) for x in ("_kernel_cuda",) if x in w[1:]), 0)
+        if not cut and w.startswith("Reduce") and len(w) > 6:
+            return out + [w]
+        cut = cut or next((w.rindex(x) + len(x) for x in ("_functor",) if x in w[1:]), 0)
+        if not cut:
+            i = w.find("Reduce", 1)
+            return out + [w[i:]] if 0 < i < len(w) - 6 else out
+        out.append(w[:cut])
+        w = w[cut:]
+    return out
 
 
 def categorize(name: str) -> str:

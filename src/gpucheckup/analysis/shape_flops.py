@@ -116,6 +116,9 @@ class FlopCount:
 
 # ---- formulas ---------------------------------------------------------------------------------
 
+MAX_DIM = 2 ** 40  # a tensor dimension larger than this is not a real shape (a trace's shapes are ints)
+
+
 def _prod(xs) -> int:
     return int(math.prod(xs)) if xs else 1
 
@@ -259,15 +262,18 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
             flops, operands, out = conv_flops(name, shapes, [str(c) for c in concrete])
         else:
             flops, operands, out = attention_flops(name, shapes)
-    except (msgspec.DecodeError, IndexError, ValueError, TypeError, ZeroDivisionError):
+        if not all(type(d) is int and 0 <= d <= MAX_DIM for s in (*operands, *out) for d in s):
+            return None  # not a tensor shape: a float, a string, a negative or absurd size
+        return OpFlops(flops=float(flops), elements=_elements(operands) + _elements(out),
+                       dtype=first_float_dtype(types),
+                       shapes=[s for s in shapes if s])
+    except (msgspec.DecodeError, IndexError, ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
-    return OpFlops(flops=float(flops), elements=_elements(operands) + _elements(out), dtype=first_float_dtype(types),
-                   shapes=[s for s in shapes if s])
 
 
 def first_float_dtype(types: list) -> str:
     """bf16 / fp16 / fp32 / fp8 / fp64 of an op's first floating input, or ""."""
-    for t in types:
+    for t in types if isinstance(types, list) else ():  # a trace may say `"Input type": null`
         if isinstance(t, str) and t in DTYPE_NAMES:
             return DTYPE_NAMES[t]
     return ""

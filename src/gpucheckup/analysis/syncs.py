@@ -24,7 +24,7 @@ import numpy as np
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis.gap_causes import SYNC, GapCauses
 from gpucheckup.analysis.steps import Steps
-from gpucheckup.trace.tables import CPU_OP, Trace
+from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace
 
 
 def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> dict:
@@ -39,8 +39,10 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
             idle_by_call[int(row)] += float(t)
 
     points: dict[tuple, dict] = {}
+    around = _enclosing_all(trace, calls, (CPU_OP,))
+    frames = _enclosing_all(trace, calls, (PYTHON,)) if trace.with_stack else {}
     for row in calls:
-        ops = host_calls.enclosing(trace, int(row), (CPU_OP,))
+        ops = around[int(row)]
         key = ("op", ops[0]) if ops else ("call", int(row))
         p = points.setdefault(key, {
             "start": float(host.start[row]),
@@ -49,7 +51,8 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
             "idle_us": 0.0,
             "inner_op": trace.names[host.name[ops[-1]]] if ops else None,
             "outer_op": trace.names[host.name[ops[0]]] if ops else None,
-            "frame": host_calls.user_frame(trace, int(row)) if trace.with_stack else None,
+            "frame": host_calls.innermost_user_frame([trace.names[host.name[f]] for f in frames[int(row)]])
+            if trace.with_stack else None,
             "thread": int(host.tid[row]),
         })
         p["calls"].append(trace.names[host.name[row]])
@@ -90,3 +93,37 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
             key=lambda p: p["t_us"],
         ),
     }
+
+
+def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dict[int, list[int]]:
+    """`host_calls.enclosing` for many rows at once: per thread, one sweep over its events in start order
+    with a stack of the open ones (linear in events, not events x rows)."""
+    host = trace.host
+    out: dict[int, list[int]] = {int(r): [] for r in rows}
+    if not len(rows):
+        return out
+    cand = np.flatnonzero(np.isin(host.cat, cats))
+    thread = {}  # (pid, tid) -> candidate rows, outermost first among equal starts
+    order = cand[np.lexsort((-host.end[cand], host.start[cand]))]
+    keys = set(zip(host.pid[rows].tolist(), host.tid[rows].tolist()))
+    for c, p, t in zip(order.tolist(), host.pid[order].tolist(), host.tid[order].tolist()):
+        if (p, t) in keys:
+            thread.setdefault((p, t), []).append(c)
+    start, end = host.start.tolist(), host.end.tolist()
+    by_thread: dict[tuple, list[int]] = {}
+    for r, p, t in zip(rows.tolist(), host.pid[rows].tolist(), host.tid[rows].tolist()):
+        by_thread.setdefault((p, t), []).append(r)
+    for key, queries in by_thread.items():
+        queries.sort(key=lambda r: start[r])
+        cands, stack, i = thread.get(key, []), [], 0
+        for r in queries:
+            t0, t1 = start[r], end[r]
+            while i < len(cands) and start[cands[i]] <= t0:  # open every candidate that starts by t0
+                while stack and end[stack[-1]] < start[cands[i]]:
+                    stack.pop()  # ended before this start: contains no later row
+                stack.append(cands[i])
+                i += 1
+            while stack and end[stack[-1]] < t0:
+                stack.pop()
+            out[r] = [c for c in stack if start[c] <= t0 and end[c] >= t1 and c != r]
+    return out

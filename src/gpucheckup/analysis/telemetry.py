@@ -51,15 +51,17 @@ def gpu_series(nvml: dict) -> dict:
     sel = np.isin(gpu, used) if used else np.isfinite(gpu)
     times, inv = np.unique(t[sel], return_inverse=True)
 
-    def agg(col, how):
+    def agg(col, how):  # over each tick's finite values, by bincount (a mask per tick is quadratic in ticks)
         v = nvml[col][sel]
-        out = np.full(len(times), np.nan)
-        for i in range(len(times)):  # few GPUs per tick: simple and clear
-            x = v[inv == i]
-            x = x[np.isfinite(x)]
-            if len(x):
-                out[i] = how(x)
-        return out
+        fin = np.isfinite(v)
+        n = np.bincount(inv[fin], minlength=len(times))
+        if how is np.max:
+            out = np.full(len(times), -np.inf)
+            np.maximum.at(out, inv[fin], v[fin])
+        else:
+            out = np.bincount(inv[fin], weights=v[fin], minlength=len(times))
+            out = out / np.maximum(n, 1) if how is np.mean else out
+        return np.where(n > 0, out, np.nan)
 
     reasons = nvml["clock_reasons"][sel]
     throttled = np.zeros(len(times), dtype=bool)

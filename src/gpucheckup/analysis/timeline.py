@@ -79,12 +79,16 @@ def gpu_timeline(trace: Trace, steps: Steps) -> Timeline:
     by_stream: dict[tuple[int, int], float] = {}
     gap_parts = []
     step_busy = np.zeros(steps.count)
-    for dev in np.unique(gpu.device):
-        on = gpu.device == dev
+    order = np.lexsort((gpu.stream, gpu.device))  # one stable sort: each device's, each stream's events a slice
+    dv, sm = gpu.device[order], gpu.stream[order]
+    cut = np.flatnonzero(np.r_[True, dv[1:] != dv[:-1], True]) if len(dv) else np.zeros(1, dtype=int)
+    for a, b in zip(cut[:-1], cut[1:]):
+        dev, on = dv[a], order[a:b]
         busy[int(dev)] = iv.clip(iv.union(gpu.start[on], gpu.end[on]), lo, hi)
-        for stream in np.unique(gpu.stream[on]):
-            m = on & (gpu.stream == stream)
-            by_stream[(int(dev), int(stream))] = iv.total(iv.clip(iv.union(gpu.start[m], gpu.end[m]), lo, hi))
+        scut = np.flatnonzero(np.r_[True, sm[a + 1:b] != sm[a:b - 1], True])
+        for c, d in zip(scut[:-1], scut[1:]):
+            m = order[a + c:a + d]
+            by_stream[(int(dev), int(sm[a + c]))] = iv.total(iv.clip(iv.union(gpu.start[m], gpu.end[m]), lo, hi))
         gs, ge = _split_at(iv.gaps(busy[int(dev)], lo, hi), steps.start[1:])
         gap_parts.append((np.full(len(gs), int(dev)), gs, ge))
         step_busy += iv.covered_between(busy[int(dev)], steps.start, steps.end)
@@ -125,12 +129,11 @@ def gap_pattern(timeline: Timeline, steps: Steps) -> dict:
         return {"idle_ms": 0.0, "gap_count": 0, "idle_at_step_start_pct": 0.0, "largest_gap_share_pct": 0.0,
                 "shape": "none"}
     early = float(g.dur[(g.step >= 0) & (g.position <= STEP_START)].sum())
-    largest = 0.0
-    for s in np.unique(g.step[g.step >= 0]):
-        for dev in np.unique(g.device):
-            d = g.dur[(g.step == s) & (g.device == dev)]
-            if len(d):
-                largest += float(d.max())
+    m = g.step >= 0  # the longest gap of each (step, device): one sort, not a mask per step
+    order = np.lexsort((g.device[m], g.step[m]))
+    st, dv, du = g.step[m][order], g.device[m][order], g.dur[m][order]
+    first = np.flatnonzero(np.r_[True, (st[1:] != st[:-1]) | (dv[1:] != dv[:-1])]) if len(st) else []
+    largest = sum(np.maximum.reduceat(du, first).tolist()) if len(st) else 0.0
     start_pct = 100 * early / idle
     largest_pct = 100 * largest / idle
     if largest_pct >= 50:

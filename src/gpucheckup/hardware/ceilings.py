@@ -54,7 +54,7 @@ def cache_dir() -> Path:
 
 def default_path(device: str) -> Path:
     """The default file for a device name: ceilings-nvidia-h200.json."""
-    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "unknown-gpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:100].strip("-") or "unknown-gpu"  # a file name
     return cache_dir() / f"ceilings-{slug}.json"
 
 

@@ -26,6 +26,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
 from gpucheckup.report.plots import esc, num
+from gpucheckup.safe_text import UNSAFE
 
 SORT_JS = """(function () {
   function key(cell) {
@@ -135,7 +136,7 @@ def json_for_script(obj) -> str:
     for ch, rep in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, rep)
-    return text
+    return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # C1 and bidi controls: the same data, escaped
 
 
 def _summary(items, title: str) -> str:

@@ -19,8 +19,9 @@ def step_line(r: dict) -> str:
 
 
 def cost_line(f: dict) -> str:
-    """A finding's cost: ms per step and percent of the step time."""
-    return f"{f['cost_ms_per_step']:.2f} ms/step ({f['cost_pct_of_step']:.1f}%)"
+    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so."""
+    ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
 
 
 def key_figures(r: dict) -> list[tuple[str, str]]:
@@ -33,7 +34,7 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
         ("MFU", mfu_short(r)),
     ]
     for cause, pct in r["gaps"]["pct_of_step"].items():
-        if pct >= 0.5:
+        if pct is not None and pct >= 0.5:  # None: not finite (an absurd trace)
             rows.append((f"GPU idle: {r['gaps']['cause_titles'].get(cause, cause)}", f"{pct:.1f}% of step"))
     rows += [
         ("idle pattern", r["gaps"]["pattern"]["shape"]),

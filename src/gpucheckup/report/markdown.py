@@ -16,6 +16,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.html import environment_rows, nvml_summary, step_rows
 from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
+from gpucheckup.safe_text import safe
 
 _SYNTAX = "\\`*_[]|~"
 
@@ -26,7 +27,7 @@ class Markup(str):
 
 def md(x) -> str:
     """Escape text for a Markdown paragraph or table cell."""
-    s = " ".join(str(x).split())
+    s = safe(" ".join(str(x).split()))  # control and bidi characters shown escaped
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return "".join("\\" + c if c in _SYNTAX else c for c in s)
 

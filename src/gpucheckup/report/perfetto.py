@@ -24,6 +24,7 @@ truncates to integer nanoseconds still sees them as siblings.
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import msgspec
@@ -97,7 +98,8 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
         t0 = min((e["t_us"] for e in pointers), default=st.start[0])
         ev.append({"ph": "i", "s": "g", "name": f"{f['severity']}: {f['title']}", "cat": CAT, "pid": pid,
                    "tid": TID_FINDINGS, "ts": _us(_ns(t0)),
-                   "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step": round(f["cost_ms_per_step"], 4),
+                   "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step":
+                            None if f["cost_ms_per_step"] is None else round(f["cost_ms_per_step"], 4),
                             "evidence": f["evidence"]}})
         for e in pointers:
             if not e.get("dur_ms"):
@@ -121,7 +123,10 @@ def _idle_by_step(a: TraceAnalysis) -> list[dict[str, float]]:
 
 
 def _ns(t_us: float) -> int:
-    return int(round(float(t_us) * 1000))
+    ns = float(t_us) * 1000
+    if not math.isfinite(ns):  # a trace time near 1e308 us: no nanosecond timestamp holds it
+        raise CheckupError(f"a time of {float(t_us):g} us cannot be placed in the annotated trace")
+    return int(round(ns))
 
 
 def _us(ns: int) -> float:

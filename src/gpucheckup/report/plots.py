@@ -10,6 +10,8 @@ from __future__ import annotations
 import html
 import math
 
+from gpucheckup.safe_text import safe
+
 CAUSE_COLORS = {
     "busy": "#2e9e5b",
     "input": "#f28e2b",
@@ -29,8 +31,8 @@ WIDTH = 760
 
 
 def esc(x) -> str:
-    """Escape text for HTML and SVG, quotes included."""
-    return html.escape(str(x), quote=True)
+    """Escape text for HTML and SVG, quotes included; control and bidi characters shown escaped."""
+    return html.escape(safe(x), quote=True)
 
 
 def num(x: float) -> str:
@@ -249,7 +251,7 @@ def gap_histogram_plot(r: dict) -> str:
         if key == "count":
             ticks = [t for t in ticks if float(t).is_integer()] or [0, 1]
 
-        def y_of(v, y0=y0, top_v=ticks[-1]):
+        def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
             return y0 + panel_h * (1 - v / top_v)
 
         body += _y_axis(left, WIDTH - right, y_of, ticks, unit)
@@ -355,7 +357,7 @@ def _nvml_one(d: dict) -> str:
         hi = 100.0 if key == "gpu_util" else (max(finite + limit, default=0.0) * 1.1 or 1.0)
         ticks = nice_ticks(0, hi, 3)
 
-        def y_of(v, y0=y0, top_v=ticks[-1]):
+        def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
             return y0 + panel_h * (1 - v / top_v)
 
         for a, b, why in bands:

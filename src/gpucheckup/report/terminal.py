@@ -15,6 +15,7 @@ from rich.text import Text
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
 from gpucheckup.report.terminal_mfu import render_hardware
+from gpucheckup.safe_text import safe_tree
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 VERDICT_STYLE = {
@@ -30,6 +31,7 @@ MAX_FIXES = 6
 
 def render(report: dict, console: Console) -> None:
     """Print one check-up."""
+    report = safe_tree(report)  # names, paths and notes from the trace: control and bidi characters escaped
     console.print(_header(report))
     console.print(_verdict(report))
     for f in report["verdict"]["findings"]:
@@ -110,7 +112,7 @@ def _figures(r: dict) -> Group:
     cats.add_column("share", justify="right")
     cats.add_column("bar")
     for cat, pct in sorted(k["categories"].items(), key=lambda kv: -kv[1]):
-        if pct >= 0.5:
+        if pct is not None and pct >= 0.5:
             style = "bold yellow" if cat == "data_movement" else ""
             cats.add_row(Text(cat.replace("_", " "), style=style), f"{pct:.1f}%", "█" * max(1, round(pct / 4)))
 
@@ -127,6 +129,7 @@ def _figures(r: dict) -> Group:
 
 def render_ranks(summary: list[dict], console: Console) -> None:
     """A one-line-per-rank table for a folder of traces."""
+    summary = safe_tree(summary)
     t = Table(title="Ranks", title_justify="left", box=box.SIMPLE)
     for col in ("rank", "trace", "verdict", "step ms", "GPU busy"):
         t.add_column(col)

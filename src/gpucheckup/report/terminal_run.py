@@ -11,10 +11,12 @@ from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report import terminal
+from gpucheckup.safe_text import safe_tree
 
 
 def render_run_only(report: dict, console: Console) -> None:
     """A run with no GPU timeline: say so plainly, then the run-level findings and figures."""
+    report = safe_tree(report)  # paths, commands, frames: control and bidi characters escaped
     r = report["run"]
     head = Text("gpucheckup ", style="bold")
     head.append(r["path"])
@@ -36,6 +38,7 @@ def render_run_only(report: dict, console: Console) -> None:
 
 def render_run(report: dict, console: Console) -> None:
     """The whole-run figures under a check-up."""
+    report = safe_tree(report)
     r, fig = report["run"], report["run_figures"]
     t = Table(title="Whole run", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("what")

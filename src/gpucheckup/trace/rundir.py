@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,7 @@ SAMPLE_TEXT = {"main_stack", "main_state", "main_frame", "main_thread_active"}
 # Columns of layout's CSVs that the run-level analyses read (analysis/step_history.py,
 # analysis/telemetry.py, analysis/stack_samples.py), and those of them no row may leave empty.
 STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
+STEP_MAX, STEP_MS_MAX = 2.0 ** 53, 24 * 3600 * 1e3  # a step number, a step time of at most a day
 NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
 NVML_FILLED = ("t_s",)
 CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
@@ -99,7 +101,13 @@ def read_run(path: Path) -> RunDir:
         a = read_json(p, AGENT_TYPES)
         run.agents[a.get("key") or p.stem] = a
     for p in sorted(path.glob(layout.STEPS_GLOB)):
-        run.steps[layout.steps_key(p.name)] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
+        key = layout.steps_key(p.name)
+        run.steps[key] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
+        for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
+            bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
+            if len(bad):
+                value = float(run.steps[key][col][bad[0]])
+                raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {value!r} is out of range (0 to {top:g})")
     if (path / layout.NVML).exists():
         run.nvml = read_csv(path / layout.NVML, required=NVML_COLUMNS, filled=NVML_FILLED)
     if (path / layout.CPU).exists():
@@ -144,8 +152,9 @@ def _check_items(path: Path, key: str, value, kind: str) -> None:
 
 
 def _is(value, kind: str) -> bool:
-    if kind == NUMBER:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == NUMBER:  # finite, and an int a float can hold (json reads NaN, Infinity and 400-digit ints)
+        return (isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2 ** 63) or (
+            isinstance(value, float) and math.isfinite(value))
     return isinstance(value, {TEXT: str, OBJECT: dict, LIST: list}[kind])
 
 
@@ -188,6 +197,9 @@ def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -
         except ValueError:
             bad = next(i for i, c in enumerate(cells) if c != "" and not _is_float(c))
             raise CheckupError(f"{path}: line {bad + 2}, column {name}: {cells[bad]!r} is not a number") from None
+        inf = np.flatnonzero(np.isinf(out[name]) | (np.isnan(out[name]) & np.array([c != "" for c in cells], bool)))
+        if len(inf):  # "inf", "nan", 1e999: no measurement writes these
+            raise CheckupError(f"{path}: line {inf[0] + 2}, column {name}: {cells[inf[0]]!r} is not a finite number")
     return out
 
 

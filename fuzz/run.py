@@ -1,0 +1,254 @@
+"""Fuzz `gpucheckup analyze` with mutated real traces, folders of ranks and run directories.
+
+    python fuzz/run.py --cases 100000 --seed 1 [--report fuzz-report.json] [--subprocess-every 500]
+    python fuzz/run.py --seed 1 --only 4711 --keep /tmp/case   # reproduce one case and keep its files
+
+Each case runs in-process through `gpucheckup.cli.main` with `--debug` (so an uncaught exception
+reaches us with its traceback instead of the one-line "internal error", exit 70) in a forked
+worker; a case still running after HANG_S seconds is a hang: the worker is killed and restarted at
+the next case. Every `--subprocess-every`-th case also runs as a real `python -m gpucheckup`
+subprocess, whose exit code must be 0 or 2. Outcomes: `checkup` (exit 0), `error` (a one-line
+error, exit 2), `crash` (an uncaught exception, keyed by its type and the innermost gpucheckup
+frame), `unsafe` (raw control or bidi characters reached the terminal or an error line), `hang`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import json
+import multiprocessing as mp
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import mutate  # noqa: E402
+
+HANG_S = 20.0  # a case running longer than this is a hang
+SLOW_S = 2.0  # cases slower than this are listed (not failures)
+SUBPROCESS_TIMEOUT_S = 60.0
+UNSAFE = {chr(c) for c in range(0x20) if c not in (9, 10)} | {"\x7f"} | {chr(c) for c in range(0x80, 0xa0)} | set(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f")
+
+
+@contextlib.contextmanager
+def _env_for_cases(root: Path):
+    """A private cache folder (that exists, as after `gpucheckup ceilings`) and no colours."""
+    cache = root / "cache"
+    (cache / "gpucheckup").mkdir(parents=True, exist_ok=True)
+    old = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "NO_COLOR", "COLUMNS")}
+    os.environ.update(XDG_CACHE_HOME=str(cache), COLUMNS="120")
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def crash_key(e: BaseException) -> str:
+    """Exception type and the innermost frame inside gpucheckup: one class of crash."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "gpucheckup" in f.filename]
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].name}" if frames else "?"
+    return f"{type(e).__name__} at {where}"
+
+
+def invoke(argv: list[str]) -> tuple[str, str, str]:
+    """Run the CLI in-process: (outcome, class, detail)."""
+    from gpucheckup.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(argv)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 2
+    except RecursionError as e:
+        return "crash", crash_key(e), "RecursionError"
+    except Exception as e:  # noqa: BLE001 - what the fuzzer is looking for
+        return "crash", crash_key(e), f"{type(e).__name__}: {str(e)[:200]}"
+    stderr = err.getvalue()
+    if rc == 0:
+        bad = UNSAFE & set(out.getvalue())
+        if bad:
+            return "unsafe", "terminal", repr(sorted(bad))
+        for flag, what in (("--markdown", "Markdown"), ("--html", "HTML")):
+            written = Path(argv[argv.index(flag) + 1]) if flag in argv else None
+            if written and written.exists():  # a run directory without a timeline writes none
+                bad = UNSAFE & set(written.read_text(errors="replace"))
+                if bad:
+                    return "unsafe", what, repr(sorted(bad))
+        return "checkup", "", ""
+    if rc == 2:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        if len(lines) != 1 or UNSAFE & set(lines[0]):
+            return "unsafe", "error line", repr(stderr[:300])
+        return "error", lines[0][:60] if lines else "", ""
+    return "crash", f"exit {rc}", stderr[-300:]
+
+
+def run_case(seed: int, i: int, root: Path, subprocess_every: int) -> dict:
+    """Build, write and run case i of the seed; one result row."""
+    rnd = random.Random(f"{seed}:{i}")
+    case = mutate.build_case(rnd)
+    folder = root / f"case{i}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir()
+    try:
+        argv = mutate.write_case(case, folder)
+        t0 = time.perf_counter()
+        outcome, key, detail = invoke(argv)
+        row = {"i": i, "outcome": outcome, "class": key, "s": round(time.perf_counter() - t0, 4),
+               "kind": case.kind, "ops": case.ops, "options": case.options}
+        if detail:
+            row["detail"] = detail
+        if subprocess_every and i % subprocess_every == 0:
+            row["subprocess"] = run_subprocess(argv[1:])
+        return row
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_subprocess(argv: list[str]) -> dict:
+    """The same case as a real `python -m gpucheckup` process: its exit code, and whether it was acceptable."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-m", "gpucheckup", *argv], capture_output=True,
+                           timeout=SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"rc": None, "ok": False, "s": SUBPROCESS_TIMEOUT_S}
+    ok = p.returncode in (0, 2) and not (UNSAFE & set(p.stderr.decode("utf-8", "replace").rstrip("\n")))
+    return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2)}
+
+
+def _worker(seed: int, start: int, stop: int, root: str, results: str, current, started, subprocess_every: int):
+    rootp = Path(root)
+    with open(results, "a") as f, _env_for_cases(rootp):
+        for i in range(start, stop):
+            current.value = i
+            started.value = time.time()
+            row = run_case(seed, i, rootp, subprocess_every)
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        current.value = stop
+
+
+def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, results: Path | None = None,
+         progress: bool = True) -> dict:
+    """Run cases [start, start+cases) of a seed in a supervised worker; the totals."""
+    import gpucheckup.cli  # noqa: F401 - imported once, before the workers fork
+
+    ctx = mp.get_context("fork")
+    t0 = time.time()
+    stop = start + cases
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the worker too
+    with tempfile.TemporaryDirectory(prefix="gpucheckup-fuzz-") as root:
+        results = results or Path(root) / "results.jsonl"
+        results.write_text("")
+        nxt = start
+        while nxt < stop:
+            current, started = ctx.Value("q", nxt), ctx.Value("d", time.time())
+            w = ctx.Process(target=_worker, args=(seed, nxt, stop, root, str(results), current, started,
+                                                  subprocess_every))
+            w.start()
+            try:
+                hung = _supervise(w, current, started, start, cases, t0, progress)
+            finally:
+                if w.is_alive():
+                    w.kill()
+                w.join()
+            row = None
+            if hung:
+                row = {"i": current.value, "outcome": "hang", "class": f"over {HANG_S:.0f} s", "s": HANG_S}
+            elif w.exitcode != 0:  # the worker died (out of memory, a signal): count the case, go on
+                row = {"i": current.value, "outcome": "crash", "class": f"worker died ({w.exitcode})", "s": 0}
+            if row:
+                with open(results, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            nxt = current.value + 1 if current.value < stop else stop
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line]
+    return summarize(rows, seed, start, cases, time.time() - t0)
+
+
+def _supervise(w, current, started, start: int, cases: int, t0: float, progress: bool) -> bool:
+    """Wait for the worker to finish; True (after killing it) when one case runs over HANG_S."""
+    last_report = time.time()
+    while w.is_alive():
+        w.join(0.5)
+        if w.is_alive() and time.time() - started.value > HANG_S:
+            w.kill()
+            return True
+        if progress and time.time() - last_report > 60:
+            last_report = time.time()
+            print(f"  {current.value - start} / {cases} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    return False
+
+
+def summarize(rows: list[dict], seed: int, start: int, cases: int, wall_s: float) -> dict:
+    """Totals by outcome, crash classes with their first case, the slowest cases, the subprocess sample."""
+    outcomes = collections.Counter(r["outcome"] for r in rows)
+    classes: dict[str, dict] = {}
+    for r in rows:
+        if r["outcome"] in ("crash", "hang", "unsafe"):
+            c = classes.setdefault(f"{r['outcome']}: {r['class']}", {"count": 0, "first_case": r["i"],
+                                                                      "ops": r.get("ops"), "detail": r.get("detail")})
+            c["count"] += 1
+    subs = [r["subprocess"] for r in rows if "subprocess" in r]
+    errors = collections.Counter(r["class"].split("error: ")[-1].split(":")[0][:40] for r in rows
+                                 if r["outcome"] == "error")
+    return {
+        "seed": seed, "first_case": start, "cases": len(rows), "asked": cases, "wall_s": round(wall_s, 1),
+        "outcomes": dict(outcomes), "failure_classes": classes,
+        "slowest": sorted(({"i": r["i"], "s": r["s"], "ops": r.get("ops")} for r in rows),
+                          key=lambda r: -r["s"])[:5],
+        "over_slow_s": sum(r["s"] > SLOW_S for r in rows),
+        "subprocess": {"cases": len(subs), "ok": sum(s["ok"] for s in subs),
+                       "exit_codes": dict(collections.Counter(str(s["rc"]) for s in subs))},
+        "kinds": dict(collections.Counter(r.get("kind", "?") for r in rows)),
+        "error_messages_top": errors.most_common(5),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--start", type=int, default=0, help="first case number")
+    p.add_argument("--subprocess-every", type=int, default=500, help="also run every N-th case as a subprocess")
+    p.add_argument("--report", type=Path, help="write the totals as JSON here")
+    p.add_argument("--results", type=Path, help="keep one JSON line per case here")
+    p.add_argument("--only", type=int, help="run just this case number, in this process, and print its outcome")
+    p.add_argument("--keep", type=Path, help="with --only: write the case's files into this (new) folder")
+    a = p.parse_args()
+    if a.only is not None:
+        case = mutate.build_case(random.Random(f"{a.seed}:{a.only}"))
+        folder = a.keep or Path(tempfile.mkdtemp(prefix="gpucheckup-case-"))
+        folder.mkdir(parents=True, exist_ok=True)
+        argv = mutate.write_case(case, folder)
+        print("ops:", case.ops, "\nargv: gpucheckup", " ".join(argv))
+        with _env_for_cases(folder):
+            print(invoke(argv))
+        return 0
+    s = fuzz(a.cases, a.seed, a.start, a.subprocess_every, a.results)
+    text = json.dumps(s, indent=2)
+    print(text)
+    if a.report:
+        a.report.write_text(text + "\n")
+    return 0 if not s["failure_classes"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

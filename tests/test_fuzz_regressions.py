@@ -1,0 +1,332 @@
+"""Regression tests for the crash and hang classes that fuzzing found (docs/reliability.md), each with
+its minimal input (fuzz/minimal.py builds the synthetic traces)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import re
+import shutil
+import signal
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.kernels import kernel_label
+from gpucheckup.analysis.shape_flops import op_flops
+from gpucheckup.analysis.syncs import _enclosing_all
+from gpucheckup.analysis.timeline import Gaps, gap_pattern
+from gpucheckup.cli import main
+from gpucheckup.hardware.ceilings import default_path
+from gpucheckup.report.lines import cost_line as cost_text
+from gpucheckup.trace.reader import read_trace
+from gpucheckup.trace.tables import CPU_OP, PYTHON, RUNTIME
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "fuzz"))
+import minimal  # noqa: E402
+
+HANG_S = 20  # the fuzzing's hang bound: a case past it is a hang
+RUN_SEED = ROOT / "fuzz" / "corpus" / "runs" / "20261129-105908-input_bound"
+
+
+class Hang(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def hang_bound(seconds: int = HANG_S):
+    """Fail (not wait forever) when the block runs past the fuzzing's hang bound."""
+    def _raise(*_):
+        raise Hang(f"over {seconds} s")
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def analyze(path: Path, *options: str) -> tuple[int, str, str]:
+    """`gpucheckup --debug analyze PATH OPTIONS` in-process: an uncaught exception fails the test with its traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), hang_bound():
+        rc = main(["--debug", "analyze", str(path), *map(str, options)])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def outputs(tmp_path: Path) -> list[str]:
+    return ["--html", tmp_path / "r.html", "--markdown", tmp_path / "r.md", "--perfetto", tmp_path / "p.json.gz",
+            "--json", tmp_path / "r.json"]
+
+
+# ---- shapes on GEMMs ----
+
+def test_gemm_with_input_type_null_and_non_integer_dims_is_not_counted(tmp_path):
+    """Class: `"Input type": null` with non-integer dims on a GEMM (TypeError in shape_flops)."""
+    assert op_flops("aten::mm", b"[[2.5, 3.5], [3.5, 4.5]]", b"null", None) is None
+    counted = op_flops("aten::mm", b"[[64, 128], [128, 32]]", b"null", None)  # good shapes, no types: counted
+    assert counted.flops == 2 * 64 * 128 * 32 and counted.dtype == ""
+    trace = minimal.write(minimal.steps_trace(4, gemm={"Input Dims": [[2.5, 3.5], [3.5, 4.5]], "Input type": None}),
+                          tmp_path / "t.json")
+    assert analyze(trace)[0] == 0
+
+
+@pytest.mark.parametrize("dims", [[[1e308, 1e308], [1e308, 1e308]], [[10 ** 400, 2], [2, 2]], [[-4, 8], [8, -4]],
+                                  [["a", "b"], ["c", "d"]], [[2 ** 62, 2 ** 62], [2 ** 62, 2 ** 62]]],
+                         ids=["1e308", "400 digits", "negative", "strings", "over 2^40"])
+def test_gemm_with_absurd_dims_is_not_counted(dims):
+    """Class: shape dims of 1e308 (OverflowError converting the FLOPs)."""
+    assert op_flops("aten::mm", json.dumps(dims).encode(), b'["c10::BFloat16", "c10::BFloat16"]', None) is None
+
+
+def test_gemm_with_dims_of_1e308_checks_up_with_every_output(tmp_path):
+    trace = minimal.write(minimal.steps_trace(4, gemm={"Input Dims": [[1e308, 1e308], [1e308, 1e308]],
+                                                       "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+                          tmp_path / "t.json")
+    assert analyze(trace, *outputs(tmp_path))[0] == 0
+
+
+# ---- the GPU's name ----
+
+def test_gpu_name_of_300_characters_with_a_ceilings_cache(tmp_path, monkeypatch):
+    """Class: a GPU name over ~240 characters once ~/.cache/gpucheckup/ exists (File name too long)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "gpucheckup").mkdir(parents=True)
+    doc = minimal.steps_trace(4)
+    doc["deviceProperties"][0]["name"] = "NVIDIA H200" + "x" * 300
+    rc, out, _ = analyze(minimal.write(doc, tmp_path / "t.json"))
+    assert rc == 0 and "H200xxxxxx" in out
+    assert len(default_path("NVIDIA " + "H" * 5000).name.encode()) < 255
+    assert default_path("NVIDIA H200").name == "ceilings-nvidia-h200.json"
+
+
+# ---- absurd times ----
+
+def test_a_cost_that_is_not_finite_is_said_not_measurable():
+    """Class: `ts` of 1.7e308 made a finding's cost None, which the terminal formatted with `:.2f`."""
+    assert cost_text({"cost_ms_per_step": None, "cost_pct_of_step": None}) == "cost not measurable"
+    assert cost_text({"cost_ms_per_step": 1.234, "cost_pct_of_step": 5.67}) == "1.23 ms/step (5.7%)"
+
+
+@pytest.mark.parametrize("where", [-1, 2], ids=["last kernel", "first step"])
+def test_an_event_at_ts_1_7e308_prints_a_checkup_or_one_line(tmp_path, where):
+    doc = minimal.steps_trace(4)
+    doc["traceEvents"][where]["ts"] = 1.7e308
+    rc, out, err = analyze(minimal.write(doc, tmp_path / "t.json"))
+    assert rc in (0, 2)
+
+
+def test_infinite_step_times_with_perfetto(tmp_path):
+    """Class: inf step times with --perfetto."""
+    doc = minimal.steps_trace(4)
+    doc["traceEvents"][2]["dur"] = 1.7e308
+    text = json.dumps(doc)
+    for name, data in (("huge.json", text), ("inf.json", text.replace("1.7e+308", "1e999"))):
+        rc, _, err = analyze(minimal.write(data, tmp_path / name), "--perfetto", tmp_path / "p.json.gz")
+        assert rc in (0, 2) and (rc == 0 or len(err.strip().splitlines()) == 1)
+
+
+def test_a_step_at_ts_1e308_with_perfetto(tmp_path):
+    """Class: a step ending near 1e308 us with --perfetto (OverflowError converting it to nanoseconds)."""
+    doc = minimal.steps_trace(4)
+    last = [e for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#3"][0]
+    last["ts"] = 1e308
+    rc, _, err = analyze(minimal.write(doc, tmp_path / "t.json"), "--perfetto", tmp_path / "p.json.gz")
+    assert rc in (0, 2)
+    if rc == 2:  # the reader keeps the step: the annotated trace cannot place it
+        assert err.strip().endswith("a time of 1e+308 us cannot be placed in the annotated trace")
+
+
+def test_events_6e_10_us_apart_with_html(tmp_path):
+    """Class: two events 6e-10 us apart with --html (ZeroDivisionError in the plots)."""
+    doc = minimal.steps_trace(4)
+    for i, e in enumerate(doc["traceEvents"][2:]):
+        e["ts"] = 1000.0 + i * 6e-10
+        e["dur"] = 6e-10
+    assert analyze(minimal.write(doc, tmp_path / "t.json"), *outputs(tmp_path))[0] == 0
+
+
+# ---- run directories ----
+
+@pytest.mark.parametrize("file, column, cell", [("steps.csv", "ms", "inf"), ("steps.csv", "step", "nan"),
+                                                ("steps.csv", "ms", "1e999"), ("nvml.csv", "t_s", "-inf"),
+                                                ("nvml.csv", "util_pct", "nan"), ("cpu.csv", "cpu_pct", "inf")])
+def test_non_finite_cells_in_a_run_directory_are_one_line(tmp_path, file, column, cell):
+    """Class: NaN/inf in a run directory's steps.csv or NVML rows (OverflowError in the step figures)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    lines = (run / file).read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[3].split(",")
+    row[header.index(column)] = cell
+    lines[3] = ",".join(row)
+    (run / file).write_text("\n".join(lines) + "\n")
+    rc, _, err = analyze(run)
+    assert rc == 2
+    assert err.strip() == f"gpucheckup: error: {run / file}: line 4, column {column}: {cell!r} is not a finite number"
+
+
+@pytest.mark.parametrize("column, cell", [("ms", "-1e308"), ("ms", "1e308"), ("ms", "-3"), ("step", "-1"),
+                                          ("step", "1e300")])
+def test_step_numbers_and_times_out_of_range_are_one_line(tmp_path, column, cell):
+    """Class: a step time of -1e308 ms in steps.csv (a None steady median formatted in the terminal)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    lines = (run / "steps.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    row = lines[21].split(",")
+    row[header.index(column)] = cell
+    lines[21] = ",".join(row)
+    (run / "steps.csv").write_text("\n".join(lines) + "\n")
+    rc, _, err = analyze(run)
+    assert rc == 2
+    assert err.strip().startswith(f"gpucheckup: error: {run / 'steps.csv'}: line 22, column {column}: {float(cell)!r}")
+    assert "is out of range" in err
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "1" + "0" * 400])
+def test_non_finite_or_huge_numbers_in_a_manifest_are_one_line(tmp_path, value):
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    text = (run / "manifest.json").read_text()
+    text = re.sub(r'"duration_s": [^,}]+', f'"duration_s": {value}', text)
+    (run / "manifest.json").write_text(text)
+    rc, _, err = analyze(run)
+    assert rc == 2 and "field 'duration_s' should be a number" in err
+
+
+# ---- hangs: superlinear time ----
+
+OLD_INNER = re.compile(r"(\w+_kernel_impl\w*|\w*Functor\w*|\w+_kernel_cuda|Reduce\w+|\w+_functor)")
+
+
+def test_kernel_label_of_a_million_character_name():
+    """Class: kernel_label's regex backtracked quadratically on long names (8,000 characters: 2.7 s)."""
+    with hang_bound():
+        label = kernel_label("void at::native::kernel<" + "a" * 1_000_000)
+        kernel_label("void " + "x_kernel_cuda" * 100_000 + "a" * 100_000)
+    assert label.startswith("aaaa") and label.endswith("...")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.sampled_from(["_kernel_impl", "Functor", "_kernel_cuda", "Reduce", "_functor", "a", "_", "R",
+                                 "<", ",", "::", " ", "(", "e"]), max_size=10).map("".join))
+def test_kernel_label_names_the_same_inner_op_as_the_old_regex(tail):
+    name = "void at::native::elementwise_kernel<" + tail
+    head = name.removeprefix("void ")
+    old = [i for i in OLD_INNER.findall(head[len("at::native::elementwise_kernel"):]) if i != "elementwise_kernel"]
+    label = kernel_label(name)
+    assert label == "elementwise_kernel" if not old else label.startswith("elementwise_kernel (")
+
+
+def test_16000_one_kernel_steps_with_a_sync_each(tmp_path):
+    """Class: analysis time grew with the square of the steps (gap_pattern: 16,000 steps, 30.8 s) and of sync calls
+    x host events (sync_stats)."""
+    trace = minimal.write(minimal.steps_trace(16_000, sync=True), tmp_path / "t.json.gz")
+    rc, _, _ = analyze(trace, "--quiet", "--json", tmp_path / "r.json")
+    assert rc == 0
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["steps"]["count"] == 16_000
+    assert r["sync"]["count_per_step"] == pytest.approx(1.0, abs=0.01)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["cpu_op", "python_function", "cuda_runtime"]),
+                          st.integers(0, 40), st.integers(0, 20)), min_size=1, max_size=40))
+def test_enclosing_by_one_sweep_equals_enclosing_per_row(tmp_path_factory, events):
+    """The sweep that made sync_stats linear finds the same enclosing ops and frames, outermost first, as the
+    per-row search it replaced, on any intervals (nested, overlapping, equal, zero-length)."""
+    ev = [{"ph": "X", "cat": cat, "name": f"{cat}{i}", "pid": 1, "tid": tid, "ts": 1000.0 + ts, "dur": float(dur)}
+          for i, (tid, cat, ts, dur) in enumerate(events)]
+    doc = {"schemaVersion": 1, "traceEvents": ev}
+    path = minimal.write(doc, tmp_path_factory.mktemp("enc") / "t.json")
+    trace = read_trace(path)
+    rows = np.flatnonzero(trace.host.cat == RUNTIME)
+    for cats in ((CPU_OP,), (PYTHON,)):
+        swept = _enclosing_all(trace, rows, cats)
+        assert swept == {int(r): [int(x) for x in host_calls.enclosing(trace, int(r), cats)] for r in rows}
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(-1, 5), st.integers(0, 2), st.floats(0, 100)), max_size=60))
+def test_gap_pattern_by_one_sort_equals_the_per_step_loop(gaps):
+    """gap_pattern's largest-gap share, now from one sort, equals the per-(step, device) loop it replaced."""
+    step = np.array([g[0] for g in gaps], dtype=np.int64)
+    dev = np.array([g[1] for g in gaps], dtype=np.int64)
+    start = np.arange(len(gaps), dtype=float) * 1000
+    g = Gaps(device=dev, start=start, end=start + np.array([x[2] for x in gaps]), step=step,
+             position=np.full(len(gaps), 0.5))
+    got = gap_pattern(types.SimpleNamespace(gaps=g), None)
+    idle = float(g.dur.sum())
+    largest = 0.0
+    for s in np.unique(g.step[g.step >= 0]):
+        for d in np.unique(g.device):
+            x = g.dur[(g.step == s) & (g.device == d)]
+            if len(x):
+                largest += float(x.max())
+    if idle > 0 and len(g):
+        assert got["largest_gap_share_pct"] == pytest.approx(100 * largest / idle, rel=1e-12)
+    else:
+        assert got["largest_gap_share_pct"] == 0.0
+
+
+def test_seed_corpus_is_small_and_real():
+    """The fuzzing corpus stays a few hundred KB and every seed checks up."""
+    files = [p for p in (ROOT / "fuzz" / "corpus").rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) < 2_000_000
+    for p in sorted((ROOT / "fuzz" / "corpus" / "traces").glob("*.json.gz")):
+        assert json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 2),
+                          st.one_of(st.none(), st.floats(0, 1000, allow_nan=False))), min_size=1, max_size=80))
+def test_nvml_series_by_bincount_equals_the_per_tick_loop(samples):
+    """gpu_series' per-tick mean/sum/max, now by bincount, equals the loop with a mask per tick it replaced."""
+    from gpucheckup.analysis.telemetry import gpu_series
+
+    t = np.array([s[0] for s in samples], dtype=float)
+    v = np.array([np.nan if s[2] is None else s[2] for s in samples])
+    nvml = {"t_s": t, "gpu": np.array([s[1] for s in samples], dtype=float), "util_pct": v, "mem_used_mb": v,
+            "mem_total_mb": v, "power_w": v, "sm_clock_mhz": v, "clock_reasons": np.where(np.isfinite(v), 4.0, np.nan)}
+    got = gpu_series(nvml)
+    sel = np.isin(nvml["gpu"], got["gpus"])
+    times, inv = np.unique(t[sel], return_inverse=True)
+    for key, col, how in (("util", "util_pct", np.mean), ("power", "power_w", np.sum)):
+        want = np.full(len(times), np.nan)
+        for i in range(len(times)):
+            x = nvml[col][sel][inv == i]
+            x = x[np.isfinite(x)]
+            if len(x):
+                want[i] = how(x)
+        np.testing.assert_allclose(got[key], want, rtol=1e-12, equal_nan=True)
+
+
+def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
+    """Class (same pattern, found by review): a mask per NVML tick (quadratic in a long run's samples) and a mask
+    per stream (quadratic in a trace with thousands of streams)."""
+    from gpucheckup.analysis.telemetry import gpu_series
+
+    n = 200_000  # about 5.5 hours at 10 Hz
+    t = np.arange(n, dtype=float) / 10
+    nvml = {"t_s": t, "gpu": np.zeros(n), "util_pct": np.full(n, 50.0), "mem_used_mb": np.full(n, 1e3),
+            "mem_total_mb": np.full(n, 1e5), "power_w": np.full(n, 300.0), "sm_clock_mhz": np.full(n, 1980.0),
+            "clock_reasons": np.zeros(n)}
+    with hang_bound():
+        s = gpu_series(nvml)
+    assert len(s["t_s"]) == n and float(np.mean(s["power"])) == 300.0
+    doc = minimal.steps_trace(8000)
+    for i, e in enumerate(x for x in doc["traceEvents"] if x.get("cat") == "kernel"):
+        e["args"]["stream"] = 1000 + i
+    rc, _, _ = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", "--json", tmp_path / "r.json")
+    assert rc == 0 and json.loads((tmp_path / "r.json").read_text())["steps"]["count"] == 8000
