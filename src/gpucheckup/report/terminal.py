@@ -117,6 +117,8 @@ def _figures(r: dict) -> Group:
     c = r["copies"]
     figs.add_row("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}")
     figs.add_row("synchronizations per step", f"{r['sync']['count_per_step']:.1f}")
+    if r.get("labels"):  # diagnosis/labels.py
+        figs.add_row("job label (for schedulers)", f"{r['labels']['intensity']}-intensive ({r['labels']['reason']})")
 
     cats = Table(title="GPU time by kernel category", title_justify="left", box=box.SIMPLE, show_header=False)
     cats.add_column("category")
