@@ -66,6 +66,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     launcher.add_parser(sub)
     attach.add_parser(sub)
+
+    dl = sub.add_parser("dataloader", help="benchmark your DataLoader alone per num_workers / pin_memory, against "
+                                           "the cores you really have and the GPU's step time")
+    dl.add_argument("factory", metavar="MODULE:FACTORY",
+                    help="a function make_loader(num_workers: int, pin_memory: bool) returning your DataLoader "
+                         "(MODULE: dotted name or path/to/file.py)")
+    dl.add_argument("--workers", default="0,2,4,8,16", help="num_workers values (default 0,2,4,8,16)")
+    dl.add_argument("--pin-memory", choices=("false", "true", "both"), default="false",
+                    help="pin_memory settings to measure (default false)")
+    dl.add_argument("--batches", type=int, default=50, help="timed batches per setting, after warm-up (default 50)")
+    dl.add_argument("--checkup", type=Path, metavar="PATH",
+                    help="a check-up JSON, run directory or trace: compare with the GPU's step time")
+    dl.add_argument("--json", type=Path, metavar="FILE", help="also write the figures and advice as JSON")
+    dl.set_defaults(func=cmd_dataloader)
     return p
 
 
@@ -205,6 +219,13 @@ def cmd_ncu_cmd(args, console: Console) -> int:
     report = report_for(args.path)
     sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
+
+
+def cmd_dataloader(args, console: Console) -> int:
+    from gpucheckup import loader_checkup
+
+    return loader_checkup.run(args.factory, loader_checkup.parse_workers(args.workers), args.pin_memory,
+                              args.batches, args.checkup, args.json, console)
 
 
 def demo_trace(case: str) -> Path:
