@@ -80,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a check-up JSON, run directory or trace: compare with the GPU's step time")
     dl.add_argument("--json", type=Path, metavar="FILE", help="also write the figures and advice as JSON")
     dl.set_defaults(func=cmd_dataloader)
+
+    mo = sub.add_parser("monitor", help="live GPU and process view that names heartbeats and throttling "
+                                        "(like nvidia-smi dmon); --record writes CSV that analyze reads")
+    mo.add_argument("--pid", type=int, help="the job's process: its GPUs, its CPU and its children's (loader workers)")
+    mo.add_argument("--interval", type=float, default=0.2, help="seconds between samples (default 0.2)")
+    mo.add_argument("--record", type=Path, metavar="FILE.csv",
+                    help="also write the NVML samples as CSV (nvml.csv's columns): gpucheckup analyze FILE.csv")
+    mo.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: Ctrl-C or the "
+                                                                "process's exit)")
+    mo.add_argument("--step-ms", type=float, metavar="MS", help="the job's step time, to match the heartbeat against")
+    mo.set_defaults(func=cmd_monitor)
     return p
 
 
@@ -184,6 +195,11 @@ def _with_slug(path: Path, slug: str) -> Path:
 def cmd_analyze(args, console: Console) -> int:
     from gpucheckup.trace.rundir import is_run_dir
 
+    if args.path.suffix == ".csv":  # a `gpucheckup monitor --record` file: NVML telemetry only
+        from gpucheckup.monitor_live import analyze_recording
+
+        return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
+
     if is_run_dir(args.path):  # a gpucheckup run directory: traces plus the run-level parts
         from gpucheckup.run_checkup import check_run, emit_run
 
@@ -226,6 +242,17 @@ def cmd_dataloader(args, console: Console) -> int:
 
     return loader_checkup.run(args.factory, loader_checkup.parse_workers(args.workers), args.pin_memory,
                               args.batches, args.checkup, args.json, console)
+
+
+def cmd_monitor(args, console: Console) -> int:
+    from gpucheckup import monitor_live
+
+    for name in ("duration", "step_ms"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            raise CheckupError(f"--{name.replace('_', '-')} must be above 0, got {v}")
+    monitor_live.run(args.pid, args.interval, args.record, args.duration, args.step_ms, console)
+    return 0
 
 
 def demo_trace(case: str) -> Path:
