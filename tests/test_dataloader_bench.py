@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -19,15 +21,16 @@ FACTORY = f"{REPO / 'tests' / 'jobs' / 'loader_factory.py'}:make_loader"
 BATCH = 4  # tests/jobs/loader_factory.py
 
 
-def bench(tmp_path, workers, spin_ms, sleep_ms, cpus=None, extra=(), batches=20):
-    """Run the command in a subprocess (optionally pinned to `cpus`); its JSON, stdout and return code."""
+def bench(tmp_path, workers, spin_ms, sleep_ms, cpus=None, extra=(), batches=20, cgroup=None):
+    """Run the command in a subprocess (pinned to `cpus`, or in the cgroup folder `cgroup`): JSON, rates, stdout."""
     out = tmp_path / f"dl-{workers}-{spin_ms}-{sleep_ms}-{cpus}.json"
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"), COLUMNS="160", GPUCHECKUP_TEST_SPIN_MS=str(spin_ms),
                GPUCHECKUP_TEST_SLEEP_MS=str(sleep_ms))
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "dataloader", FACTORY, "--workers", workers,
                           "--batches", str(batches), "--json", str(out), *extra],
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else
+                         (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None)
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
     return doc, {r["num_workers"]: r["batches_per_s"] for r in doc["dataloader_bench"]["runs"]}, res.stdout
@@ -83,6 +86,49 @@ def test_gpu_step_beside_it_and_the_workers_that_suffice(tmp_path, one_cpu):
     assert "the loader is not the bottleneck; num_workers=2 suffices" in " ".join(out.split())
     doc1, _, out1 = bench(tmp_path, "1", spin_ms=0.1, sleep_ms=10, extra=("--checkup", str(report)))
     assert doc1["advice"]["bottleneck"] is True and "IS the bottleneck" in " ".join(out1.split())
+
+
+@pytest.fixture
+def one_cpu_cgroup():
+    """A cgroup (v1 `cpu` or v2) allowing one CPU's time, where this machine lets us make one; removed after."""
+    pytest.importorskip("torch")
+    root = Path("/sys/fs/cgroup")
+    name = f"gpucheckup-test-{os.getpid()}"
+    d = None
+    try:
+        if (root / "cpu" / "cpu.cfs_quota_us").is_file():
+            d = root / "cpu" / name
+            d.mkdir()
+            (d / "cpu.cfs_period_us").write_text("100000")
+            (d / "cpu.cfs_quota_us").write_text("100000")
+        elif "cpu" in (root / "cgroup.subtree_control").read_text().split():
+            d = root / name
+            d.mkdir()
+            (d / "cpu.max").write_text("100000 100000")
+        else:
+            pytest.skip("no cgroup CPU controller to make a quota with")
+    except OSError as e:
+        if d is not None and d.is_dir():
+            d.rmdir()
+        pytest.skip(f"cannot make a cgroup here ({e})")
+    yield d
+    for _ in range(50):  # the benchmark's processes have exited; the folder goes once the kernel agrees
+        try:
+            d.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+
+
+def test_cgroup_quota_is_reported_and_respected(tmp_path, one_cpu_cgroup):
+    """In a cgroup allowed one CPU's time on a host of more cores, the quota (not the CPU count) caps the advice."""
+    doc, rate, out = bench(tmp_path, "1,2,4", spin_ms=4, sleep_ms=0, cgroup=one_cpu_cgroup)
+    cpu, adv = doc["dataloader_bench"]["cpu"], doc["advice"]
+    assert cpu["cgroup_quota_cpus"] == 1.0 and str(one_cpu_cgroup) in cpu["cgroup_source"]
+    assert (adv["usable_cores"], adv["limited_by"], adv["worker_cap"], adv["recommended_workers"]) == (
+        1.0, "cgroup quota", 1, 1)
+    assert max(rate.values()) <= 1000 / (BATCH * 4) * 1.15  # one CPU's time: at most 62.5 batches/s
+    assert "cgroup quota 1 CPU (" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("spec, words", [("no_such_module_xyz:make", "importing no_such_module_xyz"),
@@ -154,3 +200,14 @@ def test_cgroup_quota_v1_and_v2(tmp_path, files, cpus):
     assert got == cpus
     if cpus:
         assert usable_cores({"cpu": {"count": 64, "affinity": 64, "cgroup_quota_cpus": got}}) == (cpus, "cgroup quota")
+
+
+def test_pure_parts_import_neither_torch_nor_pynvml():
+    code = ("import sys; import gpucheckup.analysis.loader_advice, gpucheckup.analysis.live_events, "
+            "gpucheckup.diagnosis.labels, gpucheckup.report.terminal_loader, gpucheckup.report.terminal_monitor, "
+            "gpucheckup.capture.monitor, gpucheckup.capture.dataloader_bench, gpucheckup.loader_checkup, "
+            "gpucheckup.monitor_live; print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"

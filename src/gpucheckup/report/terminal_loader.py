@@ -35,7 +35,7 @@ def render_loader(bench: dict, advice: dict, console: Console) -> None:
     console.print(t)
     c = bench["cpu"]
     quota = c.get("cgroup_quota_cpus")
-    quota_s = f"{quota:g} CPUs" if quota else "none"
+    quota_s = f"{quota:g} CPU{'' if quota == 1 else 's'}" if quota else "none"
     console.print(Text(f"CPU: {c.get('count')} on the host, affinity {c.get('affinity')}, cgroup quota {quota_s} "
                        f"({c.get('cgroup_source')})", style="dim"))
     for note in bench["notes"]:
