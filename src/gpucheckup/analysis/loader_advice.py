@@ -145,7 +145,8 @@ def _sentences(a: LoaderAdvice, per: dict[int, Rate]) -> list[str]:
         elif a.suffice_workers is not None:
             rate = per[a.suffice_workers].batches_per_s
             out.append(f"the loader feeds {rate:.1f} steps/s with {_workers(a.suffice_workers)}, {gpu}: the loader "
-                       f"is not the bottleneck; num_workers={a.suffice_workers} suffices (>= {HEADROOM:g}x the GPU's rate)")
+                       f"is not the bottleneck; num_workers={a.suffice_workers} suffices "
+                       f"(>= {HEADROOM:g}x the GPU's rate)")
         else:
             out.append(f"the loader feeds {a.feed_batches_per_s:.1f} steps/s at best, {gpu}: just enough, with less "
                        f"than the {HEADROOM:g}x margin: use {_workers(a.feed_workers)} and expect short stalls")

@@ -54,7 +54,8 @@ def cpu_budget() -> dict:
     return out
 
 
-def cgroup_quota(root: Path = Path("/sys/fs/cgroup"), own: Path = Path("/proc/self/cgroup")) -> tuple[float | None, str]:
+def cgroup_quota(root: Path = Path("/sys/fs/cgroup"),
+                 own: Path = Path("/proc/self/cgroup")) -> tuple[float | None, str]:
     """CPUs the cgroup allows (quota / period), the tightest from the process's own cgroup up to the root
     (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us), or None when unlimited or unknown."""
     found = []

@@ -10,7 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-GPU_COLUMNS = (("util_pct", "{:.0f}", "util%"), ("mem_util_pct", "{:.0f}", "mem%"), ("mem_used_mb", "{:.0f}", "used MB"),
+GPU_COLUMNS = (("util_pct", "{:.0f}", "util%"), ("mem_util_pct", "{:.0f}", "mem%"),
+               ("mem_used_mb", "{:.0f}", "used MB"),
                ("power_w", "{:.0f}", "W"), ("sm_clock_mhz", "{:.0f}", "SM MHz"), ("temp_c", "{:.0f}", "C"),
                ("clock_reasons", "0x{:x}", "reasons"))  # NVML_COLUMNS names (capture/telemetry.py)
 
