@@ -54,20 +54,50 @@ def cpu_budget() -> dict:
     return out
 
 
-def cgroup_quota(root: Path = Path("/sys/fs/cgroup")) -> tuple[float | None, str]:
-    """CPUs the cgroup allows (quota / period), or None when unlimited or unknown."""
-    v2 = root / "cpu.max"
+def cgroup_quota(root: Path = Path("/sys/fs/cgroup"),
+                 own: Path = Path("/proc/self/cgroup")) -> tuple[float | None, str]:
+    """CPUs the cgroup allows (quota / period), the tightest from the process's own cgroup up to the root
+    (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us), or None when unlimited or unknown."""
+    found = []
     try:
-        if v2.exists():
-            quota, period = v2.read_text().split()[:2]
-            return (None if quota == "max" else int(quota) / int(period)), str(v2)
-        q, p = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
-        if q.exists() and p.exists():
-            quota = int(q.read_text())
-            return (None if quota < 0 else quota / int(p.read_text())), str(q)
+        for d in _cgroup_dirs(root, own):
+            if (d / "cpu.max").is_file():
+                quota, period = (d / "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    found.append((int(quota) / int(period), str(d / "cpu.max")))
+            elif (d / "cpu.cfs_quota_us").is_file() and (d / "cpu.cfs_period_us").is_file():
+                quota = int((d / "cpu.cfs_quota_us").read_text())
+                if quota >= 0:
+                    found.append((quota / int((d / "cpu.cfs_period_us").read_text()), str(d / "cpu.cfs_quota_us")))
     except (OSError, ValueError) as e:
         return None, f"unreadable: {e}"
-    return None, "no cgroup CPU controller found"
+    if found:
+        return min(found)
+    seen = [d for d in _cgroup_dirs(root, own) if (d / "cpu.max").is_file() or (d / "cpu.cfs_quota_us").is_file()]
+    return None, (f"no quota ({seen[0]})" if seen else "no cgroup CPU controller found")
+
+
+def _cgroup_dirs(root: Path, own: Path) -> list[Path]:
+    """The process's own cgroup folders (v2 unified and v1 `cpu`), each up to its hierarchy's root, then the roots."""
+    out = []
+    try:
+        lines = own.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hid, controllers, rel = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and controllers == "":
+            bases = [root, root / "unified"]
+        elif "cpu" in controllers.split(","):
+            bases = [root / "cpu", root / controllers]
+        else:
+            continue
+        for base in bases:
+            d = base / rel.strip("/")
+            while d != base and base in d.parents:
+                out.append(d)
+                d = d.parent
+    return [d for d in dict.fromkeys(out + [root, root / "unified", root / "cpu"]) if d.is_dir()]
 
 
 def numa_nodes(root: Path = Path("/sys/devices/system/node")) -> list[dict]:

@@ -40,6 +40,10 @@ def cmd_analyze(args, console) -> int:
     from gpucheckup.cli.emit import Output, emit
     from gpucheckup.pipeline import check
 
+    if args.path.suffix == ".csv":  # a `gpucheckup monitor --record` file: NVML telemetry only
+        from gpucheckup.monitor_live import analyze_recording
+
+        return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
     jobs = 1 if args.perfetto else None  # the annotated trace needs each analysis in this process
     emit(check(args.path, mfu_inputs(args), args.ncu, jobs=jobs), Output.of(args), console)
     return 0
@@ -155,4 +159,22 @@ def cmd_ncu_cmd(args, console) -> int:
 
         report = check(args.path).reports()[0]
     sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
+    return 0
+
+
+def cmd_dataloader(args, console) -> int:
+    from gpucheckup import loader_checkup
+
+    return loader_checkup.run(args.factory, loader_checkup.parse_workers(args.workers), args.pin_memory,
+                              args.batches, args.checkup, args.json, console)
+
+
+def cmd_monitor(args, console) -> int:
+    from gpucheckup import monitor_live
+
+    for name in ("duration", "step_ms"):
+        v = getattr(args, name)
+        if v is not None and not v > 0:
+            raise CheckupError(f"--{name.replace('_', '-')} must be above 0, got {v}")
+    monitor_live.run(args.pid, args.interval, args.record, args.duration, args.step_ms, console)
     return 0

@@ -182,4 +182,35 @@ def _ncu_cmd(sub, common) -> None:
     n.set_defaults(func=commands.cmd_ncu_cmd)
 
 
-COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach]  # in the order `gpucheckup --help` lists them
+def _dataloader(sub, common) -> None:
+    dl = sub.add_parser("dataloader", parents=[common],
+                        help="benchmark your DataLoader alone per num_workers / pin_memory, against the cores you "
+                             "really have and the GPU's step time")
+    dl.add_argument("factory", metavar="MODULE:FACTORY",
+                    help="a function make_loader(num_workers: int, pin_memory: bool) returning your DataLoader "
+                         "(MODULE: dotted name or path/to/file.py)")
+    dl.add_argument("--workers", default="0,2,4,8,16", help="num_workers values (default 0,2,4,8,16)")
+    dl.add_argument("--pin-memory", choices=("false", "true", "both"), default="false",
+                    help="pin_memory settings to measure (default false)")
+    dl.add_argument("--batches", type=int, default=50, help="timed batches per setting, after warm-up (default 50)")
+    dl.add_argument("--checkup", type=Path, metavar="PATH",
+                    help="a check-up JSON, run directory or trace: compare with the GPU's step time")
+    dl.add_argument("--json", type=Path, metavar="FILE", help="also write the figures and advice as JSON")
+    dl.set_defaults(func=commands.cmd_dataloader)
+
+
+def _monitor(sub, common) -> None:
+    mo = sub.add_parser("monitor", parents=[common],
+                        help="live GPU and process view that names heartbeats and throttling (like nvidia-smi dmon);"
+                             " --record writes CSV that analyze reads")
+    mo.add_argument("--pid", type=int, help="the job's process: its GPUs, its CPU and its children's (loader workers)")
+    mo.add_argument("--interval", type=float, default=0.2, help="seconds between samples (default 0.2)")
+    mo.add_argument("--record", type=Path, metavar="FILE.csv",
+                    help="also write the NVML samples as CSV (nvml.csv's columns): gpucheckup analyze FILE.csv")
+    mo.add_argument("--duration", type=float, metavar="S",
+                    help="stop after S seconds (default: Ctrl-C or the process's exit)")
+    mo.add_argument("--step-ms", type=float, metavar="MS", help="the job's step time, to match the heartbeat against")
+    mo.set_defaults(func=commands.cmd_monitor)
+
+
+COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor]  # in the order `gpucheckup --help` lists them

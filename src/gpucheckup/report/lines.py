@@ -45,4 +45,6 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
         ("synchronizations per step", f"{r['sync']['count_per_step']:.1f}"),
         ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
     ]
+    if r.get("labels"):  # diagnosis/labels.py
+        rows.append(("job label (for schedulers)", f"{r['labels']['intensity']}-intensive ({r['labels']['reason']})"))
     return rows

@@ -22,6 +22,7 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - mfu.flops_per_step, mfu.source, mfu.achieved_tflops, mfu.peak_tflops, mfu.pct, mfu.pct_of_measured,
   mfu.reason (why a figure is null), mfu.estimates, mfu.healthy_bands_pct (docs/mfu.md)
 - roofline.ops[] (arithmetic intensity against the ridge point); ncu (Nsight Compute bounds, or null)
+- labels.intensity ("compute", "io", "communication"), labels.*_pct, .reason, .rule (diagnosis/labels.py)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSE_TITLES, CAUSES
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
+from gpucheckup.diagnosis.labels import job_labels
 from gpucheckup.report import plot_data
 
 
@@ -98,6 +100,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "mfu": asdict(a.mfu) if a.mfu else {},
         "roofline": asdict(a.roofline) if a.roofline else {},
         "ncu": asdict(a.ncu) if a.ncu else None,
+        "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }
     return _clean(out)
 

@@ -127,6 +127,17 @@ def read_run(path: Path) -> RunDir:
     return run
 
 
+def read_nvml_recording(path: Path) -> RunDir:
+    """A CSV written by `gpucheckup monitor --record` (nvml.csv's columns) as a run holding only its telemetry."""
+    path = Path(path)
+    nvml = read_csv(path, required=NVML_COLUMNS, filled=NVML_FILLED)
+    t = nvml["t_s"]
+    start = float(t.min()) if len(t) else None
+    return RunDir(path=path, manifest={"kind": "monitor", "command": ["gpucheckup", "monitor", "--record", str(path)],
+                                       "started_epoch_s": start, "captured": {"nvml": str(path)}, "failed": {}},
+                  nvml=nvml)
+
+
 def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
     """A JSON object from a file, its fields in `types` null or of that type; else a one-line CheckupError."""
     try:
