@@ -66,7 +66,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     launcher.add_parser(sub)
     attach.add_parser(sub)
+    _ranks_parsers(sub)
     return p
+
+
+# --- many GPUs (issue 9): `commbench` and `scaling`; self-contained, to be ported into cli/ ---
+def _ranks_parsers(sub) -> None:
+    b = sub.add_parser("commbench", help="measure collective bus bandwidth (all-reduce, all-gather, reduce-scatter, "
+                                         "all-to-all) through torch.distributed: NCCL on GPUs, gloo on CPUs")
+    b.add_argument("--nproc", type=int, default=None, help="ranks to start (default: the GPUs here, or 2 on a CPU)")
+    b.add_argument("--out", type=Path, metavar="FILE",
+                   help="where to store it (default: ~/.cache/gpucheckup/commbench-<gpu>-x<n>.json, found by analyze)")
+    b.add_argument("--max-mib", type=float, metavar="MIB", help="largest message (default 1024 on GPUs, 64 on CPUs)")
+    b.set_defaults(func=cmd_commbench)
+
+
+def cmd_commbench(args, console: Console) -> int:
+    from gpucheckup.capture import commbench
+
+    nproc = args.nproc
+    if nproc is None:
+        try:
+            import torch
+            nproc = torch.cuda.device_count() or 2
+        except ImportError:
+            raise CheckupError("commbench needs torch (pip install torch)") from None
+    if nproc < 2:
+        raise CheckupError(f"--nproc {nproc}: a collective needs at least 2 ranks")
+    rc = commbench.launch(nproc, args.out, args.max_mib)
+    if rc != 0:
+        raise CheckupError(f"commbench ranks exited with code {rc} (their output is above)")
+    return 0
+# --- end many GPUs ---
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The two-GPU validation of the many-rank check-up (issue 9), in one device call (about 5 minutes):
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site whl/*.whl   # msgspec
+#   export PYTHONPATH=/tmp/site:$PWD/src; OUT=... bash validation/h200x2_ranks.sh
+# Captures with `gpucheckup run -- torchrun --nproc_per_node 2 tests/jobs/ddp_train.py` (bar 1-GPU):
+#   ddp_healthy (and ddp_healthy_noshapes, without --record-shapes), ddp_sockets (NCCL_P2P_DISABLE=1
+#   NCCL_SHM_DISABLE=1: NCCL on sockets), ddp_slow_input (rank 1's DataLoader sleeps 40 ms a batch),
+#   fsdp (FSDP2 fully_shard), ddp_1gpu (the same job on one GPU, for `gpucheckup scaling`);
+# then `gpucheckup commbench` on NVLink and on sockets. The runs are analysed off the machine.
+# Writes under $OUT: runs.tar.gz, commbench.json, commbench-sockets.json, console.txt, env.txt.
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH="${PYTHONPATH:-/tmp/site:$PWD/src}"
+RUNS=/tmp/ranks-runs
+rm -rf "$RUNS"; mkdir -p "$RUNS"
+GC="python3 -m gpucheckup.cli"
+TR="python3 -m torch.distributed.run --standalone"
+JOB="tests/jobs/ddp_train.py ${JOB_ARGS:---width 4096 --layers 8 --batch 1024}"
+{
+  nvidia-smi topo -m; nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv
+  python3 -c "import torch; print(torch.__version__, torch.cuda.nccl.version())"
+} > "$OUT/env.txt" 2>&1
+cap() {  # name, extra gpucheckup options, then the command
+  local name=$1; shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout 150 $GC run --out "$RUNS/$name" --no-report "$@" 2>&1 | grep -v "^USDT" | tail -8
+  echo "=== $name: rc ${PIPESTATUS[0]}, $((SECONDS - t0)) s"
+}
+{
+cap ddp_healthy --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25
+cap ddp_healthy_noshapes --skip 10 --steps 5 -- $TR --nproc_per_node 2 $JOB --steps 25
+cap ddp_slow_input --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25 --slow-rank 1 --slow-ms 40
+cap fsdp --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25 --fsdp
+cap ddp_1gpu --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 1 $JOB --steps 25
+NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 cap ddp_sockets --skip 8 --steps 4 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 18
+echo "=== commbench NVLink"
+timeout 120 $GC commbench --nproc 2 ${CB_ARGS:-} --out "$OUT/commbench.json" 2>&1 | grep -v "^USDT" | tail -30
+echo "=== commbench sockets"
+NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 timeout 120 $GC commbench --nproc 2 --max-mib 64 --out "$OUT/commbench-sockets.json" 2>&1 | grep -v "^USDT" | tail -20
+} 2>&1 | tee "$OUT/console.txt"
+tar czf "$OUT/runs.tar.gz" -C "$RUNS" .
+ls -la "$OUT"
