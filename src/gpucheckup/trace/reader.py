@@ -22,6 +22,7 @@ from gpucheckup.trace import schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
+    CommArgs,
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -156,6 +157,7 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
     thread_names: dict[tuple[int, int], str] = {}
     str_ids: dict[str, int] = {}
     bad_time = 0
+    comm_rows: list[tuple] = []  # many GPUs (issue 9): host row, collective, pg, group size, in, out, dtype
     cbf_count, cbf_us = 0, 0.0
     nan = math.nan
     isfinite = math.isfinite
@@ -226,6 +228,9 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
             shapes.append(bytes(a.input_dims) or None)
             dtypes.append(bytes(a.input_type) or None)
             concrete.append(bytes(a.concrete_inputs) or None)
+            if a.collective_name is not None:  # many GPUs (issue 9)
+                comm_rows.append((len(h_rows) - 1, a.collective_name, a.pg_name or "", a.group_size, a.in_msg_nelems,
+                                  a.out_msg_nelems, a.dtype or ""))
 
     if bad_time:
         warnings.append(f"{bad_time} events with a negative, non-finite or over-a-day duration were ignored")
@@ -293,7 +298,18 @@ def build_tables(path: Path, kt: schema.KinetoTrace, dropped: int = 0) -> Trace:
         command_buffer_full_count=cbf_count,
         command_buffer_full_us=cbf_us,
         warnings=warnings,
+        comms=_comm_args(comm_rows),
     )
+
+
+def _comm_args(rows: list[tuple]) -> CommArgs | None:
+    """The collective calls' arguments as a table (many GPUs, issue 9)."""
+    if not rows:
+        return None
+    num = np.array([[np.nan if v is None else v for v in r[3:6]] for r in rows], dtype=np.float64)
+    return CommArgs(host_row=np.array([r[0] for r in rows], dtype=np.int64), collective=[r[1] for r in rows],
+                    pg=[r[2] for r in rows], group_size=num[:, 0], in_nelems=num[:, 1], out_nelems=num[:, 2],
+                    dtype=[r[6] for r in rows])
 
 
 def read_trace(path: str | Path) -> Trace:

@@ -32,6 +32,14 @@ class Args(msgspec.Struct, gc=False):
     name: str | None = None  # metadata events (process_name, thread_name) carry their label here
     labels: str | None = None
     rank: int | None = None
+    # --- many GPUs (issue 9): what torch.distributed's `record_param_comms` op carries ---
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    # --- end many GPUs ---
 
 
 class Event(msgspec.Struct, gc=False):
