@@ -7,6 +7,7 @@
 #   NCCL_SHM_DISABLE=1: NCCL on sockets), ddp_slow_input (rank 1's DataLoader sleeps 40 ms a batch),
 #   fsdp (FSDP2 fully_shard), ddp_1gpu (the same job on one GPU, for `gpucheckup scaling`);
 # then `gpucheckup commbench` on NVLink and on sockets. The runs are analysed off the machine.
+# NO_EXTRA=1 leaves out ddp_healthy_noshapes, NO_COMMBENCH=1 the commbench runs.
 # Writes under $OUT: runs.tar.gz, commbench.json, commbench-sockets.json, console.txt, env.txt.
 set -u
 cd "$(dirname "$0")/.."
@@ -32,15 +33,17 @@ cap() {  # name, extra gpucheckup options, then the command
 }
 {
 cap ddp_healthy --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25
-cap ddp_healthy_noshapes --skip 10 --steps 5 -- $TR --nproc_per_node 2 $JOB --steps 25
+[ -z "${NO_EXTRA:-}" ] && cap ddp_healthy_noshapes --skip 10 --steps 5 -- $TR --nproc_per_node 2 $JOB --steps 25
 cap ddp_slow_input --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25 --slow-rank 1 --slow-ms 40
 cap fsdp --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 25 --fsdp
 cap ddp_1gpu --skip 10 --steps 5 --record-shapes -- $TR --nproc_per_node 1 $JOB --steps 25
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 cap ddp_sockets --skip 8 --steps 4 --record-shapes -- $TR --nproc_per_node 2 $JOB --steps 18
+if [ -z "${NO_COMMBENCH:-}" ]; then
 echo "=== commbench NVLink"
 timeout 120 $GC commbench --nproc 2 ${CB_ARGS:-} --out "$OUT/commbench.json" 2>&1 | grep -v "^USDT" | tail -30
 echo "=== commbench sockets"
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 timeout 120 $GC commbench --nproc 2 --max-mib 64 --out "$OUT/commbench-sockets.json" 2>&1 | grep -v "^USDT" | tail -20
+fi
 } 2>&1 | tee "$OUT/console.txt"
 tar czf "$OUT/runs.tar.gz" -C "$RUNS" .
 ls -la "$OUT"

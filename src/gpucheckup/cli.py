@@ -154,14 +154,22 @@ def mfu_inputs(args) -> MfuInputs:
 
 def _emit(results: list[Checkup], args, console: Console) -> None:
     """Print and write what the options ask for."""
+    from gpucheckup.ranks_checkup import attach_job, job_dict
+    from gpucheckup.ranks_checkup import payload as ranks_payload
+
+    job = attach_job([c.analysis.trace for c in results], results) if len(results) > 1 else None  # many GPUs
     if not args.quiet:
-        if len(results) > 1:
+        if job:
+            from gpucheckup.report import terminal_ranks
+
+            terminal_ranks.render_job(job_dict(job, rank_summary(results), [c.report for c in results]), console)
+        elif len(results) > 1:
             terminal.render_ranks(rank_summary(results), console)
         for c in results:
             terminal.render(c.report, console)
     if args.json:
-        payload = results[0].report if len(results) == 1 else {
-            "ranks": rank_summary(results), "reports": [c.report for c in results]}
+        payload = results[0].report if len(results) == 1 else ranks_payload(
+            job, rank_summary(results), [c.report for c in results])
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(payload), indent=2))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     rows = rank_summary(results)

@@ -24,6 +24,8 @@ from gpucheckup.checkup import Checkup, _note_stragglers, agent_flops, check_tra
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.run_rules import run_findings
 from gpucheckup.errors import CheckupError
+from gpucheckup.ranks_checkup import attach_job, job_dict
+from gpucheckup.ranks_checkup import payload as ranks_payload
 from gpucheckup.report.run_model import run_only_dict, run_parts
 from gpucheckup.trace import read_trace
 from gpucheckup.trace.ncu_csv import read_ncu_csv
@@ -40,6 +42,7 @@ class RunCheckup:
     checkups: list[Checkup] = field(default_factory=list)
     no_timeline: str | None = None
     report: dict | None = None  # the run-only report when there is no GPU timeline
+    job: object | None = None  # many GPUs (issue 9): ranks_checkup.JobCheckup when ranks share collectives
 
 
 def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> RunCheckup:
@@ -61,8 +64,10 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
     traces = run.traces or run.time_traces or run.attach_traces[-1:]
     used = []
+    all_traces = []  # many GPUs (issue 9)
     for p in traces:
         trace = read_trace(p)
+        all_traces.append(trace)
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
                               "or memsets), so only the run-level figures are checked up")
@@ -76,6 +81,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     rc.checkups.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0))
     if len(rc.checkups) > 1:
         _note_stragglers(rc.checkups)
+    rc.job = attach_job(all_traces, rc.checkups, path, run.env)  # many GPUs (issue 9)
     parts_traces = used or [str(p.relative_to(path)) for p in traces]
     for c in rc.checkups:
         c.report.update(run_parts(ra, used, None))
@@ -91,8 +97,8 @@ def reports(rc: RunCheckup) -> list[dict]:
 
 def payload(rc: RunCheckup) -> dict:
     """The JSON document: one report, or ranks and their reports."""
-    if len(rc.checkups) > 1:
-        return {"ranks": rank_summary(rc.checkups), "reports": reports(rc)}
+    if len(rc.checkups) > 1 or rc.job:
+        return ranks_payload(rc.job, rank_summary(rc.checkups), reports(rc))
     return reports(rc)[0]
 
 
@@ -101,7 +107,11 @@ def emit_run(rc: RunCheckup, console: Console, quiet: bool = False, json_path: P
     from gpucheckup.report import terminal, terminal_run
 
     if not quiet:
-        if len(rc.checkups) > 1:
+        if rc.job:
+            from gpucheckup.report import terminal_ranks
+
+            terminal_ranks.render_job(job_dict(rc.job, rank_summary(rc.checkups), reports(rc)), console)
+        elif len(rc.checkups) > 1:
             terminal.render_ranks(rank_summary(rc.checkups), console)
         for c in rc.checkups:
             terminal.render(c.report, console)

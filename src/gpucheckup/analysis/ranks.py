@@ -8,15 +8,18 @@ Definitions (also in docs/metrics.md):
 - transfer of a matched call: the shortest duration across its ranks (the last rank to arrive
   waits for nobody: its duration is the data moving); a rank's wait: its duration minus the
   transfer (it arrived early and waited for the others). TraceLens splits them the same way.
+- exposed wait: the part of a rank's wait (the first `wait` of its call) during which none of its
+  own non-communication GPU ops ran: waiting that costs it time. A prefetched FSDP all-gather
+  that waits behind compute waits without cost. On CPU traces every wait is exposed.
 - arrival: a call's start on the aligned clock; the last rank to arrive at a call is late by its
-  arrival minus the median arrival of the others.
+  arrival minus the median arrival of the others, and causes the others' exposed wait there.
 - per rank, per step (means over the profiled steps): step_ms (median step window), transfer_ms,
   wait_ms (sums over its calls), compute_ms (GPU time of non-communication kernels, copies and
   memsets; on CPU traces: the step less transfer and wait), idle_ms (step less the union of every
   GPU op; 0 on CPU traces).
-- straggler: the rank that arrives last at calls whose lateness adds up to at least
-  STRAGGLER_SHARE of all lateness, and whose lateness per step is at least STRAGGLER_STEP_PCT
-  of the median step: the others wait for it.
+- straggler: the rank that causes at least STRAGGLER_SHARE of all exposed wait (the others'
+  mean exposed wait at the calls it arrives last at), when that is at least STRAGGLER_STEP_PCT
+  of the median step per step: the others wait for it.
 - busbw per collective: bytes / transfer x nccl-tests' factor (hardware/links.py), the median
   over its calls; the job's busbw: the byte-weighted mean over every call.
 """
@@ -37,7 +40,7 @@ from gpucheckup.hardware import links
 from gpucheckup.trace.tables import KERNEL, Trace
 
 STRAGGLER_SHARE = 0.6  # of all lateness, on one rank
-STRAGGLER_STEP_PCT = 5.0  # lateness per step, % of the median step
+STRAGGLER_STEP_PCT = 10.0  # exposed wait per step, % of the median step: the bar checkup.STRAGGLER_PCT sets for a slow rank
 MIN_LATE_US = 50.0  # a call whose last rank is later than this counts towards lateness
 
 
@@ -69,6 +72,7 @@ class RankRow:
     compute_ms: float
     transfer_ms: float
     wait_ms: float
+    exposed_wait_ms: float  # the part of wait_ms with no compute of its own beside it
     idle_ms: float
     late_ms: float  # how late it arrives per step, summed over the calls where it was last
     last_pct: float  # share of matched calls it arrived last at
@@ -128,6 +132,9 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     n_steps = max(1, min(len(set(k[2] for k, _ in matched)), min(r.steps.count for r in inputs)))
     transfer = np.zeros(len(inputs))
     wait = np.zeros(len(inputs))
+    exposed = np.zeros(len(inputs))
+    caused = np.zeros(len(inputs))
+    computing = [_compute_intervals(r) for r in inputs]
     late = np.zeros(len(inputs))
     last_count = np.zeros(len(inputs))
     per_coll: dict[tuple, list] = defaultdict(list)
@@ -140,12 +147,17 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         tr = float(dur.min())
         transfer[ris] += tr
         wait[ris] += dur - tr
+        own_start = np.array([inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
+        ex = np.array([(d - tr) - float(iv.covered_between(computing[ri], s0, s0 + d - tr))
+                       for ri, s0, d in zip(ris, own_start, dur)])
+        exposed[ris] += ex
         last = int(np.argmax(start))
         others = np.delete(start, last)
         lateness = float(start[last] - np.median(others))
         if lateness >= MIN_LATE_US:
             late[ris[last]] += lateness
             last_count[ris[last]] += 1
+            caused[ris[last]] += float(np.delete(ex, last).mean())
         c0 = inputs[ris[0]].calls
         nbytes = float(c0.nbytes[cis[0]])
         size = int(c0.group_size[cis[0]]) if np.isfinite(c0.group_size[cis[0]]) else len(ris)
@@ -161,7 +173,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         if compute is None:
             compute, idle = max(steps_ms[ri] - tr_ms - wt_ms, 0.0), 0.0
         table.append(RankRow(rank=r.rank, step_ms=steps_ms[ri], compute_ms=compute, transfer_ms=tr_ms, wait_ms=wt_ms,
-                             idle_ms=idle, late_ms=late[ri] / 1e3 / n_steps,
+                             exposed_wait_ms=exposed[ri] / 1e3 / n_steps, idle_ms=idle, late_ms=late[ri] / 1e3 / n_steps,
                              last_pct=100 * last_count[ri] / max(len(matched), 1), offset_us=offsets[ri]))
     colls = []
     for (name, nbytes, size), vals in sorted(per_coll.items(), key=lambda kv: -sum(v[0] for v in kv[1])):
@@ -172,14 +184,14 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
                                    wait_ms=float(sum(v[1] for v in vals)) / 1e3 / n_steps,
                                    busbw_gb_s=float(np.median(bws)) if bws else None, group_size=size))
     straggler, s_late, s_last, waited = None, 0.0, 0.0, 0.0
-    total_late = late.sum()
-    if total_late > 0:
-        top = int(np.argmax(late))
-        per_step = late[top] / 1e3 / n_steps
-        if late[top] >= STRAGGLER_SHARE * total_late and per_step >= STRAGGLER_STEP_PCT / 100 * float(np.median(steps_ms)):
-            straggler, s_late = inputs[top].rank, per_step
+    total_caused = caused.sum()
+    if total_caused > 0:
+        top = int(np.argmax(caused))
+        per_step = caused[top] / 1e3 / n_steps
+        if caused[top] >= STRAGGLER_SHARE * total_caused and per_step >= STRAGGLER_STEP_PCT / 100 * float(np.median(steps_ms)):
+            straggler, s_late = inputs[top].rank, late[top] / 1e3 / n_steps
             s_last = table[top].last_pct
-            waited = float(np.mean([t.wait_ms for i, t in enumerate(table) if i != top]))
+            waited = float(np.mean([t.exposed_wait_ms for i, t in enumerate(table) if i != top]))
     notes = []
     if unmatched:
         notes.append(f"{unmatched} collective calls were not found on every rank of their group and are left out "
@@ -203,6 +215,16 @@ def _offsets(inputs: list[RankInput], matched: list) -> np.ndarray:
         for ri, ci in who.items():
             diffs[ri].append(inputs[ri].calls.end[ci] - e0)
     return np.array([float(np.median(diffs[ri])) if diffs.get(ri) else 0.0 for ri in range(len(inputs))])
+
+
+def _compute_intervals(r: RankInput) -> iv.Intervals:
+    """The rank's non-communication GPU ops as a normalised interval set (empty on CPU traces)."""
+    g = r.trace.gpu
+    if not len(g):
+        return iv.EMPTY
+    comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
+    k = ~((g.kind == KERNEL) & comm[g.name])
+    return iv.union(g.start[k], g.end[k])
 
 
 def _gpu_shares(r: RankInput) -> tuple[float | None, float | None]:
