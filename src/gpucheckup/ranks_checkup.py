@@ -79,7 +79,7 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
         if c is None:
             continue
         if ra.straggler is not None and row.rank != ra.straggler:
-            rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step)
+            rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step, row.transfer_ms)
         if slow:
             rank_rules.drop_comm_tuning(c.diagnosis)
             c.diagnosis.findings.insert(0, slow)

@@ -10,8 +10,9 @@
   LINK_LOW_PCT of the link's figure (hardware/links.py) is a configuration finding ranked
   before any other communication fix, with the transport variables seen in the environment.
 - waiting ranks: communication time that is waiting for the straggler is skew, not transfer:
-  their exposed-communication finding loses that time (and goes when less than its threshold
-  is left), and their verdict is re-ranked without it.
+  their exposed-communication finding loses that time, keeps at most their own transfer time,
+  and goes when less than its threshold is left; their verdict is re-ranked without the wait
+  (`waiting` when the wait is the largest share).
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ def slow_link_finding(ra: RanksAnalysis, link_gb_s: float | None, link_from: str
                    key="nccl_transport")])
 
 
-def discount_wait(d: Diagnosis, wait_ms: float, straggler: int, step_ms: float) -> None:
-    """A waiting rank: its communication time that is waiting for the straggler is not offered fixes."""
+def discount_wait(d: Diagnosis, wait_ms: float, straggler: int, step_ms: float, transfer_ms: float) -> None:
+    """A waiting rank: its communication time that is waiting for the straggler is not offered fixes; what
+    is left is at most its own transfer time (the most a faster transfer or better overlap could save)."""
     from gpucheckup.diagnosis.rules import COMM_EXPOSED_PCT
 
     if wait_ms <= 0 or step_ms <= 0:
@@ -116,7 +118,7 @@ def discount_wait(d: Diagnosis, wait_ms: float, straggler: int, step_ms: float) 
         if f.id != COMM_FINDING:
             kept.append(f)
             continue
-        left = max(f.cost_ms_per_step - wait_ms, 0.0)
+        left = min(max(f.cost_ms_per_step - wait_ms, 0.0), transfer_ms)
         if 100 * left / step_ms < COMM_EXPOSED_PCT:
             d.notes.append(f"{min(wait_ms, f.cost_ms_per_step):.2f} ms per step of this rank's communication is "
                            f"waiting for rank {straggler} (skew, not transfer): see the straggler finding")

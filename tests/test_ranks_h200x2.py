@@ -1,0 +1,91 @@
+"""Ranks side by side on real two-H200 runs (tests/data/h200x2/, captured by validation/h200x2_ranks.sh).
+
+Every job is tests/jobs/ddp_train.py with an 8-layer MLP of width 4096 (8 x (4096*4096 + 4096)
+float32 parameters), batch 1024 per rank, over `torchrun --nproc_per_node 2`; expected figures
+come from that model and from what each run planted, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucheckup.hardware import links
+from gpucheckup.run_checkup import check_run, payload
+
+DATA = Path(__file__).resolve().parent / "data" / "h200x2"
+PARAMS = 8 * (4096 * 4096 + 4096)
+SLOW_MS = 40.0  # ddp_slow_input: rank 1's DataLoader sleeps this long per batch
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {name: payload(check_run(DATA / name)) for name in ("ddp_healthy", "ddp_slow_input", "ddp_sockets", "fsdp")}
+
+
+def test_healthy_ddp_is_gpu_bound_with_no_straggler(runs):
+    d = runs["ddp_healthy"]
+    assert d["verdict"]["primary"] == "gpu_bound"
+    assert d["ranks"]["straggler"] is None
+    assert [r["rank"] for r in d["ranks"]["table"]] == [0, 1]
+    (ar,) = d["communication"]["collectives"]
+    assert ar["name"] == "all_reduce"
+    # DDP all-reduces every gradient once per step: the calls' bytes add up to the parameters' bytes
+    assert ar["bytes"] * ar["count"] / d["ranks"]["steps"] == pytest.approx(PARAMS * 4, rel=1e-3)
+    # NVLink (NV18): well above a tenth of the link, at most the link
+    assert d["communication"]["link_gb_s"] == pytest.approx(450.0)
+    assert 100 < d["communication"]["busbw_gb_s"] <= 450
+
+
+def test_slow_input_rank_is_named_with_its_cause_and_no_bucketing(runs):
+    d = runs["ddp_slow_input"]
+    ranks = d["ranks"]
+    assert ranks["straggler"] == 1 and ranks["cause"] == "input"
+    assert d["verdict"]["primary"] == "input_bound"
+    assert SLOW_MS * 0.9 < ranks["late_ms_per_step"] < SLOW_MS * 1.5
+    r0, r1 = ranks["table"]
+    assert r0["wait_ms"] > SLOW_MS * 0.9 and r1["wait_ms"] < 1.0
+    assert r0["verdict"] == "waiting" and r1["verdict"] == "input_bound"
+    for rep in d["reports"]:
+        actions = " ".join(f["action"] for f in rep["fixes"])
+        assert "bucket" not in actions.lower()
+        assert rep["verdict"]["findings"][0]["id"] == "straggler"
+
+
+def test_sockets_are_a_transport_finding_with_measured_busbw(runs):
+    d = runs["ddp_sockets"]
+    assert d["verdict"]["primary"] == "communication_bound"
+    assert d["ranks"]["straggler"] is None
+    ids = [f["id"] for f in d["verdict"]["findings"]]
+    assert ids == ["slow_link"]
+    # the same collective measured by commbench on sockets, in the same session's first call
+    bench = json.loads((DATA / "commbench-sockets.json").read_text())
+    ref = next(r for r in bench["results"] if r["op"] == "all_reduce" and r["bytes"] == 64 << 20)
+    assert d["communication"]["busbw_gb_s"] == pytest.approx(ref["busbw_gb_s"], rel=0.3)
+    for rep in d["reports"]:
+        first = rep["fixes"][0]
+        assert "transport" in first["action"] and "NCCL_P2P_DISABLE" in first["action"]
+        assert not any("bucket" in f["action"].lower() for f in rep["fixes"])
+
+
+def test_fsdp_reads_all_gather_and_reduce_scatter_with_overlap(runs):
+    d = runs["fsdp"]
+    names = {c["name"]: c for c in d["communication"]["collectives"]}
+    steps = d["ranks"]["steps"]
+    # fully_shard per Linear: one all-gather in forward and one in backward, one reduce-scatter, per layer
+    assert names["all_gather"]["count"] == 2 * 8 * steps
+    assert names["reduce_scatter"]["count"] == 8 * steps
+    assert names["all_gather"]["bytes"] == (4096 * 4096 + 4096) * 4
+    for r in d["ranks"]["table"]:
+        assert 0 <= r["comm_overlap_pct"] <= 100
+
+
+def test_commbench_nvlink_reaches_most_of_the_link():
+    bench = links.read_commbench(DATA / "commbench-nvlink.json")
+    best, _ = links.measured_link(bench)
+    topo = json.loads((DATA / "ddp_healthy" / "env.json").read_text())["topology"]
+    link, how = links.link_from_topology(topo, "9.0")
+    assert link == 450.0 and "NV18" in how
+    assert 0.5 * link < best <= link
