@@ -109,6 +109,8 @@ def _r(x, nd=3):
 
 def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[dict] | None = None) -> dict:
     """The job's JSON keys: ranks (straggler, table), communication, verdict."""
+    from gpucheckup.report.model import _clean
+
     ra = job.analysis
     old = {r["rank"]: r for r in (summary or [])}
     overlap = {(r.get("trace") or {}).get("rank", i): r.get("communication") for i, r in enumerate(reports or [])}
@@ -123,7 +125,7 @@ def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[d
         comm = overlap.get(row.rank)
         d["comm_overlap_pct"] = _r(comm.get("overlap_pct"), 1) if comm else None
         table.append(d)
-    return {
+    return _clean({
         "ranks": {"straggler": ra.straggler, "late_ms_per_step": _r(ra.straggler_late_ms) if ra.straggler is not None
                   else None, "waited_ms_per_step": _r(ra.waited_ms) if ra.straggler is not None else None,
                   "cause": job.cause, "excess_ms": {k: _r(v) for k, v in job.excess.items()}, "table": table,
@@ -136,7 +138,7 @@ def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[d
         },
         "verdict": {"primary": job.primary, "reason": job.reason,
                     "findings": [f.to_dict() for f in job.findings]},
-    }
+    })
 
 
 def plain_ranks_dict(summary: list[dict]) -> dict:
