@@ -89,3 +89,28 @@ def test_commbench_nvlink_reaches_most_of_the_link():
     link, how = links.link_from_topology(topo, "9.0")
     assert link == 450.0 and "NV18" in how
     assert 0.5 * link < best <= link
+
+
+def test_scaling_efficiency_matches_the_jobs_own_step_times(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "scaling.json"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "scaling", str(DATA / "ddp_1gpu"),
+                          str(DATA / "ddp_healthy"), "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    sc = json.loads(out.read_text())
+    # the jobs' own perf_counter medians (console.txt): 22.28 ms on 1 GPU, 24.10 ms on 2
+    console = (DATA / "console.txt").read_text()
+    assert "rank 0 median step 22.28 ms" in console and "rank 0 median step 24.10 ms" in console
+    assert sc["n"] == 2 and sc["efficiency_pct"] == pytest.approx(100 * 22.28 / 24.10, abs=3)
+    assert sum(sc["parts_ms"].values()) == pytest.approx(sc["extra_ms"])
+
+
+def test_scaling_refuses_two_multi_gpu_runs():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "scaling", str(DATA / "ddp_healthy"),
+                          str(DATA / "ddp_sockets")], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "1-GPU run" in res.stderr

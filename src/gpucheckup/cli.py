@@ -80,6 +80,62 @@ def _ranks_parsers(sub) -> None:
     b.add_argument("--max-mib", type=float, metavar="MIB", help="largest message (default 1024 on GPUs, 64 on CPUs)")
     b.set_defaults(func=cmd_commbench)
 
+    s = sub.add_parser("scaling", help="scaling efficiency of an N-GPU run against a 1-GPU run of the same job "
+                                       "(same batch per GPU), and where the extra step time goes")
+    s.add_argument("run_1", type=Path, help="run directory of the job on 1 GPU")
+    s.add_argument("run_n", type=Path, help="run directory of the job on N GPUs")
+    s.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    s.set_defaults(func=cmd_scaling)
+
+
+def cmd_scaling(args, console: Console) -> int:
+    from dataclasses import asdict
+
+    import numpy as np
+    from rich.table import Table
+
+    from gpucheckup.analysis.ranks import _gpu_shares, rank_input
+    from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
+    from gpucheckup.run_checkup import check_run
+
+    def step_and_compute(rc):
+        st = rc.analysis.steps or {}
+        traces = [c.analysis.trace for c in rc.checkups]
+        step = st.get("steady_median_ms")
+        how = "median of unprofiled steady-state steps (steps*.csv)"
+        if not step and rc.checkups:
+            step, how = float(np.median([c.report["steps"]["median_ms"] for c in rc.checkups])), "traces' median step"
+        if not step:
+            raise CheckupError(f"{rc.run.path}: no step times (no steps*.csv and no GPU trace)")
+        comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]
+        comp = [c for c in comp if c is not None]
+        return step, (float(np.mean(comp)) if comp else None), how
+
+    rc1, rcn = check_run(args.run_1), check_run(args.run_n)
+    n = len(rcn.job.analysis.ranks) if rcn.job else max(len(rcn.checkups), len(rcn.run.steps))
+    n1 = len(rc1.job.analysis.ranks) if rc1.job else max(len(rc1.checkups), len(rc1.run.steps), 1)
+    if n1 != 1 or n < 2:
+        raise CheckupError(f"scaling needs a 1-GPU run and an N-GPU run; got {n1} and {n} ranks")
+    s1, c1, how = step_and_compute(rc1)
+    sn, cn, _ = step_and_compute(rcn)
+    comm = float(np.mean([c.report["communication"]["exposed_ms_per_step"] for c in rcn.checkups])) if rcn.checkups else 0.0
+    wait = float(np.mean([r.exposed_wait_ms for r in rcn.job.analysis.table])) if rcn.job else 0.0
+    sc = scaling(n, s1, sn, c1, cn, comm, wait, how)
+    t = Table(title=f"Scaling: 1 -> {n} GPUs", title_justify="left")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("step, 1 GPU", f"{s1:.2f} ms")
+    t.add_row(f"step, {n} GPUs", f"{sn:.2f} ms")
+    t.add_row("efficiency", f"{sc.efficiency_pct:.1f}%" + (f" (under {EFFICIENCY_LOW_PCT:g}%: look at communication)"
+                                                           if sc.low else ""))
+    for k, v in sc.parts_ms.items():
+        t.add_row(f"  extra: {k}", f"{v:+.2f} ms")
+    console.print(t)
+    console.print(f"step times: {how}", style="dim", markup=False)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(asdict(sc)), indent=2))
+    return 0
+
 
 def cmd_commbench(args, console: Console) -> int:
     from gpucheckup.capture import commbench
