@@ -114,3 +114,17 @@ def test_scaling_refuses_two_multi_gpu_runs():
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "scaling", str(DATA / "ddp_healthy"),
                           str(DATA / "ddp_sockets")], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "1-GPU run" in res.stderr
+
+
+def test_nvml_figures_per_gpu_over_the_steady_state():
+    from gpucheckup.analysis.run import analyze_run
+    from gpucheckup.trace.rundir import read_run
+
+    run = read_run(DATA / "ddp_slow_input")
+    nv = analyze_run(run).nvml
+    assert nv["window"] == "steady state (after warm-up)"
+    steps = run.steps["rank0"]["t_end_s"]
+    assert nv["active_s"] <= steps[-1] - steps[1]  # inside the steps, start-up and shutdown left out
+    per = {g["gpu"]: g["util_mean_pct"] for g in nv["per_gpu"]}
+    # rank 0's NCCL kernel spins while it waits (NVML counts it busy); rank 1's GPU idles through its input
+    assert per[0] > per[1] + 20
