@@ -122,3 +122,33 @@ def test_128_synthetic_ranks_find_the_planted_straggler():
     assert outliers(rows, "late_ms") == [planted]
     print(f"128 ranks: peak traced memory {peak / 2**20:.1f} MiB")
     assert peak < 512 * 2**20
+
+
+def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
+    import io
+
+    from rich.console import Console
+
+    from gpucheckup.report.terminal_ranks import render_job
+
+    table = [{"rank": r, "step_ms": 100.0, "compute_ms": 80.0 + r % 3, "transfer_ms": 5.0,
+              "wait_ms": 0.5 if r == 213 else 30.0, "exposed_wait_ms": 0.5 if r == 213 else 30.0, "idle_ms": 1.0,
+              "late_ms": 30.0 if r == 213 else 0.1 * (r % 5)} for r in range(256)]
+    d = {"verdict": {"primary": "input_bound", "reason": "rank 213 is the straggler", "findings": []},
+         "ranks": {"table": table}, "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None}}
+    buf = io.StringIO()
+    render_job(d, Console(file=buf, width=120))
+    out = buf.getvalue()
+    late = next(line for line in out.splitlines() if line.strip().startswith("late"))
+    assert late.split()[-1] == "213"
+    assert out.count("\n") < 40  # a distribution, not 256 rows
+
+
+def test_throttled_straggler_gpu_is_evidence():
+    from gpucheckup.ranks_checkup import throttle_note
+
+    calm = {"known": True, "throttled_pct": 0.0, "by_reason_pct": {}}
+    hot = {"known": True, "throttled_pct": 40.0, "by_reason_pct": {"SW thermal slowdown": 40.0}}
+    nvml = {"per_gpu": [{"gpu": 0, "throttle": calm}, {"gpu": 1, "throttle": hot}]}
+    assert "GPU (1) was throttled in 40%" in throttle_note(nvml, 1) and "SW thermal" in throttle_note(nvml, 1)
+    assert throttle_note(nvml, 0) is None

@@ -47,8 +47,22 @@ def link_figure(run_path: Path | None, env: dict, device: str, nranks: int, cc: 
     return (topo[0], topo[1]) if topo else (None, "")
 
 
+def throttle_note(nvml: dict | None, straggler: int) -> str | None:
+    """The straggler's GPU's throttling against the others', from the run's per-GPU NVML figures."""
+    per = {g["gpu"]: (g.get("throttle") or {}) for g in (nvml or {}).get("per_gpu", [])}
+    if not per:
+        return None
+    mine = per.get(straggler % len(per), {})
+    if not mine.get("known") or not mine.get("throttled_pct"):
+        return None
+    others = [p.get("throttled_pct") or 0.0 for g, p in per.items() if g != straggler % len(per)]
+    worst = ", ".join(f"{k} {v:.0f}%" for k, v in sorted(mine["by_reason_pct"].items(), key=lambda kv: -kv[1]))
+    return (f"its GPU ({straggler % len(per)}) was throttled in {mine['throttled_pct']:.0f}% of the NVML samples "
+            f"({worst}), the other GPUs in {max(others, default=0.0):.0f}% at most")
+
+
 def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path | None = None,
-              env: dict | None = None) -> JobCheckup | None:
+              env: dict | None = None, nvml: dict | None = None) -> JobCheckup | None:
     """Check up the ranks together; None when fewer than two ranks hold collective calls.
     `checkups`: rank -> that rank's single-trace Checkup (only ranks with a GPU timeline)."""
     inputs: list[RankInput] = []
@@ -66,7 +80,7 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
     cause, excess = None, {}
     if ra.straggler is not None:
         cause, ex_ms, excess = straggler_cause(inputs, ra.straggler)
-        f = rank_rules.straggler_finding(ra, cause, ex_ms, excess, None)
+        f = rank_rules.straggler_finding(ra, cause, ex_ms, excess, throttle_note(nvml, ra.straggler))
         findings.append(f)
         if ex_ms < rank_rules.CAUSE_SHARE * ra.straggler_late_ms:
             cause = None
@@ -147,7 +161,7 @@ def plain_ranks_dict(summary: list[dict]) -> dict:
 
 
 def attach_job(traces: list[Trace], checkups: list, run_path: Path | None = None,
-               env: dict | None = None) -> JobCheckup | None:
+               env: dict | None = None, nvml: dict | None = None) -> JobCheckup | None:
     """check_job over these traces, then rebuild the reports of the ranks whose diagnosis it changed."""
     from gpucheckup.report.model import checkup_dict
 
@@ -157,7 +171,7 @@ def attach_job(traces: list[Trace], checkups: list, run_path: Path | None = None
     for i, c in enumerate(checkups):
         t = c.analysis.trace
         by_rank[t.rank if t.rank is not None else i] = c
-    job = check_job(traces, by_rank, run_path, env)
+    job = check_job(traces, by_rank, run_path, env, nvml)
     if job is None:
         return None
     for c in checkups:

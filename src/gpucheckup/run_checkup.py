@@ -81,7 +81,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     rc.checkups.sort(key=lambda c: (c.analysis.trace.rank is None, c.analysis.trace.rank or 0))
     if len(rc.checkups) > 1:
         _note_stragglers(rc.checkups)
-    rc.job = attach_job(all_traces, rc.checkups, path, run.env)  # many GPUs (issue 9)
+    rc.job = attach_job(all_traces, rc.checkups, path, run.env, ra.nvml)  # many GPUs (issue 9)
     parts_traces = used or [str(p.relative_to(path)) for p in traces]
     for c in rc.checkups:
         c.report.update(run_parts(ra, used, None))
