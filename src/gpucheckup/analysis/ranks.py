@@ -13,7 +13,8 @@ Definitions (also in docs/metrics.md):
   that waits behind compute waits without cost. On CPU traces every wait is exposed.
 - arrival: a call's start on the aligned clock; the last rank to arrive at a call is late by its
   arrival minus the median arrival of the others, and causes the others' exposed wait there.
-- per rank, per step (means over the profiled steps): step_ms (median step window), transfer_ms,
+- per rank, per step: step_ms (the median step window: robust to a long first step, and the same on
+  ranks that run in lockstep); means over the profiled steps: transfer_ms,
   wait_ms (sums over its calls), compute_ms (GPU time of non-communication kernels, copies and
   memsets; on CPU traces: the step less transfer and wait), idle_ms (step less the union of every
   GPU op; 0 on CPU traces).
@@ -68,7 +69,7 @@ class RankRow:
     """One rank's step and where it goes, per step in ms."""
 
     rank: int
-    step_ms: float
+    step_ms: float  # median step window
     compute_ms: float
     transfer_ms: float
     wait_ms: float
