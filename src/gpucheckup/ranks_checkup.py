@@ -79,7 +79,7 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
     findings = []
     cause, excess = None, {}
     if ra.straggler is not None:
-        cause, ex_ms, excess = straggler_cause(inputs, ra.straggler)
+        cause, ex_ms, excess = straggler_cause(inputs, ra.straggler, {r.rank: r.exposed_wait_ms for r in ra.table})
         f = rank_rules.straggler_finding(ra, cause, ex_ms, excess, throttle_note(nvml, ra.straggler))
         findings.append(f)
         if ex_ms < rank_rules.CAUSE_SHARE * ra.straggler_late_ms:

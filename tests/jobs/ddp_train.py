@@ -5,7 +5,8 @@ torchrun, NCCL on GPUs and gloo on CPUs, synthetic data.
 
 Batches come from a DataLoader (num_workers=0) over a synthetic dataset. `--slow-rank R --slow-ms MS`
 makes rank R's dataset spend MS ms of host time building each batch (a slow input pipeline on
-one rank): the other ranks wait for it at the gradient all-reduce.
+one rank): the other ranks wait for it at the gradient all-reduce. `--slow-kind host` spins MS ms
+in Python instead, `--slow-kind compute` gives rank R a `--slow-factor` times larger batch.
 Each rank prints its median step time (its own `time.perf_counter()`), so tests can check
 gpucheckup's figures against it.
 """
@@ -46,6 +47,10 @@ def main() -> None:
     p.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per layer instead of DDP")
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--slow-kind", choices=("input", "host", "compute"), default="input",
+                   help="input: its DataLoader sleeps --slow-ms per batch; host: it spins --slow-ms in Python "
+                        "before each forward; compute: its batch is --slow-factor times larger")
+    p.add_argument("--slow-factor", type=int, default=3)
     p.add_argument("--bucket-mb", type=float, default=25.0)
     args = p.parse_args()
 
@@ -71,11 +76,18 @@ def main() -> None:
     else:
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    sleep_ms = args.slow_ms if rank == args.slow_rank else 0.0
-    loader = DataLoader(Batches(args.steps, args.batch, args.width, rank, sleep_ms), batch_size=None, num_workers=0)
+    slow = rank == args.slow_rank
+    sleep_ms = args.slow_ms if slow and args.slow_kind == "input" else 0.0
+    spin_s = args.slow_ms / 1e3 if slow and args.slow_kind == "host" else 0.0
+    batch = args.batch * args.slow_factor if slow and args.slow_kind == "compute" else args.batch
+    loader = DataLoader(Batches(args.steps, batch, args.width, rank, sleep_ms), batch_size=None, num_workers=0)
     times = []
     t0 = time.perf_counter()
     for x in loader:
+        if spin_s:  # host work outside any operator: metrics, logging, Python bookkeeping on one rank
+            t_spin = time.perf_counter()
+            while time.perf_counter() - t_spin < spin_s:
+                pass
         x = x.to(device, non_blocking=True)
         loss = model(x).square().mean()
         loss.backward()

@@ -277,10 +277,20 @@ def activity(r: RankInput) -> dict[str, float]:
     return out
 
 
-def straggler_cause(inputs: list[RankInput], straggler: int) -> tuple[str, float, dict[str, float]]:
+def straggler_cause(inputs: list[RankInput], straggler: int,
+                    waits: dict[int, float] | None = None) -> tuple[str, float, dict[str, float]]:
     """What the straggler spends more time on than the other ranks (the median of them), per step:
-    (the activity with the largest excess, its excess in ms, every activity's excess)."""
+    (the activity with the largest excess, its excess in ms, every activity's excess). A waiting
+    rank's host blocks either in a synchronization or between operators (inside backward, say):
+    its exposed wait (`waits`, ms per step) is taken out of `sync`, then of `outside_ops`, first."""
     acts = {r.rank: activity(r) for r in inputs}
+    for rank, w in (waits or {}).items():
+        if rank == straggler or rank not in acts:
+            continue
+        for key in ("sync", "outside_ops"):
+            take = min(w, acts[rank].get(key, 0.0))
+            acts[rank][key] = acts[rank].get(key, 0.0) - take
+            w -= take
     mine = acts[straggler]
     excess = {}
     for k, v in mine.items():
