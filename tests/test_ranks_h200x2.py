@@ -128,3 +128,54 @@ def test_nvml_figures_per_gpu_over_the_steady_state():
     per = {g["gpu"]: g["util_mean_pct"] for g in nv["per_gpu"]}
     # rank 0's NCCL kernel spins while it waits (NVML counts it busy); rank 1's GPU idles through its input
     assert per[0] > per[1] + 20
+
+
+@pytest.mark.parametrize("run, cause, verdict, planted", [
+    ("ddp_slow_host", "outside_ops", "launch_bound", "rank 1 spins 30 ms in Python before each forward"),
+    ("ddp_slow_compute", "gpu_compute", "gpu_bound", "rank 1's batch is 3 times larger"),
+])
+def test_other_stragglers_are_named_with_their_cause(run, cause, verdict, planted):
+    d = payload(check_run(DATA / run))
+    ranks = d["ranks"]
+    assert ranks["straggler"] == 1 and ranks["cause"] == cause, planted
+    assert d["verdict"]["primary"] == verdict
+    assert max(ranks["excess_ms"], key=ranks["excess_ms"].get) == cause
+    r0, r1 = ranks["table"]
+    assert r0["verdict"] == "waiting" and r0["exposed_wait_ms"] > 10 and r1["wait_ms"] < 1
+    if cause == "gpu_compute":  # three times the batch: about three times the GPU work of rank 0
+        assert r1["compute_ms"] == pytest.approx(3 * r0["compute_ms"], rel=0.35)
+    for rep in d["reports"]:
+        assert not any("bucket" in f["action"].lower() for f in rep["fixes"])
+
+
+def test_a_folder_of_rank_traces_reads_the_same_as_its_run(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    for p in (DATA / "ddp_slow_input" / "traces").glob("rank*.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    out = tmp_path / "job.json"
+    import os
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # no stored commbench
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(tmp_path), "--json", str(out)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "Rank 1 is the straggler" in res.stdout
+    d = json.loads(out.read_text())
+    assert d["ranks"]["straggler"] == 1 and d["verdict"]["primary"] == "input_bound"
+    assert d["communication"]["link_gb_s"] is None  # no env.json (topology) and no commbench: unknown
+
+
+def test_a_stored_commbench_is_the_link(tmp_path, monkeypatch):
+    import shutil
+
+    from gpucheckup.ranks_checkup import link_figure
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cached = links.cache_path("NVIDIA H200", 2)
+    cached.parent.mkdir(parents=True)
+    shutil.copy(DATA / "commbench-nvlink.json", cached)
+    gb, how = link_figure(None, {}, "NVIDIA H200", 2, "9.0")
+    assert gb == pytest.approx(327.17, abs=0.01) and "commbench" in how

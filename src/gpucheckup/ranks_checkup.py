@@ -3,8 +3,8 @@
 `check_job` takes every rank's trace (with its single-trace check-up when it has a GPU
 timeline), matches their collectives (analysis/ranks.py), finds the straggler and its cause and
 judges the collectives' bus bandwidth against the link (diagnosis/rank_rules.py), discounts the
-waiting ranks' communication findings, and gives the job one verdict: the straggler's own bound
-when there is a straggler, `communication_bound` when the link is slow, else the verdict most
+waiting ranks' communication findings, and gives the job one verdict: the bound of the straggler's
+cause when one is named (else the straggler's own verdict) when there is a straggler, `communication_bound` when the link is slow, else the verdict most
 ranks share. `job_dict` is its JSON part (`ranks`, `communication`, `verdict`).
 """
 
@@ -101,8 +101,8 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
             c.diagnosis.findings.insert(0, findings[0])
     verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
     if ra.straggler is not None:
-        own = verdicts.get(ra.straggler)
-        primary = own or rank_rules.CAUSE_BOUND.get(cause or "", "unknown")
+        # the cause found against the other ranks is the sharper evidence; else the straggler's own check-up
+        primary = rank_rules.CAUSE_BOUND.get(cause or "") or verdicts.get(ra.straggler) or "unknown"
         why = rank_rules.CAUSE_TEXT.get(cause, "with no single cause") if cause else "with no single cause"
         reason = (f"rank {ra.straggler} is the straggler ({ra.straggler_late_ms:.2f} ms late per step, {why}); "
                   f"the job is bound by what bounds it: {primary.replace('_', ' ')}")

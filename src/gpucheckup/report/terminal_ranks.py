@@ -39,13 +39,14 @@ def render_job(d: dict, console: Console) -> None:
         for x in f["fix"]:
             console.print(Text(f"  fix ({x['tier']}, up to {x['saving_ms']:.2f} ms per step): {x['action']}"))
     table = ranks["table"]
-    t = Table(title=f"Ranks ({len(table)}; per step, ms)", title_justify="left", box=box.SIMPLE)
+    t = Table(title=f"Ranks ({len(table)}; per step, ms: step, compute, transfer, wait, exposed wait, idle, late; "
+                    "% of communication hidden)", title_justify="left", box=box.SIMPLE)
     if len(table) <= MAX_ROWS:
-        for col in ("rank", "verdict", "step", "compute", "transfer", "wait", "exposed", "idle", "late", "hidden"):
+        for col in ("rank", "verdict", "step", "comp", "xfer", "wait", "exp.w", "idle", "late", "hid%"):
             t.add_column(col, justify="left" if col in ("rank", "verdict") else "right", no_wrap=True)
         for r in table:
             hidden = r.get("comm_overlap_pct")
-            t.add_row(str(r["rank"]), Text(str(r.get("verdict") or "-")),
+            t.add_row(str(r["rank"]), Text(str(r.get("verdict") or "-").replace("_bound", "")),
                       *[f"{r[c]:.1f}" if r.get(c) is not None else "-" for c in COLUMNS[:4] + ("exposed_wait_ms",)
                         + COLUMNS[4:]], f"{hidden:.0f}%" if hidden is not None else "-")
     else:
