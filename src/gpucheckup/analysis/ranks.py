@@ -13,11 +13,11 @@ Definitions (also in docs/metrics.md):
   that waits behind compute waits without cost. On CPU traces every wait is exposed.
 - arrival: a call's start on the aligned clock; the last rank to arrive at a call is late by its
   arrival minus the median arrival of the others, and causes the others' exposed wait there.
-- per rank, per step: step_ms (the median step window: robust to a long first step, and the same on
-  ranks that run in lockstep); means over the profiled steps: transfer_ms,
-  wait_ms (sums over its calls), compute_ms (GPU time of non-communication kernels, copies and
-  memsets; on CPU traces: the step less transfer and wait), idle_ms (step less the union of every
-  GPU op; 0 on CPU traces).
+- per rank, per step, each the median over the profiled steps (robust to a long first step; the
+  same step on ranks that run in lockstep): step_ms (step window), transfer_ms, wait_ms,
+  exposed_wait_ms (sums over its calls in that step), compute_ms (GPU time of non-communication
+  kernels, copies and memsets; on CPU traces: the step less transfer and wait), idle_ms (step
+  less the union of every GPU op; 0 on CPU traces); late_ms: its lateness per step, the mean.
 - straggler: the rank that causes at least STRAGGLER_SHARE of all exposed wait (the others'
   mean exposed wait at the calls it arrives last at), when that is at least STRAGGLER_STEP_PCT
   of the median step per step: the others wait for it.
@@ -136,6 +136,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     exposed = np.zeros(len(inputs))
     caused = np.zeros(len(inputs))
     computing = [_compute_intervals(r) for r in inputs]
+    per_step: list[dict] = [defaultdict(lambda: np.zeros(3)) for _ in inputs]  # step label -> transfer, wait, exposed
     late = np.zeros(len(inputs))
     last_count = np.zeros(len(inputs))
     per_coll: dict[tuple, list] = defaultdict(list)
@@ -148,10 +149,14 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         tr = float(dur.min())
         transfer[ris] += tr
         wait[ris] += dur - tr
+        for j, ri in enumerate(ris):
+            per_step[ri][k[2]] += (tr, dur[j] - tr, 0.0)
         own_start = np.array([inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
         ex = np.array([(d - tr) - float(iv.covered_between(computing[ri], s0, s0 + d - tr))
                        for ri, s0, d in zip(ris, own_start, dur)])
         exposed[ris] += ex
+        for j, ri in enumerate(ris):
+            per_step[ri][k[2]][2] += ex[j]
         last = int(np.argmax(start))
         others = np.delete(start, last)
         lateness = float(start[last] - np.median(others))
@@ -169,12 +174,14 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     steps_ms = np.array([float(np.median(r.steps.duration)) / 1e3 for r in inputs])
     table = []
     for ri, r in enumerate(inputs):
-        compute, idle = _gpu_shares(r)
-        tr_ms, wt_ms = transfer[ri] / 1e3 / n_steps, wait[ri] / 1e3 / n_steps
-        if compute is None:
-            compute, idle = max(steps_ms[ri] - tr_ms - wt_ms, 0.0), 0.0
-        table.append(RankRow(rank=r.rank, step_ms=steps_ms[ri], compute_ms=compute, transfer_ms=tr_ms, wait_ms=wt_ms,
-                             exposed_wait_ms=exposed[ri] / 1e3 / n_steps, idle_ms=idle, late_ms=late[ri] / 1e3 / n_steps,
+        tr, wt, ex = np.array([per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
+        compute, idle = _gpu_per_step(r)
+        if compute is None:  # CPU traces: the step less its collectives
+            compute, idle = np.maximum(r.steps.duration / 1e3 - tr - wt, 0.0), np.zeros(len(tr))
+        med = lambda x: float(np.median(x))  # noqa: E731
+        table.append(RankRow(rank=r.rank, step_ms=steps_ms[ri], compute_ms=med(compute), transfer_ms=med(tr),
+                             wait_ms=med(wt), exposed_wait_ms=med(ex), idle_ms=med(idle),
+                             late_ms=late[ri] / 1e3 / n_steps,
                              last_pct=100 * last_count[ri] / max(len(matched), 1), offset_us=offsets[ri]))
     colls = []
     for (name, nbytes, size), vals in sorted(per_coll.items(), key=lambda kv: -sum(v[0] for v in kv[1])):
@@ -226,6 +233,24 @@ def _compute_intervals(r: RankInput) -> iv.Intervals:
     comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
     k = ~((g.kind == KERNEL) & comm[g.name])
     return iv.union(g.start[k], g.end[k])
+
+
+def _gpu_per_step(r: RankInput) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per step window: non-communication GPU time and idle GPU time in ms (means over devices); None on CPU traces."""
+    g = r.trace.gpu
+    if not len(g):
+        return None, None
+    comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
+    is_comm = (g.kind == KERNEL) & comm[g.name]
+    s0, e0 = r.steps.start, r.steps.end
+    compute, busy = np.zeros(len(s0)), np.zeros(len(s0))
+    devs = np.unique(g.device)
+    for d in devs:
+        on = g.device == d
+        compute += iv.covered_between(iv.union(g.start[on & ~is_comm], g.end[on & ~is_comm]), s0, e0)
+        busy += iv.covered_between(iv.union(g.start[on], g.end[on]), s0, e0)
+    n = len(devs)
+    return compute / 1e3 / n, ((e0 - s0) - busy / n) / 1e3
 
 
 def _gpu_shares(r: RankInput) -> tuple[float | None, float | None]:
