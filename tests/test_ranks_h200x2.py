@@ -48,6 +48,7 @@ def test_slow_input_rank_is_named_with_its_cause_and_no_bucketing(runs):
     r0, r1 = ranks["table"]
     assert r0["wait_ms"] > SLOW_MS * 0.9 and r1["wait_ms"] < 1.0
     assert r0["verdict"] == "waiting" and r1["verdict"] == "input_bound"
+    assert any("NCCL kernels waiting for rank 1 as work" in n for n in d["reports"][0]["notes"])
     for rep in d["reports"]:
         actions = " ".join(f["action"] for f in rep["fixes"])
         assert "bucket" not in actions.lower()

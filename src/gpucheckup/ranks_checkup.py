@@ -94,6 +94,12 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
             continue
         if ra.straggler is not None and row.rank != ra.straggler:
             rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step, row.transfer_ms)
+            if row.exposed_wait_ms > 0:
+                busy = c.analysis.busy_pct
+                c.diagnosis.notes.append(
+                    f"GPU busy {busy:.1f}% counts {row.exposed_wait_ms:.2f} ms per step of NCCL kernels waiting for "
+                    f"rank {ra.straggler} as work; without them the GPU computes "
+                    f"{max(busy - 100 * row.exposed_wait_ms / row.step_ms, 0.0):.1f}% of the step")
         if slow:
             rank_rules.drop_comm_tuning(c.diagnosis)
             c.diagnosis.findings.insert(0, slow)
