@@ -60,8 +60,9 @@ def test_folder_of_rank_traces(tmp_path):
     res = run_cli("analyze", str(tmp_path), "--json", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
-    assert [r["rank"] for r in data["ranks"]] == [0, 1]
-    assert [r["verdict"] for r in data["ranks"]] == ["gpu_bound", "launch_bound"]
+    assert [r["rank"] for r in data["ranks"]["table"]] == [0, 1]
+    assert [r["verdict"] for r in data["ranks"]["table"]] == ["gpu_bound", "launch_bound"]
+    assert data["ranks"]["straggler"] is None  # two unrelated traces: no collective calls to match
     assert any("rank 1 is a straggler" in n for n in data["reports"][0]["notes"])
 
 

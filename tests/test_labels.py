@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import REPO, trace_path, write_trace
-from gpucheckup.checkup import check_path
+from gpucheckup.pipeline import check_path
 from gpucheckup.cli import main
 from gpucheckup.diagnosis.labels import INTENSIVE_PCT, classify
 
@@ -93,7 +93,7 @@ def test_label_in_json_and_terminal(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind, label", [("input_bound", "io"), ("launch_bound", "compute")])
 def test_label_in_run_directories(kind, label):
-    from gpucheckup.run_checkup import check_run
+    from gpucheckup.pipeline import check_run
 
     runs = sorted((REPO / "tests" / "data" / "h200" / "runs").glob(f"*-{kind}"))
     if not runs:

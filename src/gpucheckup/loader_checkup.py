@@ -44,16 +44,9 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
             raise CheckupError(f"{path}: not readable JSON ({e})") from None
         reports = doc.get("reports") if isinstance(doc, dict) and "reports" in doc else [doc]
     else:
-        from gpucheckup.trace.rundir import is_run_dir
+        from gpucheckup.pipeline import check
 
-        if is_run_dir(path):
-            from gpucheckup.run_checkup import check_run, reports as run_reports
-
-            reports = run_reports(check_run(path))
-        else:
-            from gpucheckup.checkup import check_path
-
-            reports = [c.report for c in check_path(path)]
+        reports = check(path).reports()
     found = []
     for r in reports:
         try:

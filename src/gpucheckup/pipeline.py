@@ -33,6 +33,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.run_rules import run_findings
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
+from gpucheckup.ranks_checkup import JobCheckup, attach_job
 from gpucheckup.report.model import checkup_dict
 from gpucheckup.report.run_model import run_only_dict, run_parts
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -70,6 +71,7 @@ class Checkups:
     path: Path
     checkups: list[Checkup] = field(default_factory=list)
     run: RunCheckup | None = None
+    job: JobCheckup | None = None  # several ranks with collectives: the cross-rank check-up (ranks_checkup.py)
 
     def reports(self) -> list[dict]:
         """The report dicts: one per checked-up trace, or the run-only one."""
@@ -82,7 +84,17 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
     path = Path(path)
     if is_run_dir(path):
         return check_run(path, inputs, ncu_csv)
-    return Checkups(path, check_path(path, console, inputs, ncu_csv, jobs))
+    checkups = check_path(path, console, inputs, ncu_csv, jobs)
+    out = Checkups(path, checkups)
+    if len(checkups) > 1 and all(c.analysis is not None for c in checkups):
+        out.job = attach_job([c.analysis.trace for c in checkups], checkups)
+    elif len(checkups) > 1:
+        note = (f"the cross-rank analysis (stragglers, wait and transfer, bus bandwidth) was not run: the "
+                f"{len(checkups)} traces were checked up in worker processes to bound memory; --jobs 1 runs it "
+                "with every rank's trace in memory at once")
+        for c in checkups:
+            c.report["notes"].append(note)
+    return out
 
 
 def trace_paths(path: Path) -> list[Path]:
@@ -203,9 +215,10 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
     traces = run.traces or run.time_traces or run.attach_traces[-1:]
-    used = []
+    used, all_traces = [], []
     for p in traces:
         trace = read_trace(p)
+        all_traces.append(trace)
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
                               "or memsets), so only the run-level figures are checked up")
@@ -219,6 +232,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     _sort_by_rank(out.checkups)
     if len(out.checkups) > 1:
         _note_stragglers(out.checkups)
+    out.job = attach_job(all_traces, out.checkups, path, run.env, ra.nvml)
     parts_traces = used or [str(p.relative_to(path)) for p in traces]
     for c in out.checkups:
         c.report.update(run_parts(ra, used, None, coarse))

@@ -18,6 +18,11 @@ Definitions (docs/capture.md):
   of active samples, by reason too.
 - memory growth: median used memory over the last tenth of the active period minus that over
   its first tenth (MB, and percent of total memory).
+- steady state (many GPUs, issue 9): when the run's steps*.csv say where warm-up ends, every
+  figure above is taken from the end of the warm-up step to the end of the last step (model
+  build, NCCL set-up, the first steps and shutdown left out), given at least MIN_STEADY_SAMPLES samples there; `window` says which.
+- per GPU: the same utilization, throttle and memory figures for each of the job's GPUs
+  (`per_gpu`), so one slow or throttled GPU of several shows.
 - CPU: per process, the median of its `cpu_pct` samples (100 = one core); `main` is the
   job's own process (the command gpucheckup started), `others` all its descendants together.
 """
@@ -35,6 +40,7 @@ THROTTLE_BITS = {0x4: "SW power cap", 0x8: "HW slowdown", 0x20: "SW thermal slow
                  0x80: "HW power brake"}
 THROTTLE_MASK = sum(THROTTLE_BITS)
 MAX_POINTS = 2000
+MIN_STEADY_SAMPLES = 10
 
 
 def gpu_series(nvml: dict) -> dict:
@@ -134,8 +140,35 @@ def memory_growth(mem: np.ndarray, total: np.ndarray) -> dict:
             "total_mb": tot}
 
 
-def nvml_summary(nvml: dict) -> dict:
-    """The run's NVML figures (see the module docstring)."""
+def since(nvml: dict, start_s: float | None, end_s: float | None = None) -> tuple[dict, bool]:
+    """The NVML rows in [start_s, end_s], when at least MIN_STEADY_SAMPLES sample times remain; else all rows."""
+    if start_s is None:
+        return nvml, False
+    keep = (nvml["t_s"] >= start_s) & (nvml["t_s"] <= (end_s if end_s is not None else np.inf))
+    if len(np.unique(nvml["t_s"][keep])) < MIN_STEADY_SAMPLES:
+        return nvml, False
+    return {k: (v[keep] if isinstance(v, np.ndarray) else [x for x, m in zip(v, keep) if m]) for k, v in nvml.items()}, True
+
+
+def nvml_summary(nvml: dict, start_s: float | None = None, end_s: float | None = None) -> dict:
+    """The run's NVML figures (see the module docstring), over the steady state [start_s, end_s] when given."""
+    nvml, steady = since(nvml, start_s, end_s)
+    out = _summary(nvml)
+    out["window"] = "steady state (after warm-up)" if steady else "whole run"
+    gpus = out["gpus"]
+    if len(gpus) > 1:
+        out["per_gpu"] = [{"gpu": g, **{k: v for k, v in _summary(_one_gpu(nvml, g)).items()
+                                        if k in ("util_mean_pct", "throttle", "memory", "sm_clock_median_mhz")}}
+                          for g in gpus]
+    return out
+
+
+def _one_gpu(nvml: dict, g: int) -> dict:
+    m = nvml["gpu"] == g
+    return {k: (v[m] if isinstance(v, np.ndarray) else [x for x, k2 in zip(v, m) if k2]) for k, v in nvml.items()}
+
+
+def _summary(nvml: dict) -> dict:
     s = gpu_series(nvml)
     a, b = active_span(s["util"])
     out = {"samples": int(len(s["t_s"])), "gpus": s["gpus"], "active_s": 0.0, "util_mean_pct": None,

@@ -44,7 +44,9 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.monitor_live import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
-    jobs = 1 if args.perfetto else None  # the annotated trace needs each analysis in this process
+    jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
+    if jobs is not None and jobs < 1:
+        raise CheckupError(f"--jobs must be 1 or more, got {jobs}")
     emit(check(args.path, mfu_inputs(args), args.ncu, jobs=jobs), Output.of(args), console)
     return 0
 
@@ -177,4 +179,74 @@ def cmd_monitor(args, console) -> int:
         if v is not None and not v > 0:
             raise CheckupError(f"--{name.replace('_', '-')} must be above 0, got {v}")
     monitor_live.run(args.pid, args.interval, args.record, args.duration, args.step_ms, console)
+    return 0
+
+
+def cmd_commbench(args, console) -> int:
+    from gpucheckup.capture import commbench
+
+    nproc = args.nproc
+    if nproc is None:
+        try:
+            import torch
+            nproc = torch.cuda.device_count() or 2
+        except ImportError:
+            raise CheckupError("commbench needs torch (pip install torch)") from None
+    if nproc < 2:
+        raise CheckupError(f"--nproc {nproc}: a collective needs at least 2 ranks")
+    rc = commbench.launch(nproc, args.out, args.max_mib)
+    if rc != 0:
+        raise CheckupError(f"commbench ranks exited with code {rc} (their output is above)")
+    return 0
+
+
+def cmd_scaling(args, console) -> int:
+    from dataclasses import asdict
+
+    import msgspec
+    import numpy as np
+    from rich.table import Table
+
+    from gpucheckup.analysis.ranks import _gpu_shares, rank_input
+    from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
+    from gpucheckup.atomic import write_atomic
+    from gpucheckup.pipeline import check_run
+
+    def step_and_compute(res):
+        st = res.run.analysis.steps or {}
+        traces = [c.analysis.trace for c in res.checkups]
+        step = st.get("steady_median_ms")
+        how = "median of unprofiled steady-state steps (steps*.csv)"
+        if not step and res.checkups:
+            step, how = float(np.median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
+        if not step:
+            raise CheckupError(f"{res.path}: no step times (no steps*.csv and no GPU trace)")
+        comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]
+        comp = [c for c in comp if c is not None]
+        return step, (float(np.mean(comp)) if comp else None), how
+
+    r1, rn = check_run(args.run_1), check_run(args.run_n)
+    n = len(rn.job.analysis.ranks) if rn.job else max(len(rn.checkups), len(rn.run.run.steps))
+    n1 = len(r1.job.analysis.ranks) if r1.job else max(len(r1.checkups), len(r1.run.run.steps), 1)
+    if n1 != 1 or n < 2:
+        raise CheckupError(f"scaling needs a 1-GPU run and an N-GPU run; got {n1} and {n} ranks")
+    s1, c1, how = step_and_compute(r1)
+    sn, cn, _ = step_and_compute(rn)
+    comm = (float(np.mean([c.report["communication"]["exposed_ms_per_step"] for c in rn.checkups]))
+            if rn.checkups else 0.0)
+    wait = float(np.mean([r.exposed_wait_ms for r in rn.job.analysis.table])) if rn.job else 0.0
+    sc = scaling(n, s1, sn, c1, cn, comm, wait, how)
+    t = Table(title=f"Scaling: 1 -> {n} GPUs", title_justify="left")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("step, 1 GPU", f"{s1:.2f} ms")
+    t.add_row(f"step, {n} GPUs", f"{sn:.2f} ms")
+    t.add_row("efficiency", f"{sc.efficiency_pct:.1f}%" + (f" (under {EFFICIENCY_LOW_PCT:g}%: look at communication)"
+                                                           if sc.low else ""))
+    for k, v in sc.parts_ms.items():
+        t.add_row(f"  extra: {k}", f"{v:+.2f} ms")
+    console.print(t)
+    console.print(f"step times: {how}", style="dim", markup=False)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(asdict(sc)), indent=2))
     return 0

@@ -58,8 +58,10 @@ def payload(result: Checkups, cases: list[str] | None = None) -> dict:
     reports = result.reports()
     if cases:
         return dict(zip(cases, reports))
-    if len(result.checkups) > 1:
-        return {"ranks": rank_summary(result.checkups), "reports": reports}
+    if len(result.checkups) > 1 or result.job:
+        from gpucheckup.ranks_checkup import payload as ranks_payload
+
+        return ranks_payload(result.job, rank_summary(result.checkups), reports)
     return reports[0]
 
 
@@ -68,7 +70,12 @@ def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
     if cases:
         _print_cases(result, console, cases)
     else:
-        if len(result.checkups) > 1:
+        if result.job:
+            from gpucheckup.ranks_checkup import job_dict
+            from gpucheckup.report import terminal_ranks
+
+            terminal_ranks.render_job(job_dict(result.job, rank_summary(result.checkups), result.reports()), console)
+        elif len(result.checkups) > 1:
             terminal.render_ranks(rank_summary(result.checkups), console)
         for c in result.checkups:
             terminal.render(c.report, console)

@@ -89,6 +89,9 @@ def _analyze(sub, common) -> None:
                        help="check up a PyTorch profiler trace (file or folder of per-rank traces) "
                             "or a gpucheckup run directory")
     a.add_argument("path", type=Path, help="trace .json / .json.gz, a folder of them, or a run directory")
+    a.add_argument("--jobs", type=int, metavar="N",
+                   help="worker processes for a folder of traces over 8 MB (default: one per core); --jobs 1 keeps "
+                        "every rank in this process, which the cross-rank analysis needs")
     output_options(a)
     mfu_options(a)
     a.set_defaults(func=commands.cmd_analyze)
@@ -213,4 +216,25 @@ def _monitor(sub, common) -> None:
     mo.set_defaults(func=commands.cmd_monitor)
 
 
-COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor]  # in the order `gpucheckup --help` lists them
+def _commbench(sub, common) -> None:
+    b = sub.add_parser("commbench", parents=[common],
+                       help="measure collective bus bandwidth (all-reduce, all-gather, reduce-scatter, all-to-all) "
+                            "through torch.distributed: NCCL on GPUs, gloo on CPUs")
+    b.add_argument("--nproc", type=int, default=None, help="ranks to start (default: the GPUs here, or 2 on a CPU)")
+    b.add_argument("--out", type=Path, metavar="FILE",
+                   help="where to store it (default: ~/.cache/gpucheckup/commbench-<gpu>-x<n>.json, found by analyze)")
+    b.add_argument("--max-mib", type=float, metavar="MIB", help="largest message (default 1024 on GPUs, 64 on CPUs)")
+    b.set_defaults(func=commands.cmd_commbench)
+
+
+def _scaling(sub, common) -> None:
+    s = sub.add_parser("scaling", parents=[common],
+                       help="scaling efficiency of an N-GPU run against a 1-GPU run of the same job (same batch per "
+                            "GPU), and where the extra step time goes")
+    s.add_argument("run_1", type=Path, help="run directory of the job on 1 GPU")
+    s.add_argument("run_n", type=Path, help="run directory of the job on N GPUs")
+    s.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
+    s.set_defaults(func=commands.cmd_scaling)
+
+
+COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor, _commbench, _scaling]  # in the order `gpucheckup --help` lists them

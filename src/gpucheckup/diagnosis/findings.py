@@ -11,6 +11,7 @@ VERDICT_TITLES = {
     "copy_bound": "Copy-bound: memory copies the GPU waits on",
     "communication_bound": "Communication-bound: collectives not hidden behind compute",
     "gpu_bound": "GPU-bound: the kernels themselves take the time",
+    "waiting": "Waiting: this rank waits for a straggler rank at its collectives",  # many GPUs (issue 9)
 }
 SEVERITIES = ("critical", "warning", "info")
 TIERS = ("config", "code", "refactor")  # configuration-only first, then code changes, then refactors

@@ -31,6 +31,7 @@ from gpucheckup.trace import chunks, schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
+    CommArgs,
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -100,6 +101,7 @@ _LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (
 _PH_CAT = attrgetter("ph", "cat")
 _TS, _DUR, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "name", "pid", "tid"))
 _DEVICE, _STREAM = attrgetter("args.device"), attrgetter("args.stream")
+_COLLECTIVE = attrgetter("args.collective_name")
 EVENTS_PER_PASS = 1 << 16  # events turned into columns at a time when a file is read whole
 
 
@@ -166,6 +168,8 @@ class _Builder:
         self.bad_time = 0
         self.dropped = 0
         self.cbf_count, self.cbf_us = 0, 0.0
+        self.host_rows = 0  # host rows so far: the row of a chunk's event i is host_rows + i
+        self.comm: list[tuple] = []  # collective calls: host row, collective, pg, group size, in, out, dtype
 
     def num_id(self, v) -> int:
         """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
@@ -253,6 +257,12 @@ class _Builder:
                 "pid": self.ids(list(map(_PID, evs))), "tid": self.ids(list(map(_TID, evs))),
                 "start": start, "end": end}
         _arg_columns(evs, codes, HOST_COLUMNS, cols)
+        for i, c in enumerate(map(_COLLECTIVE, evs)):  # the few collective calls, one by one
+            if c is not None:
+                a = evs[i].args
+                self.comm.append((self.host_rows + i, c, a.pg_name or "", a.group_size, a.in_msg_nelems,
+                                  a.out_msg_nelems, a.dtype or ""))
+        self.host_rows += len(evs)
         return cols
 
     def gpu_table(self) -> GpuOps:
@@ -471,7 +481,18 @@ def build_trace(path: Path, b: _Builder, kt: schema.KinetoTrace) -> Trace:
         command_buffer_full_count=b.cbf_count,
         command_buffer_full_us=b.cbf_us,
         warnings=warnings,
+        comms=_comm_args(b.comm),
     )
+
+
+def _comm_args(rows: list[tuple]) -> CommArgs | None:
+    """The collective calls' arguments as a table (many GPUs, issue 9)."""
+    if not rows:
+        return None
+    num = np.array([[np.nan if v is None else v for v in r[3:6]] for r in rows], dtype=np.float64)
+    return CommArgs(host_row=np.array([r[0] for r in rows], dtype=np.int64), collective=[r[1] for r in rows],
+                    pg=[r[2] for r in rows], group_size=num[:, 0], in_nelems=num[:, 1], out_nelems=num[:, 2],
+                    dtype=[r[6] for r in rows])
 
 
 def read_trace(path: str | Path) -> Trace:

@@ -38,6 +38,13 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
     name: str | None = None  # metadata events (process_name, thread_name) carry their label here
+    # --- many GPUs: what torch.distributed's `record_param_comms` op carries (reader.Builder keeps its rows) ---
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    pg_name: str | None = msgspec.field(default=None, name="Process Group Name")
+    group_size: Int64 | None = msgspec.field(default=None, name="Group size")
+    in_msg_nelems: Int64 | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: Int64 | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
 
 
 NO_ARGS = Args()

@@ -96,6 +96,24 @@ class HostEvents:
         return self.end - self.start
 
 
+# --- many GPUs (issue 9) ---
+@dataclass
+class CommArgs:
+    """The arguments torch.distributed records on its `record_param_comms` host ops: one row per collective call."""
+
+    host_row: np.ndarray  # int64 row of the op in Trace.host
+    collective: list[str]  # "allreduce", "_allgather_base", ...
+    pg: list[str]  # process group name
+    group_size: np.ndarray  # float64, nan when absent
+    in_nelems: np.ndarray  # float64 elements of a rank's input, nan when absent
+    out_nelems: np.ndarray  # float64 elements of a rank's output, nan when absent
+    dtype: list[str]  # "Float", "BFloat16", ...
+
+    def __len__(self) -> int:
+        return len(self.host_row)
+# --- end many GPUs ---
+
+
 @dataclass
 class Device:
     """One GPU as `deviceProperties` describes it."""
@@ -128,6 +146,7 @@ class Trace:
     command_buffer_full_count: int = 0
     command_buffer_full_us: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    comms: CommArgs | None = None  # many GPUs (issue 9): collective calls' arguments, None when none
 
     def name_ids(self, predicate) -> np.ndarray:
         """Indices into `names` of the names for which predicate(name) is true."""

@@ -1,0 +1,73 @@
+"""The terminal view of a job's ranks together: the job's verdict, the straggler, per-rank time, collectives.
+
+More than MAX_ROWS ranks are summarised: the distribution of each column (min, median, p90,
+max) and the outlier ranks (step, wait or lateness beyond OUTLIER_MADS median absolute
+deviations from the median), not hundreds of rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+MAX_ROWS = 16
+OUTLIER_MADS = 5.0
+COLUMNS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_ms")
+
+
+def outliers(table: list[dict], key: str) -> list[int]:
+    """Ranks whose `key` lies more than OUTLIER_MADS median absolute deviations above the median."""
+    v = np.array([r[key] or 0.0 for r in table], dtype=float)
+    med = float(np.median(v))
+    mad = float(np.median(np.abs(v - med)))
+    floor = max(mad, 0.01 * abs(med), 1e-3)
+    return [r["rank"] for r, x in zip(table, v) if x - med > OUTLIER_MADS * floor]
+
+
+def render_job(d: dict, console: Console) -> None:
+    """Print the job's verdict, its findings and the ranks side by side."""
+    v, ranks, comm = d["verdict"], d["ranks"], d["communication"]
+    console.print(Text(f"Job: {v['primary'].replace('_', ' ').upper()}", style="bold"))
+    console.print(Text(v["reason"]))
+    for f in v["findings"]:
+        console.print(Text(f"\n{f['title']}", style="bold yellow"))
+        for e in f["evidence"]:
+            console.print(Text(f"  - {e}"))
+        for x in f["fix"]:
+            console.print(Text(f"  fix ({x['tier']}, up to {x['saving_ms']:.2f} ms per step): {x['action']}"))
+    table = ranks["table"]
+    t = Table(title=f"Ranks ({len(table)}; per step, ms: step, compute, transfer, wait, exposed wait, idle, late; "
+                    "% of communication hidden)", title_justify="left", box=box.SIMPLE)
+    if len(table) <= MAX_ROWS:
+        for col in ("rank", "verdict", "step", "comp", "xfer", "wait", "exp.w", "idle", "late", "hid%"):
+            t.add_column(col, justify="left" if col in ("rank", "verdict") else "right", no_wrap=True)
+        for r in table:
+            hidden = r.get("comm_overlap_pct")
+            t.add_row(str(r["rank"]), Text(str(r.get("verdict") or "-").replace("_bound", "")),
+                      *[f"{r[c]:.1f}" if r.get(c) is not None else "-" for c in COLUMNS[:4] + ("exposed_wait_ms",)
+                        + COLUMNS[4:]], f"{hidden:.0f}%" if hidden is not None else "-")
+    else:
+        t.add_column("figure")
+        for col in ("min", "median", "p90", "max", "outlier ranks"):
+            t.add_column(col, justify="right")
+        for c in COLUMNS:
+            vals = np.array([r[c] or 0.0 for r in table], dtype=float)
+            out = outliers(table, c)
+            t.add_row(c.replace("_ms", ""), *[f"{x:.2f}" for x in (vals.min(), np.median(vals),
+                                                                     np.percentile(vals, 90), vals.max())],
+                      ", ".join(map(str, out[:8])) + (f" (+{len(out) - 8})" if len(out) > 8 else "") or "-")
+    console.print(t)
+    if comm["collectives"]:
+        c = Table(title="Collectives (matched across ranks; per step, ms)", title_justify="left", box=box.SIMPLE)
+        for col in ("collective", "MiB", "calls", "transfer", "wait", "busbw GB/s"):
+            c.add_column(col, justify="left" if col == "collective" else "right")
+        for row in comm["collectives"][:10]:
+            c.add_row(row["name"], f"{row['bytes'] / 2**20:.1f}", str(row["count"]), f"{row['transfer_ms']:.2f}",
+                      f"{row['wait_ms']:.2f}", f"{row['busbw_gb_s']:.1f}" if row["busbw_gb_s"] else "-")
+        console.print(c)
+    link = (f"{comm['link_gb_s']:.0f} GB/s ({comm['link_from']})" if comm["link_gb_s"] else "unknown")
+    bw = f"{comm['busbw_gb_s']:.1f} GB/s" if comm["busbw_gb_s"] else "-"
+    console.print(Text(f"bus bandwidth {bw} (byte-weighted); link {link}"))

@@ -1,0 +1,154 @@
+"""Ranks side by side on CPUs: a real gloo job with one slow rank, nccl-tests' factors, the link, and a
+synthetic 128-rank job built from a real H200 trace with a planted straggler."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpucheckup.analysis.ranks import RankInput, analyze_ranks, rank_input
+from gpucheckup.hardware import links
+from gpucheckup.trace import read_trace
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+H200X2 = Path(__file__).resolve().parent / "data" / "h200x2"
+PY = sys.executable
+
+
+def gpucheckup(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "gpucheckup", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("n, factor", [(2, 1.0), (4, 1.5), (8, 1.75)])
+def test_all_reduce_bus_factor_is_nccl_tests(n, factor):
+    assert links.bus_factor("allreduce", n) == factor  # 2(n-1)/n
+    assert links.bus_factor("_allgather_base", n) == (n - 1) / n
+    assert links.bus_factor("reduce_scatter", n) == (n - 1) / n
+    assert links.bus_factor("broadcast", n) == 1.0
+
+
+def test_canonical_names():
+    names = ["allreduce", "nccl:all_reduce", "gloo:all_reduce", "_allgather_base", "_reduce_scatter_base",
+             "all_to_all", "alltoall_base", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
+    assert [links.canonical(n) for n in names] == ["all_reduce", "all_reduce", "all_reduce", "all_gather",
+                                                   "reduce_scatter", "all_to_all", "all_to_all", "all_reduce"]
+
+
+def test_link_from_pcie_topology():
+    topo = "\tGPU0\tGPU1\nGPU0\t X \tPHB\nGPU1\tPHB\t X \n"
+    gb, how = links.link_from_topology(topo, "8.0")
+    assert gb == 32.0 and "PCIe" in how
+    assert links.link_from_topology("", "9.0") is None
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory):
+    pytest.importorskip("torch", reason="runs a real torch.distributed job")
+    out = tmp_path_factory.mktemp("runs")
+    res = gpucheckup("run", "--out", str(out), "--skip", "4", "--steps", "5", "--record-shapes", "--no-report", "--",
+                     PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3",
+                     str(JOBS / "ddp_train.py"), "--width", "64", "--layers", "2", "--batch", "8", "--steps", "12",
+                     "--slow-rank", "2", "--slow-ms", "60")
+    assert res.returncode == 0, res.stderr
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    report = out / "report.json"
+    res = gpucheckup("analyze", str(run), "--json", str(report), "--quiet")
+    assert res.returncode == 0, res.stderr
+    return json.loads(report.read_text())
+
+
+def test_gloo_job_names_the_slow_rank_and_its_cause(gloo_run):
+    d = gloo_run
+    ranks = d["ranks"]
+    assert ranks["straggler"] == 2 and ranks["cause"] == "input"
+    assert d["verdict"]["primary"] == "input_bound"
+    assert 60 * 0.8 < ranks["late_ms_per_step"] < 60 * 1.5  # the planted 60 ms per batch
+    table = {r["rank"]: r for r in ranks["table"]}
+    for r in (0, 1):  # the others wait for it
+        assert table[r]["exposed_wait_ms"] > 60 * 0.8
+    assert table[2]["wait_ms"] < 5
+    (ar,) = d["communication"]["collectives"]
+    # DDP's one bucket holds every gradient: 2 x (64*64 + 64) float32 parameters
+    assert ar["name"] == "all_reduce" and ar["bytes"] == 2 * (64 * 64 + 64) * 4
+    assert d["communication"]["link_gb_s"] is None  # CPUs: no GPU link
+
+
+def _shifted(trace, rows, dt):
+    """A copy of a trace whose given GPU rows start (and end) dt us later."""
+    t = copy.copy(trace)
+    t.gpu = copy.copy(trace.gpu)
+    t.gpu.start, t.gpu.end = trace.gpu.start.copy(), trace.gpu.end.copy()
+    t.gpu.start[rows] += dt
+    t.gpu.end[rows] += dt
+    return t
+
+
+def test_128_synthetic_ranks_find_the_planted_straggler():
+    base = read_trace(next((H200X2 / "ddp_healthy" / "traces").glob("rank0.json.gz")))
+    one = rank_input(base, 0)
+    comm = np.array([i for i, n in enumerate(base.names) if "nccl" in n.lower()])
+    comm_rows = np.flatnonzero(np.isin(base.gpu.name, comm))
+    late_us, planted, n = 20_000.0, 77, 128
+    tracemalloc.start()
+    inputs = []
+    for r in range(n):
+        if r == planted:  # arrives 20 ms late at every collective; its calls take as long as before
+            t = _shifted(base, comm_rows, late_us)
+        else:  # arrives on time and waits 20 ms longer in every collective
+            t = copy.copy(base)
+            t.gpu = copy.copy(base.gpu)
+            t.gpu.end = base.gpu.end.copy()
+            t.gpu.end[comm_rows] += late_us
+        t.rank = r
+        x = rank_input(t, r)
+        x.calls.group_size = np.full(len(x.calls), float(n))  # one group of all 128 ranks
+        inputs.append(RankInput(r, t, one.steps, one.launch_rows, x.calls))
+    ra = analyze_ranks(inputs)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert ra.straggler == planted
+    calls_per_step = ra.matched / ra.steps
+    assert ra.straggler_late_ms == pytest.approx(late_us / 1e3 * calls_per_step, rel=0.05)
+    from gpucheckup.report.terminal_ranks import outliers
+
+    rows = [{"rank": r.rank, "late_ms": r.late_ms} for r in ra.table]
+    assert outliers(rows, "late_ms") == [planted]
+    print(f"128 ranks: peak traced memory {peak / 2**20:.1f} MiB")
+    assert peak < 512 * 2**20
+
+
+def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
+    import io
+
+    from rich.console import Console
+
+    from gpucheckup.report.terminal_ranks import render_job
+
+    table = [{"rank": r, "step_ms": 100.0, "compute_ms": 80.0 + r % 3, "transfer_ms": 5.0,
+              "wait_ms": 0.5 if r == 213 else 30.0, "exposed_wait_ms": 0.5 if r == 213 else 30.0, "idle_ms": 1.0,
+              "late_ms": 30.0 if r == 213 else 0.1 * (r % 5)} for r in range(256)]
+    d = {"verdict": {"primary": "input_bound", "reason": "rank 213 is the straggler", "findings": []},
+         "ranks": {"table": table}, "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None}}
+    buf = io.StringIO()
+    render_job(d, Console(file=buf, width=120))
+    out = buf.getvalue()
+    late = next(line for line in out.splitlines() if line.strip().startswith("late"))
+    assert late.split()[-1] == "213"
+    assert out.count("\n") < 40  # a distribution, not 256 rows
+
+
+def test_throttled_straggler_gpu_is_evidence():
+    from gpucheckup.ranks_checkup import throttle_note
+
+    calm = {"known": True, "throttled_pct": 0.0, "by_reason_pct": {}}
+    hot = {"known": True, "throttled_pct": 40.0, "by_reason_pct": {"SW thermal slowdown": 40.0}}
+    nvml = {"per_gpu": [{"gpu": 0, "throttle": calm}, {"gpu": 1, "throttle": hot}]}
+    assert "GPU (1) was throttled in 40%" in throttle_note(nvml, 1) and "SW thermal" in throttle_note(nvml, 1)
+    assert throttle_note(nvml, 0) is None
