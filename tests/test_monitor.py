@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpucheckup.analysis.live_events import MATCH_PCT, heartbeat_now, throttles_now
-from gpucheckup.capture.telemetry import NVML_COLUMNS
+from gpucheckup.layout import NVML_COLUMNS
 from gpucheckup.cli import main
 
 PERIOD_S = 2.0
@@ -105,7 +105,7 @@ def test_heartbeat_and_power_cap_named_and_recording_read_back(tmp_path, job, mo
     # only the job's GPU (NVML lists its pid on GPU 0) was sampled and recorded, in nvml.csv's columns
     with open(rec, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == NVML_COLUMNS
+    assert tuple(rows[0]) == NVML_COLUMNS
     assert {r["gpu"] for r in rows} == {"0"}
     assert 50 <= len(rows) <= 80  # 7.5 s at 10 Hz, less what a loaded machine delays
     busy = np.array([float(r["util_pct"]) > 0 for r in rows])

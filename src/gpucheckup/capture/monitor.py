@@ -19,7 +19,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucheckup.capture.telemetry import NVML_COLUMNS, CsvSink, NvmlSampler
+from gpucheckup.capture.telemetry import CsvSink, NvmlSampler
+from gpucheckup.layout import NVML_COLUMNS
 from gpucheckup.errors import CheckupError
 
 WINDOW_S = 60.0  # the live view's memory: enough for several periods of a slow heartbeat

@@ -13,7 +13,7 @@ from rich.text import Text
 GPU_COLUMNS = (("util_pct", "{:.0f}", "util%"), ("mem_util_pct", "{:.0f}", "mem%"),
                ("mem_used_mb", "{:.0f}", "used MB"),
                ("power_w", "{:.0f}", "W"), ("sm_clock_mhz", "{:.0f}", "SM MHz"), ("temp_c", "{:.0f}", "C"),
-               ("clock_reasons", "0x{:x}", "reasons"))  # NVML_COLUMNS names (capture/telemetry.py)
+               ("clock_reasons", "0x{:x}", "reasons"))  # NVML_COLUMNS names (layout.py)
 
 
 def render_monitor(snap, heartbeat, throttles, events: list[str]) -> Group:
