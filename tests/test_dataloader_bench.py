@@ -70,13 +70,13 @@ def test_cpu_bound_dataset_flattens_at_the_one_core_it_has(tmp_path, one_cpu):
 
 
 def test_gpu_step_beside_it_and_the_workers_that_suffice(tmp_path, one_cpu):
-    """input_bound's GPU needs a batch per (mean step - DataLoader wait); a 40 ms-per-batch worker is too slow alone."""
+    """input_bound's GPU needs a batch per (the report's step - DataLoader wait); a 40 ms-per-batch worker is too slow alone."""
     report = tmp_path / "input_bound.json"
     from gpucheckup.cli import main
 
     assert main(["analyze", str(trace_path("input_bound")), "--quiet", "--json", str(report)]) == 0
     r = json.loads(report.read_text())
-    gpu_ms = r["steps"]["mean_ms"] - r["gaps"]["per_step_ms"]["input"]
+    gpu_ms = r["window"]["step_ms"] - r["gaps"]["per_step_ms"]["input"]
     doc, rate, out = bench(tmp_path, "1,2", spin_ms=0.1, sleep_ms=10, extra=("--checkup", str(report)))
     adv = doc["advice"]
     assert adv["gpu_step_ms"] == pytest.approx(gpu_ms)

@@ -54,7 +54,7 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
         except (ValueError, AttributeError, TypeError):
             continue
     if not found:
-        raise CheckupError(f"{path}: no step time in this check-up (need steps.mean_ms and gaps.per_step_ms)")
+        raise CheckupError(f"{path}: no step time in this check-up (need window.step_ms and gaps.per_step_ms)")
     ms, how = max(found)  # the slowest rank sets the pace
     return ms, f"{path.name}: {how}"
 

@@ -166,14 +166,15 @@ def _workers(n: int) -> str:
 
 def gpu_step_from_report(report: dict) -> tuple[float, str]:
     """The GPU's step time without waiting for data, in ms, from a check-up report dict, and how it was derived:
-    mean step time (without the profiler when that correction applied) minus the input idle per step."""
+    the report's step time (`window.step_ms`: without the profiler when that correction applied) minus the
+    input idle per step."""
     prof = report.get("profiler") or {}
-    steps = report.get("steps") or {}
+    window = report.get("window") or {}
     gaps = report.get("gaps") or {}
     if prof.get("applied") and prof.get("unprofiled_step_ms"):
         step, how = float(prof["unprofiled_step_ms"]), "unprofiled step"
-    elif steps.get("mean_ms"):
-        step, how = float(steps["mean_ms"]), "mean step"
+    elif window.get("step_ms"):
+        step, how = float(window["step_ms"]), f"step ({window.get('basis', 'the report basis')})"
     else:
         raise ValueError("the check-up has no step time")
     wait = float((gaps.get("per_step_ms") or {}).get("input") or 0.0)
