@@ -11,7 +11,8 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 - achieved GB/s per direction: summed bytes / summed copy duration.
 - pct_of_gpu_time: the union of copy intervals over the union of all GPU busy intervals.
 - overlap_pct: the share of copy time during which a kernel was running on the same device.
-  Copies hidden under compute cost nothing; the articles' healthy band is over 80%.
+  Copies hidden under compute cost nothing; the articles' healthy band is over
+  HEALTHY_OVERLAP_PCT (80%).
 - exposed_ms_per_step, exposed_pct_of_step: copy time with no kernel beside it, per step and
   device and over the step time (analysis/window.py): what the copies cost the step.
 """
@@ -29,6 +30,7 @@ from gpucheckup.analysis.timeline import Timeline
 from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import KERNEL, MEMCPY, Trace
 
+HEALTHY_OVERLAP_PCT = 80.0
 COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
 
 

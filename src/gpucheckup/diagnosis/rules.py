@@ -177,7 +177,7 @@ def pageable_copies(a: TraceAnalysis) -> Finding | None:
         evidence.append(f"host-to-device copies reach {h2d.gb_per_s:.1f} GB/s over {h2d.count} copies "
                         f"({h2d.pageable_count} pageable); pinned memory reaches several times that")
     if c.overlap_pct is not None:
-        evidence.append(f"{c.overlap_pct:.0f}% of copy time overlaps compute (healthy: over 80%)")
+        evidence.append(f"{c.overlap_pct:.0f}% of copy time overlaps compute (healthy: over {copies.HEALTHY_OVERLAP_PCT:g}%)")
     pct = a.window.pct(ms)
     return _finding(
         a, ms, id="pageable_copies", severity="warning" if pct >= PAGEABLE_WARNING_PCT else "info",
