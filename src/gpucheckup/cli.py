@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     launcher.add_parser(sub)
     attach.add_parser(sub)
+    _whatif_parsers(sub)
     return p
 
 
@@ -239,6 +240,106 @@ def cmd_demo(args, console: Console) -> int:
     args.html = args.html or DEMO_HTML
     _write_reports([(f"demo case: {case}", c) for case, c in zip(cases, results)], args, console,
                    "Bundled cases", list(cases))
+    return 0
+
+
+# ---- ab, compare, examples (what-if, issue 10) --------------------------------------------------
+
+def _whatif_parsers(sub) -> None:
+    """The `ab`, `compare` and `examples` subcommands."""
+    from gpucheckup.capture import ab
+
+    ab.add_parser(sub)
+    sub.choices["ab"].set_defaults(func=cmd_ab)
+    c = sub.add_parser("compare", help="compare two check-ups (run directories or JSON reports): every figure, "
+                                       "its change, whether beyond noise")
+    c.add_argument("a", type=Path, help="the baseline: a run directory, a trace, or a check-up JSON")
+    c.add_argument("b", type=Path, help="the candidate, the same kinds")
+    c.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
+    c.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
+    c.add_argument("--changed", action="store_true", help="print only the figures that changed beyond noise")
+    c.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit with status 1 when B's step time is more than PCT percent above A's (a CI gate)")
+    c.set_defaults(func=cmd_compare)
+    e = sub.add_parser("examples", help="list the runnable pathology scripts and the flags that apply each fix")
+    e.set_defaults(func=cmd_examples)
+
+
+def cmd_ab(args, console: Console) -> int:
+    from gpucheckup.capture import ab
+    from gpucheckup.report import ab_text
+
+    a, b = ab.sides_from(args.cmd, args.vary)
+    if args.samples_per_step is not None and not args.samples_per_step > 0:
+        raise CheckupError(f"--samples-per-step must be a positive number, got {args.samples_per_step}")
+    total = 2 * args.rounds
+    done = [0]
+
+    def progress(side, r):
+        done[0] += 1
+        console.print(f"[{done[0]}/{total}] {side.label} round {r} done", style="dim", markup=False)
+
+    result = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure, out=args.out,
+                       samples_per_step=args.samples_per_step, progress=progress)
+    ab_text.render(result, console)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))
+        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    return 0
+
+
+def _report_of(path: Path) -> dict:
+    """The check-up report of a run directory, a trace, or a check-up JSON file (first rank's when several)."""
+    from gpucheckup.trace.rundir import is_run_dir
+
+    if is_run_dir(path):
+        from gpucheckup.run_checkup import check_run, reports
+
+        return reports(check_run(path))[0]
+    if path.is_file() and path.name.endswith(".json"):
+        try:
+            doc = msgspec.json.decode(path.read_bytes())
+        except msgspec.DecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("reports"), list) and doc["reports"]:
+            return doc["reports"][0]
+        if isinstance(doc, dict) and "verdict" in doc:
+            return doc
+    if not path.exists():
+        raise CheckupError(f"{path}: no such file or directory")
+    return check_path(path)[0].report
+
+
+def cmd_compare(args, console: Console) -> int:
+    from gpucheckup.analysis.compare import compare
+    from gpucheckup.report import compare_text
+
+    if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
+        raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")
+    c = compare(_report_of(args.a), _report_of(args.b))
+    compare_text.render(c, console, only_changed=args.changed)
+    if args.markdown:
+        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
+        console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2))
+        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
+        say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")
+        return 1
+    return 0
+
+
+def cmd_examples(args, console: Console) -> int:
+    from gpucheckup.examples import catalogue
+
+    for ex in catalogue.examples():
+        console.print(f"python -m gpucheckup.examples.{ex.name}", style="bold", markup=False)
+        console.print(f"  {ex.summary}", markup=False, soft_wrap=True)
+        for flag, what in ex.flags:
+            console.print(f"    {flag:24s} {what}", markup=False, soft_wrap=True)
+    console.print("Measure a fix: gpucheckup ab -- python -m gpucheckup.examples.launch -- "
+                  "python -m gpucheckup.examples.launch --fused", style="dim", markup=False)
     return 0
 
 
