@@ -9,10 +9,12 @@ Definitions (also in docs/metrics.md, "A/B"):
   rounds with replacement and, inside each, steps with replacement (the rounds are the
   independent unit: processes differ by more than steps do); the change B vs A gets one from
   the same resamples.
-- noise: the larger relative spread (max - min over median) of the two sides' round figures:
-  how much the same configuration moved between its own processes.
+- noise: the larger ratio of slowest to fastest round within one side, minus 1, in percent: how
+  much the same configuration moved between its own processes (timings vary by factors, so
+  ratios, not differences).
 - verdict: B is faster (slower) when the change's interval lies wholly below (above) zero AND
-  the change is larger than the noise; otherwise "no difference beyond noise".
+  the ratio of the two sides' step times is larger than that within-side ratio; otherwise "no
+  difference beyond noise".
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ class SideStats:
 
     @property
     def spread_pct(self) -> float:
-        return 100 * (max(self.round_ms) - min(self.round_ms)) / self.median_ms if self.median_ms > 0 else 0.0
+        """Slowest round over fastest round, minus 1, percent."""
+        lo = min(self.round_ms)
+        return 100 * (max(self.round_ms) / lo - 1) if lo > 0 else float("inf")
 
     def to_dict(self) -> dict:
         return {"label": self.label, "round_ms": self.round_ms, "steps": self.steps, "median_ms": self.median_ms,
@@ -125,9 +129,10 @@ def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "
     change = 100 * (b.median_ms / a.median_ms - 1)
     lo, hi = np.percentile(100 * (bb / ab - 1), q)
     noise = max(a.spread_pct, b.spread_pct)
+    ratio = b.median_ms / a.median_ms  # B's time per step in A's
     verdict = "same"
-    if hi < 0 and -change > noise:
+    if hi < 0 and 1 / ratio > 1 + noise / 100:
         verdict = "faster"
-    elif lo > 0 and change > noise:
+    elif lo > 0 and ratio > 1 + noise / 100:
         verdict = "slower"
     return AbResult(a, b, change, float(lo), float(hi), noise, verdict)
