@@ -266,6 +266,7 @@ def _whatif_parsers(sub) -> None:
 
 
 def cmd_ab(args, console: Console) -> int:
+    from gpucheckup.analysis import ab_stats
     from gpucheckup.capture import ab
     from gpucheckup.report import ab_text
 
@@ -279,8 +280,9 @@ def cmd_ab(args, console: Console) -> int:
         done[0] += 1
         console.print(f"[{done[0]}/{total}] {side.label} round {r} done", style="dim", markup=False)
 
-    result = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure, out=args.out,
-                       samples_per_step=args.samples_per_step, progress=progress)
+    a_rounds, b_rounds = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure,
+                                   out=args.out, progress=progress)
+    result = ab_stats.compare(a_rounds, b_rounds, a.label, b.label, args.samples_per_step)
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))

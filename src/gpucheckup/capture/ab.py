@@ -4,7 +4,8 @@ Each side runs as its own process, with the capture agent injected for its step 
 profiler: the profiled window is pushed past the end of any job, so no step is slowed); the
 sides alternate A B A B ... for `rounds` rounds; from each process's `steps.csv` the first
 `warmup` steps are dropped and the next `measure` are kept. The statistics are
-analysis/ab_stats.py's. `--vary ENV=v1,v2` runs one command with ENV=v1 (A) and ENV=v2 (B).
+analysis/ab_stats.py's (the command line joins the two). `--vary ENV=v1,v2` runs one command
+with ENV=v1 (A) and ENV=v2 (B).
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) ->
 
 
 def run_ab(a: Side, b: Side, rounds: int = ROUNDS, warmup: int = WARMUP, measure: int = MEASURE,
-           out: Path | None = None, samples_per_step: float | None = None, progress=None) -> ab_stats.AbResult:
-    """Interleave the two sides for `rounds` rounds and compare them."""
+           out: Path | None = None, progress=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Interleave the two sides for `rounds` rounds; each side's measured step times per round."""
     if not ab_stats.MIN_ROUNDS <= rounds <= MAX_ROUNDS:
         raise CheckupError(f"--rounds must be from {ab_stats.MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")
     if warmup < 0 or measure < ab_stats.MIN_STEPS:
@@ -133,7 +134,7 @@ def run_ab(a: Side, b: Side, rounds: int = ROUNDS, warmup: int = WARMUP, measure
     finally:
         if not keep:
             shutil.rmtree(where, ignore_errors=True)
-    return ab_stats.compare(got[a.label], got[b.label], a.label, b.label, samples_per_step)
+    return got[a.label], got[b.label]
 
 
 def add_parser(sub) -> None:
