@@ -100,7 +100,8 @@ def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) ->
         raise CheckupError(f"{side.label}: cannot run {side.cmd[0]}: {e.strerror or e}") from None
     if rc != 0:
         raise CheckupError(f"{side.label} (round {round_no}) exited with status {rc}; its output: {log}")
-    steps_file = run_dir / agent.file_names("main")["steps"]
+    candidates = [run_dir / agent.file_names(key)["steps"] for key in ("main", "rank0")]  # rank 0 under torchrun
+    steps_file = next((f for f in candidates if f.exists()), candidates[0])
     if not steps_file.exists():
         raise CheckupError(f"{side.label}: no step times ({steps_file.name} missing): the agent counts optimizer "
                            f"steps, and this job made none; its output: {log}")

@@ -73,11 +73,16 @@ def main(argv=None) -> None:
     w2 = (torch.randn(E, h, d, device=device) * 0.02).requires_grad_()
     opt = torch.optim.SGD([gate_w, w1, w2], lr=1e-3)
     cap = None if args.capacity is None else max(1, int(args.capacity * T * args.topk / E))
-    layer = torch.compile(moe_layer, static_argnums=(0,)) if args.compile else moe_layer
+
+    def layer(x, gate_w, w1, w2):
+        return moe_layer(torch, x, gate_w, w1, w2, args.topk, cap)
+
+    if args.compile:
+        layer = torch.compile(layer)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        layer(torch, x, gate_w, w1, w2, args.topk, cap).square().mean().backward()
+        layer(x, gate_w, w1, w2).square().mean().backward()
         opt.step()
 
     common.train(step, args.steps, device, "moe")
