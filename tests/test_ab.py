@@ -29,12 +29,27 @@ def test_identical_commands_show_no_difference(tmp_path):
         assert len(r[side]["round_ms"]) == 3 and r[side]["steps"] == 3 * 7  # warm-up dropped, 7 kept each
 
 
+PACED = """
+import sys, time, torch
+layer = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+for _ in range(int(sys.argv[1])):
+    time.sleep(float(sys.argv[2]) / 1000)  # a known step time that CPU contention barely changes
+    layer(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
 def test_the_faster_command_is_named(tmp_path):
     pytest.importorskip("torch")
-    slow, fast = EX + ["--blocks", "32"], EX + ["--blocks", "1"]  # 32x the layers per step
+    script = tmp_path / "paced.py"
+    script.write_text(PACED)
+    slow, fast = [sys.executable, str(script), "10", "150"], [sys.executable, str(script), "10", "3"]
     r = _ab(tmp_path, "--rounds", "2", "--", *slow, "--", *fast)
     assert r["verdict"] == "faster", r["sentence"]
     assert r["b"]["median_ms"] < r["a"]["median_ms"]
+    assert r["a"]["median_ms"] >= 150  # each slow step sleeps 150 ms
     assert r["sentence"].startswith("B is faster than A by")
 
 
