@@ -177,7 +177,9 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
         return Edit(g.copy(), "no DataLoader waits in the trace", 0)
     base = replay.replay(g)
     g = g.copy()
-    step_of = g.steps.index_of(base.node_start[[s for s, _, _ in g.loaders]])
+    t = base.node_start[[s for s, _, _ in g.loaders]]
+    step_of = np.searchsorted(base.start, t, side="right") - 1  # the replayed step each wait starts in
+    step_of = np.where((step_of >= 0) & (t <= base.end[np.maximum(step_of, 0)]), step_of, -1)
     for (s, e, in_process), i in zip(g.loaders, step_of):
         wait = base.node_start[e] - base.node_start[s]
         if i < 0:
