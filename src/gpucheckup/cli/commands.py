@@ -250,3 +250,85 @@ def cmd_scaling(args, console) -> int:
     if args.json:
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(asdict(sc)), indent=2))
     return 0
+
+
+def cmd_ab(args, console) -> int:
+    import msgspec
+
+    from gpucheckup import ab
+    from gpucheckup.analysis import ab_stats
+    from gpucheckup.atomic import write_atomic
+    from gpucheckup.report import ab_text
+
+    a, b = ab.sides_from(args.cmd, args.vary)
+    if args.samples_per_step is not None and not args.samples_per_step > 0:
+        raise CheckupError(f"--samples-per-step must be a positive number, got {args.samples_per_step}")
+    total = 2 * args.rounds
+    done = [0]
+
+    def progress(side, r):
+        done[0] += 1
+        console.print(f"[{done[0]}/{total}] {side.label} round {r} done", style="dim", markup=False)
+
+    a_rounds, b_rounds = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure,
+                                   out=args.out, progress=progress)
+    result = ab_stats.compare(a_rounds, b_rounds, a.label, b.label, args.samples_per_step)
+    ab_text.render(result, console)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))
+        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    return 0
+
+
+def _report_of(path: Path) -> dict:
+    """The check-up report of a run directory, a trace, or a check-up JSON file (first rank's when several)."""
+    import msgspec
+
+    from gpucheckup.pipeline import check
+
+    if path.is_file() and path.name.endswith(".json"):
+        try:
+            doc = msgspec.json.decode(path.read_bytes())
+        except msgspec.DecodeError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("reports"), list) and doc["reports"]:
+            return doc["reports"][0]
+        if isinstance(doc, dict) and "verdict" in doc:
+            return doc
+    return check(path).reports()[0]
+
+
+def cmd_compare(args, console) -> int:
+    import msgspec
+
+    from gpucheckup.analysis.compare import compare
+    from gpucheckup.atomic import write_atomic
+    from gpucheckup.report import compare_text
+
+    if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
+        raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")
+    c = compare(_report_of(args.a), _report_of(args.b))
+    compare_text.render(c, console, only_changed=args.changed)
+    if args.markdown:
+        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
+        console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
+    if args.json:
+        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2))
+        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+    if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
+        say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")
+        return 1
+    return 0
+
+
+def cmd_examples(args, console) -> int:
+    from gpucheckup.examples import catalogue
+
+    for ex in catalogue.examples():
+        console.print(f"python -m gpucheckup.examples.{ex.name}", style="bold", markup=False)
+        console.print(f"  {ex.summary}", markup=False, soft_wrap=True)
+        for flag, what in ex.flags:
+            console.print(f"    {flag:24s} {what}", markup=False, soft_wrap=True)
+    console.print("Measure a fix: gpucheckup ab -- python -m gpucheckup.examples.launch -- "
+                  "python -m gpucheckup.examples.launch --fused", style="dim", markup=False)
+    return 0

@@ -17,6 +17,7 @@ from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, SETTINGS
 from gpucheckup.cli import commands
 
 DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
+AB_WARMUP, AB_MEASURE, AB_ROUNDS = 20, 100, 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,4 +238,46 @@ def _scaling(sub, common) -> None:
     s.set_defaults(func=commands.cmd_scaling)
 
 
-COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor, _commbench, _scaling]  # in the order `gpucheckup --help` lists them
+def _ab(sub, common) -> None:
+    p = sub.add_parser(
+        "ab", parents=[common],
+        help="measure two configurations: separate processes, interleaved A B A B, warm-up dropped",
+        description="Run CMD_A and CMD_B (or one command with --vary ENV=v1,v2) alternately in their own "
+                    "processes, with the agent recording step times (no profiler); drop the warm-up steps, "
+                    "compare the median step times and say whether B is faster, slower, or no different beyond "
+                    "noise.")
+    p.add_argument("--rounds", type=int, default=AB_ROUNDS,
+                   help=f"processes per side (default {AB_ROUNDS})")
+    p.add_argument("--warmup", type=int, default=AB_WARMUP, help=f"steps dropped at the start (default {AB_WARMUP})")
+    p.add_argument("--measure", type=int, default=AB_MEASURE,
+                   help=f"steps measured after them (default {AB_MEASURE})")
+    p.add_argument("--vary", metavar="ENV=v1,v2", help="one command, run with ENV=v1 (A) and ENV=v2 (B)")
+    p.add_argument("--samples-per-step", type=float, metavar="B", help="samples per step, for samples/s")
+    p.add_argument("--out", type=Path, help="keep each process's run directory here (default: a temporary folder)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD_A -- CMD_B")
+    p.set_defaults(func=commands.cmd_ab)
+
+
+def _compare(sub, common) -> None:
+    c = sub.add_parser("compare", parents=[common],
+                       help="compare two check-ups (run directories, traces or JSON reports): every figure, its "
+                            "change, whether beyond noise")
+    c.add_argument("a", type=Path, help="the baseline: a run directory, a trace, or a check-up JSON")
+    c.add_argument("b", type=Path, help="the candidate, the same kinds")
+    c.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
+    c.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
+    c.add_argument("--changed", action="store_true", help="print only the figures that changed beyond noise")
+    c.add_argument("--fail-if-slower", type=float, metavar="PCT",
+                   help="exit with status 1 when B's step time is more than PCT percent above A's (a CI gate)")
+    c.set_defaults(func=commands.cmd_compare)
+
+
+def _examples(sub, common) -> None:
+    e = sub.add_parser("examples", parents=[common],
+                       help="list the runnable pathology scripts and the flags that apply each fix")
+    e.set_defaults(func=commands.cmd_examples)
+
+
+COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor, _commbench, _scaling,
+            _ab, _compare, _examples]  # in the order `gpucheckup --help` lists them

@@ -27,9 +27,7 @@ from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import CPU_OP
 
-# Pinned host-to-device rate assumed for the bytes a pageable copy still has to move: PCIe 4.0 x16
-# reaches ~25 GB/s pinned (the H200 host measured 54), so the pinned copy time is not understated.
-PINNED_GB_S = 25.0
+from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for a pageable copy
 # A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
 # output; fusing a producer into its consumer drops the intermediate's write and read, two of the
 # four memory passes of a two-kernel chain. Longer chains save more, so half is the floor.

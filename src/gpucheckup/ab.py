@@ -1,0 +1,139 @@
+"""`gpucheckup ab`: measure two configurations the way the baselines protocol says.
+
+A measuring command, above capture (it runs jobs through capture's launcher pieces) and reading
+(it reads their steps files): it sits beside pipeline.py in the layers.
+
+Each side runs as its own process, with the capture agent injected for its step times only (no
+profiler: the profiled window is pushed past the end of any job, so no step is slowed); the
+sides alternate A B A B ... for `rounds` rounds; from each process's `steps.csv` the first
+`warmup` steps are dropped and the next `measure` are kept. The statistics are
+analysis/ab_stats.py's (the command line joins the two). `--vary ENV=v1,v2` runs one command
+with ENV=v1 (A) and ENV=v2 (B).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gpucheckup import layout
+from gpucheckup.analysis import ab_stats
+from gpucheckup.capture import launcher
+from gpucheckup.capture.agent.settings import LIMITS, SETTINGS
+from gpucheckup.errors import CheckupError
+from gpucheckup.trace import rundir
+
+MAX_ROUNDS = 100  # the defaults (20 warm-up, 100 measured, 3 rounds) are `ab`'s options' (cli/parser.py)
+NO_PROFILE = {  # the agent's settings for an A/B process: step times only
+    "skip": LIMITS["skip"][1],  # the profiled window starts after this many steps: never
+    "window_start_s": LIMITS["window_start_s"][1],  # no time-window capture either
+    "control": False,
+}
+
+
+@dataclass
+class Side:
+    """One configuration: its label, command line and extra environment."""
+
+    label: str
+    cmd: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def split_commands(words: list[str]) -> list[list[str]]:
+    """`-- CMD_A -- CMD_B` (argparse may have eaten the first `--`) as two command lines."""
+    words = list(words)
+    if words and words[0] == "--":
+        words = words[1:]
+    out, cur = [], []
+    for w in words:
+        if w == "--":
+            out.append(cur)
+            cur = []
+        else:
+            cur.append(w)
+    out.append(cur)
+    return [c for c in out if c] if len(out) > 1 else out
+
+
+def sides_from(cmd_words: list[str], vary: str | None) -> tuple[Side, Side]:
+    """The two sides from `-- CMD_A -- CMD_B` or from one command and `--vary ENV=v1,v2`."""
+    cmds = split_commands(cmd_words)
+    if vary:
+        name, sep, values = vary.partition("=")
+        vals = values.split(",")
+        if not sep or not name or len(vals) != 2 or not all(vals):
+            raise CheckupError(f"--vary takes ENV=v1,v2 (two values), got {vary!r}")
+        if len(cmds) != 1 or not cmds[0]:
+            raise CheckupError("with --vary give one command: gpucheckup ab --vary ENV=v1,v2 -- CMD")
+        return (Side(f"{name}={vals[0]}", cmds[0], {name: vals[0]}), Side(f"{name}={vals[1]}", cmds[0], {name: vals[1]}))
+    if len(cmds) != 2:
+        raise CheckupError("give two commands: gpucheckup ab -- CMD_A -- CMD_B (or one with --vary ENV=v1,v2)")
+    return Side("A", cmds[0]), Side("B", cmds[1])
+
+
+def process_env(side: Side, run_dir: Path) -> dict[str, str]:
+    """The environment of one A/B process: the agent injected, step times only."""
+    env = os.environ.copy()
+    env.update(side.env)
+    env["PYTHONPATH"] = os.pathsep.join([str(launcher.inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                                          else []))
+    env[layout.ENV_RUN_DIR] = str(run_dir)
+    for name, value in NO_PROFILE.items():
+        env[SETTINGS[name][0]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return env
+
+
+def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> np.ndarray:
+    """Run one process of one side; its measured step times (ms)."""
+    run_dir = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
+    log = run_dir / "output.log"
+    try:
+        with open(log, "wb") as f:
+            rc = subprocess.run(side.cmd, env=process_env(side, run_dir), stdout=f, stderr=subprocess.STDOUT).returncode
+    except OSError as e:
+        raise CheckupError(f"{side.label}: cannot run {side.cmd[0]}: {e.strerror or e}") from None
+    if rc != 0:
+        raise CheckupError(f"{side.label} (round {round_no}) exited with status {rc}; its output: {log}")
+    candidates = [run_dir / layout.steps_file(key) for key in (layout.MAIN_KEY, "rank0")]  # rank 0 under torchrun
+    steps_file = next((f for f in candidates if f.exists()), candidates[0])
+    if not steps_file.exists():
+        raise CheckupError(f"{side.label}: no step times ({steps_file.name} missing): the agent counts optimizer "
+                           f"steps, and this job made none; its output: {log}")
+    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_COLUMNS, rundir.STEP_FILLED)
+    ms = np.asarray(cols["ms"], dtype=float)
+    plain = np.isfinite(ms) & (np.asarray(cols.get("phase") or [""] * len(ms), dtype=object) == "")
+    step_no = np.asarray(cols["step"])
+    kept = ms[plain & (step_no > warmup)][:measure]
+    if len(kept) < ab_stats.MIN_STEPS:
+        raise CheckupError(f"{side.label}: {int(plain.sum())} steps recorded, {len(kept)} after the {warmup} warm-up "
+                           f"steps; at least {ab_stats.MIN_STEPS} are needed (run more steps or lower --warmup)")
+    return kept
+
+
+def run_ab(a: Side, b: Side, rounds: int, warmup: int, measure: int,
+           out: Path | None = None, progress=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Interleave the two sides for `rounds` rounds; each side's measured step times per round."""
+    if not ab_stats.MIN_ROUNDS <= rounds <= MAX_ROUNDS:
+        raise CheckupError(f"--rounds must be from {ab_stats.MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")
+    if warmup < 0 or measure < ab_stats.MIN_STEPS:
+        raise CheckupError(f"--warmup must be 0 or more and --measure at least {ab_stats.MIN_STEPS}")
+    keep = out is not None
+    where = Path(out) if keep else Path(tempfile.mkdtemp(prefix="gpucheckup-ab-"))
+    try:
+        got: dict[str, list[np.ndarray]] = {a.label: [], b.label: []}
+        for r in range(1, rounds + 1):
+            for side in (a, b):
+                got[side.label].append(run_once(side, where, r, warmup, measure))
+                if progress:
+                    progress(side, r)
+    finally:
+        if not keep:
+            shutil.rmtree(where, ignore_errors=True)
+    return got[a.label], got[b.label]

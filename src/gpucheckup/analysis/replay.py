@@ -1,0 +1,413 @@
+"""Replay a trace's steps through a dependency graph, so that a fix can be applied as a graph edit.
+
+The model (also in docs/metrics.md, "Replay"), after Daydream (Zhu et al., USENIX ATC 2020):
+- **Host chain.** One chain per trace: every CUDA runtime/driver call of every host thread (the
+  main thread and the autograd thread take turns: the main thread blocks in `backward()`), plus
+  zero-length markers at the `ProfilerStep#` starts and ends and the DataLoader `__next__`
+  annotations, in start order. Node j starts `gap_j` after the latest end of the nodes before it
+  (its *frontier*); `gap_j` is the host's own work between GPU calls (Python, operator dispatch,
+  data loading), held fixed; it is negative where another thread's call was still running.
+- **Calls** keep their measured duration. **Sync calls** (`host_calls.sync_call_rows`: the sync
+  APIs, the synchronous `cudaMemcpy`, copies to or from pageable memory) wait for the GPU: when
+  the GPU was still busy at the call's start, the call ends `ret` after the last awaited GPU op
+  (per stream, the last op launched up to the call that ended during it), else after its
+  measured duration. Their own cost (without a wait) is `min(duration, ret)`.
+- **GPU ops** (kernels, copies, memsets) run in launch order on their stream. An op launched
+  while its stream predecessor still ran was *queued*: it starts `gap` after the predecessor
+  ends (the measured GPU-side gap held fixed) and no sooner than the trace's typical launch
+  latency after its call. An op launched onto an idle stream was *host-bound*: it starts `lat`
+  after its call starts (the measured launch latency held fixed) and no sooner than the trace's
+  typical back-to-back gap after its predecessor. Ops without a launching call in the trace
+  (launched before it began) keep their gap to their predecessor, or their start when first.
+  GPU op durations are held fixed.
+- **Steps** are then cut from the replayed times exactly as `steps.py` cuts the measured ones:
+  step end = max(host step end, end of the GPU ops launched inside the host step).
+Replaying the graph unchanged gives back the measured step times (the test checks every
+fixture within REPRODUCE_TOLERANCE). Cross-stream events: all fixtures use one stream; ops on
+other streams are ordered on their own stream and by their launches only (cudaStreamWaitEvent
+is not modelled).
+
+**Profiler overhead.** The profiler slows the host, not the kernels (profiler_overhead.py). When
+the step time without the profiler is known and the trace is at least MIN_INFLATION_PCT slower,
+the host's own time (positive gaps and call durations; not the waits) is scaled by one factor k,
+the largest k in (0, 1] whose replayed median step is at most the unprofiled one (found by
+bisection); when the GPU's work alone is longer, the k that brings the replay within
+CALIBRATION_FLOOR of its all-GPU floor.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpucheckup.analysis import host_calls, launches
+from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
+from gpucheckup.analysis.steps import Steps, find_steps
+from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
+
+CALL, SYNC, MARK = 0, 1, 2  # host node kinds
+REPRODUCE_TOLERANCE = 0.05  # an unchanged replay must give each step's time within 5%
+CALIBRATION_FLOOR = 0.01  # with GPU work above the unprofiled step: within 1% of the replay's all-GPU floor
+BISECTION_STEPS = 24
+NO_DEP = -1e18  # a latency or gap that never binds
+
+
+@dataclass
+class Graph:
+    """The dependency graph of one trace (see the module docstring); arrays indexed by node or GPU op."""
+
+    trace: Trace
+    steps: Steps  # the measured step windows
+    launch_rows: np.ndarray
+    t0: float  # the first node's start
+    # host chain, in order
+    h_row: np.ndarray  # row in trace.host, -1 for markers
+    h_kind: np.ndarray  # CALL, SYNC, MARK
+    h_gap: np.ndarray  # host time from the frontier to the node's start, us
+    h_dur: np.ndarray  # duration (SYNC: its own cost without a wait), us
+    h_ret: np.ndarray  # SYNC: end after the last awaited op's end, us
+    h_await: list  # SYNC: GPU op indices it waits for
+    h_dispatch: np.ndarray  # part of h_gap spent inside operators that launch GPU work, us
+    h_waited: np.ndarray  # bool: SYNC nodes that waited on the GPU in the trace
+    step_start_node: np.ndarray
+    step_end_node: np.ndarray
+    loaders: list  # (start node, end node, in-process: bool)
+    # GPU ops, row-aligned with trace.gpu
+    g_launch: np.ndarray  # launching node, -1 when the trace lacks it
+    g_stream: np.ndarray
+    g_prev: np.ndarray  # the op before it on its stream, -1
+    g_lat: np.ndarray  # earliest start after the launching call's start, us
+    g_gap: np.ndarray  # earliest start after the predecessor's end, us
+    g_dur: np.ndarray
+    g_abs: np.ndarray  # first unlinked op of a stream: its measured start
+    g_dep: np.ndarray  # an extra op it must start after (-1: none)
+    g_step: np.ndarray  # the step whose host window launched it, -1
+    host_scale: float = 1.0
+    typical_lat: float = 0.0
+    typical_gap: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def copy(self) -> "Graph":
+        """An independent copy for a transformation to edit (the trace is shared)."""
+        g = copy.copy(self)
+        for k, v in self.__dict__.items():
+            if isinstance(v, np.ndarray):
+                setattr(g, k, v.copy())
+        g.h_await = list(self.h_await)
+        g.loaders = list(self.loaders)
+        g.notes = list(self.notes)
+        return g
+
+
+@dataclass
+class Replayed:
+    """Step windows of one replay, in microseconds."""
+
+    start: np.ndarray
+    end: np.ndarray
+    host_end: np.ndarray
+    gpu_end: np.ndarray
+    node_start: np.ndarray
+    node_end: np.ndarray
+    op_start: np.ndarray
+    op_end: np.ndarray
+
+    @property
+    def duration(self) -> np.ndarray:
+        return self.end - self.start
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.duration)) / 1000.0
+
+
+def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | None = None) -> Graph:
+    """The dependency graph of a trace's profiled steps."""
+    host, gpu = trace.host, trace.gpu
+    lr = launches.launch_rows(trace) if launch_rows is None else launch_rows
+    st = find_steps(trace, lr) if steps is None else steps
+    calls = np.flatnonzero(np.isin(host.cat, (RUNTIME, DRIVER)))
+    sync_rows = host_calls.sync_call_rows(trace, lr)
+    loader_rows = host_calls.dataloader_rows(trace)
+
+    # Nodes: calls, then markers (step starts/ends, loader starts/ends), sorted by (start, -end).
+    starts = [host.start[calls], st.host_start if st.marked else st.start[:1],
+              st.host_end if st.marked else st.end[:1], host.start[loader_rows], host.end[loader_rows]]
+    ends = [host.end[calls], starts[1], starts[2], starts[3], starts[4]]
+    kind = np.concatenate([np.where(np.isin(calls, sync_rows), SYNC, CALL), np.full(sum(len(s) for s in starts[1:]),
+                                                                                       MARK)]).astype(np.int8)
+    row = np.concatenate([calls, np.full(len(kind) - len(calls), -1)])
+    tag = np.concatenate([np.zeros(len(calls), int)] + [np.full(len(s), i + 1) for i, s in enumerate(starts[1:])])
+    idx = np.concatenate([np.zeros(len(calls), int)] + [np.arange(len(s)) for s in starts[1:]])
+    s_all, e_all = np.concatenate(starts), np.concatenate(ends)
+    order = np.lexsort((-e_all, s_all))
+    s_all, e_all, kind, row, tag, idx = s_all[order], e_all[order], kind[order], row[order], tag[order], idx[order]
+    n = len(order)
+    frontier = np.concatenate(([s_all[0]], np.maximum.accumulate(e_all)[:-1])) if n else np.zeros(0)
+    gap = s_all - frontier
+    dur = e_all - s_all
+    node_of = {(int(t), int(i)): j for j, (t, i) in enumerate(zip(tag, idx)) if t > 0}
+    step_start_node = np.array([node_of[(1, i)] for i in range(len(starts[1]))], dtype=np.int64)
+    step_end_node = np.array([node_of[(2, i)] for i in range(len(starts[2]))], dtype=np.int64)
+    loaders = [(node_of[(3, i)], node_of[(4, i)], "SingleProcess" in trace.names[host.name[r]])
+               for i, r in enumerate(loader_rows)]
+    node_of_row = np.full(len(host), -1, dtype=np.int64)
+    node_of_row[row[row >= 0]] = np.flatnonzero(row >= 0)
+
+    # GPU ops: launch node, stream predecessor, latency and gap held fixed.
+    m = len(gpu)
+    g_launch = np.where(lr >= 0, node_of_row[np.maximum(lr, 0)], -1)
+    g_prev = np.full(m, -1, dtype=np.int64)
+    for s in np.unique(gpu.stream):
+        ops = np.flatnonzero(gpu.stream == s)
+        ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
+        g_prev[ops[1:]] = ops[:-1]
+    has_prev = g_prev >= 0
+    lat_m = np.where(g_launch >= 0, gpu.start - host.start[np.maximum(lr, 0)], NO_DEP)
+    gap_m = np.where(has_prev, gpu.start - gpu.end[np.maximum(g_prev, 0)], NO_DEP)
+    linked = g_launch >= 0
+    queued = linked & has_prev & (gap_m < lat_m)  # the predecessor still ran when the call was made
+    host_bound = linked & ~queued
+    typical_lat = float(np.median(lat_m[host_bound & has_prev])) if (host_bound & has_prev).any() else 0.0
+    typical_gap = float(np.median(np.maximum(gap_m[queued], 0))) if queued.any() else 0.0
+    g_lat = np.where(queued, np.minimum(lat_m, typical_lat), lat_m)
+    g_gap = np.where(host_bound & has_prev, np.minimum(gap_m, typical_gap), gap_m)
+    g_abs = np.where(~linked & ~has_prev, gpu.start, np.nan)
+    g_step = np.full(m, -1, dtype=np.int64)
+    if st.marked:
+        t = host.start[np.maximum(lr, 0)]
+        i = np.searchsorted(st.host_start, t, side="right") - 1
+        ok = linked & (i >= 0) & (t <= st.host_end[np.maximum(i, 0)])
+        g_step[ok] = i[ok]
+    else:
+        g_step[:] = 0
+
+    # Sync nodes: what they wait for and how long after it they return.
+    h_ret = np.zeros(n)
+    h_await: list = [np.zeros(0, dtype=np.int64)] * n
+    h_waited = np.zeros(n, dtype=bool)
+    sync_nodes = np.flatnonzero(kind == SYNC)
+    if len(sync_nodes):
+        op_order = np.argsort(np.where(linked, g_launch, -1), kind="stable")
+        launch_sorted = np.where(linked, g_launch, -1)[op_order]
+        for j in sync_nodes:
+            a, e = s_all[j], e_all[j]
+            upto = op_order[:np.searchsorted(launch_sorted, j, side="right")]
+            upto = upto[(gpu.start[upto] < e)]
+            if len(upto) == 0:
+                continue
+            last = {}
+            for o in upto[np.argsort(gpu.start[upto], kind="stable")]:
+                last[int(gpu.stream[o])] = int(o)
+            cand = np.array(list(last.values()))
+            waited = cand[(gpu.end[cand] > a) & (gpu.end[cand] <= e + 1.0)]
+            if len(waited):
+                h_await[j] = waited
+                h_ret[j] = e - gpu.end[waited].max()
+                dur[j] = min(dur[j], max(h_ret[j], 0.0))
+                h_waited[j] = True
+    g = Graph(trace=trace, steps=st, launch_rows=lr, t0=float(s_all[0]) if n else 0.0, h_row=row, h_kind=kind,
+              h_gap=gap, h_dur=dur, h_ret=h_ret, h_await=h_await, h_dispatch=_dispatch_in_gaps(trace, lr, frontier,
+                                                                                                s_all),
+              h_waited=h_waited, step_start_node=step_start_node, step_end_node=step_end_node, loaders=loaders,
+              g_launch=g_launch, g_stream=gpu.stream.copy(), g_prev=g_prev, g_lat=g_lat, g_gap=g_gap,
+              g_dur=gpu.dur.copy(), g_abs=g_abs, g_dep=np.full(m, -1, dtype=np.int64), g_step=g_step,
+              typical_lat=typical_lat, typical_gap=typical_gap)
+    return g
+
+
+def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each node's gap [frontier, start], the time covered by outermost operators that launch GPU work."""
+    host = trace.host
+    ops = np.flatnonzero(host.cat == CPU_OP)
+    launch_t = {}
+    for k in set(zip(host.pid[lr[lr >= 0]].tolist(), host.tid[lr[lr >= 0]].tolist())):
+        rows = lr[lr >= 0]
+        rows = rows[(host.pid[rows] == k[0]) & (host.tid[rows] == k[1])]
+        launch_t[k] = np.sort(host.start[rows])
+    intervals = []
+    for k in set(zip(host.pid[ops].tolist(), host.tid[ops].tolist())):
+        rows = ops[(host.pid[ops] == k[0]) & (host.tid[ops] == k[1])]
+        rows = rows[np.lexsort((-host.end[rows], host.start[rows]))]
+        s, e = host.start[rows], host.end[rows]
+        run_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
+        top = s >= run_end  # not inside an earlier operator on this thread
+        s, e = s[top], e[top]
+        lt = launch_t.get(k, np.zeros(0))
+        launches_in = np.searchsorted(lt, e, side="right") - np.searchsorted(lt, s, side="left")
+        intervals.append(np.stack([s[launches_in > 0], e[launches_in > 0]], axis=1))
+    if not intervals or not sum(len(i) for i in intervals):
+        return np.zeros(len(start))
+    iv = np.concatenate(intervals)
+    iv = iv[np.argsort(iv[:, 0])]
+    merged = [list(iv[0])]
+    for s, e in iv[1:]:
+        if s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    mv = np.array(merged)
+    cum = np.concatenate(([0.0], np.cumsum(mv[:, 1] - mv[:, 0])))
+
+    def covered(t):
+        i = np.searchsorted(mv[:, 0], t, side="right") - 1
+        inside = np.where(i >= 0, np.minimum(t, mv[np.maximum(i, 0), 1]) - mv[np.maximum(i, 0), 0], 0.0)
+        return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0.0)
+
+    return np.maximum(covered(start) - covered(np.minimum(frontier, start)), 0.0)
+
+
+def replay(g: Graph) -> Replayed:
+    """Run the graph: every node and op as early as its dependencies allow (see the module docstring)."""
+    n, m = len(g.h_kind), len(g.g_dur)
+    k = g.host_scale
+    gap = np.where(g.h_gap > 0, g.h_gap * k, g.h_gap).tolist()
+    dur = np.where(g.h_kind != MARK, g.h_dur * k, 0.0).tolist()
+    kind, ret = g.h_kind.tolist(), g.h_ret.tolist()
+    ns, ne = [0.0] * n, [0.0] * n
+    os_, oe = [np.nan] * m, [np.nan] * m
+    launch, prev, lat, ggap = g.g_launch.tolist(), g.g_prev.tolist(), g.g_lat.tolist(), g.g_gap.tolist()
+    gdur, gabs, dep = g.g_dur.tolist(), g.g_abs.tolist(), g.g_dep.tolist()
+    # per stream, its ops in order; a pointer to the next op to place
+    streams: dict[int, list[int]] = {}
+    first = [i for i in range(m) if prev[i] < 0]
+    nxt = [-1] * m
+    for i in range(m):
+        if prev[i] >= 0:
+            nxt[prev[i]] = i
+    for f in first:
+        chain, o = [], f
+        while o >= 0:
+            chain.append(o)
+            o = nxt[o]
+        streams[f] = chain
+    ptr = {f: 0 for f in streams}
+    stream_of = {}
+    for f, chain in streams.items():
+        for o in chain:
+            stream_of[o] = f
+    done_node = -1
+
+    def advance(f):
+        chain, p = streams[f], ptr[f]
+        while p < len(chain):
+            o = chain[p]
+            lo = launch[o]
+            if lo > done_node:
+                break
+            d = dep[o]
+            if d >= 0 and np.isnan(oe[d]):
+                break
+            s = NO_DEP
+            if lo >= 0:
+                s = ns[lo] + lat[o]
+            if prev[o] >= 0:
+                s = max(s, oe[prev[o]] + ggap[o])
+            elif lo < 0:
+                s = gabs[o]
+            if d >= 0:
+                s = max(s, oe[d])
+            os_[o], oe[o] = s, s + gdur[o]
+            p += 1
+        ptr[f] = p
+
+    for f in streams:
+        advance(f)
+    ops_of_node: dict[int, list[int]] = {}
+    for o in range(m):
+        if launch[o] >= 0:
+            ops_of_node.setdefault(launch[o], []).append(o)
+    waiting_on: dict[int, list[int]] = {}  # op -> streams blocked by an extra dependency on it
+    for o in range(m):
+        if dep[o] >= 0:
+            waiting_on.setdefault(dep[o], []).append(stream_of[o])
+    frontier = g.t0
+    t_prev = -np.inf
+    for j in range(n):
+        s = max(frontier + gap[j], t_prev) if j else g.t0
+        ns[j] = s
+        e = s + dur[j]
+        if kind[j] == SYNC:
+            aw = g.h_await[j]
+            if len(aw):
+                for o in aw.tolist():
+                    if np.isnan(oe[o]):
+                        done_node = j
+                        advance(stream_of[o])
+                e = max(e, max(oe[o] for o in aw.tolist()) + ret[j])
+        ne[j] = e
+        done_node = j
+        for o in ops_of_node.get(j, ()):
+            advance(stream_of[o])
+            for f in waiting_on.get(o, ()):
+                advance(f)
+        frontier = max(frontier, e)
+        t_prev = s
+    done_node = n
+    for _ in range(3):  # extra dependencies across streams may need a second pass
+        for f in streams:
+            advance(f)
+    node_start, node_end = np.array(ns), np.array(ne)
+    op_start, op_end = np.array(os_, dtype=float), np.array(oe, dtype=float)
+    return _windows(g, node_start, node_end, op_start, op_end)
+
+
+def _windows(g: Graph, ns, ne, os_, oe) -> Replayed:
+    """Step windows from replayed times, by the rule of steps.py."""
+    hs, he = ns[g.step_start_node], ns[g.step_end_node]
+    count = len(hs)
+    ge = np.full(count, np.nan)
+    ok = (g.g_step >= 0) & ~np.isnan(oe)
+    np.fmax.at(ge, g.g_step[ok], oe[ok])
+    if not g.steps.marked and len(oe) and not np.isnan(oe).all():
+        ge[0] = np.nanmax(oe)
+    end = np.maximum.accumulate(np.fmax(he, ge))
+    start = np.concatenate(([hs[0]], end[:-1]))
+    if not g.steps.marked and len(os_) and not np.isnan(os_).all():
+        start[0] = min(start[0], np.nanmin(os_))
+    return Replayed(start, end, he, ge, ns, ne, os_, oe)
+
+
+@dataclass
+class Calibration:
+    """The profiler-overhead correction of a graph's host time."""
+
+    host_scale: float
+    traced_ms: float  # median replayed step at scale 1 (= the trace's)
+    unprofiled_ms: float | None
+    replayed_ms: float  # median replayed step at host_scale
+    applied: bool
+
+
+def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
+    """Scale the graph's host time so the replay matches the unprofiled step (see the module docstring)."""
+    g.host_scale = 1.0
+    traced = replay(g).median_ms
+    if (not unprofiled_step_ms or not g.steps.marked  # one window over several steps: not comparable
+            or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT):
+        return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
+
+    def at(k):
+        g.host_scale = k
+        return replay(g).median_ms
+
+    floor = at(0.0)
+    target = max(unprofiled_step_ms, floor * (1 + CALIBRATION_FLOOR))
+    lo, hi = 0.0, 1.0
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        if at(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    g.host_scale = lo
+    return Calibration(lo, traced, unprofiled_step_ms, at(lo), True)
+
+
+def copy_rows(g: Graph, direction: str) -> np.ndarray:
+    """GPU op rows of pageable copies in one direction ("HtoD" or "DtoH")."""
+    trace = g.trace
+    ids = trace.name_ids(lambda s: "Pageable" in s and direction in s)
+    return np.flatnonzero((trace.gpu.kind == MEMCPY) & np.isin(trace.gpu.name, ids))

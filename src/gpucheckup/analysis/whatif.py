@@ -1,0 +1,373 @@
+"""What each fix would save: the fix applied as an edit of the replay graph (replay.py), replayed.
+
+Definitions (also in docs/metrics.md, "What-if"):
+- predicted step = median replayed step with the edit; before = median replayed step unchanged
+  (both with the profiler-overhead calibration when the unprofiled step is known).
+- saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
+Each transformation is keyed by its fix key (the fix catalogue's key) in TRANSFORMS and states
+its mechanism in its docstring; what it does not change is held as measured. A transformation
+that finds nothing to change (no syncs, no collectives, ...) predicts no change and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from gpucheckup.analysis import host_calls, launches, replay
+from gpucheckup.analysis.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
+from gpucheckup.analysis.kernels import CATEGORIES, categorize
+from gpucheckup.analysis.replay import CALL, MARK, NO_DEP, SYNC, Graph
+from gpucheckup.analysis.shape_flops import first_float_dtype
+from gpucheckup.hardware import peaks
+from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
+
+from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
+MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
+DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
+WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
+BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
+LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
+
+
+@dataclass
+class Prediction:
+    """One fix's predicted effect on the median step."""
+
+    fix: str
+    step_ms_before: float
+    step_ms_after: float
+    transform: str  # what the edit did, in one sentence
+    changed: int = 0  # graph nodes or GPU ops the edit changed (0: not applicable)
+
+    @property
+    def saving_ms(self) -> float:
+        return self.step_ms_before - self.step_ms_after
+
+    @property
+    def saving_pct(self) -> float:
+        return 100 * self.saving_ms / self.step_ms_before if self.step_ms_before > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"fix": self.fix, "step_ms_before": self.step_ms_before, "step_ms_after": self.step_ms_after,
+                "saving_ms": self.saving_ms, "saving_pct": self.saving_pct, "transform": self.transform,
+                "changed": self.changed}
+
+
+@dataclass
+class Edit:
+    """A transformation's result: the edited graph, what it did, how many things it changed."""
+
+    graph: Graph
+    what: str
+    changed: int
+    per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
+
+
+def _launch_nodes(g: Graph) -> np.ndarray:
+    """Nodes that launch at least one GPU op."""
+    return np.unique(g.g_launch[g.g_launch >= 0])
+
+
+def _typical_launch_us(g: Graph) -> float:
+    """Median duration of the calls that launch GPU work: the cost of one launch."""
+    nodes = _launch_nodes(g)
+    nodes = nodes[g.h_kind[nodes] == CALL]
+    return float(np.median(g.h_dur[nodes])) if len(nodes) else 0.0
+
+
+def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
+    """Per node: whether its host row starts inside a user annotation named prefix... on its thread."""
+    host = g.trace.host
+    ids = g.trace.name_ids(lambda n: n.startswith(prefix))
+    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+    out = np.zeros(len(g.h_kind), dtype=bool)
+    rows = g.h_row
+    ok = rows >= 0
+    t, tid = host.start[np.maximum(rows, 0)], host.tid[np.maximum(rows, 0)]
+    for a in ann:
+        out |= ok & (t >= host.start[a]) & (t <= host.end[a]) & (tid == host.tid[a])
+    return out
+
+
+def remove_syncs(g: Graph) -> Edit:
+    """The host stops waiting for the GPU at its sync calls (sync APIs, reads of GPU values into
+    pageable memory): each keeps only its own cost; the copies stay on the GPU. Input copies to
+    the GPU are pin_memory's."""
+    g = g.copy()
+    names = g.trace.names
+    host = g.trace.host
+    h2d_nodes = set(g.g_launch[replay.copy_rows(g, "HtoD")].tolist())
+    nodes = [j for j in np.flatnonzero(g.h_kind == SYNC)
+             if j not in h2d_nodes and (names[host.name[g.h_row[j]]] in host_calls.SYNC_CALLS
+                                        or g.h_waited[j])]
+    for j in nodes:
+        g.h_kind[j] = CALL
+        g.h_await[j] = np.zeros(0, dtype=np.int64)
+    return Edit(g, f"{len(nodes)} sync calls no longer wait for the GPU", len(nodes))
+
+
+def fused_optimizer(g: Graph) -> Edit:
+    """One fused kernel per parameter group (taken as one group: the trace does not say how many)
+    instead of a launch per tensor or tensor list: inside `Optimizer.step` the host's time (the
+    Python loop over parameters, operator dispatch, launches) goes but one launch; the GPU time of
+    the region's kernels is kept (the fused kernel moves at most the same bytes), their gaps go."""
+    g = g.copy()
+    inside = _in_annotation(g, "Optimizer.step#") & (g.h_kind != MARK)
+    launching = np.isin(g.g_launch, np.flatnonzero(inside))
+    if not launching.any():
+        return Edit(g, "no Optimizer.step launches in the trace", 0)
+    changed = 0
+    for step in np.unique(g.g_step[launching]):
+        ops = np.flatnonzero(launching & (g.g_step == step))
+        region = np.flatnonzero(inside)
+        region = region[(region >= g.g_launch[ops].min()) & (region <= g.g_launch[ops].max())]
+        keep, rest = region[0], region[1:]
+        g.h_dur[rest] = 0.0
+        g.h_gap[rest] = np.minimum(g.h_gap[rest], 0.0)
+        g.h_kind[rest[g.h_kind[rest] == SYNC]] = CALL  # host reads of optimizer state go with the loop
+        if g.h_gap[keep] > 0:
+            g.h_gap[keep] -= g.h_dispatch[keep]
+        g.g_lat[ops[1:]] = NO_DEP  # part of the one kernel: ordered by the stream only
+        g.g_gap[ops[1:]] = 0.0
+        changed += len(rest)
+    return Edit(g, f"the optimizer's host work ({changed} calls in the trace) becomes one launch per step", changed)
+
+
+def pin_memory(g: Graph, pinned_gb_s: float | None = None) -> Edit:
+    """Pageable copies move to pinned memory: each runs at the pinned rate (the trace's own pinned
+    copies', else PINNED_GB_S); copies to the GPU become non_blocking, off the host's path (their
+    call costs one launch); copies to the host still block (the host reads them)."""
+    g = g.copy()
+    rate = pinned_gb_s or _pinned_rate(g.trace) or PINNED_GB_S
+    h2d, d2h = replay.copy_rows(g, "HtoD"), replay.copy_rows(g, "DtoH")
+    ops = np.concatenate([h2d, d2h])
+    if len(ops) == 0:
+        return Edit(g, "no pageable copies in the trace", 0)
+    nbytes = g.trace.gpu.bytes[ops]
+    at_rate = np.where(np.isnan(nbytes), g.g_dur[ops], nbytes / (rate * 1e3))  # bytes / (GB/s) in us
+    g.g_dur[ops] = np.minimum(g.g_dur[ops], at_rate)
+    cost = _typical_launch_us(g)
+    for j in np.unique(g.g_launch[h2d][g.g_launch[h2d] >= 0]):
+        g.h_kind[j] = CALL
+        g.h_dur[j] = min(g.h_dur[j], cost)
+        g.h_await[j] = np.zeros(0, dtype=np.int64)
+    return Edit(g, f"{len(ops)} pageable copies at {rate:.0f} GB/s pinned, {len(h2d)} to the GPU non_blocking",
+                len(ops))
+
+
+def _pinned_rate(trace: Trace) -> float | None:
+    """The fastest rate of the trace's pinned host<->device copies of at least MIN_PINNED_BYTES, GB/s."""
+    gpu = trace.gpu
+    ids = trace.name_ids(lambda n: "Pinned" in n and ("HtoD" in n or "DtoH" in n))
+    m = np.isin(gpu.name, ids) & (gpu.bytes >= MIN_PINNED_BYTES) & (gpu.dur > 0)
+    return float(np.max(gpu.bytes[m] / gpu.dur[m])) / 1e3 if m.any() else None
+
+
+def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float = WORKER_FACTOR) -> Edit:
+    """More DataLoader workers: the wait drops to what the loader's throughput allows. In-process
+    loading (`_SingleProcessDataLoaderIter`, num_workers=0) took the wait L per batch; `workers`
+    processes as fast deliver one per L / workers while the step runs, so the wait becomes
+    max(0, L / workers - rest of the step). A multi-process loader that made the step wait
+    delivers one batch per step; `factor` times the workers deliver one per step / factor, so
+    the wait becomes max(0, step / factor - rest of the step). Assumes free CPU cores."""
+    if not g.loaders:
+        return Edit(g.copy(), "no DataLoader waits in the trace", 0)
+    base = replay.replay(g)
+    g = g.copy()
+    t = base.node_start[[s for s, _, _ in g.loaders]]
+    step_of = np.searchsorted(base.start, t, side="right") - 1  # the replayed step each wait starts in
+    step_of = np.where((step_of >= 0) & (t <= base.end[np.maximum(step_of, 0)]), step_of, -1)
+    for (s, e, in_process), i in zip(g.loaders, step_of):
+        wait = base.node_start[e] - base.node_start[s]
+        if i < 0:
+            continue
+        rest = base.duration[i] - wait
+        period = wait / workers if in_process else base.duration[i] / factor
+        new_wait = max(0.0, period - rest)
+        inner = np.arange(s + 1, e + 1)
+        g.h_gap[inner] = 0.0
+        g.h_dur[inner[:-1]] = 0.0
+        g.h_gap[e] = new_wait
+        g.h_dispatch[inner] = 0.0
+    how = f"{workers} workers" if any(p for _, _, p in g.loaders) else f"{factor:g}x the workers"
+    return Edit(g, f"{len(g.loaders)} DataLoader waits cut to the loader's throughput with {how}", len(g.loaders))
+
+
+def cuda_graphs(g: Graph) -> Edit:
+    """CUDA graphs: inside each captured region (a step's stretch between sync calls and data
+    waits, which a graph cannot hold) the host's launch calls and operator dispatch cost nothing
+    but one graph launch; the kernels keep their durations and run back to back. Host work
+    outside operators (Python, data loading) stays."""
+    g = g.copy()
+    launch = np.zeros(len(g.h_kind), dtype=bool)
+    launch[_launch_nodes(g)] = True
+    breaks = (g.h_kind == SYNC) | (g.h_kind == MARK)
+    new_region, changed = True, 0
+    for j in range(len(g.h_kind)):
+        if breaks[j]:
+            new_region = True
+            continue
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= g.h_dispatch[j]
+        if launch[j] and not new_region:
+            g.h_dur[j] = 0.0
+            changed += 1
+        elif launch[j]:
+            new_region = False
+        elif g.h_kind[j] == CALL:
+            g.h_dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
+    captured = g.g_launch >= 0
+    g.g_lat[captured] = np.minimum(g.g_lat[captured], g.typical_lat)
+    return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed", changed)
+
+
+def torch_compile(g: Graph) -> Edit:
+    """torch.compile fuses each chain of elementwise kernels (consecutive on a stream, launched in
+    one step with no sync between) into one kernel: one launch, and memory-bound time taken as the
+    chain's longest member (the fused kernel still moves the largest operand). The dispatch and
+    launch of the other members go; every other kernel is kept."""
+    g = g.copy()
+    names = g.trace.names
+    gpu = g.trace.gpu
+    ew = np.array([gpu.kind[o] == KERNEL and categorize(names[gpu.name[o]]) == "elementwise"
+                   for o in range(len(gpu))], dtype=bool)
+    changed = 0
+    for o in np.flatnonzero(ew):
+        p = g.g_prev[o]
+        if p < 0 or not ew[p] or g.g_step[p] != g.g_step[o] or g.g_launch[o] < 0 or g.g_launch[p] < 0:
+            continue
+        between = g.h_kind[g.g_launch[p]:g.g_launch[o] + 1]
+        if (between == SYNC).any():
+            continue
+        # o joins its predecessor's fused kernel
+        head = p
+        while g.g_lat[head] == NO_DEP and g.g_prev[head] >= 0:
+            head = g.g_prev[head]
+        g.g_dur[head] = max(g.g_dur[head], g.g_dur[o])
+        g.g_dur[o], g.g_gap[o], g.g_lat[o] = 0.0, 0.0, NO_DEP
+        j = g.g_launch[o]
+        g.h_dur[j] = 0.0
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= g.h_dispatch[j]
+        changed += 1
+    return Edit(g, f"{changed} elementwise kernels fused into their chain's first", changed)
+
+
+def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
+    """fp32 GEMMs run in `target` (tf32, or bf16 under autocast): each fp32 GEMM kernel's time is
+    scaled by the datasheet peak ratio fp32 / target (hardware/peaks.py); a GEMM limited by memory
+    speeds up less, so this is the most it saves."""
+    g = g.copy()
+    trace = g.trace
+    peak = peaks.lookup(trace.devices[0].name) if trace.devices else None
+    if peak is None or not peak.peak("fp32") or not peak.peak(target):
+        return Edit(g, "the GPU is not in the peak table: no peak ratio", 0)
+    ratio = peak.peak("fp32") / peak.peak(target)
+    rows = _fp32_gemms(trace)
+    g.g_dur[rows] *= ratio
+    return Edit(g, f"{len(rows)} fp32 GEMM kernels scaled by the {peak.id} peak ratio fp32/{target} = {ratio:.3f}",
+                len(rows))
+
+
+def _fp32_gemms(trace: Trace) -> np.ndarray:
+    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype)."""
+    gpu, host, names = trace.gpu, trace.host, trace.names
+    cat = np.array([CATEGORIES.index(categorize(n)) for n in names], dtype=np.int8)
+    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(cat[gpu.name], GEMM_CATEGORIES))
+    ops = launches.op_rows(trace, rows)
+    out = []
+    for r, op in zip(rows.tolist(), ops.tolist()):
+        dt = ""
+        if op >= 0 and host.dtypes[op] is not None:
+            try:
+                dt = first_float_dtype(msgspec.json.decode(host.dtypes[op]))
+            except msgspec.DecodeError:
+                dt = ""
+        if kernel_dtype(names[gpu.name[r]], dt) == "fp32":
+            out.append(r)
+    return np.array(out, dtype=np.int64)
+
+
+def comm_overlap(g: Graph) -> Edit:
+    """Collectives overlap compute: each communication kernel moves to its own stream (ordered after
+    the previous collective and its launch), compute kernels no longer wait behind it, and the
+    first kernel launched in `Optimizer.step` (which reads the reduced gradients) waits for the
+    step's last collective."""
+    g = g.copy()
+    names = g.trace.names
+    comm = np.array([categorize(names[n]) == "communication" for n in g.trace.gpu.name], dtype=bool)
+    if not comm.any():
+        return Edit(g, "no collective kernels in the trace", 0)
+    side = int(g.g_stream.max()) + 1
+    opt = _in_annotation(g, "Optimizer.step#")
+    for s in np.unique(g.g_stream[comm]):
+        chain = _stream_chain(g, np.flatnonzero(g.g_prev == -1)[g.g_stream[g.g_prev == -1] == s][0])
+        last_compute, last_comm = -1, -1
+        for o in chain:
+            if comm[o]:
+                g.g_prev[o], g.g_stream[o] = last_comm, side
+                last_comm = o
+            else:
+                g.g_prev[o] = last_compute
+                last_compute = o
+                if last_comm >= 0 and g.g_launch[o] >= 0 and opt[g.g_launch[o]] and g.g_dep[o] < 0:
+                    g.g_dep[o] = last_comm
+    return Edit(g, f"{int(comm.sum())} collective kernels moved off the compute stream", int(comm.sum()))
+
+
+def _stream_chain(g: Graph, first: int) -> list[int]:
+    nxt = {int(p): i for i, p in enumerate(g.g_prev) if p >= 0}
+    out, o = [], int(first)
+    while o >= 0:
+        out.append(o)
+        o = nxt.get(o, -1)
+    return out
+
+
+def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
+    """A `factor` times larger batch: the kernels and copies that process samples take `factor`
+    times as long (linear in the batch: a larger kernel often runs more efficiently, so at most
+    that), the optimizer's and zero_grad's (per parameter) do not, nor does the host's launch
+    work; data waits grow by `factor`. The saving is per original batch: step / factor."""
+    g = g.copy()
+    per_param = _in_annotation(g, "Optimizer.")
+    scaled = (g.g_step >= 0) & ~((g.g_launch >= 0) & per_param[np.maximum(g.g_launch, 0)])
+    g.g_dur[scaled] *= factor
+    for s, e, _ in g.loaders:
+        g.h_gap[s + 1:e + 1] = np.where(g.h_gap[s + 1:e + 1] > 0, g.h_gap[s + 1:e + 1] * factor, g.h_gap[s + 1:e + 1])
+    return Edit(g, f"batch x{factor:g}: {int(scaled.sum())} GPU ops scaled, host launch work unchanged",
+                int(scaled.sum()), per_batch_factor=factor)
+
+
+TRANSFORMS = {
+    "remove_syncs": remove_syncs,
+    "fused_optimizer": fused_optimizer,
+    "pin_memory": pin_memory,
+    "dataloader_workers": dataloader_workers,
+    "cuda_graphs": cuda_graphs,
+    "torch_compile": torch_compile,
+    "tf32": tf32,
+    "comm_overlap": comm_overlap,
+    "larger_batch": larger_batch,
+}
+
+
+def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Prediction:
+    """The predicted median step with one fix applied to a (calibrated) graph."""
+    if fix not in TRANSFORMS:
+        raise KeyError(f"no transformation for fix {fix!r}; known: {', '.join(TRANSFORMS)}")
+    before = replay.replay(g).median_ms if before_ms is None else before_ms
+    edit = TRANSFORMS[fix](g, **params)
+    after = replay.replay(edit.graph).median_ms / edit.per_batch_factor if edit.changed else before
+    return Prediction(fix, before, after, edit.what, edit.changed)
+
+
+def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:
+    """Every transformation's prediction for one trace, keyed by fix key."""
+    g = replay.build(trace)
+    replay.calibrate(g, unprofiled_step_ms)
+    before = replay.replay(g).median_ms
+    return {k: predict(g, k, before) for k in TRANSFORMS}

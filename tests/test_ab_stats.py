@@ -1,0 +1,63 @@
+"""A/B statistics (analysis/ab_stats.py): the verdict rule on real step times of identical CPU
+processes (tests/data/ab/identical_cpu.json, validation/ab_null_capture.py) and its mechanism."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import REPO
+from gpucheckup.analysis import ab_stats
+
+NULL = REPO / "tests" / "data" / "ab" / "identical_cpu.json"
+
+
+def _null_rounds():
+    data = json.loads(NULL.read_text())
+    return [np.array(r["ms"]) for r in data["rounds"]], [r["side"] for r in data["rounds"]]
+
+
+def test_identical_processes_show_no_difference_in_nine_of_ten_repetitions():
+    rounds, sides = _null_rounds()
+    reps = len(rounds) // 6  # each repetition: 3 A and 3 B processes, interleaved as captured, none reused
+    assert reps >= 10
+    verdicts = []
+    for i in range(10):
+        block = list(zip(sides[6 * i:6 * i + 6], rounds[6 * i:6 * i + 6]))
+        a = [r for s, r in block if s == "A"]
+        b = [r for s, r in block if s == "B"]
+        verdicts.append(ab_stats.compare(a, b).verdict)
+    assert verdicts.count("same") >= 9, verdicts
+
+
+def test_a_real_slowdown_beyond_the_rounds_spread_is_named():
+    rounds, _ = _null_rounds()
+    a = rounds[:3]
+    steps = np.concatenate(a)
+    factor = 2 * steps.max() / steps.min()  # every B step slower than every A step: beyond any noise in A
+    slower = [r * factor for r in a]
+    res = ab_stats.compare(a, slower)
+    assert res.verdict == "slower" and res.lo_pct > 0 and res.change_pct == pytest.approx(100 * (factor - 1))
+    res = ab_stats.compare(slower, a)
+    assert res.verdict == "faster" and res.sentence.startswith("B is faster than A by")
+    same_spread = ab_stats.compare(a, [r * 1.01 for r in a])  # 1% slower: far inside the rounds' spread
+    assert same_spread.verdict == "same"
+
+
+def test_interval_contains_the_change_and_throughput_is_its_inverse():
+    rounds, _ = _null_rounds()
+    res = ab_stats.compare(rounds[0:6:2], rounds[1:6:2], samples_per_step=32)
+    assert res.lo_pct <= res.change_pct <= res.hi_pct
+    for s in (res.a, res.b):
+        assert s.lo_ms <= s.median_ms <= s.hi_ms
+        assert s.per_s == pytest.approx(32 * 1000 / s.median_ms)
+        assert s.median_ms == pytest.approx(np.median(s.round_ms))
+
+
+def test_too_little_data_is_refused():
+    with pytest.raises(ValueError, match="rounds"):
+        ab_stats.compare([np.ones(10)], [np.ones(10), np.ones(10)])
+    with pytest.raises(ValueError, match="measured steps"):
+        ab_stats.compare([np.ones(2), np.ones(10)], [np.ones(10), np.ones(10)])

@@ -1,0 +1,85 @@
+"""`gpucheckup compare`: figures side by side, the noise rule, the CI gate; on real captures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEMO
+from gpucheckup.analysis import compare
+from gpucheckup.cli import main
+
+LAUNCH, COMPUTE = DEMO / "launch_bound/trace.json.gz", DEMO / "compute_bound/trace.json.gz"
+
+
+def _report(path, tmp_path, name):
+    out = tmp_path / f"{name}.json"
+    assert main(["analyze", str(path), "--quiet", "--json", str(out)]) == 0
+    return out, json.loads(out.read_text())
+
+
+def test_two_different_jobs_are_flagged_with_the_verdict_change(tmp_path, capsys):
+    (pa, a), (pb, b) = _report(LAUNCH, tmp_path, "a"), _report(COMPUTE, tmp_path, "b")
+    c = compare.compare(a, b)
+    expected = 100 * (b["steps"]["median_ms"] / a["steps"]["median_ms"] - 1)
+    assert c.headline == "steps.median_ms" and c.step_change_pct == pytest.approx(expected)
+    assert c.noise_pct == pytest.approx(2 * max(a["steps"]["cv_pct"], b["steps"]["cv_pct"]))
+    assert c.step_beyond_noise and "slower" in c.sentence
+    assert (c.verdict_a, c.verdict_b) == (a["verdict"]["primary"], b["verdict"]["primary"])
+    assert c.verdict_a != c.verdict_b
+    md = tmp_path / "cmp.md"
+    rc = main(["compare", str(pa), str(pb), "--markdown", str(md), "--fail-if-slower", "10"])
+    assert rc == 1  # compute_bound's step is ~7x launch_bound's
+    text = md.read_text()
+    assert "| `steps.median_ms` |" in text and "beyond noise" in text
+    assert main(["compare", str(pb), str(pa), "--fail-if-slower", "10"]) == 0  # faster passes the gate
+
+
+def test_the_same_capture_twice_changes_nothing(tmp_path):
+    (pa, a) = _report(LAUNCH, tmp_path, "a")
+    c = compare.compare(a, a)
+    assert c.step_change_pct == 0 and not c.step_beyond_noise
+    assert not any(f.beyond_noise for f in c.figures)
+    assert len(c.figures) > 50  # every figure, not only the headline
+
+
+def test_percent_figures_compare_in_points():
+    a = {"verdict": {"primary": "x"}, "steps": {"median_ms": 10.0, "cv_pct": 1.0}, "gpu": {"busy_pct": 50.0}}
+    b = {"verdict": {"primary": "x"}, "steps": {"median_ms": 10.0, "cv_pct": 1.0}, "gpu": {"busy_pct": 51.5}}
+    c = compare.compare(a, b)
+    busy = next(f for f in c.figures if f.key == "gpu.busy_pct")
+    assert busy.points and busy.change == pytest.approx(1.5)
+    assert busy.beyond_noise is False  # 1.5 points < noise 2 x 1% = 2
+
+
+def _capture(tmp_path, name, *flags):
+    out = tmp_path / name
+    r = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--out", str(out), "--no-nvml", "--no-report",
+                        "--skip", "20", "--steps", "2", "--", sys.executable, "-m", "gpucheckup.examples.launch",
+                        "--steps", "30", *flags], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = list(out.iterdir())
+    return run_dir
+
+
+def test_live_captures_one_job_twice_and_a_heavier_one(tmp_path):
+    pytest.importorskip("torch")
+    first, second = _capture(tmp_path, "a", "--blocks", "2"), _capture(tmp_path, "b", "--blocks", "2")
+    heavy = _capture(tmp_path, "c", "--blocks", "32")  # 16x the layers: ~16x the host work per step
+    js = tmp_path / "same.json"
+    assert main(["compare", str(first), str(second), "--json", str(js), "--changed"]) == 0
+    same = json.loads(js.read_text())
+    assert not same["step_beyond_noise"], same["sentence"]
+    assert same["verdict"][0] == same["verdict"][1]
+    assert main(["compare", str(first), str(heavy), "--json", str(js)]) == 0
+    diff = json.loads(js.read_text())
+    assert diff["step_beyond_noise"] and diff["step_change_pct"] > 0, diff["sentence"]
+
+
+def test_bad_inputs_are_one_line(tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "nope"), str(LAUNCH)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["compare", str(LAUNCH), str(LAUNCH), "--fail-if-slower", "-1"]) == 2
