@@ -180,7 +180,7 @@ def test_pin_memory_choice():
 
 
 def test_gpu_step_from_report_prefers_the_unprofiled_step():
-    r = {"steps": {"mean_ms": 20.0}, "gaps": {"per_step_ms": {"input": 5.0}},
+    r = {"window": {"step_ms": 20.0, "basis": "median of 5 step windows"}, "gaps": {"per_step_ms": {"input": 5.0}},
          "profiler": {"applied": True, "unprofiled_step_ms": 12.0}}
     assert gpu_step_from_report(r)[0] == pytest.approx(7.0)
     r["profiler"] = None

@@ -88,8 +88,8 @@ HOST_COLUMNS = (
     Column("python_id", "python_id", np.int64, -1, (PYTHON,)),
     Column("python_parent_id", "python_parent_id", np.int64, -1, (PYTHON,)),
     Column("flops", "flops", np.float64, np.nan, (CPU_OP,)),
-    Column("shapes", "input_dims", None, cats=(CPU_OP,)),
-    Column("dtypes", "input_type", None, cats=(CPU_OP,)),
+    Column("shapes", "input_dims", None, cats=(CPU_OP, USER_ANNOTATION)),  # annotations: gloo's collectives
+    Column("dtypes", "input_type", None, cats=(CPU_OP, USER_ANNOTATION)),
     Column("concrete", "concrete_inputs", None, cats=(CPU_OP,)),
 )
 

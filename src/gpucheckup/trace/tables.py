@@ -84,8 +84,8 @@ class HostEvents:
     python_id: np.ndarray  # int64, -1 when absent; Python frames
     python_parent_id: np.ndarray  # int64, -1 when absent; Python frames
     flops: np.ndarray  # float64, nan when absent (with_flops=True); operators
-    shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None; operators
-    dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None; operators
+    shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None; operators and user annotations
+    dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None; operators and user annotations
     concrete: "RawColumn"  # per row: JSON bytes of `Concrete Inputs` (scalars, int lists), or None; operators
 
     def __len__(self) -> int:
