@@ -20,6 +20,7 @@ class Output:
     """What the output options ask for (output_options in parser.py); None: not asked."""
 
     quiet: bool = False
+    brief: bool = False
     json: Path | None = None
     html: Path | None = None
     markdown: Path | None = None
@@ -28,8 +29,8 @@ class Output:
     @classmethod
     def of(cls, args) -> Output:
         """The output options of parsed arguments (a command without one of them leaves it off)."""
-        return cls(**{k: getattr(args, k, None) or (False if k == "quiet" else None)
-                      for k in ("quiet", "json", "html", "markdown", "perfetto")})
+        return cls(**{k: getattr(args, k, None) or (False if k in ("quiet", "brief") else None)
+                      for k in ("quiet", "brief", "json", "html", "markdown", "perfetto")})
 
 
 def emit(result: Checkups, out: Output, console: Console, cases: list[str] | None = None) -> None:
@@ -43,7 +44,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         labels = [f"rank {r['rank']}: {Path(r['path']).name}" for r in rows]
         slugs, title = [f"rank{r['rank']}" for r in rows], "Ranks"
     if not out.quiet:
-        _print(result, console, cases)
+        _print(result, console, cases, out.brief)
     if out.json:
         write_atomic(out.json, msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2))
         console.print(f"JSON written to {out.json}", style="dim", markup=False)
@@ -65,7 +66,7 @@ def payload(result: Checkups, cases: list[str] | None = None) -> dict:
     return reports[0]
 
 
-def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
+def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
     """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
     if cases:
         _print_cases(result, console, cases)
@@ -78,8 +79,8 @@ def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
         elif len(result.checkups) > 1:
             terminal.render_ranks(rank_summary(result.checkups), console)
         for c in result.checkups:
-            terminal.render(c.report, console)
-    if result.run:
+            terminal.render(c.report, console, brief)
+    if result.run and not (brief and result.checkups):
         if result.checkups:
             terminal_run.render_run(result.checkups[0].report, console)
         else:

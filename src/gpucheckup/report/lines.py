@@ -48,3 +48,17 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
     if r.get("labels"):  # diagnosis/labels.py
         rows.append(("job label (for schedulers)", f"{r['labels']['intensity']}-intensive ({r['labels']['reason']})"))
     return rows
+
+
+HOST_VERDICTS = ("launch_bound",)  # verdicts read from host-side idle time, which the profiler inflates
+PROFILER_COST = "+33% to +69% step time on launch-bound jobs measured on an H200"  # analysis/profiler_overhead.py
+
+
+def profiler_caveat(r: dict) -> str | None:
+    """A host-side verdict read from a profiled trace with no unprofiled step time: the profiler's own host
+    cost may have made it; how to get the true verdict. None when it does not apply."""
+    if r["verdict"]["primary"] not in HOST_VERDICTS or r.get("profiler"):
+        return None
+    return ("caution: torch.profiler adds host cost to every op (" + PROFILER_COST + "), which can make a "
+            "GPU-bound job read launch-bound; for the true verdict pass --unprofiled-step-ms MS or record "
+            "unprofiled steps with `gpucheckup run`")

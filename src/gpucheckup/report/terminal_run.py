@@ -9,7 +9,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report import terminal
 from gpucheckup.safe_text import safe_tree
 
@@ -26,13 +25,7 @@ def render_run_only(report: dict, console: Console) -> None:
     for f in report["verdict"]["findings"]:
         console.print(terminal._finding(f))
     if report["fixes"]:
-        t = Table(title="What to try first", title_justify="left", box=box.SIMPLE_HEAVY, expand=True)
-        t.add_column("#", justify="right", width=2)
-        t.add_column("change", width=18)
-        t.add_column("fix", ratio=1)
-        for i, fx in enumerate(report["fixes"][:terminal.MAX_FIXES], 1):
-            t.add_row(str(i), TIER_TITLES[fx["tier"]], Text(fx["action"]))
-        console.print(t)
+        console.print(terminal._fixes(report))
     render_run(report, console)
 
 
