@@ -28,8 +28,8 @@ def cli(*args, columns: int = 80) -> subprocess.CompletedProcess:
 
 
 def flat(text: str) -> str:
-    """Text with every run of whitespace (wrapped lines) as one space."""
-    return re.sub(r"\s+", " ", text)
+    """Text with every run of whitespace and panel border (wrapped lines) as one space."""
+    return re.sub(r"[\s│]+", " ", text)
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +111,29 @@ def test_with_the_unprofiled_step_the_caveat_goes(bf16_run):
 def test_gpu_bound_verdict_has_no_profiler_caveat():
     res = cli("analyze", str(trace_path("compute_bound")))
     assert "GPU-BOUND" in res.stdout and "torch.profiler adds host cost" not in flat(res.stdout)
+
+
+def test_rare_syncs_are_counted_not_rounded_to_zero(stacks):
+    """One synchronization in 30 steps: never "0.0 synchronizations per step" beside its cost."""
+    text, r = stacks
+    n, steps = r["sync"]["count"], r["steps"]["count"]
+    assert 0 < n < steps  # the trace's own counts (a sync costs, but fewer than one a step)
+    whole = flat(text)
+    assert "0.0 synchronizations" not in whole and "0.0 syncs" not in whole and "0.0 per step" not in whole
+    assert f"synchronizations: {n} in {steps} steps" in whole
+    assert f"syncs {n} in {steps} steps" in whole
+
+
+def test_no_step_markers_say_whole_trace_where_the_step_is_printed(tmp_path):
+    out = tmp_path / "r.json"
+    res = cli("analyze", str(H200 / "no_step_markers"), "--json", str(out), columns=200)
+    r = json.loads(out.read_text())
+    assert r["steps"]["marked"] is False
+    lines = res.stdout.splitlines()
+    for i, line in enumerate(lines):
+        if "note:" in line:
+            continue
+        if re.search(r"\bstep \d+\.\d\d ms|^\s*step time|FLOPs (per|of)", line) and "ms/step" not in line:
+            assert re.search(r"whole trace", line), line
+    assert "step time (median / min / max)" not in res.stdout
+    assert not re.search(r"FLOPs per step", res.stdout)

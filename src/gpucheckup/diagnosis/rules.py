@@ -25,6 +25,7 @@ from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.diagnosis import evidence as ev
 from gpucheckup.diagnosis.findings import Event, Finding
 from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single_process_loader
+from gpucheckup.diagnosis.rates import per_step
 from gpucheckup.diagnosis.verdict import GPU_BOUND_BUSY_PCT
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
 
@@ -140,13 +141,13 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         return None
     s = a.syncs
     evidence = [
-        f"{s['count_per_step']:.1f} synchronizations per step; each drains the GPU's queue, which then idles "
+        f"synchronizations: {per_step(s['count'], a.steps.count, a.steps.marked)}; each drains the GPU's queue, which then idles "
         f"until the host launches again (host work after the sync included): {ms:.2f} ms per step ({pct:.1f}%)",
     ]
     for c in s["by_cause"][:4]:
         where = f" at {c['frame']}" if c["frame"] else ""
         inner = f" -> {c['inner_op']}" if c["inner_op"] and c["inner_op"] != c["op"] else ""
-        evidence.append(f"{c['op']}{inner}{where}: {c['per_step']:.1f} per step, host blocked "
+        evidence.append(f"{c['op']}{inner}{where}: {per_step(c['count'], a.steps.count, a.steps.marked)}, host blocked "
                         f"{c['blocked_ms']:.2f} ms, GPU idle {c['gpu_idle_ms']:.2f} ms in total "
                         f"({' + '.join(c['calls'])})")
     rows = np.union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
@@ -396,7 +397,8 @@ def low_mfu(a: TraceAnalysis) -> Finding | None:
     evidence = [
         f"MFU {pct:.1f}%: {m.achieved_tflops:.1f} TFLOP/s achieved against the {m.peak_tflops:g} TFLOP/s "
         f"{m.dtype} peak ({m.peak_from}); healthy: {_bands()}",
-        f"FLOPs per step {m.flops_per_step:.3g} ({m.source}: {m.source_detail}), step {step:.2f} ms",
+        f"{'FLOPs per step' if a.steps.marked else 'FLOPs of the whole trace, no ProfilerStep markers:'} "
+        f"{m.flops_per_step:.3g} ({m.source}: {m.source_detail}), step {step:.2f} ms ({a.window.basis})",
     ]
     if gemm:
         evidence.append("GEMM kernel time by dtype: " + ", ".join(f"{k} {v:.0f}%" for k, v in gemm.items()))

@@ -24,7 +24,7 @@ from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line, sync_rate
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
 
@@ -171,7 +171,7 @@ def _verdict(r: dict) -> str:
     v, g, k = r["verdict"], r["gpu"], r["kernels"]
     kpis = (f"GPU busy {g['busy_pct']:.1f}% | {step_line(r)} | {k['count']} kernels, "
             f"mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us | DataLoader "
-            f"{r['dataloader']['pct_of_step']:.1f}% of step | {r['sync']['count_per_step']:.1f} syncs/step")
+            f"{r['dataloader']['pct_of_step']:.1f}% of step | syncs {sync_rate(r)}")
     return (f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
             f'{esc(v["primary"].upper().replace("_", "-"))}</span><b>{esc(v["title"])}</b>'
             f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p></div>')

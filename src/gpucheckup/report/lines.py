@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from gpucheckup.diagnosis.rates import per_step
 from gpucheckup.report.hardware_text import mfu_short
 
+WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
 MAX_EVENTS = 3  # evidence events shown under each finding (the JSON has them all)
 
 
@@ -18,6 +20,11 @@ def step_line(r: dict) -> str:
     return f"step {w['step_ms']:.2f} ms ({w['basis']})"
 
 
+def sync_rate(r: dict) -> str:
+    """Synchronizations counted honestly: "2.0 per step", or "1 in 30 steps" (diagnosis/rates.py)."""
+    return per_step(r["sync"]["count"], r["steps"]["count"], r["steps"]["marked"])
+
+
 def cost_line(f: dict) -> str:
     """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so."""
     ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
@@ -27,9 +34,14 @@ def cost_line(f: dict) -> str:
 def key_figures(r: dict) -> list[tuple[str, str]]:
     """The headline figures as (name, value) text pairs: the one list the terminal, HTML and Markdown print."""
     s, k, c = r["steps"], r["kernels"], r["copies"]
-    rows = [
-        ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
-        ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
+    if s["marked"]:
+        rows = [
+            ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
+            ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
+        ]
+    else:
+        rows = [(f"step time ({WHOLE_TRACE})", f"{s['median_ms']:.2f} ms")]
+    rows += [
         ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
         ("MFU", mfu_short(r)),
     ]
@@ -42,7 +54,7 @@ def key_figures(r: dict) -> list[tuple[str, str]]:
          f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%"),
         ("data movement share of kernel time", f"{k['categories'].get('data_movement', 0.0):.1f}%"),
         ("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}"),
-        ("synchronizations per step", f"{r['sync']['count_per_step']:.1f}"),
+        ("synchronizations", sync_rate(r)),
         ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
     ]
     if r.get("labels"):  # diagnosis/labels.py

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, profiler_caveat, step_line
+from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate
 from gpucheckup.report.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -102,7 +102,7 @@ def _verdict(r: dict) -> Panel:
     body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  {step_line(r)}  |  "
                 f"{k['count']} kernels, mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us  |  "
                 f"DataLoader {r['dataloader']['pct_of_step']:.1f}% of step  |  "
-                f"{r['sync']['count_per_step']:.1f} syncs/step", style="dim")
+                f"syncs {sync_rate(r)}", style="dim")
     caveat = profiler_caveat(r)
     if caveat:
         body.append("\n" + caveat, style="yellow")
