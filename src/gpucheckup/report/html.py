@@ -24,7 +24,9 @@ from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line, sync_rate
+from gpucheckup.report.lines import (
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate,
+)
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
 
@@ -168,13 +170,14 @@ def _report(r: dict, prefix: str, label: str | None, many: bool) -> str:
 
 
 def _verdict(r: dict) -> str:
-    v, g, k = r["verdict"], r["gpu"], r["kernels"]
-    kpis = (f"GPU busy {g['busy_pct']:.1f}% | {step_line(r)} | {k['count']} kernels, "
+    v, k = r["verdict"], r["kernels"]
+    kpis = (f"{busy_line(r)} | {step_line(r)} | {k['count']} kernels, "
             f"mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us | DataLoader "
             f"{r['dataloader']['pct_of_step']:.1f}% of step | syncs {sync_rate(r)}")
+    caveat = f'<p class="caveat">{esc(profiler_caveat(r))}</p>' if profiler_caveat(r) else ""
     return (f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
             f'{esc(v["primary"].upper().replace("_", "-"))}</span><b>{esc(v["title"])}</b>'
-            f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p></div>')
+            f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p>{caveat}</div>')
 
 
 def _fixes(r: dict) -> str:

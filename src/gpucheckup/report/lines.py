@@ -20,6 +20,13 @@ def step_line(r: dict) -> str:
     return f"step {w['step_ms']:.2f} ms ({w['basis']})"
 
 
+def busy_line(r: dict) -> str:
+    """GPU busy % as traced, with the busy % without the profiler when its step time is known."""
+    g = r["gpu"]
+    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
+    return f"GPU busy {g['busy_pct']:.1f}%{unprof}"
+
+
 def sync_rate(r: dict) -> str:
     """Synchronizations counted honestly: "2.0 per step", or "1 in 30 steps" (diagnosis/rates.py)."""
     return per_step(r["sync"]["count"], r["steps"]["count"], r["steps"]["marked"])

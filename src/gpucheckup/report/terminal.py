@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate
+from gpucheckup.report.lines import MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate
 from gpucheckup.report.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -96,10 +96,8 @@ def _verdict(r: dict) -> Panel:
     body.append(f" {v['primary'].upper().replace('_', '-')} ", style=VERDICT_STYLE.get(v["primary"], "bold"))
     body.append("  " + v["title"], style="bold")
     body.append("\n" + v["reason"])
-    g = r["gpu"]
     k = r["kernels"]
-    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
-    body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  {step_line(r)}  |  "
+    body.append(f"\n{busy_line(r)}  |  {step_line(r)}  |  "
                 f"{k['count']} kernels, mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us  |  "
                 f"DataLoader {r['dataloader']['pct_of_step']:.1f}% of step  |  "
                 f"syncs {sync_rate(r)}", style="dim")
