@@ -25,7 +25,8 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 from gpucheckup.report.lines import (
-    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate,
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, plain_value, profiler_caveat, rel_ms, step_label,
+    step_line, sync_rate, version_text,
 )
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
@@ -94,10 +95,17 @@ td.k{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;word-bre
 .finding ul{margin:4px 0 4px 18px;padding:0}.events{color:#555;font-size:12px}
 .rule{color:#777;font-size:12px;margin:4px 0 0}
 figure.plot{margin:12px 0 22px;padding:0}figcaption{font-weight:600;margin-bottom:4px}
-svg.chart{display:block;background:#fff;max-width:100%;height:auto}
+svg.chart{display:block;background:#fff;width:100%;height:auto;max-width:%(max_w)dpx;min-width:%(min_w)dpx}
+figure.plot{overflow-x:auto}.scroll{overflow-x:auto;max-width:100%%;margin:6px 0 14px}.scroll table{margin:0}
+main{overflow-wrap:break-word}.finding li,.verdict p,.explain,.note{overflow-wrap:anywhere}
+.caveat{color:#8a5a00;font-size:13px}
+@media (max-width:600px){main{padding:12px 10px 40px}table{font-size:12px}}
 svg.chart text{fill:#333;font-family:system-ui,sans-serif}
 .explain{color:#666;font-size:12px;margin:2px 0 0}.note{color:#555;font-size:12.5px}
 """
+MIN_CHART_TEXT_PX = 9  # the smallest chart text on screen: charts shrink to this, then scroll in their box
+CSS = CSS.replace("%(max_w)dpx", f"{round(plots.WIDTH * 1.25)}px").replace(
+    "%(min_w)dpx", f"{round(plots.WIDTH * MIN_CHART_TEXT_PX / plots.MIN_TEXT_PX)}px").replace("%%", "%")
 
 
 def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
@@ -209,7 +217,7 @@ def _finding(f: dict) -> str:
 
 PLOT_TEXT = {
     "steps": ("Step time per profiled step",
-              "Each bar is one step window (see docs/metrics.md); the dashed line is the median."),
+              "Each bar is one step window; the dashed line is the median, the report's step time."),
     "step_history": ("Step time over the whole run",
                      "From the run directory's steps.csv; the shaded band marks the profiled steps."),
     "timeline": ("GPU timeline overview",
@@ -290,7 +298,7 @@ def step_rows(r: dict) -> tuple[list[str], list[list]]:
     out = []
     for row in rows:
         dur = row["dur_ms"] or 1.0
-        out.append([row["label"], row["device"], row["dur_ms"], row["busy_ms"], 100 * row["busy_ms"] / dur]
+        out.append([row["label"].removeprefix("ProfilerStep"), row["device"], row["dur_ms"], row["busy_ms"], 100 * row["busy_ms"] / dur]
                    + [row["idle_ms"][c] for c in causes])
     return causes, out
 
@@ -337,11 +345,11 @@ def _longest_gaps(r: dict) -> str:
     gaps = r["gaps"].get("longest") or []
     if not gaps:
         return ""
-    rows = [[(g["t_us"], f"{g['t_us']:.1f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
-             (g["device"], str(g["device"])),
-             (g["step"], str(g["step"])), (g["position"], f"{g['position']:.2f}"), esc(g["cause"])] for g in gaps]
+    rows = [[(rel_ms(r, g["t_us"]), f"{rel_ms(r, g['t_us']):.3f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
+             (g["device"], str(g["device"])), esc(step_label(r, g["step"])), (g["position"], f"{g['position']:.2f}"),
+             esc(g["cause"])] for g in gaps]
     return "<h4>Longest idle gaps</h4>" + _table(
-        [("starts at t (us, trace clock)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "n"),
+        [("starts at (ms from the trace's start)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "t"),
          ("position in step", "n"), ("main cause", "t")], rows, sortable=True, raw=True)
 
 
@@ -391,8 +399,21 @@ def _cuda_api(r: dict) -> str:
     for key, title in (("slow", "Slow CUDA API calls"), ("contention", "CUDA API lock contention")):
         items = api.get(key) or []
         if items:
-            out.append(f"<h4>{title}</h4>" + _dicts_table(items))
+            out.append(f"<h4>{title}</h4>" + _dicts_table([_api_row(r, x) for x in items]))
     return "\n".join(out)
+
+
+def _api_row(r: dict, item: dict) -> dict:
+    """A CUDA API record with its times as a person reads them: ms from the trace's start, durations in us."""
+    out = {}
+    for k, v in item.items():
+        if k == "t_us" and isinstance(v, (int, float)):
+            out["at (ms from the trace's start)"] = round(rel_ms(r, v), 3)
+        elif k.endswith("_us"):
+            out[f"{k[:-3].replace('_', ' ')} (us)"] = v
+        else:
+            out[k.replace("_", " ")] = v
+    return out
 
 
 def _dicts_table(items: list[dict]) -> str:
@@ -447,7 +468,7 @@ def environment_rows(r: dict) -> list[tuple[str, str]]:
                        ("rank", "rank"), ("world_size", "world size"), ("with_stack", "Python stacks recorded"),
                        ("record_shapes", "shapes recorded")):
         if t.get(key) is not None:
-            rows.append((title, str(t[key])))
+            rows.append((title, version_text("cuda", t[key]) if key.startswith("cuda") else plain_value(t[key])))
     rows.append(("gpucheckup", str(r.get("gpucheckup_version", __version__))))
     rows += _flatten(r.get("env") or {})
     return rows
@@ -457,14 +478,14 @@ def _flatten(d, prefix: str = "") -> list[tuple[str, str]]:
     out = []
     if isinstance(d, dict):
         for k, v in d.items():
-            out += _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", _plain(v))]
+            kind = "cudnn" if k == "cudnn" else ("cuda" if k in ("cuda_runtime", "cuda_driver") else "")
+            out += (_flatten(v, f"{prefix}{k}.") if isinstance(v, dict)
+                    else [(f"{prefix}{k}", version_text(kind, v) if kind else _plain(v))])
     return out
 
 
 def _plain(v) -> str:
-    if isinstance(v, list):
-        return ", ".join(_plain(x) for x in v)
-    return str(v)
+    return plain_value(v)
 
 
 def _environment(r: dict) -> str:
@@ -493,4 +514,5 @@ def _table(cols: list[tuple[str, str]], rows: list[list], sortable: bool = False
                 html_ = cell if raw else esc(cell)
                 cells.append(f'<td{f" class={extra}" if extra else ""}>{html_}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table class="{classes}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="scroll"><table class="{classes}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')

@@ -81,3 +81,36 @@ def profiler_caveat(r: dict) -> str | None:
     return ("caution: torch.profiler adds host cost to every op (" + PROFILER_COST + "), which can make a "
             "GPU-bound job read launch-bound; for the true verdict pass --unprofiled-step-ms MS or record "
             "unprofiled steps with `gpucheckup run`")
+
+
+def rel_ms(r: dict, t_us: float) -> float:
+    """A time on the trace's clock as a person reads it: ms from the trace's first event."""
+    return (t_us - (r["trace"].get("start_us") or 0.0)) / 1000
+
+
+def step_label(r: dict, index: int) -> str:
+    """The one numbering of steps every table and plot uses: the ProfilerStep number (`#12`), else the label."""
+    labels = r["steps"].get("labels") or []
+    label = labels[index] if 0 <= index < len(labels) else str(index)
+    return label[len("ProfilerStep"):] if label.startswith("ProfilerStep") else label
+
+
+def plain_value(v) -> str:
+    """A value as a person reads it: lists joined (each distinct value once), not Python's repr."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(dict.fromkeys(plain_value(x) for x in v)) or "-"
+    return "-" if v is None else str(v)
+
+
+def version_text(kind: str, v) -> str:
+    """Library versions as released: CUDA 12040 -> 12.4, cuDNN 91900 -> 9.19.0 (8907 -> 8.9.7); text as given."""
+    if isinstance(v, str) and v.isdigit():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        return plain_value(v)
+    if kind == "cuda":
+        return f"{v // 1000}.{(v % 1000) // 10}"
+    if kind == "cudnn":
+        major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return str(v)

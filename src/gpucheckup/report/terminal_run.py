@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.report import terminal
+from gpucheckup.report.lines import plain_value, version_text
 from gpucheckup.safe_text import safe_tree
 
 
@@ -78,13 +79,13 @@ def render_run(report: dict, console: Console) -> None:
                          f"{cpu['others_median_pct']:.0f}%, up to {cpu['max_processes']} processes")
     ld = fig.get("dataloaders") or {}
     if ld.get("loaders"):
-        t.add_row("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {ld['pin_memory']}, "
+        t.add_row("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {plain_value(ld['pin_memory'])}, "
                                 f"{ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})")
     env = report.get("env") or {}
     torch = env.get("torch") or {}
     gpus = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []})) or "no GPU seen by NVML"
     t.add_row("environment", Text(f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'}"
-                                  f" (CUDA {torch.get('cuda') or '-'}, cuDNN {torch.get('cudnn') or '-'}, "
+                                  f" (CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
                                   f"NCCL {torch.get('nccl') or '-'})"))
     flops = fig.get("flops")
     if flops and flops.get("flops_per_step"):
