@@ -94,3 +94,25 @@ def test_versions_and_lists_as_a_person_reads_them(tmp_path):
     assert version_text("cuda", 13000) == "13.0" and version_text("cuda", 12040) == "12.4"
     assert version_text("cuda", "12.4") == "12.4" and version_text("cudnn", None) == "-"
     assert plain_value([False]) == "False" and plain_value([True, True, False]) == "True, False"
+
+
+def test_run_directory_without_a_trace_gets_its_html(tmp_path):
+    run = make_run_dir(tmp_path, "input_bound", steps_ms=[250.0] * 60)
+    for f in (run / "traces").iterdir():
+        f.unlink()
+    out = tmp_path / "run.html"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--html", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert out.exists(), res.stdout
+    with Browser(width=390, height=900) as b:
+        b.open(out.resolve().as_uri())
+        got = _layout(b)
+        text = b.evaluate("document.body.innerText")
+        charts = b.evaluate("Array.from(document.querySelectorAll('figure[data-plot]')).map(f => f.dataset.plot)")
+        assert b.errors() == []
+    assert "NO GPU TIMELINE" in text and "no trace was captured" in text
+    assert "Whole run" in text and "60 steps" in text and "steady median 250.00 ms" in text
+    assert set(charts) == {"step_history", "nvml"}
+    assert got["scroll"] <= got["inner"]
+    assert not [t for t, px in got["text"] if px < MIN_TEXT_PX]

@@ -50,8 +50,13 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         console.print(f"JSON written to {out.json}", style="dim", markup=False)
     if checkups:
         _write_files(list(zip(labels, slugs, checkups)), out, console, title)
-    elif result.run and (out.html or out.markdown or out.perfetto):
-        console.print(f"{result.run.no_timeline}: no HTML, Markdown or annotated trace written", markup=False)
+    elif result.run:
+        if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
+            write_atomic(out.html, html.render_run_only(result.run.report).encode())
+            console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
+                          soft_wrap=True)
+        if out.markdown or out.perfetto:
+            console.print(f"{result.run.no_timeline}: no Markdown or annotated trace written", markup=False)
 
 
 def payload(result: Checkups, cases: list[str] | None = None) -> dict:

@@ -26,7 +26,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.lines import (
     MAX_EVENTS, busy_line, cost_line, event_line, key_figures, plain_value, profiler_caveat, rel_ms, step_label,
-    step_line, sync_rate, version_text,
+    run_rows, step_line, sync_rate, version_text,
 )
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
@@ -121,6 +121,37 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -
     first = items[0][1]
     title = (f"gpucheckup: {len(items)} traces" if many
              else f"gpucheckup: {first['verdict']['primary']} - {first['trace']['path']}")
+    return _page(title, parts, data)
+
+
+def render_run_only(r: dict) -> str:
+    """A page for a run directory with no GPU timeline: why, the run-level findings and fixes, the whole run's
+    figures, its step times and NVML samples."""
+    run = r["run"]
+    parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
+             f'<p class="meta">{esc(run["path"])}</p>',
+             f'<div class="verdict"><span class="badge">NO GPU TIMELINE</span><p>{esc(r["verdict"]["reason"])}'
+             '</p></div>', _fixes(r)]
+    if r["verdict"]["findings"]:
+        parts += ["<h3>Findings</h3>", *(_finding(f) for f in r["verdict"]["findings"])]
+    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(r.get("step_history"))),
+                                           ("nvml", plots.nvml_plot(r.get("nvml")))) if svg]
+    if drawn:
+        parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
+    parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
+    return _page(f"gpucheckup: no GPU timeline - {run['path']}", [x for x in parts if x], r)
+
+
+def _whole_run(r: dict) -> str:
+    """The whole run's figures (report/lines.py run_rows, as the terminal prints them)."""
+    if not r.get("run_figures"):
+        return ""
+    return "<h4>Whole run</h4>" + _table([("what", "t"), ("value", "t")],
+                                         [[esc(k), esc(v)] for k, v in run_rows(r)], raw=True, last_class="k")
+
+
+def _page(title: str, parts: list[str], data) -> str:
+    """The self-contained page around the sections: CSP, styles, the embedded JSON, the sorting script."""
     script = SORT_JS
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     csp = (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
@@ -250,18 +281,22 @@ def _plots(r: dict, prefix: str) -> str:
     for name, svg in drawn:
         if not svg:
             continue
-        title, text = PLOT_TEXT[name]
         extra = ""
         if name == "timeline" and r["timeline"].get("truncated"):
             extra = f" {r['timeline']['truncated']} more step rows are not drawn."
-        out.append(f'<figure class="plot" id="{prefix}plot-{name}" data-plot="{name}"><figcaption>{esc(title)}'
-                   f'</figcaption>{svg}<p class="explain">{esc(text + extra)}</p></figure>')
+        out.append(_figure(name, svg, prefix, extra))
     return "\n".join(out)
+
+
+def _figure(name: str, svg: str, prefix: str, extra: str = "") -> str:
+    title, text = PLOT_TEXT[name]
+    return (f'<figure class="plot" id="{prefix}plot-{name}" data-plot="{name}"><figcaption>{esc(title)}'
+            f'</figcaption>{svg}<p class="explain">{esc(text + extra)}</p></figure>')
 
 
 def _tables(r: dict) -> str:
     out = [_key_figures(r), _hardware(r), _per_step(r), _top_kernels(r), _data_movement(r), _longest_gaps(r), _copies(r),
-           _syncs(r), _communication(r), _cuda_api(r), _nvml_summary(r.get("nvml")), _environment(r)]
+           _syncs(r), _communication(r), _cuda_api(r), _whole_run(r), _nvml_summary(r.get("nvml")), _environment(r)]
     return "\n".join(x for x in out if x)
 
 

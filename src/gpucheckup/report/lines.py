@@ -104,6 +104,8 @@ def plain_value(v) -> str:
 
 def version_text(kind: str, v) -> str:
     """Library versions as released: CUDA 12040 -> 12.4, cuDNN 91900 -> 9.19.0 (8907 -> 8.9.7); text as given."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+        return ".".join(map(str, v))  # NCCL's (2, 21, 5)
     if isinstance(v, str) and v.isdigit():
         v = int(v)
     if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -114,3 +116,64 @@ def version_text(kind: str, v) -> str:
         major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
         return f"{major}.{rest // 100}.{rest % 100}"
     return str(v)
+
+
+def run_rows(report: dict) -> list[tuple[str, str]]:
+    """The whole run's figures as (name, value) text pairs: the one list the terminal and HTML print."""
+    r, fig = report["run"], report["run_figures"]
+    rows = [("command", " ".join(r["command"] or []))]
+    ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
+    if r["kind"] == "run":
+        rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
+    rows.append(("traces", ", ".join(r["traces"]) or "none"))
+    st = fig.get("steps")
+    if st:
+        line = f"{st['count']} steps"
+        if st["steady_median_ms"] is not None:
+            line += (f"; steady median {st['steady_median_ms']:.2f} ms after {st['warmup_steps']} warm-up steps, "
+                     f"CV {st['cv_pct']:.0f}%")
+        if st["profiled_steps"]:
+            line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
+        if st["profiler_overhead_pct"] is not None:
+            line += f" ({st['profiler_overhead_pct']:+.0f}% step time under the profiler)"
+        if st["slow"] and st["slow"]["count"]:
+            line += f"; {st['slow']['count']} slow steps (> 2x median)"
+        rows.append(("steps", line))
+    nv = fig.get("nvml")
+    if nv and nv.get("util_mean_pct") is not None:
+        hb = nv["heartbeat"]
+        line = (f"utilization {nv['util_mean_pct']:.1f}% mean over {nv['active_s']:.1f} s"
+                f"{', heartbeat' if hb['heartbeat'] else ''} ({hb['pulses']} pulses, {hb['low_pct']:.0f}% low)")
+        if nv.get("power_mean_w") is not None:
+            line += f"; {nv['power_mean_w']:.0f} W mean"
+        if nv.get("sm_clock_median_mhz") is not None:
+            line += f"; SM clock {nv['sm_clock_median_mhz']:.0f} MHz"
+        th = nv.get("throttle") or {}
+        if th.get("known"):
+            line += f"; throttled {th['throttled_pct']:.0f}% of samples"
+        mem = nv.get("memory") or {}
+        if mem.get("growth_mb") is not None:
+            line += f"; memory {mem['start_mb'] / 1024:.1f} -> {mem['end_mb'] / 1024:.1f} GB"
+        rows.append(("NVML", line))
+    else:
+        rows.append(("NVML", str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
+    cpu = fig.get("cpu")
+    if cpu and cpu.get("samples"):
+        rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
+                            f"{cpu['others_median_pct']:.0f}%, up to {cpu['max_processes']} processes"))
+    ld = fig.get("dataloaders") or {}
+    if ld.get("loaders"):
+        rows.append(("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {plain_value(ld['pin_memory'])}"
+                                   f", {ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})"))
+    env = report.get("env") or {}
+    torch = env.get("torch") or {}
+    gpus = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []})) or "no GPU seen by NVML"
+    rows.append(("environment", f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'} "
+                                f"(CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
+                                f"NCCL {version_text('nccl', torch.get('nccl'))})"))
+    flops = fig.get("flops")
+    if flops and flops.get("flops_per_step"):
+        rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
+    for k, v in (r["failed"] or {}).items():
+        rows.append((f"not captured: {k}", str(v)))
+    return rows
