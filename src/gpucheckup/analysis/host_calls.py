@@ -126,3 +126,52 @@ def _is_library_frame(name: str) -> bool:
         or "/torch/" in name
         or name.startswith("nn.Module:")
     )
+
+
+def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
+    """`user_frame` of many host rows at once: per thread, the Python frames as a call tree (parents by a stack
+    over frames sorted by start), each row's innermost enclosing frame found by binary search, then its
+    ancestors walked up to the first frame that is not inside torch itself."""
+    host = trace.host
+    rows = np.asarray(rows, dtype=np.int64)
+    out: list[str | None] = [None] * len(rows)
+    if len(rows) == 0 or not trace.with_stack:
+        return out
+    py = np.flatnonzero(host.cat == PYTHON)
+    if len(py) == 0:
+        return out
+    thread_of = host.pid.astype(np.int64) * (1 << 32) + host.tid.astype(np.int64)
+    user_cache: dict[int, str | None] = {}
+    for key in np.unique(thread_of[rows]):
+        frames = py[thread_of[py] == key]
+        if len(frames) == 0:
+            continue
+        frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
+        starts, ends = host.start[frames], host.end[frames]
+        parent = np.full(len(frames), -1, dtype=np.int64)
+        stack: list[int] = []
+        for i in range(len(frames)):
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        names = [trace.names[host.name[f]] for f in frames]
+
+        def innermost_user(i: int) -> str | None:
+            if i in user_cache:
+                return user_cache[i]
+            j = i
+            while j >= 0 and _is_library_frame(names[j]):
+                j = parent[j]
+            user_cache[i] = names[j] if j >= 0 else names[i]
+            return user_cache[i]
+
+        mine = np.flatnonzero(thread_of[rows] == key)
+        at = np.searchsorted(starts, host.start[rows[mine]], side="right") - 1
+        for q, i in zip(mine, at):
+            t0, t1 = host.start[rows[q]], host.end[rows[q]]
+            while i >= 0 and not (starts[i] <= t0 and ends[i] >= t1):
+                i = parent[i]
+            out[int(q)] = innermost_user(int(i)) if i >= 0 else None
+        user_cache.clear()
+    return out

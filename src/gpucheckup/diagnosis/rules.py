@@ -28,6 +28,7 @@ from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single
 from gpucheckup.diagnosis.rates import per_step
 from gpucheckup.diagnosis.verdict import GPU_BOUND_BUSY_PCT
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
+from gpucheckup.trace.tables import KERNEL
 
 INPUT_PCT = 5.0
 INPUT_CRITICAL_PCT = 20.0
@@ -51,6 +52,7 @@ LOW_MFU_PCT = HEALTHY_BANDS_PCT["moe_fp8"][0]  # below the lowest healthy band (
 CATEGORY_MIN_PCT = 1.0  # kernel categories listed in the gpu_bound evidence
 
 LAUNCH_CAUSES = ("launch", "other_host", "allocation")
+CODE_LINES = 3  # lines of the user's code named in a finding's evidence (traces with Python stacks)
 
 
 def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
@@ -63,6 +65,35 @@ def _bands() -> str:
     """The healthy MFU bands, from their one home (analysis/mfu.py)."""
     d, m = HEALTHY_BANDS_PCT["dense_pretraining"], HEALTHY_BANDS_PCT["moe_fp8"]
     return f"dense pre-training {d[0]:g}-{d[1]:g}%, MoE with FP8 {m[0]:g}-{m[1]:g}%"
+
+
+def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str) -> list[str]:
+    """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
+    analysis/host_calls.py), as one evidence line; none without Python stacks (profile with with_stack=True)."""
+    if not a.trace.with_stack or len(rows) == 0:
+        return []
+    frames = host_calls.user_frames(a.trace, rows)
+    counts: dict[str | None, int] = {}
+    for f in frames:
+        counts[f] = counts.get(f, 0) + 1
+    n = len(frames)
+    top = sorted(((c, f) for f, c in counts.items() if f is not None), key=lambda x: -x[0])[:CODE_LINES]
+    if not top:
+        return [f"{what}: none run under a Python frame (autograd's backward thread has none)"]
+    parts = ", ".join(f"{f} ({100 * c / n:.0f}%)" for c, f in top)
+    none = counts.get(None, 0)
+    tail = (f"; {100 * none / n:.0f}% on threads with no Python frame (autograd's backward pass runs on one)"
+            if none else "")
+    return [f"{what} by line of your code: {parts}{tail}"]
+
+
+def _kernel_launch_rows(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
+    """The host calls that launched the window's kernels (of these names, when given)."""
+    gpu, lo, hi = a.trace.gpu, *a.steps.window
+    m = (gpu.kind == KERNEL) & (gpu.start >= lo) & (gpu.start <= hi) & (a.launch_rows >= 0)
+    if names is not None:
+        m &= np.isin(gpu.name, a.trace.name_ids(lambda n: n in names))
+    return a.launch_rows[m]
 
 
 def _finding(a: TraceAnalysis, ms: float, **kw) -> Finding:
@@ -87,6 +118,7 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
     if single_process_loader(a):
         evidence.append("the iterator is _SingleProcessDataLoaderIter: num_workers=0, so loading and "
                         "augmentation run in the training process, serially with the GPU work")
+    evidence += _code_lines(a, host_calls.dataloader_rows(a.trace), "DataLoader waits")
     events = ev.gaps(a, ("input",), 3) + ev.host_rows(a, host_calls.dataloader_rows(a.trace), 2)
     return _finding(
         a, ms, id="input_pipeline", severity="critical" if pct >= INPUT_CRITICAL_PCT else "warning",
@@ -124,6 +156,7 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         else:
             meaning = f"between starved (< {STARVED_DELAY_US:g} us) and queued (> {QUEUED_DELAY_US / 1000:g} ms)"
         evidence.append(f"median launch-to-start delay {d:.1f} us: {meaning}")
+    evidence += _code_lines(a, _kernel_launch_rows(a), "kernel launches")
     return _finding(
         a, ms, id="launch_overhead", severity="critical" if pct >= LAUNCH_CRITICAL_PCT else "warning",
         title="The CPU cannot launch kernels fast enough (small-kernel storm)",
@@ -273,6 +306,7 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     evidence = [f"{pct_k:.1f}% of kernel time is FP32 matrix multiply without tensor cores ({ms:.2f} ms per step)"]
     evidence += [f"{kernel_label(t['name'])}: {t['pct']:.1f}%, {t['count']} launches" for t in fp32[:3]]
     names = {t["name"] for t in fp32}
+    evidence += _code_lines(a, _kernel_launch_rows(a, names), "FP32 GEMM launches")
     return _finding(
         a, ms, id="fp32_gemms", severity="warning", title="Matrix multiplies run in FP32 without tensor cores",
         rule=f"FP32 (non-tensor-core) GEMM kernels >= {FP32_GEMM_PCT:g}% of kernel time",

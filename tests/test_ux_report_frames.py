@@ -1,0 +1,52 @@
+""""Which line of my code" (issue 12): with Python stacks in the trace, the findings name the user's own
+frame (file(line): function), skipping torch internals; checked against the raw JSON."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import raw_events, trace_path
+from gpucheckup.pipeline import check_path
+
+
+@pytest.fixture(scope="module")
+def stacks():
+    path = trace_path("launch_bound_stacks")
+    return path, check_path(path)[0].report
+
+
+def _evidence(r: dict, fid: str) -> str:
+    return " ".join(next(f for f in r["verdict"]["findings"] if f["id"] == fid)["evidence"])
+
+
+def test_launches_named_by_the_users_line(stacks):
+    path, r = stacks
+    text = _evidence(r, "launch_overhead")
+    m = re.search(r"kernel launches by line of your code: (\S+\(\d+\): \w+) \((\d+)%\)", text)
+    assert m, text
+    frame, pct = m.group(1), int(m.group(2))
+    assert "torch/" not in frame and "site-packages" not in frame
+    # Independently: kernel launch calls of the profiled steps inside that Python frame on the same thread.
+    ev = raw_events(path)["traceEvents"]
+    steps = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    lo, hi = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    launches = [e for e in ev if e.get("cat") == "cuda_runtime" and "LaunchKernel" in e["name"]
+                and lo <= e["ts"] <= hi]
+    frames = [e for e in ev if e.get("cat") == "python_function" and e["name"] == frame]
+    inside = sum(1 for x in launches if any(f["tid"] == x["tid"] and f["ts"] <= x["ts"]
+                                            and x["ts"] + x["dur"] <= f["ts"] + f["dur"] for f in frames))
+    assert inside > 0
+    assert abs(pct - 100 * inside / len(launches)) <= 3
+
+
+def test_sync_and_fp32_gemms_name_the_users_line(stacks):
+    _, r = stacks
+    assert re.search(r"cudaDeviceSynchronize at \S+\.py\(\d+\)", _evidence(r, "synchronizations"))
+    assert re.search(r"FP32 GEMM launches by line of your code: \S+\.py\(\d+\)", _evidence(r, "fp32_gemms"))
+
+
+def test_no_stacks_no_claim():
+    r = check_path(trace_path("launch_bound"))[0].report
+    assert not any("line of your code" in e for f in r["verdict"]["findings"] for e in f["evidence"])
