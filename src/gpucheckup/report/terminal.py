@@ -179,7 +179,7 @@ def _figures(r: dict) -> Group:
             cats.add_row(Text(cat.replace("_", " "), style=style), f"{pct:.1f}%", "█" * max(1, round(pct / 4)))
 
     top = Table(title="Top kernels", title_justify="left", box=box.SIMPLE, expand=True)
-    top.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1, max_width=44)
+    top.add_column("kernel", overflow="fold", ratio=1)
     top.add_column("category", no_wrap=True, min_width=14)
     top.add_column("count", justify="right", no_wrap=True, min_width=5)
     top.add_column("total ms", justify="right", no_wrap=True, min_width=8)
