@@ -50,3 +50,14 @@ def test_sync_and_fp32_gemms_name_the_users_line(stacks):
 def test_no_stacks_no_claim():
     r = check_path(trace_path("launch_bound"))[0].report
     assert not any("line of your code" in e for f in r["verdict"]["findings"] for e in f["evidence"])
+
+
+def test_the_idle_time_named_by_the_users_line(stacks):
+    _, r = stacks
+    text = _evidence(r, "launch_overhead")
+    m = re.search(r"the idle time by line of your code: (.*?)(?:;|$)", text)
+    assert m, text
+    shares = [int(x) for x in re.findall(r"\((\d+)%\)", m.group(1))]
+    frames = re.findall(r"(\S+\.py\(\d+\): \w+) \(", m.group(1))
+    assert frames and all("torch/" not in f for f in frames)
+    assert 0 < sum(shares) <= 101 and shares == sorted(shares, reverse=True)

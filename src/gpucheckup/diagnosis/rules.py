@@ -15,6 +15,7 @@ import numpy as np
 
 from gpucheckup.analysis import copies, host_calls
 from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
+from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import (
@@ -67,24 +68,44 @@ def _bands() -> str:
     return f"dense pre-training {d[0]:g}-{d[1]:g}%, MoE with FP8 {m[0]:g}-{m[1]:g}%"
 
 
+def _by_line(weights: dict[str | None, float], what: str) -> list[str]:
+    """One evidence line: the user's lines (None: no Python frame) with their share of the weight."""
+    total = sum(weights.values())
+    top = sorted(((w, f) for f, w in weights.items() if f is not None and w / total >= 0.005),
+                 key=lambda x: -x[0])[:CODE_LINES] if total > 0 else []
+    if not top:
+        return [f"{what}: none under a Python frame (autograd's backward thread has none)"] if total > 0 else []
+    none = weights.get(None, 0.0)
+    tail = (f"; {100 * none / total:.0f}% on threads with no Python frame (autograd's backward pass runs on one)"
+            if none / total >= 0.005 else "")
+    return [f"{what} by line of your code: " + ", ".join(f"{f} ({100 * w / total:.0f}%)" for w, f in top) + tail]
+
+
 def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str) -> list[str]:
     """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
-    analysis/host_calls.py), as one evidence line; none without Python stacks (profile with with_stack=True)."""
+    analysis/host_calls.py); none without Python stacks (profile with with_stack=True)."""
     if not a.trace.with_stack or len(rows) == 0:
         return []
-    frames = host_calls.user_frames(a.trace, rows)
-    counts: dict[str | None, int] = {}
-    for f in frames:
-        counts[f] = counts.get(f, 0) + 1
-    n = len(frames)
-    top = sorted(((c, f) for f, c in counts.items() if f is not None), key=lambda x: -x[0])[:CODE_LINES]
-    if not top:
-        return [f"{what}: none run under a Python frame (autograd's backward thread has none)"]
-    parts = ", ".join(f"{f} ({100 * c / n:.0f}%)" for c, f in top)
-    none = counts.get(None, 0)
-    tail = (f"; {100 * none / n:.0f}% on threads with no Python frame (autograd's backward pass runs on one)"
-            if none else "")
-    return [f"{what} by line of your code: {parts}{tail}"]
+    weights: dict[str | None, float] = {}
+    for f in host_calls.user_frames(a.trace, rows):
+        weights[f] = weights.get(f, 0.0) + 1.0
+    return _by_line(weights, what)
+
+
+def _gap_code_lines(a: TraceAnalysis, causes: tuple[str, ...], what: str) -> list[str]:
+    """Which lines of the user's code the launching thread is in while the GPU idles for these causes (at
+    each gap's midpoint), weighted by that idle time; none without Python stacks."""
+    g, c = a.timeline.gaps, a.causes
+    if not a.trace.with_stack or len(g) == 0 or len(c.time) == 0:
+        return []
+    idle = c.time[:, [CAUSES.index(x) for x in causes]].sum(axis=1)
+    sel = np.flatnonzero(idle > 0)
+    mid = g.start[sel] + g.dur[sel] / 2
+    weights: dict[str | None, float] = {}
+    for f, w in zip(host_calls.user_frames_during(a.trace, c.thread[sel, 0], c.thread[sel, 1], mid, mid),
+                    idle[sel]):
+        weights[f] = weights.get(f, 0.0) + float(w)
+    return _by_line(weights, what)
 
 
 def _kernel_launch_rows(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
@@ -118,7 +139,7 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
     if single_process_loader(a):
         evidence.append("the iterator is _SingleProcessDataLoaderIter: num_workers=0, so loading and "
                         "augmentation run in the training process, serially with the GPU work")
-    evidence += _code_lines(a, host_calls.dataloader_rows(a.trace), "DataLoader waits")
+    evidence += _gap_code_lines(a, ("input",), "the idle time waiting for data")
     events = ev.gaps(a, ("input",), 3) + ev.host_rows(a, host_calls.dataloader_rows(a.trace), 2)
     return _finding(
         a, ms, id="input_pipeline", severity="critical" if pct >= INPUT_CRITICAL_PCT else "warning",
@@ -156,6 +177,7 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         else:
             meaning = f"between starved (< {STARVED_DELAY_US:g} us) and queued (> {QUEUED_DELAY_US / 1000:g} ms)"
         evidence.append(f"median launch-to-start delay {d:.1f} us: {meaning}")
+    evidence += _gap_code_lines(a, LAUNCH_CAUSES, "the idle time")
     evidence += _code_lines(a, _kernel_launch_rows(a), "kernel launches")
     return _finding(
         a, ms, id="launch_overhead", severity="critical" if pct >= LAUNCH_CRITICAL_PCT else "warning",
