@@ -5,6 +5,7 @@ from the trace's start, no link to a file the wheel does not install, the busy %
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -116,3 +117,21 @@ def test_run_directory_without_a_trace_gets_its_html(tmp_path):
     assert set(charts) == {"step_history", "nvml"}
     assert got["scroll"] <= got["inner"]
     assert not [t for t, px in got["text"] if px < MIN_TEXT_PX]
+
+
+def test_run_environment_reads_as_released(tmp_path):
+    """Raw values do not leak: `pin_memory [False]`, `cuDNN 91900`, NCCL `[2, 21, 5]`."""
+    run = make_run_dir(tmp_path, "input_bound", steps_ms=[250.0] * 60)
+    (run / "env.json").write_text(json.dumps({"dataloaders": [{"num_workers": 2, "pin_memory": False}],
+                                              "torch": {"version": "2.5.1", "cuda": "12.4", "cudnn": 91900,
+                                                        "nccl": [2, 21, 5]}}))
+    out = tmp_path / "env.html"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--html", str(out)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    text = re.sub(r"\s+", " ", res.stdout)
+    assert "pin_memory False" in text and "cuDNN 9.19.0" in text and "NCCL 2.21.5" in text
+    assert "[False]" not in text and "91900" not in text
+    page = out.read_text()
+    assert "9.19.0" in page and "2.21.5" in page and "pin_memory False" in page
+    assert ">91900<" not in page and "[False]" not in page

@@ -74,7 +74,7 @@ def payload(result: Checkups, cases: list[str] | None = None) -> dict:
 def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
     """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
     if cases:
-        _print_cases(result, console, cases)
+        _print_cases(result, console, cases, brief)
     else:
         if result.job:
             from gpucheckup.ranks_checkup import job_dict
@@ -92,7 +92,7 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
             terminal_run.render_run_only(result.run.report, console)
 
 
-def _print_cases(result: Checkups, console: Console, cases: list[str]) -> None:
+def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bool = False) -> None:
     from rich.table import Table
 
     t = Table(title="Bundled cases", title_justify="left")
@@ -104,7 +104,7 @@ def _print_cases(result: Checkups, console: Console, cases: list[str]) -> None:
     console.print(t)
     for case, c in zip(cases, result.checkups):
         console.rule(f"demo case: {case}")
-        terminal.render(c.report, console)
+        terminal.render(c.report, console, brief)
 
 
 def _write_files(items: list, out: Output, console: Console, title: str) -> None:

@@ -513,7 +513,7 @@ def _flatten(d, prefix: str = "") -> list[tuple[str, str]]:
     out = []
     if isinstance(d, dict):
         for k, v in d.items():
-            kind = "cudnn" if k == "cudnn" else ("cuda" if k in ("cuda_runtime", "cuda_driver") else "")
+            kind = k if k in ("cudnn", "nccl") else ("cuda" if k in ("cuda_runtime", "cuda_driver") else "")
             out += (_flatten(v, f"{prefix}{k}.") if isinstance(v, dict)
                     else [(f"{prefix}{k}", version_text(kind, v) if kind else _plain(v))])
     return out
