@@ -78,15 +78,21 @@ def test_more_fixes_are_counted(stacks):
     assert f"{len(r['fixes']) - 6} more fixes: see --json or --html" in text
 
 
-def test_brief_fits_15_lines_with_verdict_findings_fixes():
-    res = cli("analyze", str(trace_path("input_bound")), "--brief")
-    lines = res.stdout.rstrip("\n").splitlines()
+@pytest.mark.parametrize("case, verdict", [("input_bound", "INPUT-BOUND"), ("launch_bound_stacks", "LAUNCH-BOUND"),
+                                           ("compute_bound", "GPU-BOUND")])
+def test_brief_fits_15_lines_with_verdict_findings_fixes(case, verdict, tmp_path):
+    out = tmp_path / "r.json"
+    res = cli("analyze", str(trace_path(case)), "--brief", "--json", str(out))
+    r = json.loads(out.read_text())
+    lines = res.stdout[:res.stdout.index("JSON written")].rstrip("\n").splitlines()
     assert len(lines) <= 15, res.stdout
     assert max(len(x) for x in lines) <= 80
     whole = flat(res.stdout)
-    assert "INPUT-BOUND" in whole
-    assert "The GPU waits for input data" in whole
-    assert "What to try first" in whole and "1. " in whole
+    assert verdict in whole
+    big = sorted(r["verdict"]["findings"], key=lambda f: -(f["cost_ms_per_step"] or 0))[:3]
+    for f in big:
+        assert f["title"] in whole
+    assert "What to try first" in whole and "1. " in whole and flat(r["fixes"][0]["action"]) in whole
     assert "Key figures" not in whole  # the long report's sections are left out
 
 

@@ -73,11 +73,13 @@ HOST_VERDICTS = ("launch_bound",)  # verdicts read from host-side idle time, whi
 PROFILER_COST = "+33% to +69% step time on launch-bound jobs measured on an H200"  # analysis/profiler_overhead.py
 
 
-def profiler_caveat(r: dict) -> str | None:
+def profiler_caveat(r: dict, short: bool = False) -> str | None:
     """A host-side verdict read from a profiled trace with no unprofiled step time: the profiler's own host
     cost may have made it; how to get the true verdict. None when it does not apply."""
     if r["verdict"]["primary"] not in HOST_VERDICTS or r.get("profiler"):
         return None
+    if short:
+        return "caution: profiler host cost can fake launch-bound; see --unprofiled-step-ms"
     return ("caution: torch.profiler adds host cost to every op (" + PROFILER_COST + "), which can make a "
             "GPU-bound job read launch-bound; for the true verdict pass --unprofiled-step-ms MS or record "
             "unprofiled steps with `gpucheckup run`")

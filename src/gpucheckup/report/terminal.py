@@ -56,7 +56,7 @@ def render_brief(r: dict, console: Console) -> None:
     head = Text(f" {v['primary'].upper().replace('_', '-')} ", style=VERDICT_STYLE.get(v["primary"], "bold"))
     head.append("  " + v["title"], style="bold")
     parts: list = [head, Text(v["reason"], style="dim")]
-    warning = profiler_caveat(r)
+    warning = profiler_caveat(r, short=True)
     if warning:
         parts.append(Text(warning, style="yellow"))
     big = sorted(v["findings"], key=lambda f: -(f["cost_ms_per_step"] or 0.0))[:BRIEF_FINDINGS]
