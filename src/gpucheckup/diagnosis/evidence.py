@@ -45,8 +45,8 @@ def gaps(a: TraceAnalysis, causes: tuple[str, ...], n: int = MAX_EVENTS) -> list
     idx = [CAUSES.index(c) for c in causes]
     dom = a.causes.dominant()
     sel = [i for i in g.dur.argsort()[::-1] if dom[i] in idx][:n]
-    return [event(a, f"GPU idle ({CAUSES[int(dom[i])]}), step {_step(a, int(g.step[i]))}", f"GPU {int(g.device[i])}",
-                  g.start[i], g.dur[i]) for i in sel]
+    return [event(a, f"GPU idle ({CAUSES[int(dom[i])]}), step {_step(a, int(g.step[i]))}",
+                  f"GPU {int(g.device[i])}", g.start[i], g.dur[i]) for i in sel]
 
 
 def host_rows(a: TraceAnalysis, rows, n: int = MAX_EVENTS, name: str | None = None) -> list[Event]:

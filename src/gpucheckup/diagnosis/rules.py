@@ -196,8 +196,9 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         return None
     s = a.syncs
     evidence = [
-        f"synchronizations: {per_step(s['count'], a.steps.count, a.steps.marked)}; each drains the GPU's queue, which then idles "
-        f"until the host launches again (host work after the sync included): {ms:.2f} ms per step ({pct:.1f}%)",
+        f"synchronizations: {per_step(s['count'], a.steps.count, a.steps.marked)}; each drains the GPU's queue, "
+        f"which then idles until the host launches again (host work after the sync included): {ms:.2f} ms per "
+        f"step ({pct:.1f}%)",
     ]
     for c in s["by_cause"][:4]:
         where = f" at {c['frame']}" if c["frame"] else ""

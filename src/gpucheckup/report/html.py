@@ -333,7 +333,8 @@ def step_rows(r: dict) -> tuple[list[str], list[list]]:
     out = []
     for row in rows:
         dur = row["dur_ms"] or 1.0
-        out.append([row["label"].removeprefix("ProfilerStep"), row["device"], row["dur_ms"], row["busy_ms"], 100 * row["busy_ms"] / dur]
+        out.append([row["label"].removeprefix("ProfilerStep"), row["device"], row["dur_ms"], row["busy_ms"],
+                    100 * row["busy_ms"] / dur]
                    + [row["idle_ms"][c] for c in causes])
     return causes, out
 
