@@ -126,7 +126,7 @@ def _finding(f: dict) -> Group:
     events = [Text(event_line(ev), style="dim") for ev in f["events"][:MAX_EVENTS]]
     if events:
         parts.append(_bullets(events, indent=3, mark="-"))
-    parts.append(Text(f"  rule: {f['rule']}", style="dim italic"))
+    parts.append(_bullets([Text(f["rule"], style="dim italic")], indent=1, mark="rule:"))
     return Group(*parts)
 
 
