@@ -61,3 +61,26 @@ def test_the_idle_time_named_by_the_users_line(stacks):
     frames = re.findall(r"(\S+\.py\(\d+\): \w+) \(", m.group(1))
     assert frames and all("torch/" not in f for f in frames)
     assert 0 < sum(shares) <= 101 and shares == sorted(shares, reverse=True)
+
+
+def test_gpu_bound_kernel_time_by_the_users_line(tmp_path):
+    """A small synthetic GPU-bound trace with stacks (no real GPU-bound trace here has them): kernel time is
+    split by the user frame its launches ran under; frames inside torch are skipped."""
+    from conftest import write_trace
+
+    def ev(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+              ev("python_function", "train.py(10): forward", 0, 200),
+              ev("python_function", "torch/nn/modules/linear.py(125): forward", 1, 150),
+              ev("python_function", "train.py(20): loss_fn", 300, 100)]
+    for corr, (t_launch, t_kernel, dur) in enumerate(((5, 5, 600), (10, 605, 100), (310, 705, 290)), 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t_launch, 2, correlation=corr),
+                   {"ph": "X", "cat": "kernel", "name": "sm90_gemm_bf16", "pid": 0, "tid": 7, "ts": t_kernel,
+                    "dur": dur, "args": {"device": 0, "stream": 7, "correlation": corr}}]
+    path = write_trace(tmp_path / "stacks.json", events, with_stack=1)
+    r = check_path(path)[0].report
+    assert r["trace"]["with_stack"] and r["verdict"]["primary"] == "gpu_bound"
+    text = _evidence(r, "gpu_bound")
+    assert "kernel time by line of your code: train.py(10): forward (71%), train.py(20): loss_fn (29%)" in text

@@ -81,14 +81,16 @@ def _by_line(weights: dict[str | None, float], what: str) -> list[str]:
     return [f"{what} by line of your code: " + ", ".join(f"{f} ({100 * w / total:.0f}%)" for w, f in top) + tail]
 
 
-def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str) -> list[str]:
+def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str, weight: np.ndarray | None = None) -> list[str]:
     """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
-    analysis/host_calls.py); none without Python stacks (profile with with_stack=True)."""
+    analysis/host_calls.py), each row counted once or by its `weight`; none without Python stacks (profile
+    with with_stack=True)."""
     if not a.trace.with_stack or len(rows) == 0:
         return []
     weights: dict[str | None, float] = {}
-    for f in host_calls.user_frames(a.trace, rows):
-        weights[f] = weights.get(f, 0.0) + 1.0
+    w = np.ones(len(rows)) if weight is None else weight
+    for f, x in zip(host_calls.user_frames(a.trace, rows), w):
+        weights[f] = weights.get(f, 0.0) + float(x)
     return _by_line(weights, what)
 
 
@@ -108,13 +110,18 @@ def _gap_code_lines(a: TraceAnalysis, causes: tuple[str, ...], what: str) -> lis
     return _by_line(weights, what)
 
 
-def _kernel_launch_rows(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
-    """The host calls that launched the window's kernels (of these names, when given)."""
+def _kernel_mask(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
+    """The window's kernels (of these names, when given) whose launching host call is known."""
     gpu, lo, hi = a.trace.gpu, *a.steps.window
     m = (gpu.kind == KERNEL) & (gpu.start >= lo) & (gpu.start <= hi) & (a.launch_rows >= 0)
     if names is not None:
         m &= np.isin(gpu.name, a.trace.name_ids(lambda n: n in names))
-    return a.launch_rows[m]
+    return m
+
+
+def _kernel_launch_rows(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
+    """The host calls that launched the window's kernels (of these names, when given)."""
+    return a.launch_rows[_kernel_mask(a, names)]
 
 
 def _finding(a: TraceAnalysis, ms: float, **kw) -> Finding:
@@ -432,6 +439,9 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
         evidence.append(f"top kernel {kernel_label(t['name'])}: {t['pct']:.1f}% of kernel time, "
                         f"{t['count']} launches, mean {t['mean_us']:.0f} us")
     top = {t["name"] for t in k.top[:3]}
+    if tr.with_stack:
+        m = _kernel_mask(a)
+        evidence += _code_lines(a, a.launch_rows[m], "kernel time", (tr.gpu.end - tr.gpu.start)[m])
     return _finding(
         a, ms, id="gpu_bound", severity="critical", title="The GPU's own work bounds the step",
         rule=f"GPU busy >= {GPU_BOUND_BUSY_PCT:g}% of step time (verdict rule); kernel time by category",
