@@ -62,7 +62,7 @@ def test_markdown_report_is_tables_with_the_trace_figures(tmp_path):
     windows = step_windows(raw_events(trace))
     steps = by_heading["Steps"]
     assert steps["header"][:5] == ["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
-    assert [r[0] for r in steps["rows"]] == [f"ProfilerStep#{i}" for i in range(3, 8)]
+    assert [r[0] for r in steps["rows"]] == [f"#{i}" for i in range(3, 8)]  # the one step numbering
     for row, (a, b) in zip(steps["rows"], windows):
         step_ms, busy_ms = float(row[2]), float(row[3])
         assert abs(step_ms - (b - a) / 1000) < 0.001

@@ -126,3 +126,55 @@ def _is_library_frame(name: str) -> bool:
         or "/torch/" in name
         or name.startswith("nn.Module:")
     )
+
+
+def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
+    """`user_frame` of many host rows at once (see `user_frames_during`)."""
+    host = trace.host
+    rows = np.asarray(rows, dtype=np.int64)
+    return user_frames_during(trace, host.pid[rows], host.tid[rows], host.start[rows], host.end[rows])
+
+
+def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
+    """Per query (thread, interval): the innermost Python frame on that thread around the interval that is
+    not inside torch itself, None when no frame encloses it. Per thread, the Python frames as a call tree
+    (parents by a stack over frames sorted by start); each query's innermost enclosing frame found by a
+    binary search and a walk up the parents, then up to the first frame outside torch."""
+    host = trace.host
+    pid, tid = np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)
+    t0, t1 = np.asarray(t0, dtype=np.float64), np.asarray(t1, dtype=np.float64)
+    out: list[str | None] = [None] * len(t0)
+    py = np.flatnonzero(host.cat == PYTHON)
+    if len(t0) == 0 or not trace.with_stack or len(py) == 0:
+        return out
+    thread_of = host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64)
+    query_thread = pid * (1 << 32) + tid
+    for key in np.unique(query_thread):
+        frames = py[thread_of == key]
+        if len(frames) == 0:
+            continue
+        frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
+        starts, ends = host.start[frames], host.end[frames]
+        parent = np.full(len(frames), -1, dtype=np.int64)
+        stack: list[int] = []
+        for i in range(len(frames)):
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        names = [trace.names[host.name[f]] for f in frames]
+        user: dict[int, str] = {}
+        mine = np.flatnonzero(query_thread == key)
+        at = np.searchsorted(starts, t0[mine], side="right") - 1
+        for q, i in zip(mine, at):
+            while i >= 0 and not (starts[i] <= t0[q] and ends[i] >= t1[q]):
+                i = parent[i]
+            if i < 0:
+                continue
+            if int(i) not in user:
+                j = i
+                while j >= 0 and _is_library_frame(names[j]):
+                    j = parent[j]
+                user[int(i)] = names[j] if j >= 0 else names[i]
+            out[int(q)] = user[int(i)]
+    return out

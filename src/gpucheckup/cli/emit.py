@@ -20,6 +20,7 @@ class Output:
     """What the output options ask for (output_options in parser.py); None: not asked."""
 
     quiet: bool = False
+    brief: bool = False
     json: Path | None = None
     html: Path | None = None
     markdown: Path | None = None
@@ -28,8 +29,8 @@ class Output:
     @classmethod
     def of(cls, args) -> Output:
         """The output options of parsed arguments (a command without one of them leaves it off)."""
-        return cls(**{k: getattr(args, k, None) or (False if k == "quiet" else None)
-                      for k in ("quiet", "json", "html", "markdown", "perfetto")})
+        return cls(**{k: getattr(args, k, None) or (False if k in ("quiet", "brief") else None)
+                      for k in ("quiet", "brief", "json", "html", "markdown", "perfetto")})
 
 
 def emit(result: Checkups, out: Output, console: Console, cases: list[str] | None = None) -> None:
@@ -43,14 +44,19 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         labels = [f"rank {r['rank']}: {Path(r['path']).name}" for r in rows]
         slugs, title = [f"rank{r['rank']}" for r in rows], "Ranks"
     if not out.quiet:
-        _print(result, console, cases)
+        _print(result, console, cases, out.brief)
     if out.json:
         write_atomic(out.json, msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2))
         console.print(f"JSON written to {out.json}", style="dim", markup=False)
     if checkups:
         _write_files(list(zip(labels, slugs, checkups)), out, console, title)
-    elif result.run and (out.html or out.markdown or out.perfetto):
-        console.print(f"{result.run.no_timeline}: no HTML, Markdown or annotated trace written", markup=False)
+    elif result.run:
+        if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
+            write_atomic(out.html, html.render_run_only(result.run.report).encode())
+            console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
+                          soft_wrap=True)
+        if out.markdown or out.perfetto:
+            console.print(f"{result.run.no_timeline}: no Markdown or annotated trace written", markup=False)
 
 
 def payload(result: Checkups, cases: list[str] | None = None) -> dict:
@@ -65,10 +71,10 @@ def payload(result: Checkups, cases: list[str] | None = None) -> dict:
     return reports[0]
 
 
-def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
+def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
     """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
     if cases:
-        _print_cases(result, console, cases)
+        _print_cases(result, console, cases, brief)
     else:
         if result.job:
             from gpucheckup.ranks_checkup import job_dict
@@ -78,15 +84,15 @@ def _print(result: Checkups, console: Console, cases: list[str] | None) -> None:
         elif len(result.checkups) > 1:
             terminal.render_ranks(rank_summary(result.checkups), console)
         for c in result.checkups:
-            terminal.render(c.report, console)
-    if result.run:
+            terminal.render(c.report, console, brief)
+    if result.run and not (brief and result.checkups):
         if result.checkups:
             terminal_run.render_run(result.checkups[0].report, console)
         else:
             terminal_run.render_run_only(result.run.report, console)
 
 
-def _print_cases(result: Checkups, console: Console, cases: list[str]) -> None:
+def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bool = False) -> None:
     from rich.table import Table
 
     t = Table(title="Bundled cases", title_justify="left")
@@ -98,7 +104,7 @@ def _print_cases(result: Checkups, console: Console, cases: list[str]) -> None:
     console.print(t)
     for case, c in zip(cases, result.checkups):
         console.rule(f"demo case: {case}")
-        terminal.render(c.report, console)
+        terminal.render(c.report, console, brief)
 
 
 def _write_files(items: list, out: Output, console: Console, title: str) -> None:

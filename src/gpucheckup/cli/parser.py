@@ -46,6 +46,8 @@ def output_options(p: argparse.ArgumentParser, quiet: bool = True) -> None:
     g.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
     if quiet:
         g.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
+    g.add_argument("--brief", action="store_true",
+                   help="a short terminal report: the verdict, the three biggest findings and the top fixes")
     g.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report with plots")
     g.add_argument("--markdown", type=Path, metavar="FILE", help="also write the report as Markdown tables")
     g.add_argument("--perfetto", type=Path, metavar="FILE",

@@ -24,6 +24,12 @@ def event(a: TraceAnalysis, name: str, where: str, t_us: float, dur_us: float) -
                  t_us=float(t_us))
 
 
+def _step(a: TraceAnalysis, i: int) -> str:
+    """A step as every report numbers it: `#12` for ProfilerStep#12 (report/lines.py step_label)."""
+    label = a.steps.labels[i] if 0 <= i < len(a.steps.labels) else str(i)
+    return label.removeprefix("ProfilerStep")
+
+
 def thread_name(a: TraceAnalysis, row: int) -> str:
     """The thread a host row ran on, by its trace label, else its id."""
     h = a.trace.host
@@ -39,8 +45,8 @@ def gaps(a: TraceAnalysis, causes: tuple[str, ...], n: int = MAX_EVENTS) -> list
     idx = [CAUSES.index(c) for c in causes]
     dom = a.causes.dominant()
     sel = [i for i in g.dur.argsort()[::-1] if dom[i] in idx][:n]
-    return [event(a, f"GPU idle ({CAUSES[int(dom[i])]}), step {int(g.step[i])}", f"GPU {int(g.device[i])}",
-                  g.start[i], g.dur[i]) for i in sel]
+    return [event(a, f"GPU idle ({CAUSES[int(dom[i])]}), step {_step(a, int(g.step[i]))}",
+                  f"GPU {int(g.device[i])}", g.start[i], g.dur[i]) for i in sel]
 
 
 def host_rows(a: TraceAnalysis, rows, n: int = MAX_EVENTS, name: str | None = None) -> list[Event]:

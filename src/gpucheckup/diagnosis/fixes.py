@@ -448,10 +448,11 @@ CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "async_periodic", "Make the periodic work asynchronous or rarer: async checkpointing "
         "(torch.distributed.checkpoint.async_save), evaluation less often, logging without syncs", "code",
-        when="steps over 2x the steady median recur after warm-up (run directory)",
+        when="steps over 2x the steady median recur every N steps after warm-up (run directory)",
         saves="the slow steps' extra time spread over the plain steps: work moved off the training thread no "
               "longer stalls it",
-        applies=lambda x: _is_run(x) and bool((x.steps or {}).get("slow")) and x.steps["slow"]["count"] > 0,
+        applies=lambda x: _is_run(x) and bool((x.steps or {}).get("slow")) and x.steps["slow"]["count"] > 0
+        and x.steps["slow"]["period"] is not None,  # a schedule's cause only for a schedule's pattern
         saving=lambda ra: ra.steps["slow"]["extra_ms"] / max(ra.steps["plain_count"], 1) if _is_run(ra) else 0.0),
 ]
 BY_KEY = {f.key: f for f in CATALOGUE}

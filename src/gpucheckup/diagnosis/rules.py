@@ -15,6 +15,7 @@ import numpy as np
 
 from gpucheckup.analysis import copies, host_calls
 from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
+from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import (
@@ -25,8 +26,10 @@ from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.diagnosis import evidence as ev
 from gpucheckup.diagnosis.findings import Event, Finding
 from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single_process_loader
+from gpucheckup.diagnosis.rates import per_step
 from gpucheckup.diagnosis.verdict import GPU_BOUND_BUSY_PCT
 from gpucheckup.diagnosis.verdict import primary as verdict_primary
+from gpucheckup.trace.tables import KERNEL
 
 INPUT_PCT = 5.0
 INPUT_CRITICAL_PCT = 20.0
@@ -50,6 +53,7 @@ LOW_MFU_PCT = HEALTHY_BANDS_PCT["moe_fp8"][0]  # below the lowest healthy band (
 CATEGORY_MIN_PCT = 1.0  # kernel categories listed in the gpu_bound evidence
 
 LAUNCH_CAUSES = ("launch", "other_host", "allocation")
+CODE_LINES = 3  # lines of the user's code named in a finding's evidence (traces with Python stacks)
 
 
 def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
@@ -62,6 +66,62 @@ def _bands() -> str:
     """The healthy MFU bands, from their one home (analysis/mfu.py)."""
     d, m = HEALTHY_BANDS_PCT["dense_pretraining"], HEALTHY_BANDS_PCT["moe_fp8"]
     return f"dense pre-training {d[0]:g}-{d[1]:g}%, MoE with FP8 {m[0]:g}-{m[1]:g}%"
+
+
+def _by_line(weights: dict[str | None, float], what: str) -> list[str]:
+    """One evidence line: the user's lines (None: no Python frame) with their share of the weight."""
+    total = sum(weights.values())
+    top = sorted(((w, f) for f, w in weights.items() if f is not None and w / total >= 0.005),
+                 key=lambda x: -x[0])[:CODE_LINES] if total > 0 else []
+    if not top:
+        return [f"{what}: none under a Python frame (autograd's backward thread has none)"] if total > 0 else []
+    none = weights.get(None, 0.0)
+    tail = (f"; {100 * none / total:.0f}% on threads with no Python frame (autograd's backward pass runs on one)"
+            if none / total >= 0.005 else "")
+    return [f"{what} by line of your code: " + ", ".join(f"{f} ({100 * w / total:.0f}%)" for w, f in top) + tail]
+
+
+def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str, weight: np.ndarray | None = None) -> list[str]:
+    """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
+    analysis/host_calls.py), each row counted once or by its `weight`; none without Python stacks (profile
+    with with_stack=True)."""
+    if not a.trace.with_stack or len(rows) == 0:
+        return []
+    weights: dict[str | None, float] = {}
+    w = np.ones(len(rows)) if weight is None else weight
+    for f, x in zip(host_calls.user_frames(a.trace, rows), w):
+        weights[f] = weights.get(f, 0.0) + float(x)
+    return _by_line(weights, what)
+
+
+def _gap_code_lines(a: TraceAnalysis, causes: tuple[str, ...], what: str) -> list[str]:
+    """Which lines of the user's code the launching thread is in while the GPU idles for these causes (at
+    each gap's midpoint), weighted by that idle time; none without Python stacks."""
+    g, c = a.timeline.gaps, a.causes
+    if not a.trace.with_stack or len(g) == 0 or len(c.time) == 0:
+        return []
+    idle = c.time[:, [CAUSES.index(x) for x in causes]].sum(axis=1)
+    sel = np.flatnonzero(idle > 0)
+    mid = g.start[sel] + g.dur[sel] / 2
+    weights: dict[str | None, float] = {}
+    for f, w in zip(host_calls.user_frames_during(a.trace, c.thread[sel, 0], c.thread[sel, 1], mid, mid),
+                    idle[sel]):
+        weights[f] = weights.get(f, 0.0) + float(w)
+    return _by_line(weights, what)
+
+
+def _kernel_mask(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
+    """The window's kernels (of these names, when given) whose launching host call is known."""
+    gpu, lo, hi = a.trace.gpu, *a.steps.window
+    m = (gpu.kind == KERNEL) & (gpu.start >= lo) & (gpu.start <= hi) & (a.launch_rows >= 0)
+    if names is not None:
+        m &= np.isin(gpu.name, a.trace.name_ids(lambda n: n in names))
+    return m
+
+
+def _kernel_launch_rows(a: TraceAnalysis, names: set[str] | None = None) -> np.ndarray:
+    """The host calls that launched the window's kernels (of these names, when given)."""
+    return a.launch_rows[_kernel_mask(a, names)]
 
 
 def _finding(a: TraceAnalysis, ms: float, **kw) -> Finding:
@@ -86,6 +146,7 @@ def input_pipeline(a: TraceAnalysis) -> Finding | None:
     if single_process_loader(a):
         evidence.append("the iterator is _SingleProcessDataLoaderIter: num_workers=0, so loading and "
                         "augmentation run in the training process, serially with the GPU work")
+    evidence += _gap_code_lines(a, ("input",), "the idle time waiting for data")
     events = ev.gaps(a, ("input",), 3) + ev.host_rows(a, host_calls.dataloader_rows(a.trace), 2)
     return _finding(
         a, ms, id="input_pipeline", severity="critical" if pct >= INPUT_CRITICAL_PCT else "warning",
@@ -123,6 +184,8 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         else:
             meaning = f"between starved (< {STARVED_DELAY_US:g} us) and queued (> {QUEUED_DELAY_US / 1000:g} ms)"
         evidence.append(f"median launch-to-start delay {d:.1f} us: {meaning}")
+    evidence += _gap_code_lines(a, LAUNCH_CAUSES, "the idle time")
+    evidence += _code_lines(a, _kernel_launch_rows(a), "kernel launches")
     return _finding(
         a, ms, id="launch_overhead", severity="critical" if pct >= LAUNCH_CRITICAL_PCT else "warning",
         title="The CPU cannot launch kernels fast enough (small-kernel storm)",
@@ -140,13 +203,14 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         return None
     s = a.syncs
     evidence = [
-        f"{s['count_per_step']:.1f} synchronizations per step; each drains the GPU's queue, which then idles "
-        f"until the host launches again (host work after the sync included): {ms:.2f} ms per step ({pct:.1f}%)",
+        f"synchronizations: {per_step(s['count'], a.steps.count, a.steps.marked)}; each drains the GPU's queue, "
+        f"which then idles until the host launches again (host work after the sync included): {ms:.2f} ms per "
+        f"step ({pct:.1f}%)",
     ]
     for c in s["by_cause"][:4]:
         where = f" at {c['frame']}" if c["frame"] else ""
         inner = f" -> {c['inner_op']}" if c["inner_op"] and c["inner_op"] != c["op"] else ""
-        evidence.append(f"{c['op']}{inner}{where}: {c['per_step']:.1f} per step, host blocked "
+        evidence.append(f"{c['op']}{inner}{where}: {per_step(c['count'], a.steps.count, a.steps.marked)}, host blocked "
                         f"{c['blocked_ms']:.2f} ms, GPU idle {c['gpu_idle_ms']:.2f} ms in total "
                         f"({' + '.join(c['calls'])})")
     rows = np.union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
@@ -272,6 +336,7 @@ def fp32_gemms(a: TraceAnalysis) -> Finding | None:
     evidence = [f"{pct_k:.1f}% of kernel time is FP32 matrix multiply without tensor cores ({ms:.2f} ms per step)"]
     evidence += [f"{kernel_label(t['name'])}: {t['pct']:.1f}%, {t['count']} launches" for t in fp32[:3]]
     names = {t["name"] for t in fp32}
+    evidence += _code_lines(a, _kernel_launch_rows(a, names), "FP32 GEMM launches")
     return _finding(
         a, ms, id="fp32_gemms", severity="warning", title="Matrix multiplies run in FP32 without tensor cores",
         rule=f"FP32 (non-tensor-core) GEMM kernels >= {FP32_GEMM_PCT:g}% of kernel time",
@@ -374,6 +439,9 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
         evidence.append(f"top kernel {kernel_label(t['name'])}: {t['pct']:.1f}% of kernel time, "
                         f"{t['count']} launches, mean {t['mean_us']:.0f} us")
     top = {t["name"] for t in k.top[:3]}
+    if tr.with_stack:
+        m = _kernel_mask(a)
+        evidence += _code_lines(a, a.launch_rows[m], "kernel time", (tr.gpu.end - tr.gpu.start)[m])
     return _finding(
         a, ms, id="gpu_bound", severity="critical", title="The GPU's own work bounds the step",
         rule=f"GPU busy >= {GPU_BOUND_BUSY_PCT:g}% of step time (verdict rule); kernel time by category",
@@ -396,7 +464,8 @@ def low_mfu(a: TraceAnalysis) -> Finding | None:
     evidence = [
         f"MFU {pct:.1f}%: {m.achieved_tflops:.1f} TFLOP/s achieved against the {m.peak_tflops:g} TFLOP/s "
         f"{m.dtype} peak ({m.peak_from}); healthy: {_bands()}",
-        f"FLOPs per step {m.flops_per_step:.3g} ({m.source}: {m.source_detail}), step {step:.2f} ms",
+        f"{'FLOPs per step' if a.steps.marked else 'FLOPs of the whole trace, no ProfilerStep markers:'} "
+        f"{m.flops_per_step:.3g} ({m.source}: {m.source_detail}), step {step:.2f} ms ({a.window.basis})",
     ]
     if gemm:
         evidence.append("GEMM kernel time by dtype: " + ", ".join(f"{k} {v:.0f}%" for k, v in gemm.items()))

@@ -163,8 +163,10 @@ def periodic_slow_steps(ra: RunAnalysis) -> Finding | None:
         evidence=[f"{slow['count']} steps took over 2x the steady median of {st['steady_median_ms']:.1f} ms "
                   f"(median {slow['median_slow_ms']:.1f} ms), {per}; they add {_duration(slow['extra_ms'])}, "
                   f"{slow['extra_pct']:.1f}% of the run's step time (steps {', '.join(map(str, slow['steps'][:8]))})",
-                  "regular slow steps are checkpointing, evaluation, logging or garbage collection on a schedule; "
-                  "irregular ones are contention (other jobs, I/O, the network)"],
+                  "slow steps on a schedule are checkpointing, evaluation, logging or garbage collection"
+                  if slow["period"] else
+                  "slow steps with no schedule point to contention (other jobs on the GPU or host, storage, the "
+                  "network), not to periodic work: compare their times with the NVML and CPU samples"],
         events=ev.run_steps(ra, slow["steps"]), fixes=offer(ra, "async_periodic"))
 
 

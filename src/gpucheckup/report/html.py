@@ -24,7 +24,10 @@ from gpucheckup.report import plots
 from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
+from gpucheckup.report.lines import (
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, plain_value, profiler_caveat, rel_ms, step_label,
+    run_rows, step_line, sync_rate, version_text,
+)
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
 
@@ -92,10 +95,17 @@ td.k{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11.5px;word-bre
 .finding ul{margin:4px 0 4px 18px;padding:0}.events{color:#555;font-size:12px}
 .rule{color:#777;font-size:12px;margin:4px 0 0}
 figure.plot{margin:12px 0 22px;padding:0}figcaption{font-weight:600;margin-bottom:4px}
-svg.chart{display:block;background:#fff;max-width:100%;height:auto}
+svg.chart{display:block;background:#fff;width:100%;height:auto;max-width:%(max_w)dpx;min-width:%(min_w)dpx}
+figure.plot{overflow-x:auto}.scroll{overflow-x:auto;max-width:100%%;margin:6px 0 14px}.scroll table{margin:0}
+main{overflow-wrap:break-word}.finding li,.verdict p,.explain,.note{overflow-wrap:anywhere}
+.caveat{color:#8a5a00;font-size:13px}
+@media (max-width:600px){main{padding:12px 10px 40px}table{font-size:12px}}
 svg.chart text{fill:#333;font-family:system-ui,sans-serif}
 .explain{color:#666;font-size:12px;margin:2px 0 0}.note{color:#555;font-size:12.5px}
 """
+MIN_CHART_TEXT_PX = 9  # the smallest chart text on screen: charts shrink to this, then scroll in their box
+CSS = CSS.replace("%(max_w)dpx", f"{round(plots.WIDTH * 1.25)}px").replace(
+    "%(min_w)dpx", f"{round(plots.WIDTH * MIN_CHART_TEXT_PX / plots.MIN_TEXT_PX)}px").replace("%%", "%")
 
 
 def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
@@ -111,6 +121,37 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -
     first = items[0][1]
     title = (f"gpucheckup: {len(items)} traces" if many
              else f"gpucheckup: {first['verdict']['primary']} - {first['trace']['path']}")
+    return _page(title, parts, data)
+
+
+def render_run_only(r: dict) -> str:
+    """A page for a run directory with no GPU timeline: why, the run-level findings and fixes, the whole run's
+    figures, its step times and NVML samples."""
+    run = r["run"]
+    parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
+             f'<p class="meta">{esc(run["path"])}</p>',
+             f'<div class="verdict"><span class="badge">NO GPU TIMELINE</span><p>{esc(r["verdict"]["reason"])}'
+             '</p></div>', _fixes(r)]
+    if r["verdict"]["findings"]:
+        parts += ["<h3>Findings</h3>", *(_finding(f) for f in r["verdict"]["findings"])]
+    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(r.get("step_history"))),
+                                           ("nvml", plots.nvml_plot(r.get("nvml")))) if svg]
+    if drawn:
+        parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
+    parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
+    return _page(f"gpucheckup: no GPU timeline - {run['path']}", [x for x in parts if x], r)
+
+
+def _whole_run(r: dict) -> str:
+    """The whole run's figures (report/lines.py run_rows, as the terminal prints them)."""
+    if not r.get("run_figures"):
+        return ""
+    return "<h4>Whole run</h4>" + _table([("what", "t"), ("value", "t")],
+                                         [[esc(k), esc(v)] for k, v in run_rows(r)], raw=True, last_class="k")
+
+
+def _page(title: str, parts: list[str], data) -> str:
+    """The self-contained page around the sections: CSP, styles, the embedded JSON, the sorting script."""
     script = SORT_JS
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     csp = (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
@@ -168,13 +209,14 @@ def _report(r: dict, prefix: str, label: str | None, many: bool) -> str:
 
 
 def _verdict(r: dict) -> str:
-    v, g, k = r["verdict"], r["gpu"], r["kernels"]
-    kpis = (f"GPU busy {g['busy_pct']:.1f}% | {step_line(r)} | {k['count']} kernels, "
+    v, k = r["verdict"], r["kernels"]
+    kpis = (f"{busy_line(r)} | {step_line(r)} | {k['count']} kernels, "
             f"mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us | DataLoader "
-            f"{r['dataloader']['pct_of_step']:.1f}% of step | {r['sync']['count_per_step']:.1f} syncs/step")
+            f"{r['dataloader']['pct_of_step']:.1f}% of step | syncs {sync_rate(r)}")
+    caveat = f'<p class="caveat">{esc(profiler_caveat(r))}</p>' if profiler_caveat(r) else ""
     return (f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
             f'{esc(v["primary"].upper().replace("_", "-"))}</span><b>{esc(v["title"])}</b>'
-            f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p></div>')
+            f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p>{caveat}</div>')
 
 
 def _fixes(r: dict) -> str:
@@ -206,7 +248,7 @@ def _finding(f: dict) -> str:
 
 PLOT_TEXT = {
     "steps": ("Step time per profiled step",
-              "Each bar is one step window (see docs/metrics.md); the dashed line is the median."),
+              "Each bar is one step window; the dashed line is the median, the report's step time."),
     "step_history": ("Step time over the whole run",
                      "From the run directory's steps.csv; the shaded band marks the profiled steps."),
     "timeline": ("GPU timeline overview",
@@ -239,18 +281,22 @@ def _plots(r: dict, prefix: str) -> str:
     for name, svg in drawn:
         if not svg:
             continue
-        title, text = PLOT_TEXT[name]
         extra = ""
         if name == "timeline" and r["timeline"].get("truncated"):
             extra = f" {r['timeline']['truncated']} more step rows are not drawn."
-        out.append(f'<figure class="plot" id="{prefix}plot-{name}" data-plot="{name}"><figcaption>{esc(title)}'
-                   f'</figcaption>{svg}<p class="explain">{esc(text + extra)}</p></figure>')
+        out.append(_figure(name, svg, prefix, extra))
     return "\n".join(out)
+
+
+def _figure(name: str, svg: str, prefix: str, extra: str = "") -> str:
+    title, text = PLOT_TEXT[name]
+    return (f'<figure class="plot" id="{prefix}plot-{name}" data-plot="{name}"><figcaption>{esc(title)}'
+            f'</figcaption>{svg}<p class="explain">{esc(text + extra)}</p></figure>')
 
 
 def _tables(r: dict) -> str:
     out = [_key_figures(r), _hardware(r), _per_step(r), _top_kernels(r), _data_movement(r), _longest_gaps(r), _copies(r),
-           _syncs(r), _communication(r), _cuda_api(r), _nvml_summary(r.get("nvml")), _environment(r)]
+           _syncs(r), _communication(r), _cuda_api(r), _whole_run(r), _nvml_summary(r.get("nvml")), _environment(r)]
     return "\n".join(x for x in out if x)
 
 
@@ -287,7 +333,8 @@ def step_rows(r: dict) -> tuple[list[str], list[list]]:
     out = []
     for row in rows:
         dur = row["dur_ms"] or 1.0
-        out.append([row["label"], row["device"], row["dur_ms"], row["busy_ms"], 100 * row["busy_ms"] / dur]
+        out.append([row["label"].removeprefix("ProfilerStep"), row["device"], row["dur_ms"], row["busy_ms"],
+                    100 * row["busy_ms"] / dur]
                    + [row["idle_ms"][c] for c in causes])
     return causes, out
 
@@ -334,11 +381,11 @@ def _longest_gaps(r: dict) -> str:
     gaps = r["gaps"].get("longest") or []
     if not gaps:
         return ""
-    rows = [[(g["t_us"], f"{g['t_us']:.1f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
-             (g["device"], str(g["device"])),
-             (g["step"], str(g["step"])), (g["position"], f"{g['position']:.2f}"), esc(g["cause"])] for g in gaps]
+    rows = [[(rel_ms(r, g["t_us"]), f"{rel_ms(r, g['t_us']):.3f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
+             (g["device"], str(g["device"])), esc(step_label(r, g["step"])), (g["position"], f"{g['position']:.2f}"),
+             esc(g["cause"])] for g in gaps]
     return "<h4>Longest idle gaps</h4>" + _table(
-        [("starts at t (us, trace clock)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "n"),
+        [("starts at (ms from the trace's start)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "t"),
          ("position in step", "n"), ("main cause", "t")], rows, sortable=True, raw=True)
 
 
@@ -388,8 +435,21 @@ def _cuda_api(r: dict) -> str:
     for key, title in (("slow", "Slow CUDA API calls"), ("contention", "CUDA API lock contention")):
         items = api.get(key) or []
         if items:
-            out.append(f"<h4>{title}</h4>" + _dicts_table(items))
+            out.append(f"<h4>{title}</h4>" + _dicts_table([_api_row(r, x) for x in items]))
     return "\n".join(out)
+
+
+def _api_row(r: dict, item: dict) -> dict:
+    """A CUDA API record with its times as a person reads them: ms from the trace's start, durations in us."""
+    out = {}
+    for k, v in item.items():
+        if k == "t_us" and isinstance(v, (int, float)):
+            out["at (ms from the trace's start)"] = round(rel_ms(r, v), 3)
+        elif k.endswith("_us"):
+            out[f"{k[:-3].replace('_', ' ')} (us)"] = v
+        else:
+            out[k.replace("_", " ")] = v
+    return out
 
 
 def _dicts_table(items: list[dict]) -> str:
@@ -444,7 +504,7 @@ def environment_rows(r: dict) -> list[tuple[str, str]]:
                        ("rank", "rank"), ("world_size", "world size"), ("with_stack", "Python stacks recorded"),
                        ("record_shapes", "shapes recorded")):
         if t.get(key) is not None:
-            rows.append((title, str(t[key])))
+            rows.append((title, version_text("cuda", t[key]) if key.startswith("cuda") else plain_value(t[key])))
     rows.append(("gpucheckup", str(r.get("gpucheckup_version", __version__))))
     rows += _flatten(r.get("env") or {})
     return rows
@@ -454,14 +514,14 @@ def _flatten(d, prefix: str = "") -> list[tuple[str, str]]:
     out = []
     if isinstance(d, dict):
         for k, v in d.items():
-            out += _flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", _plain(v))]
+            kind = k if k in ("cudnn", "nccl") else ("cuda" if k in ("cuda_runtime", "cuda_driver") else "")
+            out += (_flatten(v, f"{prefix}{k}.") if isinstance(v, dict)
+                    else [(f"{prefix}{k}", version_text(kind, v) if kind else _plain(v))])
     return out
 
 
 def _plain(v) -> str:
-    if isinstance(v, list):
-        return ", ".join(_plain(x) for x in v)
-    return str(v)
+    return plain_value(v)
 
 
 def _environment(r: dict) -> str:
@@ -490,4 +550,5 @@ def _table(cols: list[tuple[str, str]], rows: list[list], sortable: bool = False
                 html_ = cell if raw else esc(cell)
                 cells.append(f'<td{f" class={extra}" if extra else ""}>{html_}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table class="{classes}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (f'<div class="scroll"><table class="{classes}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')

@@ -15,7 +15,9 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 from gpucheckup.report.html import environment_rows, nvml_summary, step_rows
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
+from gpucheckup.report.lines import (
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line,
+)
 from gpucheckup.safe_text import safe
 
 _SYNTAX = "\\`*_[]|~"
@@ -66,7 +68,9 @@ def _report(r: dict, label: str | None, many: bool) -> str:
     out = [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
            f"{md(t['path'])}  \n{md(dev)} | {md(steps)}\n",
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['title'])}\n",
-           f"{md(v['reason'])}  \n{md(step_line(r))}: every ms per step and percent below is of this step\n",
+           f"{md(v['reason'])}  \n{md(busy_line(r))} | {md(step_line(r))}: every ms per step and percent below "
+           "is of this step\n",
+           *([f"> {md(profiler_caveat(r))}\n"] if profiler_caveat(r) else []),
            f"{h}# What to try first\n"]
     fixes = r["fixes"]
     if fixes:

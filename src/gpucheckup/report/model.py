@@ -60,6 +60,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "with_stack": tr.with_stack,
             "record_shapes": tr.record_shapes,
             "window_us": list(a.steps.window),
+            "start_us": a.trace.span[0],  # the trace's first event: times a person reads are ms from it
             "base_time_ns": tr.base_time_ns,
         },
         "verdict": {

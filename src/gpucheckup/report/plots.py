@@ -28,6 +28,7 @@ THROTTLE_COLOR = "#f7c6c6"
 AXIS = "#555"
 GRID = "#e4e4e4"
 WIDTH = 760
+MIN_TEXT_PX = 10  # the smallest font-size of any chart text (at WIDTH)
 
 
 def esc(x) -> str:

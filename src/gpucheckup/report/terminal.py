@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.lines import MAX_EVENTS, cost_line, event_line, key_figures, step_line
+from gpucheckup.report.lines import MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate
 from gpucheckup.report.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -29,9 +29,16 @@ VERDICT_STYLE = {
 MAX_FIXES = 6
 
 
-def render(report: dict, console: Console) -> None:
-    """Print one check-up."""
+BRIEF_LINES = 15  # --brief: the whole report in at most this many lines
+BRIEF_FINDINGS = 3
+
+
+def render(report: dict, console: Console, brief: bool = False) -> None:
+    """Print one check-up (with `brief`, in at most BRIEF_LINES lines)."""
     report = safe_tree(report)  # names, paths and notes from the trace: control and bidi characters escaped
+    if brief:
+        render_brief(report, console)
+        return
     console.print(_header(report))
     console.print(_verdict(report))
     for f in report["verdict"]["findings"]:
@@ -41,6 +48,34 @@ def render(report: dict, console: Console) -> None:
     render_hardware(report, console)
     for note in report["notes"]:
         console.print(Text("note: " + note, style="dim"))
+
+
+def render_brief(r: dict, console: Console) -> None:
+    """The verdict, the BRIEF_FINDINGS biggest findings and as many top fixes as fit in BRIEF_LINES lines."""
+    v = r["verdict"]
+    head = Text(f" {v['primary'].upper().replace('_', '-')} ", style=VERDICT_STYLE.get(v["primary"], "bold"))
+    head.append("  " + v["title"], style="bold")
+    parts: list = [head, Text(v["reason"], style="dim")]
+    warning = profiler_caveat(r, short=True)
+    if warning:
+        parts.append(Text(warning, style="yellow"))
+    big = sorted(v["findings"], key=lambda f: -(f["cost_ms_per_step"] or 0.0))[:BRIEF_FINDINGS]
+    if big:
+        parts.append(_bullets([Text(f"{f['title']}: {cost_line(f)}") for f in big], mark="•"))
+    used = sum(len(console.render_lines(p, console.options.update(height=None), pad=False)) for p in parts)
+    shown = 0
+    for n in range(len(r["fixes"]), 0, -1):  # the most fixes that fit with the line saying how many are left out
+        more = more_fixes(r["fixes"], n)
+        lines = len(console.render_lines(fix_lines(r["fixes"], n), pad=False)) + 1 + (1 if more else 0)
+        if used + lines <= BRIEF_LINES:
+            shown = n
+            break
+    if shown:
+        parts += [Text("What to try first", style="bold italic"), fix_lines(r["fixes"], shown)]
+    more = more_fixes(r["fixes"], shown)
+    if more:
+        parts.append(more)
+    console.print(Group(*parts))
 
 
 def _header(r: dict) -> Text:
@@ -61,42 +96,69 @@ def _verdict(r: dict) -> Panel:
     body.append(f" {v['primary'].upper().replace('_', '-')} ", style=VERDICT_STYLE.get(v["primary"], "bold"))
     body.append("  " + v["title"], style="bold")
     body.append("\n" + v["reason"])
-    g = r["gpu"]
     k = r["kernels"]
-    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
-    body.append(f"\nGPU busy {g['busy_pct']:.1f}%{unprof}  |  {step_line(r)}  |  "
+    body.append(f"\n{busy_line(r)}  |  {step_line(r)}  |  "
                 f"{k['count']} kernels, mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us  |  "
                 f"DataLoader {r['dataloader']['pct_of_step']:.1f}% of step  |  "
-                f"{r['sync']['count_per_step']:.1f} syncs/step", style="dim")
+                f"syncs {sync_rate(r)}", style="dim")
+    caveat = profiler_caveat(r)
+    if caveat:
+        body.append("\n" + caveat, style="yellow")
     return Panel(body, title="Verdict", title_align="left", box=box.ROUNDED)
 
 
-def _finding(f: dict) -> Panel:
-    body = Text()
-    for e in f["evidence"]:
-        body.append("• ")
-        body.append(e)
-        body.append("\n")
-    for ev in f["events"][:MAX_EVENTS]:
-        body.append(Text("  " + event_line(ev), style="dim"))
-        body.append("\n")
-    body.append(f"rule: {f['rule']}", style="dim italic")
+def _bullets(items: list[Text], indent: int = 0, mark: str = "•") -> Table:
+    """Lines with a hanging indent: a wrapped line starts under its text, not under the mark."""
+    g = Table.grid(padding=(0, 1))
+    g.add_column(width=indent + len(mark), justify="right", no_wrap=True)
+    g.add_column(ratio=1, overflow="fold")
+    for item in items:
+        g.add_row(mark, item)
+    return g
+
+
+def _finding(f: dict) -> Group:
+    """One finding: its title and cost (wrapped, never cut), evidence, events and the rule."""
     title = Text(f"[{f['severity']}] ", style=SEVERITY_STYLE.get(f["severity"], ""))
-    title.append(f"{f['title']}  ")
-    title.append(cost_line(f), style="dim")
-    return Panel(body, title=title, title_align="left", box=box.SIMPLE_HEAD)
+    title.append(f"{f['title']}: ", style="bold")
+    title.append(cost_line(f))
+    parts = [Text(""), title, _bullets([Text(e) for e in f["evidence"]], indent=1)]
+    events = [Text(event_line(ev), style="dim") for ev in f["events"][:MAX_EVENTS]]
+    if events:
+        parts.append(_bullets(events, indent=3, mark="-"))
+    parts.append(_bullets([Text(f["rule"], style="dim italic")], indent=1, mark="rule:"))
+    return Group(*parts)
 
 
-def _fixes(r: dict) -> Table:
-    t = Table(title="What to try first", title_justify="left", box=box.SIMPLE_HEAVY, expand=True)
-    t.add_column("#", justify="right", width=2)
-    t.add_column("change", width=18)
-    t.add_column("fix", ratio=1)
-    t.add_column("saves up to", justify="right", width=12)
-    for i, fx in enumerate(r["fixes"][:MAX_FIXES], 1):
-        saving = f"{fx['saving_ms']:.2f} ms/step" if fx["saving_ms"] > 0 else "-"
-        t.add_row(str(i), TIER_TITLES[fx["tier"]], Text(fx["action"]), saving)
-    return t
+def fix_lines(fixes: list[dict], limit: int | None = MAX_FIXES) -> Table:
+    """The ranked fixes as numbered, wrapped lines (fix code is never cut), with the count left out."""
+    g = Table.grid(padding=(0, 1))
+    g.add_column(width=3, justify="right", no_wrap=True)
+    g.add_column(ratio=1, overflow="fold")
+    shown = fixes if limit is None else fixes[:limit]
+    for i, fx in enumerate(shown, 1):
+        line = Text(f"[{TIER_TITLES[fx['tier']]}] ", style="dim")
+        line.append(fx["action"])
+        if fx.get("saving_ms") and fx["saving_ms"] > 0:
+            line.append(f" (saves up to {fx['saving_ms']:.2f} ms/step)", style="dim")
+        g.add_row(f"{i}.", line)
+    return g
+
+
+def more_fixes(fixes: list[dict], shown: int) -> Text | None:
+    """The line that says how many fixes are not shown, and where they are."""
+    n = len(fixes) - shown
+    if n <= 0:
+        return None
+    return Text(f"{n} more fix{'es' if n > 1 else ''}: see --json or --html", style="dim")
+
+
+def _fixes(r: dict) -> Group:
+    parts = [Text(""), Text("What to try first", style="bold italic"), fix_lines(r["fixes"])]
+    more = more_fixes(r["fixes"], min(len(r["fixes"]), MAX_FIXES))
+    if more:
+        parts.append(more)
+    return Group(*parts)
 
 
 def _figures(r: dict) -> Group:
@@ -116,9 +178,9 @@ def _figures(r: dict) -> Group:
             style = "bold yellow" if cat == "data_movement" else ""
             cats.add_row(Text(cat.replace("_", " "), style=style), f"{pct:.1f}%", "█" * max(1, round(pct / 4)))
 
-    top = Table(title="Top kernels", title_justify="left", box=box.SIMPLE)
-    top.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=44)
-    top.add_column("category", no_wrap=True, min_width=10)
+    top = Table(title="Top kernels", title_justify="left", box=box.SIMPLE, expand=True)
+    top.add_column("kernel", overflow="fold", ratio=1)
+    top.add_column("category", no_wrap=True, min_width=14)
     top.add_column("count", justify="right", no_wrap=True, min_width=5)
     top.add_column("total ms", justify="right", no_wrap=True, min_width=8)
     top.add_column("share", justify="right", no_wrap=True, min_width=6)

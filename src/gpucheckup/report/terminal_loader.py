@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.report.lines import plain_value
+
 
 def render_loader(bench: dict, advice: dict, console: Console) -> None:
     """Print the benchmark table and the advice (both as their to_dict() forms)."""
@@ -30,7 +32,7 @@ def render_loader(bench: dict, advice: dict, console: Console) -> None:
         if r["note"]:
             flag.append(r["note"])
         sps = f"{r['samples_per_s']:.0f}" if r["samples_per_s"] else "-"
-        t.add_row(str(r["num_workers"]), str(r["pin_memory"]), f"{r['batches_per_s']:.1f}", sps,
+        t.add_row(str(r["num_workers"]), plain_value(r["pin_memory"]), f"{r['batches_per_s']:.1f}", sps,
                   f"{r['startup_s']:.2f}s", mem, Text("; ".join(flag), style="bold" if flag else ""))
     console.print(t)
     c = bench["cpu"]

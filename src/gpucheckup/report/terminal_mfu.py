@@ -15,6 +15,8 @@ from gpucheckup.report.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 
+# ROOFLINE_HEADERS with the units in the table's title, so the op and its shapes keep the width at 80 columns
+TERMINAL_ROOFLINE_HEADERS = ["op and input shapes", "dtype", "ms/step", "AI", "ridge", "bound", "TFLOP/s"]
 BOUND_STYLE = {"compute-bound": "green", "memory-bound": "yellow", "latency-bound": "red", "balanced": "cyan"}
 
 
@@ -33,9 +35,10 @@ def render_hardware(r: dict, console: Console) -> None:
     console.print(t)
     rows = roofline_rows(r)
     if rows:
-        rt = Table(title="Top GEMM/conv/attention ops against the roofline", title_justify="left", box=box.SIMPLE)
-        for i, col in enumerate(ROOFLINE_HEADERS):
-            rt.add_column(col, ratio=1 if i == 0 else None, overflow="fold" if i == 0 else "ellipsis",
+        rt = Table(title="Top GEMM/conv/attention ops against the roofline (AI and ridge in FLOP/B)",
+                   title_justify="left", box=box.SIMPLE, expand=True)
+        for i, col in enumerate(TERMINAL_ROOFLINE_HEADERS):
+            rt.add_column(col, ratio=1 if i == 0 else None, overflow="fold", min_width=16 if i == 0 else None,
                           no_wrap=i > 0, justify="left" if i in (0, 1, 5) else "right")
         for row in rows:
             rt.add_row(Text(row[0]), *row[1:])
