@@ -318,15 +318,19 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     # A root's dtype is that of the innermost counted op inside it (autocast casts on the way down).
     inner_dtype: dict[int, str] = {}
     depth_seen: dict[int, float] = {}
+    dtype_of: dict[bytes, str] = {}  # the same raw types recur every step: decoded once
     for i, r in enumerate(rows):
-        if host.dtypes[r] is None:
+        raw = host.dtypes[r]
+        if raw is None:
             continue
         root = root_of[i]
         if host.start[r] >= depth_seen.get(root, -math.inf):
-            try:
-                dt = first_float_dtype(msgspec.json.decode(host.dtypes[r]))
-            except msgspec.DecodeError:
-                dt = ""
+            dt = dtype_of.get(raw)
+            if dt is None:
+                try:
+                    dt = dtype_of[raw] = first_float_dtype(msgspec.json.decode(raw))
+                except msgspec.DecodeError:
+                    dt = dtype_of[raw] = ""
             if dt:
                 inner_dtype[root], depth_seen[root] = dt, host.start[r]
     step = _step_of(steps, host.start[rows])
@@ -336,12 +340,13 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     counted = skipped = 0
     groups: dict[tuple, dict] = {}
     kernel_us = _kernel_time_per_root(trace, rows, root_of, is_root)
+    seen: dict[tuple, OpFlops | None] = {}  # op_flops by (name, raw arguments): ops recur every step
     members: dict[int, list[int]] = {}
     for i, root in enumerate(root_of):
         if i != root:
             members.setdefault(int(root), []).append(i)
     for i in np.flatnonzero(is_root & (step >= 0)):
-        counted_here = _count_op(trace, rows, int(i), members.get(int(i), []))
+        counted_here = _count_op(trace, rows, int(i), members.get(int(i), []), seen)
         if not counted_here:
             skipped += 1
             continue
@@ -377,14 +382,15 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     )
 
 
-def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int]) -> list[tuple[int, OpFlops]]:
+def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int],
+              seen: dict[tuple, OpFlops | None]) -> list[tuple[int, OpFlops]]:
     """The FLOPs of counted op i (an index into rows); when its own shapes cannot be read (a conv
     with padding="same" records no padding), those of the outermost counted ops inside it instead.
-    `inside`: the indices of the counted ops nested in op i."""
+    `inside`: the indices of the counted ops nested in op i; `seen`: op_flops's results by its arguments."""
     host = trace.host
     r = rows[i]
-    of = op_flops(trace.names[host.name[r]], host.shapes[r], host.dtypes[r],
-                  host.concrete[r] if host.concrete else None)
+    args = (trace.names[host.name[r]], host.shapes[r], host.dtypes[r], host.concrete[r] if host.concrete else None)
+    of = seen[args] if args in seen else seen.setdefault(args, op_flops(*args))
     if of is not None:
         return [(i, of)]
     if not inside:
@@ -394,7 +400,7 @@ def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int]) -> list
     out = []
     for k in np.flatnonzero(is_root):
         nested = [int(sub[j]) for j in range(len(sub)) if root_of[j] == k and j != k]
-        out += _count_op(trace, rows, int(sub[k]), nested)
+        out += _count_op(trace, rows, int(sub[k]), nested, seen)
     return out
 
 
