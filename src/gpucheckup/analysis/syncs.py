@@ -105,26 +105,26 @@ def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dic
         return out
     cand = np.flatnonzero(np.isin(host.cat, cats))
     order = cand[np.lexsort((-host.end[cand], host.start[cand]))]  # outermost first among equal starts
-    start, end = host.start.tolist(), host.end.tolist()
     by_thread: dict[tuple, list[int]] = {}
     for r, p, t in zip(rows.tolist(), host.pid[rows].tolist(), host.tid[rows].tolist()):
         by_thread.setdefault((p, t), []).append(r)
     o_pid, o_tid = host.pid[order], host.tid[order]
     for (p, t), queries in by_thread.items():
-        queries.sort(key=lambda r: start[r])
+        q = np.array(queries)
+        q = q[np.argsort(host.start[q], kind="stable")]
         mine = order[(o_pid == p) & (o_tid == t)]
-        q_start = host.start[np.array(queries)]
-        contains = (np.searchsorted(q_start, host.end[mine], "right")
-                    > np.searchsorted(q_start, host.start[mine], "left"))
-        cands, stack, i = mine[contains].tolist(), [], 0
-        for r in queries:
-            t0, t1 = start[r], end[r]
-            while i < len(cands) and start[cands[i]] <= t0:  # open every candidate that starts by t0
-                while stack and end[stack[-1]] < start[cands[i]]:
+        contains = (np.searchsorted(host.start[q], host.end[mine], "right")
+                    > np.searchsorted(host.start[q], host.start[mine], "left"))
+        mine = mine[contains]
+        cands, c_start, c_end = mine.tolist(), host.start[mine].tolist(), host.end[mine].tolist()
+        stack, i = [], 0  # indices into cands
+        for r, t0, t1 in zip(q.tolist(), host.start[q].tolist(), host.end[q].tolist()):
+            while i < len(cands) and c_start[i] <= t0:  # open every candidate that starts by t0
+                while stack and c_end[stack[-1]] < c_start[i]:
                     stack.pop()  # ended before this start: contains no later row
-                stack.append(cands[i])
+                stack.append(i)
                 i += 1
-            while stack and end[stack[-1]] < t0:
+            while stack and c_end[stack[-1]] < t0:
                 stack.pop()
-            out[r] = [c for c in stack if start[c] <= t0 and end[c] >= t1 and c != r]
+            out[r] = [cands[k] for k in stack if c_start[k] <= t0 and c_end[k] >= t1 and cands[k] != r]
     return out
