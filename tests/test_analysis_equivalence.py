@@ -25,3 +25,15 @@ def test_enclosing_all_equals_enclosing_row_by_row(path):
         assert sorted(got) == sorted(int(r) for r in rows)
         for r in rows.tolist():
             assert got[r] == [int(c) for c in host_calls.enclosing(trace, r, cats)], f"{path.name}: row {r}"
+
+
+@pytest.mark.parametrize("case", ["launch_bound_stacks", "moe_seed"])
+def test_raw_column_take_equals_row_by_row(case):
+    from conftest import trace_path
+
+    host = read_trace(trace_path(case)).host
+    rows = np.flatnonzero(host.shapes.present())
+    assert len(rows) > 100
+    rows = np.concatenate([rows[:500], np.arange(min(500, len(host.start)))])  # rows with and without
+    for col in (host.shapes, host.dtypes, host.concrete):
+        assert col.take(rows) == [col[int(r)] for r in rows]
