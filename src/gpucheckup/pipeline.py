@@ -17,28 +17,28 @@ import copy
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup import layout
-from gpucheckup.analysis import stack_samples
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
-from gpucheckup.analysis.run import RunAnalysis, analyze_run
 from gpucheckup.diagnosis import Diagnosis, diagnose
-from gpucheckup.diagnosis.coarse import CoarseVerdict, coarse_verdict
 from gpucheckup.diagnosis.findings import Finding
-from gpucheckup.diagnosis.run_rules import run_findings
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
-from gpucheckup.ranks_checkup import JobCheckup, attach_job
 from gpucheckup.report.model import checkup_dict
-from gpucheckup.report.run_model import run_only_dict, run_parts
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.ncu_csv import read_ncu_csv
 from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
+
+if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level or cross-rank modules
+    from gpucheckup.analysis.run import RunAnalysis
+    from gpucheckup.diagnosis.coarse import CoarseVerdict
+    from gpucheckup.ranks_checkup import JobCheckup
 
 STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fastest is a straggler
 
@@ -87,6 +87,8 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
     checkups = check_path(path, console, inputs, ncu_csv, jobs)
     out = Checkups(path, checkups)
     if len(checkups) > 1 and all(c.analysis is not None for c in checkups):
+        from gpucheckup.ranks_checkup import attach_job
+
         out.job = attach_job([c.analysis.trace for c in checkups], checkups)
     elif len(checkups) > 1:
         note = (f"the cross-rank analysis (stragglers, wait and transfer, bus bandwidth) was not run: the "
@@ -192,6 +194,13 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
 
 def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
     """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
+    from gpucheckup.analysis import stack_samples
+    from gpucheckup.analysis.run import analyze_run
+    from gpucheckup.diagnosis.coarse import coarse_verdict
+    from gpucheckup.diagnosis.run_rules import run_findings
+    from gpucheckup.ranks_checkup import attach_job
+    from gpucheckup.report.run_model import run_only_dict, run_parts
+
     path = Path(path)
     if not is_run_dir(path):
         raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")

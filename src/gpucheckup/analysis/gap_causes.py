@@ -97,7 +97,7 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
 
     layers = _cause_rows(trace, launch_rows)
     all_sync_rows = host_calls.sync_call_rows(trace, launch_rows)
-    for pid, tid in {tuple(t) for t in threads[~queued]}:
+    for pid, tid in set(zip(threads[~queued, 0].tolist(), threads[~queued, 1].tolist())):
         g = np.flatnonzero(~queued & (threads[:, 0] == pid) & (threads[:, 1] == tid))
         on_thread = (host.pid == pid) & (host.tid == tid)
         a, b = gaps.start[g], host_end[g]

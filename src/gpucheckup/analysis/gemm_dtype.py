@@ -74,8 +74,10 @@ def gemm_dtypes(trace: Trace, kstats: KernelStats) -> dict:
     durs = (gpu.end[rows] - gpu.start[rows]).tolist()
     kernel_dt = []
     name_votes: dict[int, dict[str, float]] = {}  # per kernel name: launches per resolved dtype
-    for name, op in zip(names, ops.tolist()):
-        raw = host.dtypes[op] if op >= 0 else None
+    ops = ops.tolist()
+    raws = host.dtypes.take(np.maximum(ops, 0)) if len(host.dtypes) else [None] * len(ops)
+    for name, op, raw in zip(names, ops, raws):
+        raw = raw if op >= 0 else None
         if raw not in decoded:
             try:
                 decoded[raw] = first_float_dtype(msgspec.json.decode(raw))

@@ -46,19 +46,36 @@ def clip(iv: Intervals, lo: float, hi: float) -> Intervals:
 
 def covered(iv: Intervals, t: np.ndarray | float) -> np.ndarray:
     """Length of the normalised set lying before each time t (a non-decreasing function of t)."""
-    s, e = iv
-    t = np.asarray(t, dtype=np.float64)
-    if len(s) == 0:
-        return np.zeros_like(t)
-    before = np.concatenate(([0.0], np.cumsum(e - s)))
-    i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-    partial = np.where(i > 0, np.clip(t - s[np.maximum(i - 1, 0)], 0.0, (e - s)[np.maximum(i - 1, 0)]), 0.0)
-    return before[np.maximum(i - 1, 0)] * (i > 0) + partial
+    return Coverage(iv).before(t)
 
 
 def covered_between(iv: Intervals, lo, hi) -> np.ndarray:
     """Length of the normalised set inside each window [lo, hi]."""
-    return np.maximum(covered(iv, hi) - covered(iv, lo), 0.0)
+    return Coverage(iv).between(lo, hi)
+
+
+class Coverage:
+    """`covered` and `covered_between` of one normalised set, its running length summed once (for many
+    windows asked one at a time)."""
+
+    def __init__(self, iv: Intervals):
+        self.s, self.e = iv
+        self.length = self.e - self.s
+        self.cum = np.concatenate(([0.0], np.cumsum(self.length))) if len(self.s) else None
+
+    def before(self, t: np.ndarray | float) -> np.ndarray:
+        """Length of the set lying before each time t."""
+        s, length = self.s, self.length
+        t = np.asarray(t, dtype=np.float64)
+        if self.cum is None:
+            return np.zeros_like(t)
+        i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+        partial = np.where(i > 0, np.clip(t - s[np.maximum(i - 1, 0)], 0.0, length[np.maximum(i - 1, 0)]), 0.0)
+        return self.cum[np.maximum(i - 1, 0)] * (i > 0) + partial
+
+    def between(self, lo, hi) -> np.ndarray:
+        """Length of the set inside each window [lo, hi]."""
+        return np.maximum(self.before(hi) - self.before(lo), 0.0)
 
 
 def subtract(a: Intervals, b: Intervals) -> Intervals:

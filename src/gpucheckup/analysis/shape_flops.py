@@ -288,15 +288,16 @@ def outermost(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((-host.end[rows], host.start[rows], host.tid[rows], host.pid[rows]))
     is_root = np.zeros(len(rows), dtype=bool)
     root_of = np.arange(len(rows))
+    start, end = host.start[rows].tolist(), host.end[rows].tolist()
+    threads = list(zip(host.pid[rows].tolist(), host.tid[rows].tolist()))
     cur_root, cur_end, cur_thread = -1, -math.inf, None
-    for i in order:
-        r = rows[i]
-        thread = (host.pid[r], host.tid[r])
-        if thread == cur_thread and host.start[r] < cur_end:
+    for i in order.tolist():
+        thread = threads[i]
+        if thread == cur_thread and start[i] < cur_end:
             root_of[i] = cur_root
             continue
         is_root[i] = True
-        cur_root, cur_end, cur_thread = i, host.end[r], thread
+        cur_root, cur_end, cur_thread = i, end[i], thread
     return is_root, root_of
 
 
@@ -318,17 +319,24 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     # A root's dtype is that of the innermost counted op inside it (autocast casts on the way down).
     inner_dtype: dict[int, str] = {}
     depth_seen: dict[int, float] = {}
-    for i, r in enumerate(rows):
-        if host.dtypes[r] is None:
+    dtype_of: dict[bytes, str] = {}  # the same raw types recur every step: decoded once
+    names = [trace.names[n] for n in host.name[rows].tolist()]
+    args = list(zip(names, host.shapes.take(rows), host.dtypes.take(rows),
+                    host.concrete.take(rows) if host.concrete else [None] * len(rows)))
+    roots, starts = root_of.tolist(), host.start[rows].tolist()
+    for i, (_, _, raw, _) in enumerate(args):
+        if raw is None:
             continue
-        root = root_of[i]
-        if host.start[r] >= depth_seen.get(root, -math.inf):
-            try:
-                dt = first_float_dtype(msgspec.json.decode(host.dtypes[r]))
-            except msgspec.DecodeError:
-                dt = ""
+        root = roots[i]
+        if starts[i] >= depth_seen.get(root, -math.inf):
+            dt = dtype_of.get(raw)
+            if dt is None:
+                try:
+                    dt = dtype_of[raw] = first_float_dtype(msgspec.json.decode(raw))
+                except msgspec.DecodeError:
+                    dt = dtype_of[raw] = ""
             if dt:
-                inner_dtype[root], depth_seen[root] = dt, host.start[r]
+                inner_dtype[root], depth_seen[root] = dt, starts[i]
     step = _step_of(steps, host.start[rows])
     n_steps = steps.count
     per_step = np.zeros(n_steps)
@@ -336,18 +344,19 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     counted = skipped = 0
     groups: dict[tuple, dict] = {}
     kernel_us = _kernel_time_per_root(trace, rows, root_of, is_root)
+    seen: dict[tuple, OpFlops | None] = {}  # op_flops by (name, raw arguments): ops recur every step
     members: dict[int, list[int]] = {}
-    for i, root in enumerate(root_of):
+    for i, root in enumerate(roots):
         if i != root:
-            members.setdefault(int(root), []).append(i)
-    for i in np.flatnonzero(is_root & (step >= 0)):
-        counted_here = _count_op(trace, rows, int(i), members.get(int(i), []))
+            members.setdefault(root, []).append(i)
+    for i in np.flatnonzero(is_root & (step >= 0)).tolist():
+        counted_here = _count_op(trace, rows, i, members.get(i, []), seen, args)
         if not counted_here:
             skipped += 1
             continue
         for n, (j, of) in enumerate(counted_here):
-            name = trace.names[host.name[rows[j]]]
-            dtype = inner_dtype.get(int(i), of.dtype) if j == i else (of.dtype or inner_dtype.get(int(i), ""))
+            name = names[j]
+            dtype = inner_dtype.get(i, of.dtype) if j == i else (of.dtype or inner_dtype.get(i, ""))
             counted += 1
             per_step[step[i]] += of.flops
             by_kind[KIND[name]] += of.flops
@@ -358,7 +367,7 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
             g["count"] += 1
             g["flops_total"] += of.flops
             if n == 0:
-                g["kernel_ms"] += kernel_us.get(int(i), 0.0) / 1000
+                g["kernel_ms"] += kernel_us.get(i, 0.0) / 1000
     if counted == 0:
         return None
     out = sorted(groups.values(), key=lambda g: -g["flops_total"])
@@ -377,14 +386,14 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     )
 
 
-def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int]) -> list[tuple[int, OpFlops]]:
+def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int], seen: dict[tuple, OpFlops | None],
+              args: list[tuple]) -> list[tuple[int, OpFlops]]:
     """The FLOPs of counted op i (an index into rows); when its own shapes cannot be read (a conv
     with padding="same" records no padding), those of the outermost counted ops inside it instead.
-    `inside`: the indices of the counted ops nested in op i."""
-    host = trace.host
-    r = rows[i]
-    of = op_flops(trace.names[host.name[r]], host.shapes[r], host.dtypes[r],
-                  host.concrete[r] if host.concrete else None)
+    `inside`: the indices of the counted ops nested in op i; `seen`: op_flops's results by its arguments;
+    `args`: op_flops's arguments (name and raw JSON arguments) of each row."""
+    a = args[i]
+    of = seen[a] if a in seen else seen.setdefault(a, op_flops(*a))
     if of is not None:
         return [(i, of)]
     if not inside:
@@ -394,7 +403,7 @@ def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int]) -> list
     out = []
     for k in np.flatnonzero(is_root):
         nested = [int(sub[j]) for j in range(len(sub)) if root_of[j] == k and j != k]
-        out += _count_op(trace, rows, int(sub[k]), nested)
+        out += _count_op(trace, rows, int(sub[k]), nested, seen, args)
     return out
 
 

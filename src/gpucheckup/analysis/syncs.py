@@ -96,34 +96,35 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
 
 
 def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dict[int, list[int]]:
-    """`host_calls.enclosing` for many rows at once: per thread, one sweep over its events in start order
-    with a stack of the open ones (linear in events, not events x rows)."""
+    """`host_calls.enclosing` for many rows at once: per thread, one sweep in start order with a stack of the
+    open candidates, over only the candidates that contain some row's start (a candidate that contains no
+    row's start encloses no row), found with two binary searches (linear in rows and in those candidates)."""
     host = trace.host
     out: dict[int, list[int]] = {int(r): [] for r in rows}
     if not len(rows):
         return out
     cand = np.flatnonzero(np.isin(host.cat, cats))
-    thread = {}  # (pid, tid) -> candidate rows, outermost first among equal starts
-    order = cand[np.lexsort((-host.end[cand], host.start[cand]))]
-    keys = set(zip(host.pid[rows].tolist(), host.tid[rows].tolist()))
-    for c, p, t in zip(order.tolist(), host.pid[order].tolist(), host.tid[order].tolist()):
-        if (p, t) in keys:
-            thread.setdefault((p, t), []).append(c)
-    start, end = host.start.tolist(), host.end.tolist()
+    order = cand[np.lexsort((-host.end[cand], host.start[cand]))]  # outermost first among equal starts
     by_thread: dict[tuple, list[int]] = {}
     for r, p, t in zip(rows.tolist(), host.pid[rows].tolist(), host.tid[rows].tolist()):
         by_thread.setdefault((p, t), []).append(r)
-    for key, queries in by_thread.items():
-        queries.sort(key=lambda r: start[r])
-        cands, stack, i = thread.get(key, []), [], 0
-        for r in queries:
-            t0, t1 = start[r], end[r]
-            while i < len(cands) and start[cands[i]] <= t0:  # open every candidate that starts by t0
-                while stack and end[stack[-1]] < start[cands[i]]:
+    o_pid, o_tid = host.pid[order], host.tid[order]
+    for (p, t), queries in by_thread.items():
+        q = np.array(queries)
+        q = q[np.argsort(host.start[q], kind="stable")]
+        mine = order[(o_pid == p) & (o_tid == t)]
+        contains = (np.searchsorted(host.start[q], host.end[mine], "right")
+                    > np.searchsorted(host.start[q], host.start[mine], "left"))
+        mine = mine[contains]
+        cands, c_start, c_end = mine.tolist(), host.start[mine].tolist(), host.end[mine].tolist()
+        stack, i = [], 0  # indices into cands
+        for r, t0, t1 in zip(q.tolist(), host.start[q].tolist(), host.end[q].tolist()):
+            while i < len(cands) and c_start[i] <= t0:  # open every candidate that starts by t0
+                while stack and c_end[stack[-1]] < c_start[i]:
                     stack.pop()  # ended before this start: contains no later row
-                stack.append(cands[i])
+                stack.append(i)
                 i += 1
-            while stack and end[stack[-1]] < t0:
+            while stack and c_end[stack[-1]] < t0:
                 stack.pop()
-            out[r] = [c for c in stack if start[c] <= t0 and end[c] >= t1 and c != r]
+            out[r] = [cands[k] for k in stack if c_start[k] <= t0 and c_end[k] >= t1 and cands[k] != r]
     return out

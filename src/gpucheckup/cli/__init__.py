@@ -3,6 +3,7 @@ and writes every check-up. Importing it imports the standard library only (`gpuc
 
 from __future__ import annotations
 
+import os
 import sys
 
 from gpucheckup.cli.parser import build_parser
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input is one line on stderr and exit 2, never a traceback (unless --debug)."""
     args = build_parser().parse_args(argv)
     try:
+        _import_numpy_single_threaded()
         from rich.console import Console
 
         return args.func(args, Console(highlight=False))
@@ -31,6 +33,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         say(f"gpucheckup: internal error: {type(e).__name__}: {e} (run with --debug for details)")
         return EXIT_INTERNAL
+
+
+def _import_numpy_single_threaded() -> None:
+    """Import numpy with its BLAS on one thread: no analysis multiplies matrices, and OpenBLAS starting a
+    thread per core costs ~35 ms of CPU at import (bench/; docs/performance.md). The variable is read when
+    the library loads and removed again, so the jobs `run` launches keep their own setting."""
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 __all__ = ["build_parser", "main"]

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from gpucheckup.atomic import write_atomic
 from gpucheckup.pipeline import Checkups, rank_summary
-from gpucheckup.report import html, markdown, perfetto, terminal, terminal_run
+from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto: when asked (_write_files)
 
 
 @dataclass
@@ -111,13 +111,19 @@ def _write_files(items: list, out: Output, console: Console, title: str) -> None
     """Write the HTML, Markdown and annotated-trace files; items are (label, slug, check-up)."""
     pages = [(label, c.report) for label, _, c in items]
     if out.html:
+        from gpucheckup.report import html
+
         write_atomic(out.html, html.render(pages, title).encode())
         console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                       soft_wrap=True)
     if out.markdown:
+        from gpucheckup.report import markdown
+
         write_atomic(out.markdown, markdown.render(pages, title).encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
+        from gpucheckup.report import perfetto
+
         for _, slug, c in items:
             path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)
             with Console(stderr=True).status(f"writing the annotated trace {escape(str(path))}"):

@@ -34,15 +34,16 @@ def step_timeline(a: TraceAnalysis) -> dict:
     bin_us = scale / TIMELINE_BINS if scale > 0 else 1.0
     rows = []
     pairs = [(i, dev) for i in range(st.count) for dev in devices]
+    busy = {dev: iv.Coverage(tl.busy[dev]) for dev in devices}  # summed once, asked once per step
     for i, dev in pairs[:MAX_TIMELINE_ROWS]:
         lo, hi = float(st.start[i]), float(st.end[i])
         in_row = (g.step == i) & (g.device == dev)
         idle = a.causes.time[in_row].sum(axis=0) if in_row.any() else np.zeros(len(CAUSES))
-        busy_us = float(iv.covered_between(tl.busy[dev], np.array([lo]), np.array([hi]))[0])
+        busy_us = float(busy[dev].between(np.array([lo]), np.array([hi]))[0])
         n_bins = max(1, int(np.ceil((hi - lo) / bin_us - 1e-9)))
         edges = np.minimum(lo + bin_us * np.arange(n_bins + 1), hi)
         share = np.zeros((1 + len(CAUSES), n_bins))
-        share[0] = iv.covered_between(tl.busy[dev], edges[:-1], edges[1:])
+        share[0] = busy[dev].between(edges[:-1], edges[1:])
         for c in range(len(CAUSES)):
             m = in_row & (dom == c)
             if m.any():

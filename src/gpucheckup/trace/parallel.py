@@ -41,6 +41,12 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
+def _worker_start() -> None:
+    """In a new worker, before it imports numpy: its BLAS on one thread, as the command line does for itself
+    (cli._import_numpy_single_threaded; set in the worker only, so nothing else inherits it)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def _call(fn: Callable, path: Path, args: tuple):
     """In the worker: fn(path, *args), or the CheckupError it raised (handed back as a value)."""
     try:
@@ -56,7 +62,7 @@ def map_files(fn: Callable, paths: list[Path], *args, jobs: int | None = None) -
     from concurrent.futures import ProcessPoolExecutor  # imported here: only folders of ranks need it
 
     jobs = min(jobs or cores(), len(paths))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context()) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_worker_start) as pool:
         pending: deque = deque()  # (path, future), in the order given
         todo = iter(paths)
         for path in todo:

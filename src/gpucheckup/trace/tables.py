@@ -37,6 +37,13 @@ class RawColumn:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def take(self, rows: np.ndarray) -> list[bytes | None]:
+        """The JSON bytes of many rows (as `self[row]` for each); equal values are one object (they
+        recur every step, and a list of a million distinct copies would hold hundreds of MB)."""
+        a, b, d = self.offsets[rows].tolist(), self.offsets[np.asarray(rows) + 1].tolist(), self.data
+        one: dict[bytes, bytes] = {}
+        return [one.setdefault(s := d[x:y], s) if y > x else None for x, y in zip(a, b)]
+
     def present(self) -> np.ndarray:
         """Whether each row carries the argument."""
         return np.diff(self.offsets) > 0
