@@ -156,8 +156,20 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         forwarder.restore()
         _remove_sockets(child.pid, cpu)
         finish_or_fallback(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        run_dir = _where_now(rd, run_dir)
         rd.close()
     return Job(run_dir, rc, started=True)
+
+
+def _where_now(rd: safe_dir.RunDirectory, run_dir: Path) -> Path:
+    """The run directory's path, or where the folder we made and wrote is now when its path was replaced
+    (the check-up reads what we wrote, never what a link points to)."""
+    try:
+        if rd.replaced() is None:
+            return run_dir
+        return Path(os.readlink(f"/proc/self/fd/{rd.fd}"))
+    except OSError:
+        return run_dir
 
 
 def _remove_sockets(pid: int, cpu) -> None:
