@@ -63,8 +63,8 @@ def capture(args: AttachOptions, note: Callable[[str], None] = _quiet) -> Captur
     """Capture the running job: through its agent, by injecting one, else out of process with py-spy.
     `note` hears what is going on, one line at a time. CheckupError for a bad option or no way in."""
     pid = args.pid
-    _check_process(pid)
     args.check()
+    _check_process(pid)
     if args.mode in ("auto", "agent"):
         agent_pid = find_agent(pid)
         if agent_pid is not None:

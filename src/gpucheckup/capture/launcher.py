@@ -39,6 +39,7 @@ from gpucheckup.capture.options import RunOptions
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError, say
 
+RESERVE_BYTES = 256 * 1024  # held in the run directory during the run, freed for the manifest (a full disk)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 TERMINAL_SIGNALS = ("SIGINT", "SIGQUIT")  # the terminal sends these to the whole foreground group
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")  # their disposition cannot be changed (signal.signal raises)
@@ -114,6 +115,11 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
     args.check()
     rd = make_run_dir(args.out, args.name or run_name(cmd))
     run_dir = Path(rd.path)
+    try:
+        rd.reserve(RESERVE_BYTES)
+    except OSError as e:
+        rd.close()
+        raise CheckupError(f"cannot write in the run directory {rd.path}: {safe_dir.cause(e)}") from None
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env[layout.ENV_RUN_DIR] = rd.path
@@ -229,6 +235,7 @@ def finish_or_fallback(rd: safe_dir.RunDirectory, cmd, args, rc, started, ended,
     except Exception as e:  # noqa: BLE001 - the job's exit status comes first
         problems.append(f"writing the manifest: {safe_dir.cause(e)}")
     say(f"gpucheckup: could not finish the run directory {rd.path}: {problems[-1]}")
+    _guard(problems, "freeing the reserved space", rd.release)
     for sampler in (nvml, cpu):
         if sampler is not None:
             _guard(problems, f"stopping {sampler.name}", sampler.close)
@@ -248,6 +255,7 @@ def _not_started(rd: safe_dir.RunDirectory, cmd, started, code: int, why: str) -
     manifest = {"gpucheckup_version": __version__, "kind": layout.KIND_RUN, "command": cmd, "cwd": os.getcwd(),
                 "run_dir": rd.path, "started_epoch_s": started, "exit_code": code,
                 "failed": {"job": why}, "artefacts": []}
+    rd.release()
     rd.write_json(layout.MANIFEST, manifest)
     rd.close()
     say(f"gpucheckup: error: {why}")
@@ -341,6 +349,10 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
     stated under failed.launcher (with anything in `problems`) and the others still run."""
     problems = [] if problems is None else problems
     failed: dict[str, str] = {}
+    disk = _guard(problems, "checking free space", lambda: disk_full(rd))  # as the job left it
+    if disk:
+        failed["disk"] = disk
+    _guard(problems, "freeing the reserved space", rd.release)
     replaced = _guard(problems, "checking the run directory", rd.replaced)
     if replaced:  # only its owner can do this (safe_dir.check_out): said, and the files stay where they were
         failed["run_dir"] = (f"{rd.path} was replaced by {replaced} while the job ran; nothing was written through "
@@ -362,9 +374,9 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
     captured, more_failed = _guard(problems, "reading what was captured",
                                    lambda: capture_status(rd, agents, args)) or ({}, {})
     failed.update(more_failed)
-    disk = _guard(problems, "checking free space", lambda: disk_full(rd))
-    if disk:
-        failed["disk"] = disk
+    for k, v in list(failed.items()):
+        if disk and k.startswith("trace:") and v.startswith("unknown:"):  # the evidence for the account's silence
+            failed[k] = f"ENOSPC (the run directory's file system was full at the job's end): {v}"
     for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
         captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
     if problems:

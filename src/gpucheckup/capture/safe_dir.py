@@ -28,6 +28,7 @@ import json
 import os
 import stat
 
+RESERVE = ".reserve"  # space held for the manifest during the run (RunDirectory.reserve)
 DIR_MODE = 0o700
 FILE_MODE = 0o644  # inside a 0700 folder; the umask applies
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -318,6 +319,25 @@ class RunDirectory:
                     rel = os.path.normpath(os.path.join(top, n))
                     out.append((rel, st.st_size))
         return sorted(out)
+
+    def reserve(self, nbytes: int) -> None:
+        """Hold `nbytes` of the file system in RESERVE (allocated, not sparse): freed by release() so that the
+        manifest can still be written when the job has filled the disk."""
+        fd = self.open(RESERVE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            except (AttributeError, OSError):
+                os.write(fd, b"\0" * nbytes)
+        finally:
+            os.close(fd)
+
+    def release(self) -> None:
+        """Free the reserved space."""
+        try:
+            self.unlink(RESERVE)
+        except FileNotFoundError:
+            pass
 
     def artefacts(self) -> list[dict]:
         """Every file inside (the manifest excepted): path, bytes, and what it holds (layout.ARTEFACT_WHAT)."""
