@@ -43,7 +43,10 @@ def install(run_dir: str | None = None, overrides: dict | None = None, run_dir_i
     try:
         rd = safe_dir.RunDirectory.existing(run_dir, run_dir_id or os.environ.get(layout.ENV_RUN_DIR_ID))
     except OSError as e:
-        sys.stderr.write(f"gpucheckup agent: not armed, refusing the run directory: {safe_dir.cause(e)}\n")
+        try:
+            sys.stderr.write(f"gpucheckup agent: not armed, refusing the run directory: {safe_dir.cause(e)}\n")
+        except Exception:  # noqa: BLE001 - no stderr: the job goes on regardless
+            pass
         return
     _agent = Agent(rd)
     _agent.settings.update(overrides or {})
@@ -299,7 +302,10 @@ class Agent:
                 ms = f"{d:.3f}"
                 if not self.phase:
                     self.step_ms_recent = (self.step_ms_recent + [d])[-RECENT_STEPS:]
-            self.steplog.add(n, now, ms, self.phase)
+            try:
+                self.steplog.add(n, now, ms, self.phase)  # rows a failed write could not take stay buffered
+            except OSError as e:
+                self.error(f"writing {self.files['steps']} at step {n}", e)
             if n == 1:
                 self.info["torch"] = loaders.torch_info(self.torch, self.log)
                 self._write_info()

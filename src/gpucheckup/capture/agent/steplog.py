@@ -14,6 +14,7 @@ from gpucheckup import layout
 
 FLUSH_ROWS = 256
 FLUSH_S = 1.0
+MAX_BUFFERED = 100_000  # rows kept for a retry while writes fail (about 5 MB)
 
 
 class StepLog:
@@ -45,10 +46,23 @@ class StepLog:
             self.flush()
 
     def flush(self) -> None:
-        rows, self.buffer = self.buffer, []
+        """Append the buffered rows; when that fails (ENOSPC, say) the file is cut back to whole rows and the
+        rows stay buffered for the next flush, and the error is raised."""
         self.last_flush = time.time()
-        if rows:
-            self._write("".join(rows))
+        if not self.buffer:
+            return
+        size = os.fstat(self.fd).st_size
+        try:
+            self._write("".join(self.buffer))
+        except OSError:
+            try:
+                os.ftruncate(self.fd, size)
+            except OSError:
+                pass
+            if len(self.buffer) > MAX_BUFFERED:
+                del self.buffer[:-MAX_BUFFERED]
+            raise
+        self.buffer = []
 
     def publish(self) -> None:
         """Write what is left and rename the file into place."""
