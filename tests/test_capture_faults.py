@@ -78,6 +78,28 @@ def test_disk_full_during_the_trace_export_is_said_to_be_enospc(tiny_disk):
     assert step_numbers(the_run_dir(out) / "steps.csv") == list(range(1, 9))
 
 
+def test_enospc_injected_at_the_trace_writer_is_stated(tmp_path):
+    """The same fault without root: the job replaces the agent's trace writer with one that fails as a full
+    disk does, after writing part of the file."""
+    out = tmp_path / "runs"
+    job = ("import errno, os, torch\n"
+           "from gpucheckup.capture.agent import core\n"
+           "def full(prof, rd, name):\n"
+           "    fd = rd.open(name + '.partial', os.O_WRONLY | os.O_CREAT); os.write(fd, b'{'); os.close(fd)\n"
+           "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)\n"
+           "core.export_trace = full\n"
+           "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+           "for _ in range(6):\n    m(torch.randn(2, 4)).sum().backward(); o.step()\n"
+           "raise SystemExit(3)\n")
+    res = gpucheckup("run", "--out", str(out), "--skip", "2", "--steps", "2", "--no-nvml", "--", PY, "-c", job)
+    assert res.returncode == 3, res.stderr
+    manifest = json.loads((the_run_dir(out) / "manifest.json").read_text())
+    assert manifest["exit_code"] == 3
+    assert manifest["failed"]["trace:main"] == ("failed: ENOSPC (No space left on device): traces/trace.json.gz"), \
+        manifest["failed"]
+    assert "ENOSPC (No space left on device)" in res.stdout
+
+
 def test_disk_still_full_when_the_job_ends_is_said_and_the_manifest_is_written(tiny_disk):
     out = tiny_disk / "runs"
     res = gpucheckup("run", "--out", str(out), "--skip", "2", "--steps", "2", "--no-nvml", "--no-report", "--",
@@ -106,6 +128,22 @@ def test_a_job_that_execs_keeps_counting_and_is_not_said_to_exit_uncleanly(tmp_p
     assert window and window[0]["status"] == "done" and window[0]["steps"] == [21, 23]  # in the second image
     assert manifest["captured"]["traces"] == ["traces/trace.json.gz"]
     assert not (Path(f"/tmp/gpucheckup-{os.getuid()}") / f"{int(next(iter(pids)))}.sock").exists()
+
+
+def test_a_job_that_execs_a_program_without_the_agent_is_said_to_have_exec_d(tmp_path):
+    out = tmp_path / "runs"
+    job = ("import os, sys, torch\n"
+           "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+           "for _ in range(3):\n    m(torch.randn(2, 4)).sum().backward(); o.step()\n"
+           "os.execv('/bin/sh', ['sh', '-c', 'exit 4'])\n")
+    res = gpucheckup("run", "--out", str(out), "--no-nvml", "--no-report", "--", PY, "-c", job)
+    assert res.returncode == 4, res.stderr
+    run_dir = the_run_dir(out)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["exit_code"] == 4
+    assert manifest["failed"]["agent_exit"].startswith("the job's process (main) exec'd a program that did not "
+                                                       "re-arm the agent"), manifest["failed"]
+    assert step_numbers(run_dir / "steps.csv") == [1, 2, 3]  # flushed before the exec, not lost
 
 
 def test_a_launcher_killed_with_sigkill_leaves_a_run_directory_that_analyze_reads(tmp_path):

@@ -366,7 +366,12 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
             failed[key] = sampler.status
     agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(rd)) or {}
     recovered = _guard(problems, "publishing partial files", lambda: publish_leftovers(rd)) or []
-    if recovered:
+    execd = [k for k, a in agents.items() if (a.get("state") or {}).get("exec_pending")]
+    if recovered and execd:
+        failed["agent_exit"] = (f"the job's process ({', '.join(execd)}) exec'd a program that did not re-arm the "
+                                f"agent (not Python, or it never imported torch); steps counted until the exec were "
+                                f"published: {', '.join(recovered)}")
+    elif recovered:
         failed["agent_exit"] = (f"the job did not exit cleanly; partial files published as they were: "
                                 f"{', '.join(recovered)}")
     env = _guard(problems, "merging the environment", lambda: environment.merge_agents(host_env, agents)) or host_env

@@ -125,6 +125,7 @@ class Agent:
         self.stop_event = threading.Event()
         self.step_ms_recent: list[float] = []
         self.activated_at = None
+        self.exec_pending = False  # this image is about to exec (said in agent.json until the next image re-arms)
         self.execs = 0  # images this process ran before this one (os.exec*), counting on from theirs
         self.faults: list[str] = []  # writes that failed, by their cause (ENOSPC, EACCES, ...)
 
@@ -275,6 +276,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001 - the exec goes on
             self.error("before exec", e)
         self.log(f"exec at step {self.step}: the new image counts on")
+        self.exec_pending = True
         self._write_info()
         self._remove_socket()
 
@@ -532,7 +534,7 @@ class Agent:
             "error_count": self.error_count,
             "faults": self.faults,
             "execs": self.execs,
-            "state": {"auto_done": self.auto_done, "time_done": self.time_done},
+            "state": {"auto_done": self.auto_done, "time_done": self.time_done, "exec_pending": self.exec_pending},
             **self.info,
         }
 
