@@ -165,7 +165,7 @@ def test_in_a_root_owned_sticky_folder_the_swap_fails_and_nothing_is_written_out
 
     def plant_then_swap():
         now = time.time()
-        for dt in range(0, 60):  # the next minute's run directory names, as links into the victim's home
+        for dt in range(0, 300):  # the next five minutes' run directory names, as links into the victim's home
             stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + dt))
             os.symlink(home, d / f"{stamp}-job")
         return swap_every_run_dir(d, home, stash, ready, stop, log)()
