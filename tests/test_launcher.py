@@ -102,7 +102,7 @@ def test_telemetry_that_cannot_start_costs_the_job_nothing(tmp_path):
     faults = """
         from gpucheckup.capture import telemetry
 
-        def full_disk(self, path, columns):
+        def full_disk(self, path, columns, **kw):
             raise OSError(28, "No space left on device")
 
         telemetry.CsvSink.__init__ = full_disk

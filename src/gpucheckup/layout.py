@@ -14,6 +14,8 @@ A run directory holds (docs/capture.md):
 """
 
 ENV_RUN_DIR = "GPUCHECKUP_RUN_DIR"  # the variable that tells the injected agent where to write
+ENV_RUN_DIR_ID = "GPUCHECKUP_RUN_DIR_ID"  # `device:inode` of that folder: the agent writes only into that very one
+ENV_LAUNCHER_PID = "GPUCHECKUP_LAUNCHER_PID"  # the launcher: when it is gone at the job's exit, the agent writes the manifest
 
 MANIFEST = "manifest.json"
 ENV = "env.json"

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Callable
 
 from gpucheckup import __version__, layout
-from gpucheckup.atomic import write_atomic, write_json_atomic
 from gpucheckup.capture import control, environment
 from gpucheckup.capture.launcher import make_run_dir, read_agents, write_manifest
 from gpucheckup.capture.options import DEFAULT_DURATION_S, DEFAULT_STEPS, DEFAULT_WINDOW_S, AttachOptions
@@ -64,8 +63,8 @@ def capture(args: AttachOptions, note: Callable[[str], None] = _quiet) -> Captur
     """Capture the running job: through its agent, by injecting one, else out of process with py-spy.
     `note` hears what is going on, one line at a time. CheckupError for a bad option or no way in."""
     pid = args.pid
-    _check_process(pid)
     args.check()
+    _check_process(pid)
     if args.mode in ("auto", "agent"):
         agent_pid = find_agent(pid)
         if agent_pid is not None:
@@ -169,11 +168,14 @@ def inject_agent(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     remote_exec = getattr(sys, "remote_exec", None)
     if remote_exec is None:
         return None
-    run_dir = make_run_dir(args.out, f"attach-{pid}")
+    rd = make_run_dir(args.out, f"attach-{pid}")
+    run_dir, run_dir_id = Path(rd.path), rd.id
+    rd.close()  # the agent in the job opens it itself (checking it is this folder); the manifest is written anew
     root = str(Path(__file__).resolve().parents[2])
     overrides = {"skip": 10**9, "window_start_s": 1e7}
     script = (f"import sys\nsys.path.insert(0, {root!r})\ntry:\n    from gpucheckup.capture import agent\n"
-              f"finally:\n    sys.path.remove({root!r})\nagent.install({str(run_dir)!r}, {overrides!r})\n")
+              f"finally:\n    sys.path.remove({root!r})\n"
+              f"agent.install({str(run_dir)!r}, {overrides!r}, {run_dir_id!r})\n")
     tmp = Path(tempfile.mkdtemp(prefix="gpucheckup-inject-"))  # mode 0700
     path = tmp / "inject.py"
     path.write_text(script)
@@ -239,12 +241,13 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     duration = args.duration or DEFAULT_DURATION_S
     if args.steps is not None:
         note(f"gpucheckup attach: --steps needs the agent; sampling for {duration:g} s instead")
-    run_dir = make_run_dir(args.out, f"attach-{pid}")
+    rd = make_run_dir(args.out, f"attach-{pid}")
+    run_dir = Path(rd.path)
     started = time.time()
     note(f"gpucheckup attach: sampling process {pid} from outside for {duration:g} s "
          f"(py-spy, {args.rate:g} per second, with NVML)")
     pids = {"now": [pid]}
-    nvml = NvmlSampler(run_dir, 10.0, lambda: pids["now"])
+    nvml = NvmlSampler(rd, 10.0, lambda: pids["now"])
     if nvml.open():
         nvml.start()
     try:
@@ -258,10 +261,10 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
         failed["nvml"] = nvml.status
     if info.get("error"):
         failed["py-spy"] = info["error"]
-    _write_samples(run_dir, samples)
-    write_json_atomic(run_dir / layout.ATTACH, {"pid": pid, "duration_s": duration, "rate_hz": args.rate,
-                                                 "native": info.get("native"), "py_spy": exe})
-    write_json_atomic(run_dir / layout.ENV, host_env)
+    _write_samples(rd, samples)
+    rd.write_json(layout.ATTACH, {"pid": pid, "duration_s": duration, "rate_hz": args.rate,
+                                  "native": info.get("native"), "py_spy": exe})
+    rd.write_json(layout.ENV, host_env)
     manifest = {
         "gpucheckup_version": __version__, "kind": layout.KIND_ATTACH_PYSPY,
         "command": ["gpucheckup", "attach", "--pid", str(pid)],
@@ -270,7 +273,8 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
         "captured": {"samples": len(samples), "native": info.get("native"), "nvml": nvml.summary()},
         "failed": failed,
     }
-    write_manifest(run_dir, manifest)
+    write_manifest(rd, manifest)
+    rd.close()
     return run_dir
 
 
@@ -332,12 +336,12 @@ def _clean(part) -> str:
     return "" if part is None else str(part).replace(layout.FRAME_SEP, " ").replace(layout.FRAME_AT, " ")
 
 
-def _write_samples(run_dir: Path, samples: list[dict]) -> None:
+def _write_samples(rd, samples: list[dict]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(layout.SAMPLE_COLUMNS)
     for s in samples:
         w.writerow(f"{s[c]:.6f}" if isinstance(s[c], float) else s[c] for c in layout.SAMPLE_COLUMNS)
-    write_atomic(run_dir / layout.SAMPLES, buf.getvalue().encode())
+    rd.write_atomic(layout.SAMPLES, buf.getvalue().encode())
     stacks = Counter(s["stack"] for s in samples if s["stack"])
-    write_atomic(run_dir / layout.STACKS, "".join(f"{k} {v}\n" for k, v in stacks.most_common()).encode())
+    rd.write_atomic(layout.STACKS, "".join(f"{k} {v}\n" for k, v in stacks.most_common()).encode())

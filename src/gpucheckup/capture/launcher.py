@@ -25,7 +25,6 @@ writes the manifest (the failure under `failed.launcher`) and passes its exit st
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,13 +33,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpucheckup import __version__, layout
-from gpucheckup.atomic import write_json_atomic
-from gpucheckup.capture import environment
+from gpucheckup.capture import control, environment, safe_dir
 from gpucheckup.capture.agent.settings import SETTINGS
 from gpucheckup.capture.options import RunOptions
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError, say
 
+RESERVE_BYTES = 256 * 1024  # held in the run directory during the run, freed for the manifest (a full disk)
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGQUIT")
 TERMINAL_SIGNALS = ("SIGINT", "SIGQUIT")  # the terminal sends these to the whole foreground group
 UNCATCHABLE = ("SIGKILL", "SIGSTOP")  # their disposition cannot be changed (signal.signal raises)
@@ -80,20 +79,25 @@ def run_name(cmd: list[str]) -> str:
     return Path(cmd[0]).name or "job"
 
 
-def make_run_dir(out: Path, name: str) -> Path:
-    """A new, empty run directory."""
+def make_run_dir(out: Path, name: str) -> safe_dir.RunDirectory:
+    """A new, empty run directory (mode 0700, in an `out` folder no other user controls: safe_dir.py).
+    CheckupError, one line, when `out` is unsafe or the folder cannot be made."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "job"
-    for i in range(1, 1000):
-        d = out / f"{stamp}-{safe}{'' if i == 1 else f'-{i}'}"
-        try:
-            d.mkdir(parents=True)
-            return d.resolve()
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise CheckupError(f"cannot create the run directory in {out}: {e.strerror}") from None
-    raise CheckupError(f"cannot create a run directory in {out}")
+    try:
+        return safe_dir.create(out, f"{stamp}-{safe}")
+    except safe_dir.UnsafeFolder as e:
+        raise CheckupError(f"refusing --out {out}: {e}") from None
+    except OSError as e:
+        raise CheckupError(f"cannot create the run directory in {out}: {safe_dir.cause(e)}") from None
+
+
+def as_run_dir(run_dir) -> safe_dir.RunDirectory:
+    """A RunDirectory for a run directory given as one, or as a path (a folder the caller trusts: opened without
+    following a link, its mode not checked)."""
+    if isinstance(run_dir, safe_dir.RunDirectory):
+        return run_dir
+    return safe_dir.RunDirectory.existing(str(run_dir), private=False)
 
 
 def inject_dir() -> Path:
@@ -109,10 +113,18 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
     if not cmd:
         raise CheckupError("no command to run: gpucheckup run [options] -- python train.py ...")
     args.check()
-    run_dir = make_run_dir(args.out, args.name or run_name(cmd))
+    rd = make_run_dir(args.out, args.name or run_name(cmd))
+    run_dir = Path(rd.path)
+    try:
+        rd.reserve(RESERVE_BYTES)
+    except OSError as e:
+        rd.close()
+        raise CheckupError(f"cannot write in the run directory {rd.path}: {safe_dir.cause(e)}") from None
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env[layout.ENV_RUN_DIR] = str(run_dir)
+    env[layout.ENV_RUN_DIR] = rd.path
+    env[layout.ENV_RUN_DIR_ID] = rd.id
+    env[layout.ENV_LAUNCHER_PID] = str(os.getpid())
     env.update(agent_environment(args))
     started = time.time()
     forwarder = SignalForwarder()  # before the job starts: no signal may fall between the two
@@ -124,7 +136,7 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
             code, why = 127, "command not found"
         else:  # as a shell says it: 126 for a command found but not runnable
             code, why = 126, "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
-        return Job(run_dir, _not_started(run_dir, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
+        return Job(run_dir, _not_started(rd, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
     # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
     problems: list[str] = []
     nvml = cpu = None
@@ -132,8 +144,8 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
     rc = None
     try:
         forwarder.attach(child)
-        cpu = CpuSampler(run_dir, child.pid)
-        nvml = NvmlSampler(run_dir, args.nvml_hz, lambda: cpu.pids)
+        cpu = CpuSampler(rd, child.pid)
+        nvml = NvmlSampler(rd, args.nvml_hz, lambda: cpu.pids)
         if args.no_nvml:
             nvml.status = "off (--no-nvml)"
         else:
@@ -142,14 +154,45 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         host_env = _guard(problems, "collecting the environment", lambda: environment.collect_host(env)) or {}
         rc = child.wait()
     except Exception as e:  # noqa: BLE001 - the job and its exit status come first
-        problems.append(f"watching the job: {type(e).__name__}: {e}")
+        problems.append(f"watching the job: {safe_dir.cause(e)}")
     finally:
         if rc is None:  # the launcher failed on the way: the job still runs; wait for it before anything else
             rc = _wait_anyway(child)
         ended = time.time()
         forwarder.restore()
-        finish_or_fallback(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        _remove_sockets(child.pid, cpu)
+        finish_or_fallback(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        run_dir = _where_now(rd, run_dir)
+        rd.close()
     return Job(run_dir, rc, started=True)
+
+
+def _where_now(rd: safe_dir.RunDirectory, run_dir: Path) -> Path:
+    """The run directory's path, or where the folder we made and wrote is now when its path was replaced
+    (the check-up reads what we wrote, never what a link points to)."""
+    try:
+        if rd.replaced() is None:
+            return run_dir
+        return Path(os.readlink(f"/proc/self/fd/{rd.fd}"))
+    except OSError:
+        return run_dir
+
+
+def _remove_sockets(pid: int, cpu) -> None:
+    """Control sockets the job's processes left behind (killed by a signal: no exit handler ran)."""
+    pids = {pid} | set(getattr(cpu, "pids", None) or [])
+    for p in pids:
+        try:
+            os.kill(p, 0)
+            continue  # still alive (a process the job left running): its socket is still in use
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(control.socket_path(p))
+        except OSError:
+            pass
 
 
 def start_sampler(sampler, problems: list[str]) -> None:
@@ -158,8 +201,8 @@ def start_sampler(sampler, problems: list[str]) -> None:
         if sampler.open():
             sampler.start()
     except Exception as e:  # noqa: BLE001 - telemetry must never cost the job
-        sampler.status = f"failed to start: {type(e).__name__}: {e}"
-        problems.append(f"starting {sampler.name}: {type(e).__name__}: {e}")
+        sampler.status = f"failed to start: {safe_dir.cause(e)}"
+        problems.append(f"starting {sampler.name}: {safe_dir.cause(e)}")
 
 
 def _guard(problems: list[str], what: str, fn):
@@ -167,7 +210,7 @@ def _guard(problems: list[str], what: str, fn):
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - the job and its exit status come first
-        problems.append(f"{what}: {type(e).__name__}: {e}")
+        problems.append(f"{what}: {safe_dir.cause(e)}")
         return None
 
 
@@ -180,37 +223,41 @@ def _wait_anyway(child: subprocess.Popen) -> int:
             continue
 
 
-def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu, problems) -> None:
+def finish_or_fallback(rd: safe_dir.RunDirectory, cmd, args, rc, started, ended, host_env, nvml, cpu,
+                       problems) -> None:
     """Write the run directory's manifest; should that fail, a minimal one that says why."""
     try:
-        finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        finish_run_dir(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
         if problems:
             say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
-                 f"(in {run_dir / layout.MANIFEST}, failed.launcher)")
+                 f"(in {rd.path}/{layout.MANIFEST}, failed.launcher)")
         return
     except Exception as e:  # noqa: BLE001 - the job's exit status comes first
-        problems.append(f"writing the manifest: {type(e).__name__}: {e}")
-    say(f"gpucheckup: could not finish the run directory {run_dir}: {problems[-1]}")
+        problems.append(f"writing the manifest: {safe_dir.cause(e)}")
+    say(f"gpucheckup: could not finish the run directory {rd.path}: {problems[-1]}")
+    _guard(problems, "freeing the reserved space", rd.release)
     for sampler in (nvml, cpu):
         if sampler is not None:
             _guard(problems, f"stopping {sampler.name}", sampler.close)
-    _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir))
+    _guard(problems, "publishing partial files", lambda: publish_leftovers(rd))
     try:
-        write_json_atomic(run_dir / layout.MANIFEST, {
+        rd.write_json(layout.MANIFEST, {
             "gpucheckup_version": __version__, "kind": layout.KIND_RUN, "command": cmd, "cwd": os.getcwd(),
-            "run_dir": str(run_dir), "started_epoch_s": started, "ended_epoch_s": ended,
+            "run_dir": rd.path, "started_epoch_s": started, "ended_epoch_s": ended,
             "duration_s": round(ended - started, 3), **exit_status(rc), "captured": {},
-            "failed": {"launcher": "; ".join(problems)}, "artefacts": _guard([], "", lambda: list_artefacts(run_dir))
+            "failed": {"launcher": "; ".join(problems)}, "artefacts": _guard([], "", lambda: list_artefacts(rd))
             or []})
     except Exception as e:  # noqa: BLE001
-        say(f"gpucheckup: no manifest in {run_dir}: {type(e).__name__}: {e}")
+        say(f"gpucheckup: no manifest in {rd.path}: {safe_dir.cause(e)}")
 
 
-def _not_started(run_dir: Path, cmd, started, code: int, why: str) -> int:
+def _not_started(rd: safe_dir.RunDirectory, cmd, started, code: int, why: str) -> int:
     manifest = {"gpucheckup_version": __version__, "kind": layout.KIND_RUN, "command": cmd, "cwd": os.getcwd(),
-                "run_dir": str(run_dir), "started_epoch_s": started, "exit_code": code,
+                "run_dir": rd.path, "started_epoch_s": started, "exit_code": code,
                 "failed": {"job": why}, "artefacts": []}
-    write_json_atomic(run_dir / layout.MANIFEST, manifest)
+    rd.release()
+    rd.write_json(layout.MANIFEST, manifest)
+    rd.close()
     say(f"gpucheckup: error: {why}")
     return code
 
@@ -296,28 +343,45 @@ def pass_through(rc: int) -> int:
     return 128 + sig
 
 
-def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, host_env, nvml, cpu,
+def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started, ended, host_env, nvml, cpu,
                    problems: list[str] | None = None) -> dict:
     """Stop the samplers, publish leftovers, write env.json and manifest.json. A step that fails is
     stated under failed.launcher (with anything in `problems`) and the others still run."""
     problems = [] if problems is None else problems
     failed: dict[str, str] = {}
+    disk = _guard(problems, "checking free space", lambda: disk_full(rd))  # as the job left it
+    if disk:
+        failed["disk"] = disk
+    _guard(problems, "freeing the reserved space", rd.release)
+    replaced = _guard(problems, "checking the run directory", rd.replaced)
+    if replaced:  # only its owner can do this (safe_dir.check_out): said, and the files stay where they were
+        failed["run_dir"] = (f"{rd.path} was replaced by {replaced} while the job ran; nothing was written through "
+                             "it: the files written are in the folder the launcher made, wherever it was moved")
+        say(f"gpucheckup: {failed['run_dir']}")
     for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
         if sampler is None:
             continue
         _guard(problems, f"stopping {sampler.name}", sampler.close)
         if sampler.status != "ok":
             failed[key] = sampler.status
-    recovered = _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir)) or []
-    if recovered:
+    agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(rd)) or {}
+    recovered = _guard(problems, "publishing partial files", lambda: publish_leftovers(rd)) or []
+    execd = [k for k, a in agents.items() if (a.get("state") or {}).get("exec_pending")]
+    if recovered and execd:
+        failed["agent_exit"] = (f"the job's process ({', '.join(execd)}) exec'd a program that did not re-arm the "
+                                f"agent (not Python, or it never imported torch); steps counted until the exec were "
+                                f"published: {', '.join(recovered)}")
+    elif recovered:
         failed["agent_exit"] = (f"the job did not exit cleanly; partial files published as they were: "
                                 f"{', '.join(recovered)}")
-    agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(run_dir)) or {}
     env = _guard(problems, "merging the environment", lambda: environment.merge_agents(host_env, agents)) or host_env
-    _guard(problems, "writing env.json", lambda: write_json_atomic(run_dir / layout.ENV, env))
+    _guard(problems, "writing env.json", lambda: rd.write_json(layout.ENV, env))
     captured, more_failed = _guard(problems, "reading what was captured",
-                                   lambda: capture_status(run_dir, agents, args)) or ({}, {})
+                                   lambda: capture_status(rd, agents, args)) or ({}, {})
     failed.update(more_failed)
+    for k, v in list(failed.items()):
+        if disk and k.startswith("trace:") and v.startswith("unknown:"):  # the evidence for the account's silence
+            failed[k] = f"ENOSPC (the run directory's file system was full at the job's end): {v}"
     for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
         captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
     if problems:
@@ -327,7 +391,7 @@ def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, hos
         "kind": layout.KIND_RUN,
         "command": cmd,
         "cwd": os.getcwd(),
-        "run_dir": str(run_dir),
+        "run_dir": rd.path,
         "started_epoch_s": started,
         "ended_epoch_s": ended,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
@@ -346,56 +410,87 @@ def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, hos
             "cuda_driver": env.get("cuda_driver"),
         },
     }
-    return write_manifest(run_dir, manifest)
+    return write_manifest(rd, manifest)
 
 
-def write_manifest(run_dir: Path, manifest: dict, **updates) -> dict:
+DISK_LOW_BYTES = 1 << 20  # under this much free space at the job's end, the file system is said to be full
+
+
+def disk_full(rd: safe_dir.RunDirectory) -> str | None:
+    """ENOSPC stated when the run directory's file system is (nearly) full at the job's end."""
+    st = os.fstatvfs(rd.fd)
+    free = st.f_bavail * st.f_frsize
+    if free >= DISK_LOW_BYTES:
+        return None
+    return (f"ENOSPC: the run directory's file system has {free} bytes free at the job's end "
+            f"(under {DISK_LOW_BYTES} bytes): files the agent and the launcher wrote may be missing or stale")
+
+
+def write_manifest(run_dir, manifest: dict, **updates) -> dict:
     """The manifest with `updates` and every file now in the run directory listed, written atomically."""
-    manifest = {**manifest, **updates}
-    manifest["artefacts"] = list_artefacts(run_dir)
-    write_json_atomic(run_dir / layout.MANIFEST, manifest)
+    rd = as_run_dir(run_dir)
+    try:
+        manifest = {**manifest, **updates}
+        manifest["artefacts"] = list_artefacts(rd)
+        rd.write_json(layout.MANIFEST, manifest)
+    finally:
+        if rd is not run_dir:
+            rd.close()
     return manifest
 
 
-def publish_leftovers(run_dir: Path) -> list[str]:
+def publish_leftovers(rd: safe_dir.RunDirectory) -> list[str]:
     """Partial step files of a job that died are renamed into place; temporary files are removed."""
     recovered = []
-    for part in sorted(run_dir.glob(f"*.csv{layout.PART}")):
-        final = part.with_name(part.name[: -len(layout.PART)])
-        if not final.exists():
-            os.replace(part, final)
-            recovered.append(final.name)
+    names = [n for n, _ in rd.files()]
+    for part in sorted(n for n in names if "/" not in n and n.endswith(".csv" + layout.PART)):
+        final = part[: -len(layout.PART)]
+        if final not in names:
+            rd.replace(part, final)
+            recovered.append(final)
         else:
-            part.unlink()
-    shutil.rmtree(run_dir / layout.CLAIMS, ignore_errors=True)
-    for tmp in list(run_dir.rglob(".*")):
-        if tmp.is_file():
-            tmp.unlink(missing_ok=True)
+            rd.unlink(part)
+    rd.remove_tree(layout.CLAIMS)
+    for name in names:
+        if os.path.basename(name).startswith(".") and rd.exists(name):
+            rd.unlink(name)
     return recovered
 
 
-def read_agents(run_dir: Path) -> dict[str, dict]:
+def read_agents(run_dir) -> dict[str, dict]:
     """Each agent's account (agent.json / agent-rank<R>.json), by process key."""
+    import fnmatch
     import json
 
+    rd = as_run_dir(run_dir)
     out = {}
-    for p in sorted(run_dir.glob(layout.AGENT_GLOB)):
-        try:
-            a = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        out[a.get("key") or p.stem] = a
+    try:
+        for name, _ in rd.files():
+            if "/" in name or not fnmatch.fnmatch(name, layout.AGENT_GLOB):
+                continue
+            try:
+                a = json.loads(rd.read_text(name))
+            except (OSError, ValueError):
+                continue
+            if isinstance(a, dict):
+                out[a.get("key") or name.rsplit(".", 1)[0]] = a
+    finally:
+        if rd is not run_dir:
+            rd.close()
     return out
 
 
-def capture_status(run_dir: Path, agents: dict[str, dict], args: RunOptions) -> tuple[dict, dict]:
+def capture_status(rd: safe_dir.RunDirectory, agents: dict[str, dict], args: RunOptions) -> tuple[dict, dict]:
     """What was captured, and what failed, from the files and the agents' accounts."""
-    traces = run_dir / layout.TRACES
-    captured: dict = {"traces": sorted(str(p.relative_to(run_dir)) for p in traces.rglob("*.json.gz"))
-                      if traces.is_dir() else []}
+    import fnmatch
+
+    names = [n for n, _ in rd.files()]
+    captured: dict = {"traces": sorted(n for n in names if n.startswith(layout.TRACES + "/")
+                                       and n.endswith(".json.gz"))}
     failed: dict[str, str] = {}
-    captured["steps"] = {p.name: _count_rows(p) for p in sorted(run_dir.glob(layout.STEPS_GLOB))}
-    captured["flops"] = sorted(p.name for p in run_dir.glob(layout.FLOPS_GLOB))
+    steps = {n: _count_rows(rd, n) for n in names if "/" not in n and fnmatch.fnmatch(n, layout.STEPS_GLOB)}
+    captured["steps"] = steps
+    captured["flops"] = sorted(n for n in names if "/" not in n and fnmatch.fnmatch(n, layout.FLOPS_GLOB))
     captured["processes"] = {}
     if not agents:
         failed["agent"] = ("no agent reported: the job never imported torch, or is not a Python job, or the agent "
@@ -403,13 +498,26 @@ def capture_status(run_dir: Path, agents: dict[str, dict], args: RunOptions) -> 
     for key, a in agents.items():
         caps = a.get("captures") or []
         captured["processes"][key] = {"pid": a.get("pid"), "steps": a.get("steps"), "captures": caps,
-                                      "time_windows": a.get("time_windows"), "control": a.get("control")}
+                                      "time_windows": a.get("time_windows"), "control": a.get("control"),
+                                      "execs": a.get("execs", 0)}
+        rows = steps.get(layout.steps_file(key))
+        stale = isinstance(a.get("steps"), int) and rows is not None and rows > a["steps"]
+        faults = a.get("faults") or []
         if not any(c.get("status") == "done" and not c.get("attach") for c in caps):
             s = a.get("settings") or {}
             why = [c.get("status") for c in caps if not c.get("attach")]
-            failed[f"trace:{key}"] = str(why[0]) if why else (
-                f"no profiled window: the job ran {a.get('steps')} optimizer steps, the window needed "
-                f"{s.get('skip', 0) + s.get('steps', 0)} (use --skip/--steps), and no time window ran")
+            if why:
+                failed[f"trace:{key}"] = str(why[0])
+            elif faults:
+                failed[f"trace:{key}"] = f"no trace: the agent's writes failed: {faults[-1]}"
+            elif stale:
+                failed[f"trace:{key}"] = (f"unknown: the agent's account ({a.get('files', {}).get('info')}) stops at "
+                                          f"step {a['steps']} but its steps file has {rows} rows: it could not be "
+                                          "written again (see agent.log, and failed.disk)")
+            else:
+                failed[f"trace:{key}"] = (
+                    f"no profiled window: the job ran {a.get('steps')} optimizer steps, the window needed "
+                    f"{s.get('skip', 0) + s.get('steps', 0)} (use --skip/--steps), and no time window ran")
         if a.get("error_count"):
             failed[f"agent:{key}"] = (f"{a['error_count']} agent errors, the job went on (see "
                                       f"{(a.get('files') or {}).get('log', 'agent.log')}): "
@@ -420,18 +528,15 @@ def capture_status(run_dir: Path, agents: dict[str, dict], args: RunOptions) -> 
     return captured, failed
 
 
-def _count_rows(path: Path) -> int:
-    with open(path, "rb") as f:
-        return max(sum(1 for line in f if line.strip()) - 1, 0)
+def _count_rows(rd: safe_dir.RunDirectory, name: str) -> int:
+    return max(sum(1 for line in rd.read_text(name).splitlines() if line.strip()) - 1, 0)
 
 
-def list_artefacts(run_dir: Path) -> list[dict]:
+def list_artefacts(run_dir) -> list[dict]:
     """Every file in the run directory (the manifest excepted), with its size and what it holds."""
-    out = []
-    for p in sorted(run_dir.rglob("*")):
-        if not p.is_file() or p.name == layout.MANIFEST:
-            continue
-        rel = p.relative_to(run_dir).as_posix()
-        what = next((w for prefix, w in layout.ARTEFACT_WHAT if rel.startswith(prefix)), "file left by the job or agent")
-        out.append({"path": rel, "bytes": p.stat().st_size, "what": what})
-    return out
+    rd = as_run_dir(run_dir)
+    try:
+        return rd.artefacts()
+    finally:
+        if rd is not run_dir:
+            rd.close()

@@ -111,7 +111,7 @@ class Monitor:
         if self.nvml_ok:
             tmp_sink = self.nvml.sink  # telemetry's own nvml.csv in a temporary folder: replaced by ours
             self.nvml.sink = self.sink
-            tmp_sink.part.unlink(missing_ok=True)
+            tmp_sink.discard()
             self._job_gpus()
 
     def _job_gpus(self) -> None:

@@ -71,6 +71,9 @@ class AttachOptions:
 
     def check(self) -> None:
         """CheckupError for an option out of its limits."""
+        top = pid_max()
+        if not 1 <= self.pid <= top:  # 0 and -1 would name a process group or every process to os.kill
+            raise CheckupError(f"--pid must be a process id from 1 to {top}, got {self.pid}")
         if self.steps is not None and not 1 <= self.steps <= STEPS_MAX:
             raise CheckupError(f"--steps must be from 1 to {STEPS_MAX}")
         if self.duration is not None and not 0.1 <= self.duration <= SECONDS_MAX:
@@ -79,6 +82,18 @@ class AttachOptions:
             raise CheckupError(f"--rate must be from 0.1 to {RATE_MAX:g} dumps per second, got {self.rate:g}")
         if not 0 < self.timeout < float("inf"):
             raise CheckupError(f"--timeout must be a number of seconds above 0, got {self.timeout:g}")
+
+
+PID_MAX_DEFAULT = 4194304  # Linux's largest pid_max (2^22), where /proc/sys/kernel/pid_max cannot be read
+
+
+def pid_max() -> int:
+    """The largest process id this system hands out."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return PID_MAX_DEFAULT
 
 
 def _num(x: float) -> str:

@@ -28,16 +28,25 @@ FLUSH_S = 2.0
 
 
 class CsvSink:
-    """A CSV file written in batches to `<path>.part`, renamed to `<path>` when finished."""
+    """A CSV file written in batches to `<path>.part`, renamed to `<path>` when finished. Given a run directory
+    (safe_dir.RunDirectory), `path` is a name inside it, opened relative to its descriptor, no link followed."""
 
-    def __init__(self, path: Path, columns: tuple[str, ...]):
+    def __init__(self, path, columns: tuple[str, ...], rd=None):
+        self.rd = rd
         self.path = Path(path)
         self.part = self.path.with_name(self.path.name + layout.PART)
         self.rows: list[str] = []
         self.count = 0
         self.last_flush = time.time()
         self.finished = False
-        self.part.write_text(",".join(columns) + "\n")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        self.fd = rd.open(str(self.part), flags) if rd is not None else os.open(self.part, flags, 0o644)
+        self._write(",".join(columns) + "\n")
+
+    def _write(self, text: str) -> None:
+        view = memoryview(text.encode())
+        while view:
+            view = view[os.write(self.fd, view):]
 
     def add(self, values: list) -> None:
         self.rows.append(",".join("" if v is None else (f"{v:.6f}" if isinstance(v, float) else str(v))
@@ -50,16 +59,38 @@ class CsvSink:
         rows, self.rows = self.rows, []
         self.last_flush = time.time()
         if rows:
-            with open(self.part, "a") as f:
-                f.write("".join(rows))
+            self._write("".join(rows))
+
+    def discard(self) -> None:
+        """Close and remove the partial file (nothing is published)."""
+        if not self.finished:
+            os.close(self.fd)
+            self.finished = True
+            if self.rd is not None:
+                self.rd.unlink(str(self.part))
+            else:
+                self.part.unlink(missing_ok=True)
 
     def finish(self) -> None:
         """Write what is left and rename the file into place (once; later calls do nothing)."""
         if self.finished:
             return
-        self.flush()
-        os.replace(self.part, self.path)
-        self.finished = True
+        try:
+            self.flush()
+        finally:
+            os.close(self.fd)
+            self.finished = True
+        if self.rd is not None:
+            self.rd.replace(str(self.part), str(self.path))
+        else:
+            os.replace(self.part, self.path)
+
+
+def sink_in(run_dir, name: str, columns: tuple[str, ...]) -> CsvSink:
+    """A CsvSink for `name` in a run directory (a safe_dir.RunDirectory, or a plain folder's Path)."""
+    if hasattr(run_dir, "fd"):
+        return CsvSink(name, columns, rd=run_dir)
+    return CsvSink(Path(run_dir) / name, columns)
 
 
 def visible_indices(cvd: str | None, count: int, uuids: list[str]) -> list[int]:
@@ -115,7 +146,7 @@ class NvmlSampler(Sampler):
         if not 0 < hz < float("inf"):
             raise ValueError(f"NVML sampling rate must be above 0 Hz, got {hz}")
         super().__init__(1.0 / hz, "gpucheckup-nvml")
-        self.run_dir = Path(run_dir)
+        self.run_dir = run_dir  # a safe_dir.RunDirectory, or a plain folder's Path
         self.job_pids = job_pids  # callable: the pids of the job's processes now
         self.status = "not started"
         self.sink = None
@@ -142,7 +173,7 @@ class NvmlSampler(Sampler):
         self.nv = pynvml
         self.gpus = visible_indices(os.environ.get("CUDA_VISIBLE_DEVICES"), n, uuids)
         self.handles = {i: handles[i] for i in self.gpus}
-        self.sink = CsvSink(self.run_dir / layout.NVML, layout.NVML_COLUMNS)
+        self.sink = sink_in(self.run_dir, layout.NVML, layout.NVML_COLUMNS)
         self.status = "ok"
         return True
 
@@ -226,7 +257,7 @@ class CpuSampler(Sampler):
 
     def __init__(self, run_dir: Path, root_pid: int, period_s: float = 1.0):
         super().__init__(period_s, "gpucheckup-cpu")
-        self.run_dir = Path(run_dir)
+        self.run_dir = run_dir
         self.root_pid = root_pid
         self.procs: dict[int, object] = {}
         self.pids: list[int] = [root_pid]
@@ -246,7 +277,7 @@ class CpuSampler(Sampler):
         except psutil.Error as e:
             self.status = f"unavailable: {e}"
             return False
-        self.sink = CsvSink(self.run_dir / layout.CPU, layout.CPU_COLUMNS)
+        self.sink = sink_in(self.run_dir, layout.CPU, layout.CPU_COLUMNS)
         self.status = "ok"
         return True
 

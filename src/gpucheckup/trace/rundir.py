@@ -86,6 +86,7 @@ def is_run_dir(path: Path) -> bool:
 def read_run(path: Path) -> RunDir:
     """Read a run directory; CheckupError (one line: the file, what is wrong) for a malformed file."""
     path = Path(path)
+    refuse_links_outside(path)
     manifest = read_json(path / layout.MANIFEST, MANIFEST_TYPES)
     _check_items(path / layout.MANIFEST, "command", manifest.get("command"), TEXT)
     _check_items(path / layout.MANIFEST, "failed", manifest.get("failed"), TEXT)
@@ -125,6 +126,24 @@ def read_run(path: Path) -> RunDir:
             raise CheckupError(f"{path / layout.SAMPLES}: no column main_stack (the header has: "
                                f"{','.join(run.samples)[:120]})")
     return run
+
+
+def refuse_links_outside(path: Path) -> None:
+    """CheckupError (one line) when a file or folder in the run directory is a symbolic link leading outside
+    it: gpucheckup never writes links, and one planted there would make the check-up read another user's
+    (or any) file as this run's (docs/reliability.md, threat model)."""
+    import os
+
+    root = os.path.realpath(path)
+    for top, dirs, files in os.walk(path):  # links to folders are listed, not entered
+        for name in dirs + files:
+            p = os.path.join(top, name)
+            if not os.path.islink(p):
+                continue
+            target = os.path.realpath(p)
+            if os.path.commonpath([root, target]) != root:
+                raise CheckupError(f"{p}: a link to {target}, outside the run directory: refused (a run directory "
+                                   "holds its own files; remove the link)")
 
 
 def read_nvml_recording(path: Path) -> RunDir:

@@ -37,11 +37,11 @@ from __future__ import annotations
 from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, LIMITS, SETTINGS, parse_settings, process_key
 
 
-def install(run_dir: str | None = None, overrides: dict | None = None) -> None:
+def install(run_dir: str | None = None, overrides: dict | None = None, run_dir_id: str | None = None) -> None:
     """Arm the agent (core.install): the state machine is imported only where it is armed."""
     from gpucheckup.capture.agent.core import install as arm
 
-    arm(run_dir, overrides)
+    arm(run_dir, overrides, run_dir_id)
 
 
 def __getattr__(name: str):

@@ -9,6 +9,7 @@ import threading
 import time
 
 from gpucheckup import layout
+from gpucheckup.capture import safe_dir
 from gpucheckup.capture.agent import loaders, server
 from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, parse_settings, process_key
 from gpucheckup.capture.agent.steplog import StepLog
@@ -27,17 +28,27 @@ RECENT_STEPS = 32  # the recent step times that pace an attach request's wait
 _agent = None
 
 
-def install(run_dir: str | None = None, overrides: dict | None = None) -> None:
+def install(run_dir: str | None = None, overrides: dict | None = None, run_dir_id: str | None = None) -> None:
     """Arm the agent: do nothing now, activate once `torch` is imported (or now if it already is).
-    `run_dir` and `overrides` (settings by name) serve `sys.remote_exec` injection, which must not
-    change the job's environment variables."""
+    `run_dir`, `run_dir_id` and `overrides` (settings by name) serve `sys.remote_exec` injection, which
+    must not change the job's environment variables. A run directory that is a link, not ours, open
+    to others or not the one the launcher made (GPUCHECKUP_RUN_DIR_ID) is refused: one line on
+    stderr, nothing written anywhere, and the job goes on."""
     global _agent
     if _agent is not None:
         return
     run_dir = run_dir or os.environ.get(layout.ENV_RUN_DIR)
     if not run_dir:
         return
-    _agent = Agent(run_dir)
+    try:
+        rd = safe_dir.RunDirectory.existing(run_dir, run_dir_id or os.environ.get(layout.ENV_RUN_DIR_ID))
+    except OSError as e:
+        try:
+            sys.stderr.write(f"gpucheckup agent: not armed, refusing the run directory: {safe_dir.cause(e)}\n")
+        except Exception:  # noqa: BLE001 - no stderr: the job goes on regardless
+            pass
+        return
+    _agent = Agent(rd)
     _agent.settings.update(overrides or {})
     if "torch" in sys.modules and hasattr(sys.modules["torch"], "optim"):
         _agent.activate(sys.modules["torch"])
@@ -78,8 +89,9 @@ class _TorchImportHook:
 class Agent:
     """The agent's state in one process."""
 
-    def __init__(self, run_dir: str):
-        self.run_dir = os.path.abspath(run_dir)
+    def __init__(self, rd: safe_dir.RunDirectory):
+        self.dir = rd  # every file is written relative to its descriptor, never through a link
+        self.run_dir = rd.path
         self.pid = os.getpid()
         self.key = process_key(os.environ)
         self.files = layout.agent_files(self.key)
@@ -113,33 +125,38 @@ class Agent:
         self.stop_event = threading.Event()
         self.step_ms_recent: list[float] = []
         self.activated_at = None
+        self.exec_pending = False  # this image is about to exec (said in agent.json until the next image re-arms)
+        self.execs = 0  # images this process ran before this one (os.exec*), counting on from theirs
+        self.faults: list[str] = []  # writes that failed, by their cause (ENOSPC, EACCES, ...)
 
     # ---- logging -------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
         """Append one line to the agent log (one write on an O_APPEND descriptor)."""
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} {self.key}: {msg}\n"
         try:
-            fd = os.open(os.path.join(self.run_dir, self.files["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                os.write(fd, line.encode("utf-8", "replace"))
-            finally:
-                os.close(fd)
-        except OSError:
-            pass
+            self.dir.append(self.files["log"], line.encode("utf-8", "replace"))
+        except OSError as e:
+            self._fault("writing the agent log", e)
+
+    def _fault(self, where: str, exc: BaseException) -> None:
+        """Keep a failed write's real cause (said in agent.json and by the launcher in the manifest)."""
+        if isinstance(exc, OSError) and len(self.faults) < MAX_ERRORS_KEPT:
+            text = f"{where}: {safe_dir.cause(exc)}"
+            if text not in self.faults:
+                self.faults.append(text)
 
     def error(self, where: str, exc: BaseException | None = None) -> None:
         """Log an agent error with its traceback; the job carries on."""
         import traceback
 
         self.error_count += 1
-        text = f"{where}: {type(exc).__name__}: {exc}" if exc is not None else where
+        text = f"{where}: {safe_dir.cause(exc)}" if exc is not None else where
+        if exc is not None:
+            self._fault(where, exc)
         if len(self.errors) < MAX_ERRORS_KEPT:
             self.errors.append(text)
         tb = traceback.format_exc() if exc is not None else ""
         self.log("ERROR " + text + ("\n" + tb if tb and tb.strip() != "NoneType: None" else ""))
-
-    def _path(self, name: str) -> str:
-        return os.path.join(self.run_dir, name)
 
     # ---- activation ----------------------------------------------------------------------------
     def activate(self, torch) -> None:
@@ -147,8 +164,9 @@ class Agent:
         try:
             if self._is_helper_process():
                 return
-            os.makedirs(self._path(layout.TRACES), exist_ok=True)
-            if not self._claim():
+            self.dir.makedirs(layout.TRACES)
+            previous = self._claim()
+            if previous is None:
                 return
             self.passive = False
             self.torch = torch
@@ -161,7 +179,10 @@ class Agent:
             import atexit
 
             atexit.register(self.at_exit)
-            self.steplog = StepLog(self._path(self.files["steps"]))
+            self.steplog = StepLog(self.dir, self.files["steps"], resume=bool(previous))
+            if previous:
+                self._resume(previous)
+            _wrap_exec(self)
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             register_optimizer_step_post_hook(self._on_step)
@@ -195,17 +216,69 @@ class Agent:
         arg0 = (sys.argv[0] if sys.argv else "").replace("\\", "/")
         return arg0.endswith(("torchrun", "torch/distributed/run.py", "torch/distributed/launch.py"))
 
-    def _claim(self) -> bool:
-        """Claim this process key in the run directory; a second process with the same key stays passive."""
-        d = self._path(layout.CLAIMS)
-        os.makedirs(d, exist_ok=True)
+    def _claim(self) -> dict | None:
+        """Claim this process key in the run directory: {} when claimed now; the account of this very process's
+        previous image when it exec'd (the claim holds our pid); None when another process holds it (passive)."""
+        name = f"{layout.CLAIMS}/{self.key}"
         try:
-            fd = os.open(os.path.join(d, self.key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = self.dir.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
-            return False
+            try:
+                holder = int(self.dir.read_text(name).strip() or 0)
+            except (OSError, ValueError):
+                return None
+            if holder != self.pid:
+                return None
+            import json
+
+            try:
+                account = json.loads(self.dir.read_text(self.files["info"]))
+            except (OSError, ValueError):
+                account = {}
+            return account if isinstance(account, dict) and account else {"steps": 0}
         os.write(fd, str(self.pid).encode())
         os.close(fd)
-        return True
+        return {}
+
+    def _resume(self, previous: dict) -> None:
+        """Count on after an exec: the step number and time from steps.csv, the captures and errors of the
+        images before (from their agent.json)."""
+        self.execs = int(previous.get("execs") or 0) + 1
+        last = self.steplog.last_row
+        if last is not None:
+            self.step, self.last_end = last
+        state = previous.get("state") or {}
+        self.auto_done = bool(state.get("auto_done"))
+        self.time_done = bool(state.get("time_done")) or self.step > 0
+        self.flops_result = previous.get("flops")
+        self.captures = list(previous.get("captures") or [])
+        self.capture_seq = len(self.captures)
+        self.errors = list(previous.get("errors") or [])[:MAX_ERRORS_KEPT]
+        self.error_count = int(previous.get("error_count") or 0)
+        self.faults = list(previous.get("faults") or [])[:MAX_ERRORS_KEPT]
+        self.log(f"resumed after exec #{self.execs} at step {self.step}")
+
+    def before_exec(self) -> None:
+        """The process is about to exec a new image (which re-arms, as the environment still injects us):
+        finish an open window, flush steps.csv.part (left as a part for the new image to append to), say so
+        in agent.json, remove the control socket. No atexit handler runs on exec."""
+        if self.passive or os.getpid() != self.pid:
+            return
+        try:
+            w = self.window
+            if w is not None:
+                self._finish_window(w, last_step=self.step if w.kind == "steps" else None,
+                                    cut_short=f"the job exec'd a new image at step {self.step}")
+            if self.flop_count is not None:
+                fc, self.flop_count = self.flop_count, None
+                fc.abandon()
+            self.steplog.flush()  # its descriptor is close-on-exec
+        except Exception as e:  # noqa: BLE001 - the exec goes on
+            self.error("before exec", e)
+        self.log(f"exec at step {self.step}: the new image counts on")
+        self.exec_pending = True
+        self._write_info()
+        self._remove_socket()
 
     def _forked(self) -> None:
         self.passive = True  # a forked child (DataLoader worker): never counts, profiles or writes
@@ -231,7 +304,10 @@ class Agent:
                 ms = f"{d:.3f}"
                 if not self.phase:
                     self.step_ms_recent = (self.step_ms_recent + [d])[-RECENT_STEPS:]
-            self.steplog.add(n, now, ms, self.phase)
+            try:
+                self.steplog.add(n, now, ms, self.phase)  # rows a failed write could not take stay buffered
+            except OSError as e:
+                self.error(f"writing {self.files['steps']} at step {n}", e)
             if n == 1:
                 self.info["torch"] = loaders.torch_info(self.torch, self.log)
                 self._write_info()
@@ -282,13 +358,14 @@ class Agent:
 
     # ---- profiler windows ----------------------------------------------------------------------
     def _trace_path(self, request, kind: str = "steps") -> str:
-        """traces/<key>.json.gz for the step window, traces/time-window/ and traces/attach/ for the others."""
+        """traces/<key>.json.gz for the step window, traces/time-window/ and traces/attach/ for the others
+        (names inside the run directory)."""
         if request is None and kind == "steps":
-            return self._path(self.files["trace"])
+            return self.files["trace"]
         self.capture_seq += 1  # two captures in one second must not share a name
         stamp = time.strftime("%Y%m%d-%H%M%S")
         folder = layout.ATTACH_TRACES if request is not None else layout.TIME_WINDOW_TRACES
-        return os.path.join(self.run_dir, folder, f"{stamp}-{self.capture_seq}-{self.key}.json.gz")
+        return f"{folder}/{stamp}-{self.capture_seq}-{self.key}.json.gz"
 
     def _start_step_window(self, n: int, steps=None, seconds=None, request=None, auto=False) -> None:
         """Begin profiling: warm-up during step n+1, record from step n+2 (K steps or S seconds)."""
@@ -328,7 +405,7 @@ class Agent:
             return
         if w.auto and w.kind == "steps":
             self.auto_done = True
-        capture = {"kind": w.kind, "trace": os.path.relpath(w.path, self.run_dir), "attach": w.request is not None,
+        capture = {"kind": w.kind, "trace": w.path, "attach": w.request is not None,
                    "started_epoch_s": w.started}
         try:
             w.prof.stop()
@@ -342,13 +419,13 @@ class Agent:
             if cut_short:
                 capture["cut_short"] = cut_short
             t0 = time.time()
-            export_trace(w.prof, w.path)
+            export_trace(w.prof, self.dir, w.path)
             capture["export_s"] = round(time.time() - t0, 3)
             capture["status"] = "done"
-            result = {"ok": True, "trace": w.path, **{k: capture[k] for k in ("steps", "seconds") if k in capture}}
+            result = {"ok": True, "trace": os.path.join(self.run_dir, w.path), **{k: capture[k] for k in ("steps", "seconds") if k in capture}}
             self.log(f"trace written: {capture['trace']} ({capture})")
         except Exception as e:  # noqa: BLE001
-            capture["status"] = f"failed: {type(e).__name__}: {e}"
+            capture["status"] = f"failed: {safe_dir.cause(e)}"
             result = {"ok": False, "error": capture["status"]}
             self.error("finishing the profiled window", e)
         self.captures.append(capture)
@@ -411,7 +488,7 @@ class Agent:
     def _finish_flops(self, n: int) -> None:
         fc, self.flop_count = self.flop_count, None
         try:
-            self.flops_result = fc.finish(n, self._path(self.files["flops"]))
+            self.flops_result = fc.finish(n, self.dir, self.files["flops"])
             self.log(f"FLOPs of step {n}: {self.flops_result['flops_per_step']}")
         except Exception as e:  # noqa: BLE001
             self.flops_result = {"status": f"failed: {e}"}
@@ -455,14 +532,15 @@ class Agent:
             "control": self.control,
             "errors": self.errors,
             "error_count": self.error_count,
+            "faults": self.faults,
+            "execs": self.execs,
+            "state": {"auto_done": self.auto_done, "time_done": self.time_done, "exec_pending": self.exec_pending},
             **self.info,
         }
 
     def _write_info(self) -> None:
         try:
-            from gpucheckup.atomic import write_json_atomic
-
-            write_json_atomic(self._path(self.files["info"]), self.snapshot())
+            self.dir.write_json(self.files["info"], self.snapshot())
         except Exception as e:  # noqa: BLE001
             self.error("writing agent.json", e)
 
@@ -509,8 +587,100 @@ class Agent:
             s = self.settings
             self.log(f"no trace: the job ran {self.step} optimizer steps; the window needed {s['skip'] + s['steps']}")
         self._write_info()
+        self._remove_socket()
+        if _launcher_gone():
+            self._write_orphan_manifest()
+
+    def _remove_socket(self) -> None:
         if self.control_path:
             try:
                 os.unlink(self.control_path)
             except OSError:
                 pass
+
+    def _write_orphan_manifest(self) -> None:
+        """The launcher ended before the job (killed with SIGKILL, say): no one else will write the manifest,
+        so the agent does, at the job's exit, saying what is missing. The job is not stopped when its launcher
+        dies (no PR_SET_PDEATHSIG: a training run is worth more than its check-up)."""
+        try:
+            import fnmatch
+
+            files = self.dir.files()
+            names = [n for n, _ in files]
+            launcher = os.environ.get(layout.ENV_LAUNCHER_PID)
+            now = time.time()
+            started = self.activated_at or now
+            manifest = {
+                "gpucheckup_version": _version(), "kind": layout.KIND_RUN, "command": list(sys.argv),
+                "cwd": os.getcwd(), "run_dir": self.run_dir, "pid": self.pid, "started_epoch_s": started,
+                "ended_epoch_s": now, "duration_s": round(now - started, 3), "exit_code": None,
+                "exit_signal": None,
+                "captured": {"traces": sorted(n for n in names if n.startswith(layout.TRACES + "/")),
+                             "steps": {n: max(len(self.dir.read_text(n).splitlines()) - 1, 0) for n in names
+                                       if fnmatch.fnmatch(n, layout.STEPS_GLOB)}},
+                "failed": {"launcher": (f"the launcher (pid {launcher}) ended before the job: this manifest was "
+                                        f"written by the agent of process {self.pid} ({self.key}) at the job's exit; "
+                                        "the job's exit status, env.json and telemetry after the launcher's end "
+                                        "are missing; started_epoch_s is when the agent activated")},
+                "artefacts": self.dir.artefacts(),
+            }
+            self.dir.write_json(layout.MANIFEST, manifest)
+        except Exception as e:  # noqa: BLE001
+            self.error("writing the manifest for a launcher that is gone", e)
+
+
+def _version() -> str:
+    try:
+        from gpucheckup import __version__
+
+        return __version__
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _launcher_gone() -> bool:
+    """Whether `gpucheckup run` (GPUCHECKUP_LAUNCHER_PID) has ended while the job still runs."""
+    raw = os.environ.get(layout.ENV_LAUNCHER_PID, "")
+    if not raw.isdigit():
+        return False
+    pid = int(raw)
+    if os.getppid() == pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:  # a pid reused by another program: the launcher's command line names gpucheckup
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"gpucheckup" not in f.read()
+    except OSError:
+        return False
+
+
+_EXEC_WRAPPED = False
+
+
+def _wrap_exec(agent: Agent) -> None:
+    """os.execv / os.execve (every os.exec* goes through one of them) tell the agent first."""
+    global _EXEC_WRAPPED
+    if _EXEC_WRAPPED:
+        return
+    _EXEC_WRAPPED = True
+    for name in ("execv", "execve"):
+        real = getattr(os, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*args, _real=real, **kwargs):
+            try:
+                if _agent is not None:
+                    _agent.before_exec()
+            except Exception:  # noqa: BLE001 - the exec goes on
+                pass
+            return _real(*args, **kwargs)
+
+        wrapper.__name__ = wrapper.__qualname__ = name
+        wrapper.__doc__ = real.__doc__
+        setattr(os, name, wrapper)

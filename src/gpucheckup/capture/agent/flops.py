@@ -15,10 +15,8 @@ class FlopCount:
         self.mode = FlopCounterMode(display=False)
         self.mode.__enter__()
 
-    def finish(self, step: int, path: str) -> dict:
-        """Stop counting; the result, written atomically to `path`."""
-        from gpucheckup.atomic import write_json_atomic
-
+    def finish(self, step: int, rd, name: str) -> dict:
+        """Stop counting; the result, written atomically to `name` in the run directory `rd`."""
         self.mode.__exit__(None, None, None)
         total = int(self.mode.get_total_flops())
         rank = os.environ.get("RANK")
@@ -26,7 +24,7 @@ class FlopCount:
                f"optimizer of one step{', on rank ' + rank if rank else ''}; FLOPs of matrix products "
                "and convolutions as torch counts them)")
         result = {"flops_per_step": total, "how": how, "step": step}
-        write_json_atomic(path, result)
+        rd.write_json(name, result)
         return result
 
     def abandon(self) -> None:

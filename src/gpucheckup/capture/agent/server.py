@@ -1,6 +1,9 @@
-"""The agent's end of the control socket (the protocol is capture/control.py's): one connection at a
-time, from the job's own user only, and the answers to its requests (`status`, `profile`).
-Blocked in accept() it costs the job nothing."""
+"""The agent's end of the control socket (the protocol is capture/control.py's): clients served
+concurrently (a thread each, at most MAX_CLIENTS at once), from the job's own user only, each with
+REQUEST_TIMEOUT_S to send its request line, so that idle clients neither delay nor block `attach`;
+and the answers to its requests (`status`, `profile`). Blocked in accept() it costs the job nothing.
+Sockets of this user's agents whose process is gone (killed by a signal, no exit handler ran) are
+removed when an agent starts."""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ import threading
 from gpucheckup.capture.agent.windows import Request
 
 IDLE_WAIT_MIN_S = 10.0  # a profile request waits at least this long for the next step (3 median steps if longer)
+REQUEST_TIMEOUT_S = 2.0  # a client has this long to send its request line
+SEND_TIMEOUT_S = 10.0  # an answer not taken by the client in this long closes the connection
+MAX_CLIENTS = 16  # connections served at once; more are answered "busy" and closed
+BACKLOG = 64
 
 
 def start(agent) -> str:
@@ -31,42 +38,92 @@ def start(agent) -> str:
         srv.bind(str(path))
     finally:
         os.umask(old)
-    srv.listen(4)
+    srv.listen(BACKLOG)
+    remove_stale(control)
     t = threading.Thread(target=_serve, args=(agent, srv, control), name="gpucheckup-control", daemon=True)
     t.start()
     return str(path)
 
 
+def remove_stale(control) -> list[str]:
+    """Remove this user's control sockets whose process no longer exists; their names."""
+    gone = []
+    try:
+        names = os.listdir(control.socket_dir())
+    except OSError:
+        return gone
+    for name in names:
+        stem = name[:-len(".sock")] if name.endswith(".sock") else ""
+        if not stem.isdigit():
+            continue
+        try:
+            os.kill(int(stem), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(os.path.join(control.socket_dir(), name))
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
+
+
 def _serve(agent, srv, control) -> None:
-    """Answer one connection at a time."""
+    """Accept connections and serve each on its own thread."""
+    slots = threading.BoundedSemaphore(MAX_CLIENTS)
     while True:
         try:
             conn, _ = srv.accept()
         except OSError:
             return
-        try:
-            with conn:
-                uid = control.peer_uid(conn)
-                if uid is not None and uid != os.getuid():
-                    agent.log(f"refused a control connection from uid {uid}")
-                    continue
-                conn.settimeout(10)
-                data = b""
+        if not slots.acquire(blocking=False):
+            try:
+                conn.settimeout(1.0)
+                conn.sendall(b'{"ok": false, "error": "the agent is serving too many connections; try again"}\n')
+            except OSError:
+                pass
+            conn.close()
+            continue
+        t = threading.Thread(target=_client, args=(agent, conn, control, slots), name="gpucheckup-control-client",
+                             daemon=True)
+        t.start()
+
+
+def _client(agent, conn, control, slots) -> None:
+    """One connection: the peer's uid checked, one request line read (REQUEST_TIMEOUT_S), its answers sent."""
+    try:
+        with conn:
+            uid = control.peer_uid(conn)
+            if uid is not None and uid != os.getuid():
+                agent.log(f"refused a control connection from uid {uid}")
+                return
+            conn.settimeout(REQUEST_TIMEOUT_S)
+            data = b""
+            try:
                 while b"\n" not in data and len(data) <= control.REQUEST_MAX_BYTES:
                     chunk = conn.recv(1024)
                     if not chunk:
                         break
                     data += chunk
-                try:
-                    req = control.parse_request(data.split(b"\n", 1)[0])
-                except ValueError as e:
-                    conn.sendall(json.dumps({"ok": False, "error": str(e)}).encode() + b"\n")
-                    continue
-                conn.settimeout(None)
-                for answer in agent.handle(req):
-                    conn.sendall(json.dumps(answer, default=str).encode() + b"\n")
-        except Exception as e:  # noqa: BLE001
-            agent.error("control connection", e)
+            except OSError:  # timed out: an idle client
+                return
+            try:
+                req = control.parse_request(data.split(b"\n", 1)[0])
+            except ValueError as e:
+                conn.sendall(json.dumps({"ok": False, "error": str(e)}).encode() + b"\n")
+                return
+            conn.settimeout(SEND_TIMEOUT_S)
+            for answer in agent.handle(req):
+                conn.sendall(json.dumps(answer, default=str).encode() + b"\n")
+    except OSError:
+        pass  # the client went away
+    except Exception as e:  # noqa: BLE001
+        agent.error("control connection", e)
+    finally:
+        slots.release()
 
 
 def answers(agent, req: dict):

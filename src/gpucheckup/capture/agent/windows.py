@@ -69,23 +69,34 @@ def new_profiler(torch, settings: dict, on_error, schedule=None, all_threads=Fal
     return profile(**kw)
 
 
-def export_trace(prof, path: str) -> None:
-    """Export the Chrome trace, gzip it beside its final name, then rename it into place."""
+def export_trace(prof, rd, name: str) -> None:
+    """Export the Chrome trace, gzip it beside its final name, then rename it into place: every file opened
+    relative to the run directory's descriptor (rd: safe_dir.RunDirectory), none through a link."""
     import gzip
-    import shutil
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    base = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
+    folder, leaf = os.path.split(name)
+    rd.makedirs(folder)
+    base = os.path.join(folder, f".{leaf}.{os.getpid()}")
     tmp_json, tmp_gz = base + ".json", base + ".tmp"
     try:
-        prof.export_chrome_trace(tmp_json)
-        with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=3) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        os.replace(tmp_gz, path)
+        # The profiler writes to a path: a file made here first (O_EXCL, no link followed), reached through
+        # the descriptor of the folder held open (/proc/self/fd), so the path cannot lead anywhere else.
+        os.close(rd.open(tmp_json, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        via = f"/proc/self/fd/{rd.fd}"
+        prof.export_chrome_trace(os.path.join(via if os.path.isdir(via) else rd.path, tmp_json))
+        src = os.fdopen(rd.open(tmp_json, os.O_RDONLY), "rb")
+        with src, os.fdopen(rd.open(tmp_gz, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as raw, \
+                gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3, filename="") as dst:
+            while True:
+                chunk = src.read(1 << 20)
+                if not chunk:
+                    break
+                dst.write(chunk)
+        rd.replace(tmp_gz, name)
     finally:
         for p in (tmp_json, tmp_gz):
             try:
-                os.unlink(p)
+                rd.unlink(p)
             except OSError:
                 pass
 

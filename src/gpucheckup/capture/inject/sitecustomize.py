@@ -29,11 +29,19 @@ def _arm_agent():
         # descriptor, so lines from several processes never interleave (docs/capture.md).
         line = f"pid {os.getpid()}: the agent could not be armed: {type(e).__name__}: {e}"
         try:
-            fd = os.open(os.path.join(run_dir, "agent-bootstrap.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            nofollow = getattr(os, "O_NOFOLLOW", 0)  # never through a link (docs/reliability.md, threat model)
+            dfd = os.open(run_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow)
             try:
-                os.write(fd, (" ".join(line.split()) + "\n").encode("utf-8", "replace"))
+                if os.fstat(dfd).st_uid != os.geteuid():
+                    return
+                fd = os.open("agent-bootstrap.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | nofollow, 0o644,
+                             dir_fd=dfd)
+                try:
+                    os.write(fd, (" ".join(line.split()) + "\n").encode("utf-8", "replace"))
+                finally:
+                    os.close(fd)
             finally:
-                os.close(fd)
+                os.close(dfd)
         except OSError:
             pass
 
