@@ -78,13 +78,15 @@ def sides_from(cmd_words: list[str], vary: str | None) -> tuple[Side, Side]:
     return Side("A", cmds[0]), Side("B", cmds[1])
 
 
-def process_env(side: Side, run_dir: Path) -> dict[str, str]:
-    """The environment of one A/B process: the agent injected, step times only."""
+def process_env(side: Side, run_dir: Path, run_dir_id: str | None = None) -> dict[str, str]:
+    """The environment of one A/B process: the agent injected, step times only, writing into that very folder."""
     env = os.environ.copy()
     env.update(side.env)
     env["PYTHONPATH"] = os.pathsep.join([str(launcher.inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
                                                                           else []))
     env[layout.ENV_RUN_DIR] = str(run_dir)
+    if run_dir_id:
+        env[layout.ENV_RUN_DIR_ID] = run_dir_id
     for name, value in NO_PROFILE.items():
         env[SETTINGS[name][0]] = ("1" if value else "0") if isinstance(value, bool) else str(value)
     return env
@@ -92,11 +94,13 @@ def process_env(side: Side, run_dir: Path) -> dict[str, str]:
 
 def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> np.ndarray:
     """Run one process of one side; its measured step times (ms)."""
-    run_dir = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
+    rd = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
+    run_dir = rd.path
     log = run_dir / "output.log"
     try:
         with open(log, "wb") as f:
-            rc = subprocess.run(side.cmd, env=process_env(side, run_dir), stdout=f, stderr=subprocess.STDOUT).returncode
+            rc = subprocess.run(side.cmd, env=process_env(side, run_dir, rd.id), stdout=f,
+                                stderr=subprocess.STDOUT).returncode
     except OSError as e:
         raise CheckupError(f"{side.label}: cannot run {side.cmd[0]}: {e.strerror or e}") from None
     if rc != 0:
