@@ -95,7 +95,7 @@ def process_env(side: Side, run_dir: Path, run_dir_id: str | None = None) -> dic
 def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> np.ndarray:
     """Run one process of one side; its measured step times (ms)."""
     rd = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
-    run_dir = rd.path
+    run_dir = Path(rd.path)
     log = run_dir / "output.log"
     try:
         with open(log, "wb") as f:
