@@ -52,6 +52,8 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         _write_files(list(zip(labels, slugs, checkups)), out, console, title)
     elif result.run:
         if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
+            from gpucheckup.report import html
+
             write_atomic(out.html, html.render_run_only(result.run.report).encode())
             console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                           soft_wrap=True)
