@@ -38,6 +38,7 @@ from gpucheckup.atomic import write_json_atomic
 from gpucheckup.capture import environment
 from gpucheckup.capture.agent.settings import SETTINGS
 from gpucheckup.capture.options import RunOptions
+from gpucheckup.capture.sampler import HostSampler
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError, say
 
@@ -62,7 +63,7 @@ def agent_environment(args: RunOptions) -> dict[str, str]:
     """GPUCHECKUP_* variables for the options given on the command line."""
     given = {"skip": args.skip, "steps": args.steps, "window_start_s": args.window_start, "window_s": args.window,
              "record_shapes": args.record_shapes or None, "with_stack": args.with_stack or None,
-             "flops": args.flops or None}
+             "flops": args.flops or None, "light": args.light or None}
     out = {}
     for name, value in given.items():
         if value is None:
@@ -127,7 +128,7 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         return Job(run_dir, _not_started(run_dir, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
     # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
     problems: list[str] = []
-    nvml = cpu = None
+    nvml = cpu = host = None
     host_env: dict = {}
     rc = None
     try:
@@ -139,6 +140,9 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         else:
             start_sampler(nvml, problems)
         start_sampler(cpu, problems)
+        if args.light:  # py-spy stacks of the light window, from outside the job (capture/sampler.py)
+            host = HostSampler(run_dir, args.sample_hz)
+            start_sampler(host, problems)
         host_env = _guard(problems, "collecting the environment", lambda: environment.collect_host(env)) or {}
         rc = child.wait()
     except Exception as e:  # noqa: BLE001 - the job and its exit status come first
@@ -148,7 +152,7 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
             rc = _wait_anyway(child)
         ended = time.time()
         forwarder.restore()
-        finish_or_fallback(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        finish_or_fallback(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems, host)
     return Job(run_dir, rc, started=True)
 
 
@@ -180,10 +184,11 @@ def _wait_anyway(child: subprocess.Popen) -> int:
             continue
 
 
-def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu, problems) -> None:
+def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, nvml, cpu, problems,
+                       host=None) -> None:
     """Write the run directory's manifest; should that fail, a minimal one that says why."""
     try:
-        finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        finish_run_dir(run_dir, cmd, args, rc, started, ended, host_env, nvml, cpu, problems, host)
         if problems:
             say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
                  f"(in {run_dir / layout.MANIFEST}, failed.launcher)")
@@ -191,7 +196,7 @@ def finish_or_fallback(run_dir: Path, cmd, args, rc, started, ended, host_env, n
     except Exception as e:  # noqa: BLE001 - the job's exit status comes first
         problems.append(f"writing the manifest: {type(e).__name__}: {e}")
     say(f"gpucheckup: could not finish the run directory {run_dir}: {problems[-1]}")
-    for sampler in (nvml, cpu):
+    for sampler in (nvml, cpu, host):
         if sampler is not None:
             _guard(problems, f"stopping {sampler.name}", sampler.close)
     _guard(problems, "publishing partial files", lambda: publish_leftovers(run_dir))
@@ -297,12 +302,13 @@ def pass_through(rc: int) -> int:
 
 
 def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, host_env, nvml, cpu,
-                   problems: list[str] | None = None) -> dict:
+                   problems: list[str] | None = None, host=None) -> dict:
     """Stop the samplers, publish leftovers, write env.json and manifest.json. A step that fails is
     stated under failed.launcher (with anything in `problems`) and the others still run."""
     problems = [] if problems is None else problems
     failed: dict[str, str] = {}
-    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+    samplers = ((nvml, "nvml"), (cpu, "cpu")) + (((host, "host_samples"),) if host is not None else ())
+    for sampler, key in samplers:
         if sampler is None:
             continue
         _guard(problems, f"stopping {sampler.name}", sampler.close)
@@ -318,7 +324,7 @@ def finish_run_dir(run_dir: Path, cmd, args: RunOptions, rc, started, ended, hos
     captured, more_failed = _guard(problems, "reading what was captured",
                                    lambda: capture_status(run_dir, agents, args)) or ({}, {})
     failed.update(more_failed)
-    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+    for sampler, key in samplers:
         captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
     if problems:
         failed["launcher"] = "; ".join(problems)
