@@ -53,7 +53,7 @@ def render_run(report: dict, console: Console) -> None:
         line = f"{st['count']} steps"
         if st["steady_median_ms"] is not None:
             line += (f"; steady median {st['steady_median_ms']:.2f} ms after {st['warmup_steps']} warm-up steps, "
-                     f"CV {st['cv_pct']:.0f}%")
+                     + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
         if st["profiled_steps"]:
             line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
         if st["profiler_overhead_pct"] is not None:
@@ -96,6 +96,10 @@ def render_run(report: dict, console: Console) -> None:
     flops = fig.get("flops")
     if flops and flops.get("flops_per_step"):
         t.add_row("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})")
+    hs = fig.get("host_samples")
+    if hs:
+        for label, line in host_sample_lines(hs, (report.get("gaps") or {}).get("source")):
+            t.add_row(label, line)
     for k, v in (r["failed"] or {}).items():
         t.add_row(Text(f"not captured: {k}", style="yellow"), Text(str(v)))
     console.print(t)
@@ -103,3 +107,24 @@ def render_run(report: dict, console: Console) -> None:
     if coarse:
         console.print(Panel(Text(coarse.get("sentence", "")), title="Out-of-process check-up (coarse)",
                             title_align="left", box=box.ROUNDED))
+
+
+def host_sample_lines(hs: dict, gaps_source: str | None) -> list[tuple[str, str]]:
+    """The light window's rows: the main thread's sampled states over the window and over the GPU's idle
+    time, the cheap ranges, and where the gap causes came from; each says its source."""
+    def states(rows: list[dict]) -> str:
+        return ", ".join(f"{x['state']} {x['pct']:.0f}%" for x in rows[:5]) or "none"
+
+    out = [(f"host, from {hs['source']}",
+            f"{states(hs['window_by_state'])} of {hs['window_ms']:.1f} ms of profiled steps "
+            f"({hs['window_covered_pct']:.0f}% covered, {hs['stack_changes']} stack changes at {hs['rate_hz']:g} Hz)")]
+    if hs.get("gap_by_state") is not None:
+        out.append((f"GPU idle, from {hs['source']}", f"{states(hs['gap_by_state'])} of {hs['gap_ms']:.1f} ms idle "
+                                                   f"({hs['gap_covered_pct']:.0f}% covered)"))
+    rg = hs.get("ranges") or {}
+    if rg:
+        out.append(("ranges, from profiler ranges", ", ".join(f"{k} {v['pct']:.0f}%" for k, v in rg.items())
+                    + " of the profiled steps"))
+    if gaps_source:
+        out.append(("idle causes above", f"from {gaps_source}"))
+    return out
