@@ -16,7 +16,7 @@ import pytest
 
 from conftest import raw_events
 from gpucheckup.capture.agent.light import LEAD_S, lead_due
-from gpucheckup.capture.attach import find_pyspy
+from gpucheckup.capture.sampler import find_pyspy
 from gpucheckup.capture.sampler import main_thread_changes
 
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -109,3 +109,34 @@ def test_bad_sample_rate_is_one_line_and_no_job(tmp_path):
                         "--", PY, "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "ran" not in p.stdout
     assert p.stderr.strip().count("\n") == 0 and "--sample-hz" in p.stderr
+
+
+# ---- the GPU path, on light windows captured on the H200 (validation/light_ab.py, 2026-11-30) ----------------
+H200_LIGHT = Path(__file__).resolve().parent / "data" / "h200" / "light"
+
+
+def _checkup(name: str) -> dict:
+    from gpucheckup.pipeline import check_run
+
+    return check_run(H200_LIGHT / name).checkups[0].report
+
+
+def test_h200_light_input_bound_idle_is_the_dataloader_by_two_sources():
+    r = _checkup("input_bound")
+    assert r["verdict"]["primary"] == "input_bound"
+    assert r["gaps"]["source"].startswith("CUDA runtime calls")
+    hs = r["run_figures"]["host_samples"]
+    assert hs["gap_covered_pct"] >= 90.0
+    sampled = _state_pct(hs["gap_by_state"], "dataloader")
+    assert sampled >= 85.0
+    # py-spy's samples and the profiler's DataLoader ranges are independent sources on two clocks
+    assert abs(sampled - hs["ranges"]["dataloader"]["pct"]) <= 5.0, hs
+
+
+def test_h200_light_launch_bound_idle_is_the_host_dispatching():
+    r = _checkup("launch_bound")
+    assert r["verdict"]["primary"] == "launch_bound"
+    hs = r["run_figures"]["host_samples"]
+    assert hs["gap_covered_pct"] >= 90.0
+    dispatching = sum(_state_pct(hs["gap_by_state"], s) for s in ("forward", "backward", "optimizer", "python"))
+    assert dispatching >= 95.0 and _state_pct(hs["gap_by_state"], "dataloader") == 0.0

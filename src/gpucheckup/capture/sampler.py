@@ -19,9 +19,10 @@ on the trace's clock (the trace's baseTimeNanoseconds + ts is Unix time too).
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,15 @@ from gpucheckup.capture.telemetry import Sampler
 POLL_S = 0.05  # how often the marks are looked for: the window's warm-up step starts sampling in time
 STOP_WAIT_S = 20.0  # py-spy writes its trace on SIGINT; a window of 100 steps at 100 Hz writes in well under this
 MAIN_THREAD = "MainThread"
+
+
+def find_pyspy() -> str | None:
+    """py-spy on PATH or beside this Python."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    cand = Path(sys.executable).parent / "py-spy"
+    return str(cand) if cand.exists() else None
 
 
 class HostSampler(Sampler):
@@ -47,8 +57,6 @@ class HostSampler(Sampler):
         self.done: dict[str, dict] = {}
 
     def open(self) -> bool:
-        from gpucheckup.capture.attach import find_pyspy
-
         self.py_spy = find_pyspy()
         if self.py_spy is None:
             self.status = "unavailable: py-spy is not installed (pip install py-spy); no host samples"
