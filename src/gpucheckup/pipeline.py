@@ -220,7 +220,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     for p in traces:
         trace = read_trace(p)
         all_traces.append(trace)
-        sampled.append(_sampled(path, p, trace))
+        sampled.append(_sampled(path, p))
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
                               "or memsets), so only the run-level figures are checked up")
@@ -245,7 +245,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     return out
 
 
-def _sampled(run_dir: Path, p: Path, trace):
+def _sampled(run_dir: Path, p: Path):
     """A light window's host samples for trace p (traces/trace.json.gz: main; traces/<key>.json.gz), or None."""
     key = layout.MAIN_KEY if p.name.startswith("trace.") else p.name.split(".", 1)[0]
     return host_samples_for(run_dir, key) if p.parent.name == layout.TRACES else None
@@ -255,8 +255,8 @@ def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
     """The sampled host states (analysis/sampled_causes.py) of the report's trace, and each figure's source."""
     i = next((i for i, t in enumerate(traces) if a is None or t is a.trace), None)
     light = i is not None and sampled[i] is not None
-    if "gaps" in report:
-        report["gaps"]["source"] = sampled_causes.gap_source(traces[i] if i is not None else None)
+    if "gaps" in report and i is not None:
+        report["gaps"]["source"] = sampled_causes.gap_source(traces[i])
     sc = sampled_causes.sampled_causes(traces[i], sampled[i], a.timeline.gaps if a else None) if light else None
     report.setdefault("run_figures", {})["host_samples"] = sc.to_dict() if sc else None
 

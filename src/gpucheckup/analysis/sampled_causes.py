@@ -77,9 +77,9 @@ class SampledCauses:
         return out
 
 
-def gap_source(trace: Trace | None) -> str:
+def gap_source(trace: Trace) -> str:
     """What the trace's gap causes (analysis/gap_causes.py) were attributed from: operators, or runtime calls only."""
-    return SOURCE_OPS if trace is not None and bool(np.any(trace.host.cat == CPU_OP)) else SOURCE_RUNTIME
+    return SOURCE_OPS if bool(np.any(trace.host.cat == CPU_OP)) else SOURCE_RUNTIME
 
 
 def state_intervals(samples: HostSamples, base_us: float) -> tuple[np.ndarray, np.ndarray, list[str]]:
