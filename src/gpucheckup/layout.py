@@ -11,6 +11,9 @@ A run directory holds (docs/capture.md):
 - steps.csv / steps-<key>.csv (STEP_COLUMNS), nvml.csv (NVML_COLUMNS), cpu.csv (CPU_COLUMNS)
 - env.json, agent.json / agent-<key>.json, agent.log, agent-bootstrap.log, flops.json
 - out-of-process attach: samples.csv (SAMPLE_COLUMNS), stacks.txt, attach.json (ATTACH_KEYS)
+- light window (`run --light`): host-samples.json / host-samples-<key>.json (HOST_SAMPLES_KEYS), the py-spy
+  stacks the launcher sampled during each process's window; sampling.start / sampling-<key>.start and
+  .stop, the agent's marks that ask the launcher to start and stop that sampling
 """
 
 ENV_RUN_DIR = "GPUCHECKUP_RUN_DIR"  # the variable that tells the injected agent where to write
@@ -42,6 +45,11 @@ MANIFEST_KEYS = ("gpucheckup_version", "kind", "command", "cwd", "run_dir", "pid
                  "ended_epoch_s", "started", "duration_s", "exit_code", "exit_signal", "options", "agent_settings",
                  "captured", "failed", "versions", "artefacts")
 ATTACH_KEYS = ("pid", "duration_s", "rate_hz", "native", "py_spy")
+HOST_SAMPLES_GLOB = "host-samples*.json"
+SAMPLING_GLOB = "sampling*.start"
+# host-samples.json: the spawn time of py-spy (its clock's zero, Unix seconds), and the main thread's stack
+# changes as [microseconds after spawned_epoch_s, main_stack] (the stack as samples.csv's main_stack).
+HOST_SAMPLES_KEYS = ("pid", "key", "rate_hz", "spawned_epoch_s", "ended_epoch_s", "threads", "main", "py_spy")
 
 # CSV columns, in the order they are written.
 STEP_COLUMNS = ("step", "t_end_s", "ms", "phase")
@@ -68,6 +76,8 @@ ARTEFACT_WHAT = (  # (name prefix, what it holds) for the manifest's artefact li
     (SAMPLES, "py-spy samples of the job's main thread, one per dump (CSV)"),
     (STACKS, "the sampled main-thread stacks, most common first"),
     (ATTACH, "the out-of-process attach's settings (JSON)"),
+    ("host-samples", "py-spy stacks sampled outside the job during its light window (JSON)"),
+    ("sampling", "the agent's mark that started or stopped the light window's sampling"),
 )
 
 
@@ -80,6 +90,9 @@ def agent_files(key: str) -> dict:
         "info": f"agent{sfx}.json",
         "trace": f"{TRACES}/{'trace' if key == MAIN_KEY else key}.json.gz",
         "flops": "flops.json" if key in FLOPS_KEYS else f"flops{sfx}.json",
+        "host_samples": f"host-samples{sfx}.json",
+        "sampling_start": f"sampling{sfx}.start",
+        "sampling_stop": f"sampling{sfx}.stop",
     }
 
 

@@ -32,6 +32,7 @@ from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
 from gpucheckup.trace import find_trace_files, parallel, read_trace
+from gpucheckup.trace.host_samples import host_samples_for
 from gpucheckup.trace.ncu_csv import read_ncu_csv
 from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
 
@@ -224,10 +225,11 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
     traces = run.traces or run.time_traces or run.attach_traces[-1:]
-    used, all_traces = [], []
+    used, all_traces, sampled = [], [], []
     for p in traces:
         trace = read_trace(p)
         all_traces.append(trace)
+        sampled.append(_sampled(path, p))
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
                               "or memsets), so only the run-level figures are checked up")
@@ -245,9 +247,29 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     parts_traces = used or [str(p.relative_to(path)) for p in traces]
     for c in out.checkups:
         c.report.update(run_parts(ra, used, None, coarse))
+        _add_sampled(c.report, c.analysis, sampled, all_traces)
     if not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
+        _add_sampled(rc.report, None, sampled, all_traces)
     return out
+
+
+def _sampled(run_dir: Path, p: Path):
+    """A light window's host samples for trace p (traces/trace.json.gz: main; traces/<key>.json.gz), or None."""
+    key = layout.MAIN_KEY if p.name.startswith("trace.") else p.name.split(".", 1)[0]
+    return host_samples_for(run_dir, key) if p.parent.name == layout.TRACES else None
+
+
+def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
+    """The sampled host states (analysis/sampled_causes.py) of the report's trace, and each figure's source."""
+    from gpucheckup.analysis import sampled_causes
+
+    i = next((i for i, t in enumerate(traces) if a is None or t is a.trace), None)
+    light = i is not None and sampled[i] is not None
+    if "gaps" in report and i is not None:
+        report["gaps"]["source"] = sampled_causes.gap_source(traces[i])
+    sc = sampled_causes.sampled_causes(traces[i], sampled[i], a.timeline.gaps if a else None) if light else None
+    report.setdefault("run_figures", {})["host_samples"] = sc.to_dict() if sc else None
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:

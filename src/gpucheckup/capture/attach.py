@@ -38,6 +38,7 @@ from gpucheckup import __version__, layout
 from gpucheckup.capture import control, environment
 from gpucheckup.capture.launcher import make_run_dir, read_agents, write_manifest
 from gpucheckup.capture.options import DEFAULT_DURATION_S, DEFAULT_STEPS, DEFAULT_WINDOW_S, AttachOptions
+from gpucheckup.capture.sampler import find_pyspy
 from gpucheckup.capture.telemetry import NvmlSampler
 from gpucheckup.errors import CheckupError
 
@@ -221,15 +222,6 @@ def finish_inject_manifest(run_dir: Path, manifest: dict) -> dict | None:
         sys.stderr.write(f"gpucheckup attach: could not rewrite {run_dir / layout.MANIFEST}: "
                          f"{type(e).__name__}: {e}\n")
         return None
-
-
-def find_pyspy() -> str | None:
-    """py-spy on PATH or beside this Python."""
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    cand = Path(sys.executable).parent / "py-spy"
-    return str(cand) if cand.exists() else None
 
 
 def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> Path:

@@ -36,6 +36,7 @@ from gpucheckup import __version__, layout
 from gpucheckup.capture import control, environment, safe_dir
 from gpucheckup.capture.agent.settings import SETTINGS
 from gpucheckup.capture.options import RunOptions
+from gpucheckup.capture.sampler import HostSampler
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
 from gpucheckup.errors import CheckupError, say
 
@@ -61,7 +62,7 @@ def agent_environment(args: RunOptions) -> dict[str, str]:
     """GPUCHECKUP_* variables for the options given on the command line."""
     given = {"skip": args.skip, "steps": args.steps, "window_start_s": args.window_start, "window_s": args.window,
              "record_shapes": args.record_shapes or None, "with_stack": args.with_stack or None,
-             "flops": args.flops or None}
+             "flops": args.flops or None, "light": args.light or None}
     out = {}
     for name, value in given.items():
         if value is None:
@@ -139,7 +140,7 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         return Job(run_dir, _not_started(rd, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
     # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
     problems: list[str] = []
-    nvml = cpu = None
+    nvml = cpu = host = None
     host_env: dict = {}
     rc = None
     try:
@@ -151,6 +152,9 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         else:
             start_sampler(nvml, problems)
         start_sampler(cpu, problems)
+        if args.light:  # py-spy stacks of the light window, from outside the job (capture/sampler.py)
+            host = HostSampler(rd, args.sample_hz)
+            start_sampler(host, problems)
         host_env = _guard(problems, "collecting the environment", lambda: environment.collect_host(env)) or {}
         rc = child.wait()
     except Exception as e:  # noqa: BLE001 - the job and its exit status come first
@@ -161,7 +165,7 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         ended = time.time()
         forwarder.restore()
         _remove_sockets(child.pid, cpu)
-        finish_or_fallback(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        finish_or_fallback(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems, host)
         run_dir = _where_now(rd, run_dir)
         rd.close()
     return Job(run_dir, rc, started=True)
@@ -224,10 +228,10 @@ def _wait_anyway(child: subprocess.Popen) -> int:
 
 
 def finish_or_fallback(rd: safe_dir.RunDirectory, cmd, args, rc, started, ended, host_env, nvml, cpu,
-                       problems) -> None:
+                       problems, host=None) -> None:
     """Write the run directory's manifest; should that fail, a minimal one that says why."""
     try:
-        finish_run_dir(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems)
+        finish_run_dir(rd, cmd, args, rc, started, ended, host_env, nvml, cpu, problems, host)
         if problems:
             say(f"gpucheckup: the job went on, but the launcher failed at: {'; '.join(problems)} "
                  f"(in {rd.path}/{layout.MANIFEST}, failed.launcher)")
@@ -236,7 +240,7 @@ def finish_or_fallback(rd: safe_dir.RunDirectory, cmd, args, rc, started, ended,
         problems.append(f"writing the manifest: {safe_dir.cause(e)}")
     say(f"gpucheckup: could not finish the run directory {rd.path}: {problems[-1]}")
     _guard(problems, "freeing the reserved space", rd.release)
-    for sampler in (nvml, cpu):
+    for sampler in (nvml, cpu, host):
         if sampler is not None:
             _guard(problems, f"stopping {sampler.name}", sampler.close)
     _guard(problems, "publishing partial files", lambda: publish_leftovers(rd))
@@ -344,7 +348,7 @@ def pass_through(rc: int) -> int:
 
 
 def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started, ended, host_env, nvml, cpu,
-                   problems: list[str] | None = None) -> dict:
+                   problems: list[str] | None = None, host=None) -> dict:
     """Stop the samplers, publish leftovers, write env.json and manifest.json. A step that fails is
     stated under failed.launcher (with anything in `problems`) and the others still run."""
     problems = [] if problems is None else problems
@@ -358,7 +362,8 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
         failed["run_dir"] = (f"{rd.path} was replaced by {replaced} while the job ran; nothing was written through "
                              "it: the files written are in the folder the launcher made, wherever it was moved")
         say(f"gpucheckup: {failed['run_dir']}")
-    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+    samplers = ((nvml, "nvml"), (cpu, "cpu")) + (((host, "host_samples"),) if host is not None else ())
+    for sampler, key in samplers:
         if sampler is None:
             continue
         _guard(problems, f"stopping {sampler.name}", sampler.close)
@@ -382,7 +387,7 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
     for k, v in list(failed.items()):
         if disk and k.startswith("trace:") and v.startswith("unknown:"):  # the evidence for the account's silence
             failed[k] = f"ENOSPC (the run directory's file system was full at the job's end): {v}"
-    for sampler, key in ((nvml, "nvml"), (cpu, "cpu")):
+    for sampler, key in samplers:
         captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
     if problems:
         failed["launcher"] = "; ".join(problems)

@@ -26,6 +26,8 @@ DEFAULT_WINDOW_S = 5.0
 DEFAULT_RATE = 4.0
 RATE_MAX = 20.0  # each py-spy dump is a process start and a walk of every thread: more would load the host
 DEFAULT_TIMEOUT_S = 900.0
+DEFAULT_SAMPLE_HZ = 100.0  # py-spy samples per second in the light window: 10 ms resolution on gaps
+LIGHT_HZ_MAX = 250.0  # py-spy walks every thread per sample; above this the sampler itself loads a core
 
 
 @dataclass
@@ -43,6 +45,8 @@ class RunOptions:
     window: float | None = None
     nvml_hz: float = DEFAULT_NVML_HZ
     no_nvml: bool = False
+    light: bool = False
+    sample_hz: float = DEFAULT_SAMPLE_HZ
 
     def check(self) -> None:
         """Every option the launcher or the agent will use: CheckupError if one is out of its limits."""
@@ -54,6 +58,8 @@ class RunOptions:
                 raise CheckupError(f"{flag} must be from {_num(lo)} to {_num(hi)}, got {_num(v)}")
         if not (math.isfinite(self.nvml_hz) and 0 < self.nvml_hz <= NVML_HZ_MAX):
             raise CheckupError(f"--nvml-hz must be above 0 and at most {_num(NVML_HZ_MAX)}, got {_num(self.nvml_hz)}")
+        if not (math.isfinite(self.sample_hz) and 1 <= self.sample_hz <= LIGHT_HZ_MAX):
+            raise CheckupError(f"--sample-hz must be from 1 to {_num(LIGHT_HZ_MAX)}, got {_num(self.sample_hz)}")
 
 
 @dataclass

@@ -132,6 +132,11 @@ def _run(sub, common) -> None:
                    help=f"NVML sampling rate, above 0 and at most {capture.NVML_HZ_MAX:g} "
                         f"(default {capture.DEFAULT_NVML_HZ:g})")
     g.add_argument("--no-nvml", action="store_true", help="do not sample NVML")
+    g.add_argument("--light", action="store_true",
+                   help="light window: CUDA activities and the cheap ranges (ProfilerStep, DataLoader, optimizer) "
+                        "only, host causes from py-spy stacks sampled outside the job (docs/capture.md)")
+    g.add_argument("--sample-hz", type=float, default=capture.DEFAULT_SAMPLE_HZ, metavar="HZ",
+                   help=f"py-spy sampling rate of the light window (default {capture.DEFAULT_SAMPLE_HZ:g})")
     output_options(p, quiet=False)
     p.add_argument("--no-report", action="store_true",
                    help="do not print the check-up at the end (nor make one, unless a file option asks)")

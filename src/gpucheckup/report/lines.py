@@ -133,7 +133,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
         line = f"{st['count']} steps"
         if st["steady_median_ms"] is not None:
             line += (f"; steady median {st['steady_median_ms']:.2f} ms after {st['warmup_steps']} warm-up steps, "
-                     f"CV {st['cv_pct']:.0f}%")
+                     + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
         if st["profiled_steps"]:
             line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
         if st["profiler_overhead_pct"] is not None:
@@ -176,6 +176,30 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     flops = fig.get("flops")
     if flops and flops.get("flops_per_step"):
         rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
+    hs = fig.get("host_samples")
+    if hs:  # a light window (analysis/sampled_causes.py)
+        rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
     for k, v in (r["failed"] or {}).items():
         rows.append((f"not captured: {k}", str(v)))
     return rows
+
+
+def host_sample_lines(hs: dict, gaps_source: str | None) -> list[tuple[str, str]]:
+    """The light window's rows: the main thread's sampled states over the window and over the GPU's idle
+    time, the cheap ranges, and where the gap causes came from; each says its source."""
+    def states(rows: list[dict]) -> str:
+        return ", ".join(f"{x['state']} {x['pct']:.0f}%" for x in rows[:5]) or "none"
+
+    out = [(f"host, from {hs['source']}",
+            f"{states(hs['window_by_state'])} of {hs['window_ms']:.1f} ms of profiled steps "
+            f"({hs['window_covered_pct']:.0f}% covered, {hs['stack_changes']} stack changes at {hs['rate_hz']:g} Hz)")]
+    if hs.get("gap_by_state") is not None:
+        out.append((f"GPU idle, from {hs['source']}", f"{states(hs['gap_by_state'])} of {hs['gap_ms']:.1f} ms idle "
+                                                   f"({hs['gap_covered_pct']:.0f}% covered)"))
+    rg = hs.get("ranges") or {}
+    if rg:
+        out.append(("ranges, from profiler ranges", ", ".join(f"{k} {v['pct']:.0f}%" for k, v in rg.items())
+                    + " of the profiled steps"))
+    if gaps_source:
+        out.append(("idle causes above", f"from {gaps_source}"))
+    return out

@@ -128,6 +128,7 @@ class Agent:
         self.exec_pending = False  # this image is about to exec (said in agent.json until the next image re-arms)
         self.execs = 0  # images this process ran before this one (os.exec*), counting on from theirs
         self.faults: list[str] = []  # writes that failed, by their cause (ENOSPC, EACCES, ...)
+        self.light_marked = False  # the light window's sampling was asked for (agent/light.py)
 
     # ---- logging -------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -333,6 +334,8 @@ class Agent:
                 w.prof.step()
         if self.flop_count is not None and n >= self.flops_step:
             self._finish_flops(n)
+        if s["light"] and not self.light_marked and not self.auto_done:
+            self._mark_sampling(n)
         if self.window is None and self.flop_count is None:
             if not self.auto_done and n >= s["skip"] - 1:
                 self._start_step_window(n, steps=s["steps"], auto=True)
@@ -374,11 +377,14 @@ class Agent:
         def schedule(i):
             return ProfilerAction.WARMUP if i == 0 else ProfilerAction.RECORD
 
+        w = None
         try:
             prof = new_profiler(self.torch, self.settings, self.error, schedule=schedule)
             first = n + 2
             w = Window(prof, "steps", self._trace_path(request), first_step=first,
                        last_step=first + steps - 1 if steps else None, seconds=seconds, request=request, auto=auto)
+            if self.settings["light"]:
+                self._start_light(w)
             prof.start()
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
@@ -386,10 +392,47 @@ class Agent:
         except Exception as e:  # noqa: BLE001
             if auto:
                 self.auto_done = True
+            if w is not None and w.light is not None:
+                w.light.off()
             self.error("starting the profiler", e)
             if request is not None:
                 request.result = {"ok": False, "error": f"could not start the profiler: {e}"}
                 request.done.set()
+
+    def _start_light(self, w: Window) -> None:
+        """A light window (agent/light.py): user-scope ranges only, and the launcher asked to sample stacks."""
+        from gpucheckup.capture.agent.light import UserScopes
+
+        w.light = UserScopes(self.torch)
+        w.light.on()
+        if not self.light_marked:
+            self._mark_sampling(None)
+
+    def _mark_sampling(self, n: int | None) -> None:
+        """Ask the launcher to start sampling stacks, LEAD_S before the window (n=None: now)."""
+        from gpucheckup.capture.agent.light import lead_due, mark
+
+        if n is not None and not lead_due(n, self.settings["skip"], self.step_ms_recent):
+            return
+        self.light_marked = True
+        try:
+            mark(self.dir, self.files["sampling_start"], self.pid)
+        except OSError as e:
+            self.error("asking the launcher to sample stacks", e)
+
+    def _stop_light(self, w: Window, capture: dict) -> None:
+        """Restore the profiler's scopes and ask the launcher to stop sampling."""
+        light = getattr(w, "light", None)
+        if light is None:
+            return
+        from gpucheckup.capture.agent.light import mark
+
+        light.off()
+        capture["light"] = True
+        try:
+            mark(self.dir, self.files["sampling_stop"], self.pid)
+        except OSError as e:
+            self.error("asking the launcher to stop sampling", e)
 
     def _take_window(self, w: Window) -> bool:
         """Whether this caller owns finishing window w (only one caller ever does)."""
@@ -408,7 +451,10 @@ class Agent:
         capture = {"kind": w.kind, "trace": w.path, "attach": w.request is not None,
                    "started_epoch_s": w.started}
         try:
-            w.prof.stop()
+            try:
+                w.prof.stop()
+            finally:
+                self._stop_light(w, capture)
             if w.kind == "steps":
                 capture["steps"] = [w.first_step, last_step]
                 capture["profiler_step_offset"] = w.first_step - 1

@@ -33,6 +33,7 @@ class Window:
         self.request = request
         self.auto = auto
         self.started = time.time()
+        self.light = None  # a light window's UserScopes (agent/light.py)
 
 
 class Request:

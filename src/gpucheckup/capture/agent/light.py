@@ -1,0 +1,59 @@
+"""The light window inside the job: a profiler that records CUDA activities and user ranges only, and the
+marks that ask the launcher to sample the job's stacks from outside (capture/sampler.py).
+
+A light window is torch.profiler with the CPU activity restricted to the USER_SCOPE of RecordFunction:
+the ranges the job and torch name with `record_function` (ProfilerStep#N, the DataLoader's
+`enumerate(DataLoader)#...__next__`, `Optimizer.step#...`, `Optimizer.zero_grad#...`) are recorded; no
+operator (aten::) and no autograd node is, so their per-op callbacks never run. Where there is a GPU,
+CUDA activities (kernels, copies, memsets, and the CUDA runtime calls CUPTI reports) are recorded as in
+the full window. torch.profiler has no argument for the scopes: while a light window starts, the
+agent wraps `torch.autograd.profiler._enable_profiler` (which the profiler calls, at the first
+recorded step, with every scope) to pass USER_SCOPE only. py-spy takes a moment to attach, so the
+agent writes the start mark LEAD_S ahead of the window at the job's recent step pace (lead_due).
+Standard library only at import.
+"""
+
+from __future__ import annotations
+
+import time
+
+LEAD_S = 1.0  # the launcher's py-spy is asked to start this long before the window: it attached in ~0.1 s
+
+
+def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
+    """Whether, after step n, the window (warm-up at step `skip`) is less than LEAD_S away at the recent pace."""
+    if n >= skip - 1:
+        return True
+    if not recent_ms:
+        return False
+    typical = sorted(recent_ms)[len(recent_ms) // 2]
+    return (skip - 1 - n) * typical / 1000.0 <= LEAD_S
+
+
+class UserScopes:
+    """While on: torch.autograd.profiler enables RecordFunction callbacks for USER_SCOPE only."""
+
+    def __init__(self, torch):
+        import torch.autograd.profiler as ap
+        from torch._C._profiler import RecordScope
+
+        self.module = ap
+        self.original = ap._enable_profiler
+        self.scopes = {RecordScope.USER_SCOPE}
+
+    def on(self) -> None:
+        original, scopes = self.original, self.scopes
+
+        def enable_user_scope_only(config, activities, _scopes=None):
+            return original(config, activities, scopes)
+
+        self.module._enable_profiler = enable_user_scope_only
+
+    def off(self) -> None:
+        self.module._enable_profiler = self.original
+
+
+def mark(rd, name: str, pid: int) -> None:
+    """Write the mark `name` ({pid} {unix time}) atomically through the run directory's descriptor
+    (safe_dir.RunDirectory): the launcher's sampler polls for it."""
+    rd.write_atomic(name, f"{pid} {time.time():.6f}\n".encode())

@@ -1,0 +1,169 @@
+"""The light window's cost and verdicts on the H200: plain vs full window vs light window, interleaved.
+
+For each workload (launch-, sync-, input-, GPU-bound, MoE), ROUNDS rounds; in each round the three modes run
+in a fresh process each, their order rotated every round:
+- plain: `python3 validation/train_X.py` (the job's own per-step wall times, validation/common.py)
+- full:  `gpucheckup run --skip S --steps K --no-report -- python3 ...` (the default window: CPU ops + CUDA)
+- light: the same with `--light` (CUDA activities and user ranges; py-spy stacks sampled outside the job)
+Step time inside a window: the median of steps.csv's `profiled` rows; plain: the median step after warm-up.
+Then every captured run is checked up (`gpucheckup analyze RUN --json`) for its verdict, gap-cause source and
+the light window's sampled host states, until the deadline.
+Usage (device machine, repo root, PYTHONPATH with gpucheckup, py-spy on PATH):
+  python3 validation/light_ab.py OUT [--rounds N] [--deadline-s S] [--jobs launch,gpu,...]
+Writes OUT/light_ab.json (every figure) and OUT/light_ab.md (the tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unprofiled)
+    "launch": ("train_launch_bound.py", ["--steps", "220"], 80, 30, "launch_bound"),
+    "sync": ("train_sync_bound.py", ["--steps", "160"], 60, 30, "sync_bound"),
+    "input": ("train_input_bound.py", ["--steps", "45"], 20, 10, "input_bound"),
+    "gpu": ("train_gpu_bound.py", ["--steps", "130"], 60, 30, "gpu_bound"),
+    "moe": ("train_moe.py", ["--steps", "90"], 40, 20, None),
+}
+MODES = ("plain", "full", "light")
+
+
+def run_once(job: str, mode: str, work: Path, r: int) -> dict:
+    script, extra, skip, steps, _ = JOBS[job]
+    rep = work / f"{job}-{mode}-{r}.json"
+    cmd = [PY, str(HERE / script), *extra, "--report", str(rep)]
+    row = {"job": job, "mode": mode, "round": r}
+    if mode != "plain":
+        out = work / "runs" / f"{job}-{mode}-{r}"
+        cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps),
+               "--no-report", *(["--light"] if mode == "light" else []), "--", *cmd]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    row["wall_s"] = round(time.time() - t0, 2)
+    row["rc"] = p.returncode
+    if p.returncode:
+        row["stderr"] = p.stderr[-800:]
+    try:
+        d = json.loads(rep.read_text())
+        row["plain_median_ms"] = d["median_ms_after_warmup"]
+    except (OSError, ValueError, KeyError) as e:
+        row["error"] = f"no job report: {e}"
+    if mode != "plain":
+        dirs = sorted(out.glob("*"))
+        if dirs:
+            row["run_dir"] = str(dirs[-1])
+            rows = list(csv.DictReader(open(dirs[-1] / "steps.csv")))
+            prof = [float(x["ms"]) for x in rows if x["phase"] == "profiled" and x["ms"]]
+            plain = [float(x["ms"]) for x in rows[skip // 2:] if x["phase"] == "" and x["ms"]]
+            row["window_median_ms"] = statistics.median(prof) if prof else None
+            row["same_run_unprofiled_median_ms"] = statistics.median(plain) if plain else None
+    return row
+
+
+def check(row: dict) -> None:
+    """The verdict and the light window's figures of a captured run."""
+    js = Path(row["run_dir"]) / "checkup.json"
+    p = subprocess.run([PY, "-m", "gpucheckup", "analyze", row["run_dir"], "--json", str(js), "--quiet"],
+                       capture_output=True, text=True, timeout=200)
+    if p.returncode:
+        row["verdict_error"] = p.stderr[-500:]
+        return
+    r = json.loads(js.read_text())
+    r = r[0] if isinstance(r, list) else r
+    row["verdict"] = r["verdict"]["primary"]
+    row["scores"] = r["verdict"].get("scores")
+    row["busy_pct"] = (r.get("gpu") or {}).get("busy_pct")
+    row["gaps_source"] = (r.get("gaps") or {}).get("source")
+    row["gaps_pct_of_step"] = (r.get("gaps") or {}).get("pct_of_step")
+    row["host_samples"] = (r.get("run_figures") or {}).get("host_samples")
+
+
+def pct(a, b):
+    return None if a is None or b in (None, 0) else 100.0 * (a / b - 1.0)
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| workload | plain ms (runs) | full window ms (runs) | light window ms (runs) | full vs plain | "
+           "light vs plain | light vs same-run unprofiled | verdict full | verdict light | expected |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for job in JOBS:
+        by = {m: [r for r in rows if r["job"] == job and r["mode"] == m] for m in MODES}
+        if not any(by.values()):
+            continue
+        pl = [r["plain_median_ms"] for r in by["plain"] if r.get("plain_median_ms")]
+        fu = [r["window_median_ms"] for r in by["full"] if r.get("window_median_ms")]
+        li = [r["window_median_ms"] for r in by["light"] if r.get("window_median_ms")]
+        same = [pct(r.get("window_median_ms"), r.get("same_run_unprofiled_median_ms")) for r in by["light"]]
+        same = [x for x in same if x is not None]
+        med = {k: statistics.median(v) if v else None for k, v in (("p", pl), ("f", fu), ("l", li))}
+
+        def runs(v):
+            return ", ".join(f"{x:.2f}" for x in v)
+
+        def fmt(x):
+            return "-" if x is None else f"{x:+.1f}%"
+
+        vf = sorted({str(r.get("verdict")) for r in by["full"] if "verdict" in r})
+        vl = sorted({str(r.get("verdict")) for r in by["light"] if "verdict" in r})
+        out.append(f"| {job} | {med['p'] or 0:.2f} ({runs(pl)}) | {med['f'] or 0:.2f} ({runs(fu)}) | "
+                   f"{med['l'] or 0:.2f} ({runs(li)}) | {fmt(pct(med['f'], med['p']))} | {fmt(pct(med['l'], med['p']))} | "
+                   f"{fmt(statistics.median(same)) if same else '-'} ({', '.join(f'{x:+.1f}' for x in same)}) | "
+                   f"{'/'.join(vf) or '-'} | {'/'.join(vl) or '-'} | {JOBS[job][4] or '-'} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--deadline-s", type=float, default=540.0)
+    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/light_ab"))
+    a = ap.parse_args()
+    t_end = time.time() + a.deadline_s
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.work.mkdir(parents=True, exist_ok=True)
+    jobs = a.jobs.split(",")
+    rows: list[dict] = []
+
+    def save():
+        (a.out / "light_ab.json").write_text(json.dumps(rows, indent=1))
+        (a.out / "light_ab.md").write_text(table(rows) + "\n")
+
+    for r in range(a.rounds):
+        for job in jobs:
+            if time.time() > t_end - 150:  # keep time for the check-ups
+                break
+            order = MODES[r % 3:] + MODES[: r % 3]
+            for m in order:
+                try:
+                    row = run_once(job, m, a.work, r)
+                except Exception as e:  # noqa: BLE001
+                    row = {"job": job, "mode": m, "round": r, "error": f"{type(e).__name__}: {e}"}
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "stderr"}), flush=True)
+            save()
+    for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: x["round"]):
+        if time.time() > t_end:
+            break
+        try:
+            check(row)
+        except Exception as e:  # noqa: BLE001
+            row["verdict_error"] = f"{type(e).__name__}: {e}"
+        print(row["job"], row["mode"], row["round"], row.get("verdict"), row.get("gaps_source"),
+              json.dumps(row.get("host_samples"))[:400], flush=True)
+        save()
+    save()
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Sync-bound training: a bf16 MLP whose every block logs a statistic with .item(), and a per-parameter
+gradient-norm check after backward (each .item() waits for the GPU to drain, then the host launches the rest).
+
+8 blocks of Linear(2048) + GELU, batch 512, AdamW. The GPU idles while the host, after each
+synchronization, launches the next kernels. The expected verdict is sync_bound.
+"""
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import StepClock, parse  # noqa: E402
+
+
+def main():
+    args = parse(__doc__.splitlines()[0], batch=512, d=2048, blocks=8, steps=150, warmup=20)
+    torch.manual_seed(0)
+    dev = torch.device(args.device)
+    blocks = nn.ModuleList(nn.Linear(args.d, args.d) for _ in range(args.blocks)).to(dev)
+    opt = torch.optim.AdamW(blocks.parameters(), lr=1e-4)
+    x = torch.randn(args.batch, args.d, device=dev)
+    clock = StepClock(args)
+    stats = []
+    while True:
+        h = x
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            for b in blocks:
+                h = nn.functional.gelu(b(h))
+                stats.append(h.float().abs().mean().item())  # a host-GPU sync per block
+            loss = h.float().square().mean()
+        loss.backward()
+        norms = [p.grad.norm().item() for p in blocks.parameters()]  # a sync per parameter
+        if max(norms) < float("inf"):
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        if not clock.step_done():
+            break
+    clock.finish()
+
+
+if __name__ == "__main__":
+    main()
