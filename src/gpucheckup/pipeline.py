@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup import layout
-from gpucheckup.analysis import stack_samples
+from gpucheckup.analysis import stack_samples, step_history
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.analysis.run import RunAnalysis, analyze_run
@@ -238,7 +238,24 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         c.report.update(run_parts(ra, used, None, coarse))
     if not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
+    note = unsettled_note(ra)
+    for r in out.reports() if note else ():
+        r["notes"].append(note)
     return out
+
+
+def unsettled_note(ra: RunAnalysis) -> str | None:
+    """Why a run has no steady-state figures: too few plain steps, or step times that never settled."""
+    st = ra.steps
+    if not st or st["settled"]:
+        return None
+    h = step_history
+    if st["plain_count"] < h.MIN_PLAIN:
+        why = f"only {st['plain_count']} unprofiled steps were timed (the figures need {h.MIN_PLAIN})"
+    else:
+        why = f"its step times never settled ({h.WARMUP_RUN} steps in a row within {h.WARMUP_TOL_PCT:g}% of the median)"
+    return (f"no steady-state step figures: the job ran {st['last_step']} steps and {why}; it is too short for a "
+            "steady-state window: run it for more steps")
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:
