@@ -44,11 +44,40 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.monitor_live import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
+    from gpucheckup import api
+
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
     if jobs is not None and jobs < 1:
         raise CheckupError(f"--jobs must be 1 or more, got {jobs}")
-    emit(check(args.path, mfu_inputs(args), args.ncu, jobs=jobs), Output.of(args), console)
-    return 0
+    verdicts, tests = api.conditions(args.fail_on, args.fail_if)  # checked before the work
+    result = check(args.path, mfu_inputs(args), args.ncu, jobs=jobs)
+    rc = emit(result, Output.of(args), console)
+    return gate(result, verdicts, tests) or rc
+
+
+EXIT_FAILED_CONDITION = 3  # --fail-on / --fail-if fired (README: exit codes)
+
+
+def gate(result, verdicts: set[str], tests: list) -> int:
+    """EXIT_FAILED_CONDITION and one line per condition that fired, else 0; a --fail-if figure the check-up
+    has no value for is said, and fires nothing."""
+    from gpucheckup import api
+
+    if not verdicts and not tests:
+        return 0
+    reports = result.reports()
+    if not reports:
+        return 0
+    ups = [api.CheckUp.of(r) for r in reports]
+    up = ups[0]
+    if len(ups) > 1:
+        up.ranks = ups
+    for name in api.unmeasured(up, tests):
+        say(f"gpucheckup: --fail-if {name}: not measured in this check-up, so it cannot fire")
+    fired = api.failed(up, verdicts, tests)
+    for line in fired:
+        say(f"gpucheckup: failed: {line}")
+    return EXIT_FAILED_CONDITION if fired else 0
 
 
 def cmd_demo(args, console) -> int:
@@ -61,8 +90,7 @@ def cmd_demo(args, console) -> int:
     result = Checkups(Path("demo"), [c for case in cases for c in check(demo_trace(case)).checkups])
     out = Output.of(args)
     out.html = out.html or DEMO_HTML
-    emit(result, out, console, cases)
-    return 0
+    return emit(result, out, console, cases)
 
 
 def demo_trace(case: str) -> Path:
@@ -124,20 +152,13 @@ def cmd_attach(args, console) -> int:
                                                              soft_wrap=True))
     if got.trace is not None:
         console.print(f"trace written: {got.trace}", markup=False, highlight=False, soft_wrap=True)
-        try:
-            result = check(got.trace, inputs, args.ncu)
-        except CheckupError as e:
-            if "CPU-only" not in str(e):
-                raise
-            console.print("no GPU timeline: the trace holds CPU activity only (no kernels, copies or memsets); "
-                          "open it in Perfetto (ui.perfetto.dev) to look at the host side", markup=False)
-            return 0
+        result = check(got.trace, inputs, args.ncu)  # a CPU-only trace gets its CPU-side check-up
     else:
         result = check(got.run_dir, inputs, args.ncu)
-    emit(result, Output.of(args), console)
+    rc = emit(result, Output.of(args), console)
     if got.run_dir is not None:
         console.print(f"run directory: {got.run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
-    return 0
+    return rc
 
 
 def cmd_ceilings(args, console) -> int:
