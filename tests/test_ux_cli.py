@@ -73,3 +73,83 @@ def test_short_run_suggests_no_skip_past_its_end(short_runs, steps):
     st = report["run_figures"]["steps"]
     if not st["settled"]:
         assert any("too short for a steady-state window" in n for n in report["notes"]), report["notes"]
+
+
+# ---- item 6: files asked for are written, or said and a non-zero exit; `--json -` ----------------------
+
+def test_cpu_only_run_writes_html_and_markdown_and_says_what_it_cannot_write(short_runs, tmp_path):
+    """A CPU training job's run directory: its CPU-side check-up as HTML and Markdown (they used to be skipped
+    silently with exit 0); the annotated trace cannot be made: one line, exit 4."""
+    _, run_dir, _ = short_runs[64]
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    p = cli("analyze", run_dir, "--html", html, "--markdown", md, "--quiet")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "aten::addmm" in html.read_text() and "aten::addmm" in md.read_text()
+    p = cli("analyze", run_dir, "--perfetto", tmp_path / "a.json.gz", "--quiet")
+    assert p.returncode == 4
+    lines = [x for x in p.stderr.splitlines() if "not written" in x]
+    assert len(lines) == 1 and "--perfetto" in lines[0] and not (tmp_path / "a.json.gz").exists()
+
+
+def test_run_without_a_trace_says_the_html_is_not_written(short_runs, tmp_path):
+    _, run_dir, _ = short_runs[10]  # fewer steps than the default skip: no profiled window
+    p = cli("analyze", run_dir, "--html", tmp_path / "r.html", "--quiet")
+    assert p.returncode == 4
+    assert sum("not written: --html" in x for x in p.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_json_dash_writes_standard_output_only(tmp_path):
+    from conftest import DEMO
+
+    p = cli("analyze", DEMO / "input_bound" / "trace.json.gz", "--json", "-", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)  # stdout holds the JSON alone: the terminal report went to stderr
+    assert doc["verdict"]["primary"] == "input_bound"
+    assert "Verdict" in p.stderr
+    assert not (tmp_path / "-").exists()
+
+
+# ---- CI: --fail-on, --fail-if ---------------------------------------------------------------------------
+
+def test_fail_on_and_fail_if_exit_3_with_one_line_each(tmp_path):
+    from conftest import DEMO
+
+    trace = DEMO / "launch_bound" / "trace.json.gz"
+    ok = cli("analyze", trace, "--quiet", "--json", tmp_path / "r.json")
+    busy = json.loads((tmp_path / "r.json").read_text())["gpu"]["busy_pct"]
+    assert ok.returncode == 0
+    p = cli("analyze", trace, "--quiet", "--fail-on", "input_bound,LAUNCH-BOUND")
+    assert p.returncode == 3 and p.stderr.count("failed:") == 1 and "verdict launch_bound" in p.stderr
+    p = cli("analyze", trace, "--quiet", "--fail-if", f"busy<{busy + 1:.3f}", "--fail-if", f"busy_pct<{busy - 1:.3f}")
+    assert p.returncode == 3 and p.stderr.count("failed:") == 1 and "busy_pct" in p.stderr
+    p = cli("analyze", trace, "--quiet", "--fail-on", "gpu_bound", "--fail-if", f"busy_pct>{busy + 1:.3f}")
+    assert p.returncode == 0, p.stderr
+    for bad in (("--fail-if", "speed<3"), ("--fail-if", "busy_pct~3"), ("--fail-on", "slow")):
+        p = cli("analyze", trace, "--quiet", *bad)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+# ---- the Python API ---------------------------------------------------------------------------------------
+
+def test_api_returns_the_checkup_the_cli_writes(tmp_path):
+    from conftest import DEMO
+
+    import gpucheckup
+
+    trace = DEMO / "input_bound" / "trace.json.gz"
+    cli("analyze", trace, "--quiet", "--json", tmp_path / "r.json")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    c = gpucheckup.analyze(trace)
+    assert c.verdict == doc["verdict"]["primary"] == "input_bound"
+    assert [f.id for f in c.findings] == [f["id"] for f in doc["verdict"]["findings"]]
+    assert [x.action for x in c.fixes] == [x["action"] for x in doc["fixes"]]
+    assert c.figures["busy_pct"] == pytest.approx(doc["gpu"]["busy_pct"])
+    assert c.figures["step_ms"] == pytest.approx(doc["window"]["step_ms"])
+    assert set(c.figures) == set(gpucheckup.FIGURES)
+
+
+def test_import_gpucheckup_stays_light():
+    code = "import sys, gpucheckup; print(sorted(m for m in sys.modules if m.startswith(('gpucheckup', 'numpy'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['gpucheckup']"
