@@ -153,3 +153,43 @@ def test_import_gpucheckup_stays_light():
     code = "import sys, gpucheckup; print(sorted(m for m in sys.modules if m.startswith(('gpucheckup', 'numpy'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['gpucheckup']"
+
+
+# ---- attach in py-spy mode writes a speedscope file ---------------------------------------------------------
+
+def test_pyspy_attach_writes_a_speedscope_file_listed_in_the_manifest(tmp_path):
+    pytest.importorskip("torch", reason="attaches to a real torch job")
+    import csv
+    import time
+
+    from gpucheckup import layout
+    from gpucheckup.capture.attach import find_pyspy
+
+    if find_pyspy() is None:
+        pytest.fail("py-spy is part of the test extras; install it (pip install -e '.[test]')")
+    ready = tmp_path / "ready"
+    job = subprocess.Popen([sys.executable, str(JOBS / "slow_loader.py"), "60", str(ready)])
+    try:
+        deadline = time.time() + 120
+        while not ready.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        p = cli("attach", "--pid", job.pid, "--mode", "py-spy", "--duration", "3", "--rate", "4", "--out",
+                tmp_path / "runs", "--html", tmp_path / "r.html", timeout=120)
+    finally:
+        job.kill()
+        job.wait()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert p.returncode == 4 and sum("not written: --html" in x for x in p.stderr.splitlines()) == 1, p.stderr
+    doc = json.loads((run_dir / layout.SPEEDSCOPE).read_text())
+    rows = list(csv.DictReader((run_dir / layout.SAMPLES).open()))
+    prof = doc["profiles"][0]
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json" and prof["type"] == "sampled"
+    assert len(prof["samples"]) == len(prof["weights"]) == len(rows) >= 4
+    frames = doc["shared"]["frames"]
+    assert all(0 <= i < len(frames) for s in prof["samples"] for i in s)
+    assert any(f["file"].endswith("slow_loader.py") for f in frames)
+    # root first: the job's module frame is the first of a stack that holds it
+    top = [frames[s[0]]["name"] for s in prof["samples"] if s]
+    assert "<module>" in top
+    manifest = json.loads((run_dir / layout.MANIFEST).read_text())
+    assert layout.SPEEDSCOPE in json.dumps(manifest["artefacts"])
