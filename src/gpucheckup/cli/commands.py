@@ -180,7 +180,10 @@ def cmd_ncu_cmd(args, console) -> int:
     if report is None:
         from gpucheckup.pipeline import check
 
-        report = check(args.path).reports()[0]
+        result = check(args.path)
+        if not result.checkups:
+            raise CheckupError(f"{args.path}: no kernels to profile: the trace has no device activity")
+        report = result.reports()[0]
     sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
 
