@@ -193,3 +193,24 @@ def test_pyspy_attach_writes_a_speedscope_file_listed_in_the_manifest(tmp_path):
     assert "<module>" in top
     manifest = json.loads((run_dir / layout.MANIFEST).read_text())
     assert layout.SPEEDSCOPE in json.dumps(manifest["artefacts"])
+
+
+def test_cpu_side_pages_escape_names_from_the_trace(tmp_path):
+    """Synthetic (an edge case: hostile names): an operator named like markup is text in every format."""
+    from conftest import write_trace
+
+    evil = "<img src=x onerror=alert(1)>\x1b[2J"
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+              {"ph": "X", "cat": "cpu_op", "name": evil, "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 10}]
+    trace = write_trace(tmp_path / "t.json", events)
+    p = cli("analyze", trace, "--html", tmp_path / "r.html", "--markdown", tmp_path / "r.md", "--json", "-")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["verdict"]["primary"] == "cpu_only"
+    ops = {o["name"]: o for o in doc["cpu"]["top_ops"]}
+    assert ops[evil]["self_ms"] == pytest.approx(0.040) and ops["aten::add"]["self_ms"] == pytest.approx(0.010)
+    assert doc["cpu"]["python_between_pct"] == pytest.approx(50.0)
+    page = (tmp_path / "r.html").read_text()
+    assert "<img" not in page and "&lt;img src=x" in page and "\x1b" not in page
+    assert "<img" not in (tmp_path / "r.md").read_text() and "\x1b" not in p.stderr
