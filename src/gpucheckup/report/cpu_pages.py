@@ -39,6 +39,25 @@ def _html_table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _html_findings(r: dict) -> str:
+    """A run directory's run-level findings (title and evidence) and its fixes."""
+    out = "".join(f"<h3>{_h(f['title'])}</h3><ul>" + "".join(f"<li>{_h(e)}</li>" for e in f["evidence"]) + "</ul>"
+                  for f in r["verdict"]["findings"])
+    if r["fixes"]:
+        out += "<h3>What to try first</h3><ol>" + "".join(f"<li>{_h(x['action'])}</li>" for x in r["fixes"]) + "</ol>"
+    return out
+
+
+def _md_findings(r: dict) -> list[str]:
+    """The same as Markdown lines."""
+    out = []
+    for f in r["verdict"]["findings"]:
+        out += [f"### {md(f['title'])}\n"] + [f"- {md(e)}" for e in f["evidence"]] + [""]
+    if r["fixes"]:
+        out += ["### What to try first\n"] + [f"{i}. {md(x['action'])}" for i, x in enumerate(r["fixes"], 1)] + [""]
+    return out
+
+
 def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up") -> str:
     """One HTML page holding each (label, report) CPU-side check-up; no script, no outside request."""
     parts = []
@@ -46,6 +65,7 @@ def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up")
         c, v = r["cpu"], r["verdict"]
         parts.append(f"<section><h2>{_h(label)}</h2><p>{_h(r['trace']['path'])}</p>"
                      f"<p class=v><b>{_h(v['title'])}</b><br>{_h(v['reason'])}</p>"
+                     + _html_findings(r) +
                      f"<h3>Key figures</h3>{_html_table(['figure', 'value'], [list(x) for x in figure_rows(c)])}"
                      f"<h3>Operators by self time</h3>{_html_table(OP_HEADERS, _op_rows(c))}"
                      f"<h3>Threads by operator time</h3>{_html_table(THREAD_HEADERS, _thread_rows(c))}"
@@ -62,8 +82,9 @@ def render_markdown(pages: list[tuple[str, dict]], title: str = "CPU-side check-
     out = [f"# gpucheckup: {md(title)}\n"]
     for label, r in pages:
         c, v = r["cpu"], r["verdict"]
-        out += [f"## {md(label)}\n", f"{md(r['trace']['path'])}\n", f"**{md(v['title'])}**: {md(v['reason'])}\n",
-                "### Key figures\n", table(["figure", "value"], [list(x) for x in figure_rows(c)], {1}),
+        out += [f"## {md(label)}\n", f"{md(r['trace']['path'])}\n", f"**{md(v['title'])}**: {md(v['reason'])}\n"]
+        out += _md_findings(r)
+        out += ["### Key figures\n", table(["figure", "value"], [list(x) for x in figure_rows(c)], {1}),
                 "### Operators by self time\n", table(OP_HEADERS, _op_rows(c), {1, 2, 3, 4}),
                 "### Threads by operator time\n", table(THREAD_HEADERS, _thread_rows(c), {1, 2, 3})]
         out += [f"note: {md(n)}\n" for n in r["notes"]]

@@ -8,6 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.report import terminal
 from gpucheckup.safe_text import safe_tree
 
 
@@ -18,6 +19,10 @@ def render(report: dict, console: Console) -> None:
     console.print()
     console.print(Text(f"gpucheckup {r['trace']['path']}", style="bold"), soft_wrap=True)
     console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title="CPU-side check-up", title_align="left"))
+    for f in v["findings"]:  # a run directory's run-level findings
+        console.print(terminal._finding(f))
+    if r["fixes"]:
+        console.print(terminal._fixes(r))
     t = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("figure")
     t.add_column("value", justify="right")
