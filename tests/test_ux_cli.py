@@ -214,3 +214,21 @@ def test_cpu_side_pages_escape_names_from_the_trace(tmp_path):
     page = (tmp_path / "r.html").read_text()
     assert "<img" not in page and "&lt;img src=x" in page and "\x1b" not in page
     assert "<img" not in (tmp_path / "r.md").read_text() and "\x1b" not in p.stderr
+
+
+def test_folder_mixing_gpu_and_cpu_only_traces(tmp_path):
+    """A GPU trace and a CPU-only one (HTA's rank_non_gpu) in one folder: both checked up, neither refused."""
+    import shutil
+
+    from conftest import DEMO, REPO
+
+    import gpucheckup
+
+    shutil.copy(DEMO / "input_bound" / "trace.json.gz", tmp_path / "a.json.gz")
+    shutil.copy(REPO / "tests" / "data" / "hta" / "rank_non_gpu.json.gz", tmp_path / "b.json.gz")
+    c = gpucheckup.analyze(tmp_path)
+    assert [r.verdict for r in c.ranks] == ["input_bound", "cpu_only"]
+    p = cli("analyze", tmp_path, "--quiet", "--json", tmp_path / "r.json", "--fail-on", "cpu_only")
+    assert p.returncode == 3 and "b.json.gz: verdict cpu_only" in p.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["verdict"]["primary"] == "input_bound" and doc["cpu_checkups"][0]["verdict"]["primary"] == "cpu_only"

@@ -112,15 +112,24 @@ def analyze(path, **mfu) -> CheckUp:
     from gpucheckup.analysis.mfu import MfuInputs
     from gpucheckup.pipeline import check
 
-    result = check(Path(path), MfuInputs(**mfu) if mfu else None)
-    reports = result.reports()
-    if not reports:
+    up = checkup_of(check(Path(path), MfuInputs(**mfu) if mfu else None))
+    if up is None:
         raise CheckupError(f"{path}: nothing was checked up")
+    return up
+
+
+def checkup_of(result) -> CheckUp | None:
+    """The typed check-up of a pipeline.Checkups: the first report, and every one in `ranks` when there are
+    several (a folder mixing traces with and without device activity: the GPU ones, then the CPU-side ones)."""
+    reports = result.reports()
+    if result.checkups and result.cpu:
+        reports = reports + [c.report for c in result.cpu]
+    if not reports:
+        return None
     ups = [CheckUp.of(r) for r in reports]
-    first = ups[0]
     if len(ups) > 1:
-        first.ranks = ups
-    return first
+        ups[0].ranks = ups
+    return ups[0]
 
 
 # ---- the command line's --fail-on and --fail-if ------------------------------------------------------

@@ -63,15 +63,9 @@ def gate(result, verdicts: set[str], tests: list) -> int:
     has no value for is said, and fires nothing."""
     from gpucheckup import api
 
-    if not verdicts and not tests:
+    up = api.checkup_of(result) if verdicts or tests else None
+    if up is None:
         return 0
-    reports = result.reports()
-    if not reports:
-        return 0
-    ups = [api.CheckUp.of(r) for r in reports]
-    up = ups[0]
-    if len(ups) > 1:
-        up.ranks = ups
     for name in api.unmeasured(up, tests):
         say(f"gpucheckup: --fail-if {name}: not measured in this check-up, so it cannot fire")
     fired = api.failed(up, verdicts, tests)
