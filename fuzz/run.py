@@ -80,7 +80,9 @@ def invoke(argv: list[str]) -> tuple[str, str, str]:
     except Exception as e:  # noqa: BLE001 - what the fuzzer is looking for
         return "crash", crash_key(e), f"{type(e).__name__}: {str(e)[:200]}"
     stderr = err.getvalue()
-    if rc == 0:
+    if rc == 4 and len([ln for ln in stderr.splitlines() if "not written" in ln]) != 1:
+        return "unsafe", "not-written line", repr(stderr[-300:])
+    if rc in (0, 4):  # 4: a file asked for could not be written, said in one line (cli/emit.py)
         bad = UNSAFE & set(out.getvalue())
         if bad:
             return "unsafe", "terminal", repr(sorted(bad))

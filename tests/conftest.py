@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -11,6 +12,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "src" / "gpucheckup" / "data" / "demo"
+REQUIRE_TORCH = "GPUCHECKUP_REQUIRE_TORCH"  # =1 (.ci/run sets it): the torch tests may not skip
+
+
+def pytest_configure(config):
+    """Without torch the tests that run real torch jobs skip; with $GPUCHECKUP_REQUIRE_TORCH=1 the run stops
+    instead (a CI machine must run them). Chromium: tests/browser.py, $GPUCHECKUP_REQUIRE_BROWSER."""
+    if os.environ.get(REQUIRE_TORCH) == "1" and importlib.util.find_spec("torch") is None:
+        raise pytest.UsageError(f"{REQUIRE_TORCH}=1 but torch is not installed: the tests that run real torch "
+                                "jobs are required here (pip install torch==2.13.0)")
 
 
 def fixtures_dir() -> Path | None:

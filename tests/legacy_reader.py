@@ -12,9 +12,10 @@ import numpy as np
 Number = int | float
 _NO_RAW = msgspec.Raw(b"")
 
-GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2}
+GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "Kernel": 0, "Memcpy": 1, "Memset": 2,
+            "mtia_ccp_events": 0}  # MTIA's device work reads as kernels (issue 12)
 HOST_CATS = {"cpu_op": 0, "Operator": 0, "user_annotation": 1, "cuda_runtime": 2, "Runtime": 2, "cuda_driver": 3,
-             "python_function": 4}
+             "python_function": 4, "mtia_runtime": 2}
 MAX_EVENT_US = 24 * 3600 * 1e6
 
 

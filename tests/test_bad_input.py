@@ -76,10 +76,13 @@ def test_empty_trace_events(tmp_path):
     assert_one_line_error(run_cli("analyze", str(bad)), "no profiler events")
 
 
-def test_cpu_only_trace(tmp_path):
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0}]
+def test_trace_without_device_work_or_cpu_operators(tmp_path):
+    """A trace with CPU operators gets the CPU-side check-up (tests/test_hta_traces.py); with neither device
+    work nor CPU operators, one line names both."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0}]
     bad = write_trace(tmp_path / "cpu.json", events)
-    assert_one_line_error(run_cli("analyze", str(bad)), "CPU-only trace")
+    assert_one_line_error(run_cli("analyze", str(bad)), "no device activity")
+    assert "no CPU operators" in run_cli("analyze", str(bad)).stderr
 
 
 def test_unknown_schema_version(tmp_path):

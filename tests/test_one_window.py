@@ -50,7 +50,9 @@ def outputs(request, tmp_path_factory) -> dict:
         [sys.executable, "-m", "gpucheckup", "analyze", str(request.param), "--json", str(files["json"]),
          "--html", str(files["html"]), "--markdown", str(files["md"]), "--perfetto", str(perfetto)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
-    assert res.returncode == 0, res.stderr
+    # exit 4: a run with no trace to check up says in one line that the HTML, Markdown and annotated trace are
+    # not written; a trace without device activity (a CPU-side check-up) has no annotated trace
+    assert res.returncode == 0 or (res.returncode == 4 and "not written" in res.stderr), res.stderr
     doc = json.loads(files["json"].read_text())
     reports = doc["reports"] if "reports" in doc else [doc]
     marks = []
@@ -143,7 +145,7 @@ def test_every_finding_shows_its_evidence_in_every_format(outputs):
             line = f"at {first['start_ms']:.3f} ms: {first['name']} on {first['where']} ({first['dur_ms']:.3f} ms)"
             for fmt in ("terminal", "md", "html"):
                 if fmt != "terminal" and not r.get("window"):
-                    continue  # a run with no GPU timeline gets the terminal and JSON only (the CLI says so)
+                    continue  # a run with no GPU timeline: no event lines in its pages (the CLI says so)
                 assert line.replace("\\", "") in outputs[fmt].replace("\\", ""), (fmt, f["id"], line)
             if first["t_us"] is not None and outputs["marks"]:
                 names = {m["name"] for m in outputs["marks"] if m["ph"] == "b"}

@@ -3,7 +3,8 @@
 Checked: the page loads from file:// with no console error, no exception, no CSP violation and
 no request beyond the file itself; every plot is drawn (pixels in its box are not blank and
 hold the colours the plot uses); the sortable table sorts; text from a trace, however hostile,
-shows as text and runs nothing. Chromium missing is a failure, not a skip (.ci/run installs it).
+shows as text and runs nothing. Chromium missing skips these tests, or fails them when
+$GPUCHECKUP_REQUIRE_BROWSER is 1 (.ci/run installs Chromium and sets it).
 """
 
 from __future__ import annotations

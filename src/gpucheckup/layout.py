@@ -26,6 +26,7 @@ NVML = "nvml.csv"
 CPU = "cpu.csv"
 SAMPLES = "samples.csv"
 STACKS = "stacks.txt"
+SPEEDSCOPE = "stacks.speedscope.json"
 ATTACH = "attach.json"
 BOOTSTRAP_LOG = "agent-bootstrap.log"
 TRACES = "traces"
@@ -75,6 +76,7 @@ ARTEFACT_WHAT = (  # (name prefix, what it holds) for the manifest's artefact li
     ("flops", "FLOPs of one training step counted by FlopCounterMode (JSON)"),
     (SAMPLES, "py-spy samples of the job's main thread, one per dump (CSV)"),
     (STACKS, "the sampled main-thread stacks, most common first"),
+    (SPEEDSCOPE, "the sampled main-thread stacks for www.speedscope.app (speedscope's sampled profile)"),
     (ATTACH, "the out-of-process attach's settings (JSON)"),
     ("host-samples", "py-spy stacks sampled outside the job during its light window (JSON)"),
     ("sampling", "the agent's mark that started or stopped the light window's sampling"),

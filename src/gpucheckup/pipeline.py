@@ -7,7 +7,9 @@ rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in trace
 windows; else the latest attach capture) is checked up as above with the run-level findings
 appended, and the run keys (report/run_model.py) are added to its report dict. A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
-which says so. An out-of-process attach's py-spy samples get their coarse verdict
+which says so. A trace without device activity gets the CPU-side check-up instead
+(analysis/cpu_profile.py, report/cpu_model.py), when it has CPU operators; with none either, it is
+refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
 (diagnosis/coarse.py) here, from the samples stored in the run directory.
 """
 
@@ -24,6 +26,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup import layout
+from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.diagnosis import Diagnosis, diagnose
@@ -54,6 +57,14 @@ class Checkup:
 
 
 @dataclass
+class CpuCheckup:
+    """The CPU-side check-up of a trace without device activity, and its report dict."""
+
+    profile: CpuProfile
+    report: dict
+
+
+@dataclass
 class RunCheckup:
     """A run directory's run-level analysis and findings, and its report when there is no GPU timeline."""
 
@@ -73,10 +84,12 @@ class Checkups:
     checkups: list[Checkup] = field(default_factory=list)
     run: RunCheckup | None = None
     job: JobCheckup | None = None  # several ranks with collectives: the cross-rank check-up (ranks_checkup.py)
+    cpu: list[CpuCheckup] = field(default_factory=list)  # traces without device activity: CPU-side check-ups
 
     def reports(self) -> list[dict]:
-        """The report dicts: one per checked-up trace, or the run-only one."""
-        return [c.report for c in self.checkups] or ([self.run.report] if self.run and self.run.report else [])
+        """The report dicts: one per checked-up trace (GPU ones; else the CPU-side ones), or the run-only one."""
+        return ([c.report for c in self.checkups] or [c.report for c in self.cpu]
+                or ([self.run.report] if self.run and self.run.report else []))
 
 
 def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
@@ -85,8 +98,9 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
     path = Path(path)
     if is_run_dir(path):
         return check_run(path, inputs, ncu_csv)
-    checkups = check_path(path, console, inputs, ncu_csv, jobs)
-    out = Checkups(path, checkups)
+    cpu: list[CpuCheckup] = []
+    checkups = check_path(path, console, inputs, ncu_csv, jobs, cpu)
+    out = Checkups(path, checkups, cpu=cpu)
     if len(checkups) > 1 and all(c.analysis is not None for c in checkups):
         from gpucheckup.ranks_checkup import attach_job
 
@@ -109,6 +123,8 @@ def trace_paths(path: Path) -> list[Path]:
         if not files:
             raise CheckupError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
         return files
+    if path.is_file() and path.stat().st_size == 0:
+        raise CheckupError(f"{path}: empty file (0 bytes): no trace events, so nothing to check up")
     return [path]
 
 
@@ -143,16 +159,33 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     return Checkup(a, d, checkup_dict(a, d))
 
 
-def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
+def cpu_checkup(trace) -> CpuCheckup:
+    """The CPU-side check-up of a trace without device activity; CheckupError when it has no CPU operators
+    either (nothing to check up)."""
+    from gpucheckup.report.cpu_model import cpu_dict
+
+    p = cpu_profile(trace)
+    if p is None:
+        raise CheckupError(f"{trace.path}: nothing to check up: no device activity (no kernels, copies, memsets "
+                           "or other accelerator work) and no CPU operators (cpu_op events)")
+    return CpuCheckup(p, cpu_dict(trace, p))
+
+
+def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:
     """In a worker process: one trace's check-up, without its analysis (the trace's tables stay there)."""
-    c = check_trace(read_trace(f), inputs, ncu, ncu_csv)
+    trace = read_trace(f)
+    if not trace.has_gpu:
+        return cpu_checkup(trace)
+    c = check_trace(trace, inputs, ncu, ncu_csv)
     return Checkup(None, c.diagnosis, c.report)
 
 
 def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
-               ncu_csv: Path | None = None, jobs: int | None = None) -> list[Checkup]:
+               ncu_csv: Path | None = None, jobs: int | None = None,
+               cpu: list[CpuCheckup] | None = None) -> list[Checkup]:
     """Check up every trace under a path, in rank order; a large folder in worker processes (`jobs`: how
-    many, default one per core; 1 keeps every analysis in this process)."""
+    many, default one per core; 1 keeps every analysis in this process). Traces without device activity
+    get their CPU-side check-up appended to `cpu` when it is given (else they are refused)."""
     files = trace_paths(path)
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
@@ -168,7 +201,9 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
             workers = min(len(files), jobs or parallel.cores())
             progress.update(task, description=f"checking up {len(files)} traces on {workers} cores")
             for f, c in parallel.map_files(_check_file, files, inputs, ncu, ncu_csv, jobs=jobs):
-                (skipped if isinstance(c, CheckupError) else results).append(c)
+                if isinstance(c, CpuCheckup) and cpu is None:
+                    c = CheckupError(f"{f}: CPU-only trace (no device activity)")
+                (skipped if isinstance(c, CheckupError) else cpu if isinstance(c, CpuCheckup) else results).append(c)
                 progress.advance(task)
             in_process = []
         for f in in_process:
@@ -177,16 +212,19 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
             try:
                 trace = read_trace(f)
                 progress.update(task, description=f"analyzing {escape(f.name)}")
-                results.append(check_trace(trace, inputs, ncu, ncu_csv))
+                if cpu is not None and not trace.has_gpu:
+                    cpu.append(cpu_checkup(trace))
+                else:
+                    results.append(check_trace(trace, inputs, ncu, ncu_csv))
             except CheckupError as e:
                 if len(files) == 1:
                     raise
                 skipped.append(e)  # one bad rank file must not hide the others' check-ups
             progress.advance(task)
-    if not results:
+    if not results and not cpu:
         raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
     _sort_by_rank(results)
-    for c in results:
+    for c in results + (cpu or []):
         c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
     if len(results) > 1:
         _note_stragglers(results)
@@ -200,7 +238,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     from gpucheckup.diagnosis.coarse import coarse_verdict
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.ranks_checkup import attach_job
-    from gpucheckup.report.run_model import run_only_dict, run_parts
+    from gpucheckup.report.run_model import fix_dicts, run_only_dict, run_parts
 
     path = Path(path)
     if not is_run_dir(path):
@@ -232,7 +270,9 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         sampled.append(_sampled(path, p))
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
-                              "or memsets), so only the run-level figures are checked up")
+                              "or memsets): its CPU side and the run-level figures are checked up")
+            if cpu_profile(trace) is not None:
+                out.cpu.append(cpu_checkup(trace))
             continue
         used.append(str(p.relative_to(path)))
         out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(findings)))
@@ -248,10 +288,32 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     for c in out.checkups:
         c.report.update(run_parts(ra, used, None, coarse))
         _add_sampled(c.report, c.analysis, sampled, all_traces)
+    for c in out.cpu:
+        c.report.update(run_parts(ra, parts_traces, None, coarse))
+        c.report["verdict"]["findings"] = [f.to_dict() for f in findings]
+        c.report["fixes"] = fix_dicts(findings)
     if not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
         _add_sampled(rc.report, None, sampled, all_traces)
+    note = unsettled_note(ra)
+    for r in out.reports() if note else ():
+        r["notes"].append(note)
     return out
+
+
+def unsettled_note(ra: RunAnalysis) -> str | None:
+    """Why a run has no steady-state figures: too few plain steps, or step times that never settled."""
+    st = ra.steps
+    if not st or st["settled"]:
+        return None
+    from gpucheckup.analysis import step_history as h
+
+    if st["plain_count"] < h.MIN_PLAIN:
+        why = f"only {st['plain_count']} unprofiled steps were timed (the figures need {h.MIN_PLAIN})"
+    else:
+        why = f"its step times never settled ({h.WARMUP_RUN} steps in a row within {h.WARMUP_TOL_PCT:g}% of the median)"
+    return (f"no steady-state step figures: the job ran {st['last_step']} steps and {why}; it is too short for a "
+            "steady-state window: run it for more steps")
 
 
 def _sampled(run_dir: Path, p: Path):

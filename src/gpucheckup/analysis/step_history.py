@@ -8,7 +8,9 @@ Definitions (docs/capture.md):
   `profiled_median_ms`.
 - steady median: median of the plain steps in the second half of the run.
 - warm-up: the steps before the first plain step from which WARMUP_RUN (5) consecutive plain
-  steps all lie within WARMUP_TOL_PCT (20%) of the steady median.
+  steps all lie within WARMUP_TOL_PCT (20%) of the steady median. A run with no such WARMUP_RUN
+  steps never settled (too short, or too irregular, for a steady state): `settled` is False and
+  every steady-state figure below is None (so no --skip past the job's end is suggested).
 - stability: coefficient of variation (std / mean) of the plain steps after warm-up.
 - slow steps: plain steps after warm-up longer than SLOW_FACTOR (2) x the steady median; their
   time beyond the median as a share of all plain post-warm-up time; `period` = the most common
@@ -46,16 +48,19 @@ def step_stats(steps: dict) -> dict:
         "instrumented_steps": {p: [int(x) for x in n[has & (phase == p)]]
                                for p in ("profile-warmup", "flops") if (phase == p).any()},
         "total_s": float(np.nansum(ms) / 1000),
-        "steady_median_ms": None, "warmup_steps": None, "cv_pct": None, "slow": None, "profiler_overhead_pct": None,
+        "settled": False, "steady_median_ms": None, "warmup_steps": None, "cv_pct": None, "slow": None,
+        "profiler_overhead_pct": None,
     }
     if plain.sum() < MIN_PLAIN:
         return out
     pn, pms = n[plain], ms[plain]
     steady = float(np.median(pms[len(pms) // 2:]))
-    out["steady_median_ms"] = steady
     inside = np.abs(pms - steady) <= WARMUP_TOL_PCT / 100 * steady
     run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
-    first = int(np.argmax(run)) if run.any() else len(pms) - 1
+    if not run.any():
+        return out
+    first = int(np.argmax(run))
+    out["settled"], out["steady_median_ms"] = True, steady
     out["warmup_steps"] = int(pn[first]) - 1
     after_n, after = pn[first:], pms[first:]
     out["cv_pct"] = float(100 * np.std(after) / np.mean(after)) if len(after) > 1 and np.mean(after) > 0 else None

@@ -254,6 +254,7 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     if info.get("error"):
         failed["py-spy"] = info["error"]
     _write_samples(rd, samples)
+    rd.write_json(layout.SPEEDSCOPE, speedscope(samples, 1.0 / max(args.rate, 0.1), pid))
     rd.write_json(layout.ATTACH, {"pid": pid, "duration_s": duration, "rate_hz": args.rate,
                                   "native": info.get("native"), "py_spy": exe})
     rd.write_json(layout.ENV, host_env)
@@ -318,9 +319,24 @@ def sample_stacks(exe: str, pid: int, duration: float, rate: float, native: bool
             "main_stack": layout.FRAME_SEP.join(f"{_clean(f.get('name'))}{layout.FRAME_AT}{_clean(f.get('filename'))}"
                                                 for f in frames),
             "stack": ";".join(f"{f.get('name')}" for f in reversed(frames)),
+            "frames": [(str(f.get("name")), str(f.get("filename")), f.get("line")) for f in reversed(frames)],
         })
         time.sleep(max(0.0, period - (time.time() - t)))
     return samples, info
+
+
+def speedscope(samples: list[dict], period_s: float, pid: int) -> dict:
+    """The main thread's sampled stacks as a speedscope file (its "sampled" profile: one stack of frame
+    indices, root first, per dump, each weighing the dump period)."""
+    frames: dict[tuple, int] = {}
+    stacks = [[frames.setdefault(f, len(frames)) for f in s.get("frames", [])] for s in samples]
+    return {"$schema": "https://www.speedscope.app/file-format-schema.json", "exporter": f"gpucheckup {__version__}",
+            "name": f"gpucheckup attach --pid {pid}",
+            "shared": {"frames": [{"name": n, "file": f, **({"line": ln} if isinstance(ln, int) else {})}
+                                  for n, f, ln in frames]},
+            "profiles": [{"type": "sampled", "name": f"process {pid}, main thread", "unit": "seconds",
+                          "startValue": 0, "endValue": round(period_s * len(stacks), 6), "samples": stacks,
+                          "weights": [period_s] * len(stacks)}]}
 
 
 def _clean(part) -> str:

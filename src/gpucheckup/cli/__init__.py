@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         _import_numpy_single_threaded()
         from rich.console import Console
 
-        return args.func(args, Console(highlight=False))
+        to_stderr = str(getattr(args, "json", None)) == "-"  # `--json -`: stdout holds the JSON alone
+        return args.func(args, Console(highlight=False, stderr=to_stderr))
     except CheckupError as e:
         say(f"gpucheckup: error: {e}")
         return EXIT_BAD_INPUT

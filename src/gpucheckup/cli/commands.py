@@ -44,11 +44,34 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.monitor_live import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
+    from gpucheckup import api
+
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
     if jobs is not None and jobs < 1:
         raise CheckupError(f"--jobs must be 1 or more, got {jobs}")
-    emit(check(args.path, mfu_inputs(args), args.ncu, jobs=jobs), Output.of(args), console)
-    return 0
+    verdicts, tests = api.conditions(args.fail_on, args.fail_if)  # checked before the work
+    result = check(args.path, mfu_inputs(args), args.ncu, jobs=jobs)
+    rc = emit(result, Output.of(args), console)
+    return gate(result, verdicts, tests) or rc
+
+
+EXIT_FAILED_CONDITION = 3  # --fail-on / --fail-if fired (README: exit codes)
+
+
+def gate(result, verdicts: set[str], tests: list) -> int:
+    """EXIT_FAILED_CONDITION and one line per condition that fired, else 0; a --fail-if figure the check-up
+    has no value for is said, and fires nothing."""
+    from gpucheckup import api
+
+    up = api.checkup_of(result) if verdicts or tests else None
+    if up is None:
+        return 0
+    for name in api.unmeasured(up, tests):
+        say(f"gpucheckup: --fail-if {name}: not measured in this check-up, so it cannot fire")
+    fired = api.failed(up, verdicts, tests)
+    for line in fired:
+        say(f"gpucheckup: failed: {line}")
+    return EXIT_FAILED_CONDITION if fired else 0
 
 
 def cmd_demo(args, console) -> int:
@@ -61,8 +84,7 @@ def cmd_demo(args, console) -> int:
     result = Checkups(Path("demo"), [c for case in cases for c in check(demo_trace(case)).checkups])
     out = Output.of(args)
     out.html = out.html or DEMO_HTML
-    emit(result, out, console, cases)
-    return 0
+    return emit(result, out, console, cases)
 
 
 def demo_trace(case: str) -> Path:
@@ -124,20 +146,13 @@ def cmd_attach(args, console) -> int:
                                                              soft_wrap=True))
     if got.trace is not None:
         console.print(f"trace written: {got.trace}", markup=False, highlight=False, soft_wrap=True)
-        try:
-            result = check(got.trace, inputs, args.ncu)
-        except CheckupError as e:
-            if "CPU-only" not in str(e):
-                raise
-            console.print("no GPU timeline: the trace holds CPU activity only (no kernels, copies or memsets); "
-                          "open it in Perfetto (ui.perfetto.dev) to look at the host side", markup=False)
-            return 0
+        result = check(got.trace, inputs, args.ncu)  # a CPU-only trace gets its CPU-side check-up
     else:
         result = check(got.run_dir, inputs, args.ncu)
-    emit(result, Output.of(args), console)
+    rc = emit(result, Output.of(args), console)
     if got.run_dir is not None:
         console.print(f"run directory: {got.run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
-    return 0
+    return rc
 
 
 def cmd_ceilings(args, console) -> int:
@@ -159,7 +174,10 @@ def cmd_ncu_cmd(args, console) -> int:
     if report is None:
         from gpucheckup.pipeline import check
 
-        report = check(args.path).reports()[0]
+        result = check(args.path)
+        if not result.checkups:
+            raise CheckupError(f"{args.path}: no kernels to profile: the trace has no device activity")
+        report = result.reports()[0]
     sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
 

@@ -6,13 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import sys
+
 import msgspec
 from rich.console import Console
 from rich.markup import escape
 
 from gpucheckup.atomic import write_atomic
+from gpucheckup.errors import say
 from gpucheckup.pipeline import Checkups, rank_summary
-from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto: when asked (_write_files)
+from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
+
+STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
+EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
 
 
 @dataclass
@@ -33,9 +39,10 @@ class Output:
                       for k in ("quiet", "brief", "json", "html", "markdown", "perfetto")})
 
 
-def emit(result: Checkups, out: Output, console: Console, cases: list[str] | None = None) -> None:
-    """Print the check-up and write what `out` asks for. `cases`: the demo's case names, one per check-up
-    (they label the check-ups instead of ranks, and key the JSON)."""
+def emit(result: Checkups, out: Output, console: Console, cases: list[str] | None = None) -> int:
+    """Print the check-up and write what `out` asks for; the exit status: 0, or EXIT_NOT_WRITTEN when a file
+    asked for could not be written (one line says which and why). `cases`: the demo's case names, one per
+    check-up (they label the check-ups instead of ranks, and key the JSON)."""
     checkups = result.checkups
     if cases:
         labels, slugs, title = [f"demo case: {c}" for c in cases], list(cases), "Bundled cases"
@@ -46,19 +53,51 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     if not out.quiet:
         _print(result, console, cases, out.brief)
     if out.json:
-        write_atomic(out.json, msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2))
-        console.print(f"JSON written to {out.json}", style="dim", markup=False)
+        data = msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2)
+        if out.json == STDOUT:
+            sys.stdout.buffer.write(data + b"\n")
+            sys.stdout.flush()
+        else:
+            write_atomic(out.json, data)
+            console.print(f"JSON written to {out.json}", style="dim", markup=False)
     if checkups:
         _write_files(list(zip(labels, slugs, checkups)), out, console, title)
-    elif result.run:
+        return 0
+    if result.cpu:
+        return _write_cpu_files(result, out, console)
+    if result.run:
         if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
             from gpucheckup.report import html
 
             write_atomic(out.html, html.render_run_only(result.run.report).encode())
             console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                           soft_wrap=True)
-        if out.markdown or out.perfetto:
-            console.print(f"{result.run.no_timeline}: no Markdown or annotated trace written", markup=False)
+        skipped = [f"--{k} {getattr(out, k)}" for k in ("markdown", "perfetto") if getattr(out, k)]
+        if skipped:
+            say(f"gpucheckup: not written: {', '.join(skipped)}: {result.run.no_timeline} (these files show a GPU "
+                "timeline; the JSON, the HTML and the terminal report hold the run-level check-up)")
+            return EXIT_NOT_WRITTEN
+    return 0
+
+
+def _write_cpu_files(result: Checkups, out: Output, console: Console) -> int:
+    """Write the HTML and Markdown of CPU-side check-ups; the annotated trace is not made for them (one line)."""
+    from gpucheckup.report import cpu_pages
+
+    pages = [(f"rank {c.report['trace']['rank']}: {Path(c.report['trace']['path']).name}"
+              if c.report["trace"]["rank"] is not None else Path(c.report["trace"]["path"]).name, c.report)
+             for c in result.cpu]
+    if out.html:
+        write_atomic(out.html, cpu_pages.render_html(pages).encode())
+        console.print(f"HTML report written to {out.html}", markup=False, soft_wrap=True)
+    if out.markdown:
+        write_atomic(out.markdown, cpu_pages.render_markdown(pages).encode())
+        console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+    if out.perfetto:
+        say(f"gpucheckup: not written: --perfetto {out.perfetto}: the annotated trace adds GPU tracks and this "
+            "trace has no device activity; open the trace itself in ui.perfetto.dev")
+        return EXIT_NOT_WRITTEN
+    return 0
 
 
 def payload(result: Checkups, cases: list[str] | None = None) -> dict:
@@ -66,11 +105,18 @@ def payload(result: Checkups, cases: list[str] | None = None) -> dict:
     reports = result.reports()
     if cases:
         return dict(zip(cases, reports))
+    cpu = [c.report for c in result.cpu]
     if len(result.checkups) > 1 or result.job:
         from gpucheckup.ranks_checkup import payload as ranks_payload
 
-        return ranks_payload(result.job, rank_summary(result.checkups), reports)
-    return reports[0]
+        doc = ranks_payload(result.job, rank_summary(result.checkups), reports)
+    elif not result.checkups and len(cpu) > 1:
+        return {"cpu_checkups": cpu}
+    else:
+        doc = reports[0]
+    if result.checkups and cpu:  # a folder of GPU and CPU-only traces: the CPU-side check-ups ride along
+        doc = {**doc, "cpu_checkups": cpu}
+    return doc
 
 
 def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
@@ -87,9 +133,14 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
             terminal.render_ranks(rank_summary(result.checkups), console)
         for c in result.checkups:
             terminal.render(c.report, console, brief)
+        if result.cpu:
+            from gpucheckup.report import terminal_cpu
+
+            for c in result.cpu:
+                terminal_cpu.render(c.report, console)
     if result.run and not (brief and result.checkups):
-        if result.checkups:
-            terminal_run.render_run(result.checkups[0].report, console)
+        if result.checkups or result.cpu:
+            terminal_run.render_run((result.checkups or result.cpu)[0].report, console)
         else:
             terminal_run.render_run_only(result.run.report, console)
 

@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 def output_options(p: argparse.ArgumentParser, quiet: bool = True) -> None:
     """Where the check-up goes: the terminal, JSON, HTML, Markdown, an annotated trace."""
     g = p.add_argument_group("output")
-    g.add_argument("--json", type=Path, metavar="FILE", help="also write the check-up as JSON")
+    g.add_argument("--json", type=Path, metavar="FILE",
+                   help="also write the check-up as JSON (- : to standard output, the terminal report to stderr)")
     if quiet:
         g.add_argument("--quiet", action="store_true", help="no terminal report (with --json)")
     g.add_argument("--brief", action="store_true",
@@ -96,6 +97,12 @@ def _analyze(sub, common) -> None:
                    help="worker processes for a folder of traces over 8 MB (default: one per core); --jobs 1 keeps "
                         "every rank in this process, which the cross-rank analysis needs")
     output_options(a)
+    g = a.add_argument_group("CI (exit 3 when one fires; README: exit codes)")
+    g.add_argument("--fail-on", action="append", metavar="VERDICT[,..]",
+                   help="exit 3 when the verdict is one of these (e.g. launch_bound,input_bound; docs/api.md)")
+    g.add_argument("--fail-if", action="append", metavar="FIGURE<N",
+                   help="exit 3 when a figure passes a bound, e.g. 'mfu_pct<30', 'busy_pct<80', 'step_ms>120', "
+                        "'gap_launch_pct>=20' (<, <=, >, >=; repeatable; figures: docs/api.md)")
     mfu_options(a)
     a.set_defaults(func=commands.cmd_analyze)
 

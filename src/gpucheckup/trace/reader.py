@@ -45,15 +45,18 @@ from gpucheckup.trace.tables import (
     Trace,
 )
 
-# Category names as Kineto writes them today, and as PyTorch 1.x wrote them.
+# Category names as Kineto writes them today, and as PyTorch 1.x wrote them; other accelerators' device
+# work (MTIA's command processor events) reads as device work too.
 GPU_CATS = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-            "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
+            "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET,
+            "mtia_ccp_events": KERNEL}
 HOST_CATS = {
     "cpu_op": CPU_OP,
     "Operator": CPU_OP,
     "user_annotation": USER_ANNOTATION,
     "cuda_runtime": RUNTIME,
     "Runtime": RUNTIME,
+    "mtia_runtime": RUNTIME,
     "cuda_driver": DRIVER,
     "python_function": PYTHON,
 }

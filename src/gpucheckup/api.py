@@ -1,0 +1,190 @@
+"""The Python API: `gpucheckup.analyze(path)` returns the check-up the command line renders, typed.
+
+    import gpucheckup
+    c = gpucheckup.analyze("trace.json.gz")          # a trace, a folder of ranks, or a run directory
+    c.verdict, c.findings[0].title, c.fixes[0].action, c.figures["busy_pct"]
+
+`CheckUp` holds the first check-up (rank order) and, for a folder or a run of several ranks, every
+rank's in `ranks`. Its `report` is the dict that `--json` writes; `figures` are the few numbers
+that `--fail-if` tests (FIGURES says what each is). `conditions` / `failed` are the `--fail-on` and
+`--fail-if` tests of the command line.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucheckup.errors import CheckupError
+
+# The verdict ids (diagnosis/verdict.py's scores; cpu_only: report/cpu_model.py; no_timeline: a run directory
+# with no trace to check up).
+VERDICTS = ("input_bound", "launch_bound", "sync_bound", "communication_bound", "copy_bound", "gpu_bound",
+            "cpu_only", "no_timeline")
+GAP_CAUSES = ("input", "sync", "communication", "allocation", "launch", "other_host", "queued")
+
+FIGURES = {
+    "mfu_pct": "model FLOPs utilization, % of the GPU's peak (needs FLOPs per step; docs/mfu.md)",
+    "busy_pct": "GPU busy, % of step time",
+    "step_ms": "step time in ms (the report's one step basis; CPU-side: the median ProfilerStep)",
+    "dataloader_pct": "time waiting for the DataLoader, % of step time (CPU-side: of the span)",
+    "python_between_pct": "CPU-side check-up: Python between operators, % of the main thread's span",
+    **{f"gap_{c}_pct": f"GPU idle for cause `{c}`, % of step time (docs/metrics.md: gap causes)" for c in GAP_CAUSES},
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding: what was found, what it costs per step, and the evidence."""
+
+    id: str
+    severity: str
+    title: str
+    cost_ms_per_step: float
+    cost_pct_of_step: float
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One fix to try, ranked as the report ranks them."""
+
+    key: str
+    action: str
+    tier: str
+    saving_ms: float | None
+    finding: str
+
+
+@dataclass
+class CheckUp:
+    """One check-up, typed: the verdict, findings, fixes and key figures, and the report dict (`--json`)."""
+
+    path: str
+    verdict: str  # one of VERDICTS
+    verdict_title: str
+    reason: str
+    findings: list[Finding]
+    fixes: list[Fix]
+    figures: dict[str, float | None]
+    report: dict
+    ranks: list[CheckUp] = field(default_factory=list)  # every rank's check-up when there are several
+
+    @classmethod
+    def of(cls, report: dict) -> CheckUp:
+        """A check-up from its report dict."""
+        v = report["verdict"]
+        return cls(
+            path=str((report.get("trace") or report.get("run") or {}).get("path", "")),
+            verdict=v["primary"] or "no_timeline", verdict_title=v["title"], reason=v["reason"],
+            findings=[Finding(f["id"], f["severity"], f["title"], f["cost_ms_per_step"], f["cost_pct_of_step"],
+                              tuple(f["evidence"])) for f in v["findings"]],
+            fixes=[Fix(x.get("key", ""), x["action"], x["tier"], x.get("saving_ms"), x.get("finding", ""))
+                   for x in report["fixes"]],
+            figures=figures(report), report=report)
+
+
+def figures(report: dict) -> dict[str, float | None]:
+    """The FIGURES of a report dict (None: not measured in this check-up)."""
+    out: dict[str, float | None] = dict.fromkeys(FIGURES)
+    if "cpu" in report:
+        c = report["cpu"]
+        out.update(step_ms=c["step_median_ms"], dataloader_pct=c["dataloader_pct"],
+                   python_between_pct=c["python_between_pct"])
+        return out
+    if "gpu" not in report:  # a run without a trace
+        st = (report.get("run_figures") or {}).get("steps") or {}
+        out["step_ms"] = st.get("steady_median_ms")
+        return out
+    out.update(mfu_pct=(report.get("mfu") or {}).get("pct"), busy_pct=report["gpu"]["busy_pct"],
+               step_ms=report["window"]["step_ms"], dataloader_pct=report["dataloader"]["pct_of_step"])
+    for c, v in report["gaps"]["pct_of_step"].items():
+        if f"gap_{c}_pct" in out:
+            out[f"gap_{c}_pct"] = v
+    return out
+
+
+def analyze(path, **mfu) -> CheckUp:
+    """Check up a trace, a folder of per-rank traces or a run directory (keywords: MfuInputs' fields, such as
+    flops_per_step=...); CheckupError for bad input."""
+    from gpucheckup.analysis.mfu import MfuInputs
+    from gpucheckup.pipeline import check
+
+    up = checkup_of(check(Path(path), MfuInputs(**mfu) if mfu else None))
+    if up is None:
+        raise CheckupError(f"{path}: nothing was checked up")
+    return up
+
+
+def checkup_of(result) -> CheckUp | None:
+    """The typed check-up of a pipeline.Checkups: the first report, and every one in `ranks` when there are
+    several (a folder mixing traces with and without device activity: the GPU ones, then the CPU-side ones)."""
+    reports = result.reports()
+    if result.checkups and result.cpu:
+        reports = reports + [c.report for c in result.cpu]
+    if not reports:
+        return None
+    ups = [CheckUp.of(r) for r in reports]
+    if len(ups) > 1:
+        ups[0].ranks = ups
+    return ups[0]
+
+
+# ---- the command line's --fail-on and --fail-if ------------------------------------------------------
+
+_OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
+_CONDITION = re.compile(r"^\s*([A-Za-z_]+)\s*(<=|>=|<|>)\s*(-?[0-9.]+)\s*$")
+
+
+def _verdict_id(text: str) -> str:
+    v = text.strip().lower().replace("-", "_").replace(" ", "_")
+    if v not in VERDICTS:
+        raise CheckupError(f"--fail-on {text!r}: not a verdict; one of {', '.join(VERDICTS)}")
+    return v
+
+
+def _figure_name(name: str) -> str:
+    n = name.lower()
+    for cand in (n, f"{n}_pct"):
+        if cand in FIGURES:
+            return cand
+    raise CheckupError(f"--fail-if: unknown figure {name!r}; one of {', '.join(FIGURES)}")
+
+
+def conditions(fail_on: list[str] | None, fail_if: list[str] | None) -> tuple[set[str], list[tuple]]:
+    """The parsed --fail-on verdicts and --fail-if conditions (figure, op text, op, bound); CheckupError if bad."""
+    verdicts = {_verdict_id(v) for arg in fail_on or () for v in arg.split(",") if v.strip()}
+    tests = []
+    for arg in fail_if or ():
+        for part in arg.split(","):
+            m = _CONDITION.match(part)
+            if not m:
+                raise CheckupError(f"--fail-if {part!r}: expected FIGURE<NUMBER (or <=, >, >=), e.g. 'mfu_pct<30'")
+            try:
+                bound = float(m.group(3))
+            except ValueError:
+                raise CheckupError(f"--fail-if {part!r}: {m.group(3)!r} is not a number") from None
+            tests.append((_figure_name(m.group(1)), m.group(2), _OPS[m.group(2)], bound))
+    return verdicts, tests
+
+
+def failed(up: CheckUp, verdicts: set[str], tests: list[tuple]) -> list[str]:
+    """What fired, one line each: a --fail-on verdict, a --fail-if condition (an unmeasured figure fires none,
+    and says so)."""
+    out = []
+    for c in up.ranks or [up]:
+        where = f"{c.path}: " if up.ranks else ""
+        if c.verdict in verdicts:
+            out.append(f"{where}verdict {c.verdict} (--fail-on)")
+        for name, op_text, op, bound in tests:
+            v = c.figures.get(name)
+            if v is not None and op(v, bound):
+                out.append(f"{where}{name} = {v:.4g} {op_text} {bound:g} (--fail-if)")
+    return out
+
+
+def unmeasured(up: CheckUp, tests: list[tuple]) -> list[str]:
+    """The --fail-if figures this check-up has no value for (they cannot fire)."""
+    return sorted({name for c in up.ranks or [up] for name, *_ in tests if c.figures.get(name) is None})
