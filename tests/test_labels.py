@@ -100,3 +100,16 @@ def test_label_in_run_directories(kind, label):
         pytest.skip("run directories missing")
     rc = check_run(runs[0])
     assert [c.report["labels"]["intensity"] for c in rc.checkups] == [label]
+
+
+def test_socket_nccl_ddp_job_is_communication_intensive():
+    """The real two-H200 DDP run with NCCL forced onto sockets (tests/data/h200x2/ddp_sockets): every rank's
+    exposed communication is most of its step, so the label is communication on both ranks."""
+    from gpucheckup.pipeline import check
+
+    run = REPO / "tests" / "data" / "h200x2" / "ddp_sockets"
+    reports = check(run).reports()
+    assert len(reports) == 2
+    for r in reports:
+        assert r["labels"]["intensity"] == "communication", r["labels"]
+        assert r["labels"]["communication_pct"] >= 15.0
