@@ -110,6 +110,23 @@ def test_json_dash_writes_standard_output_only(tmp_path):
     assert not (tmp_path / "-").exists()
 
 
+def test_json_dash_for_a_monitor_recording(tmp_path):
+    """`analyze FILE.csv --json -` (a `monitor --record` file): the JSON on standard output, no file named `-`."""
+    from gpucheckup.layout import NVML_COLUMNS
+
+    rec = tmp_path / "gpu.csv"
+    rows = [",".join(NVML_COLUMNS)]
+    for i in range(50):  # 5 s at 10 Hz of one GPU at 80% utilization
+        row = {"t_s": f"{i / 10:.1f}", "gpu": "0", "util_pct": "80", "mem_used_mb": "1000", "mem_total_mb": "80000"}
+        rows.append(",".join(row.get(c, "") for c in NVML_COLUMNS))
+    rec.write_text("\n".join(rows) + "\n")
+    p = cli("analyze", rec, "--json", "-", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["run_figures"]["nvml"]["util_mean_pct"] == pytest.approx(80.0)
+    assert not (tmp_path / "-").exists()
+
+
 # ---- CI: --fail-on, --fail-if ---------------------------------------------------------------------------
 
 def test_fail_on_and_fail_if_exit_3_with_one_line_each(tmp_path):

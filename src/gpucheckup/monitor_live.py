@@ -9,6 +9,7 @@ the frame report/terminal_monitor.py's. A recording (`--record FILE`) has nvml.c
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,11 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
     if not quiet:
         render_run_only(report, console)
     if json_path:
-        write_atomic(json_path, msgspec.json.format(msgspec.json.encode(report), indent=2))
-        console.print(f"JSON written to {json_path}", style="dim", markup=False)
+        data = msgspec.json.format(msgspec.json.encode(report), indent=2)
+        if str(json_path) == "-":  # `--json -`: standard output (the terminal report went to stderr: cli/__init__)
+            sys.stdout.buffer.write(data + b"\n")
+            sys.stdout.flush()
+        else:
+            write_atomic(json_path, data)
+            console.print(f"JSON written to {json_path}", style="dim", markup=False)
     return 0
