@@ -330,3 +330,17 @@ def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
         e["args"]["stream"] = 1000 + i
     rc, _, _ = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", "--json", tmp_path / "r.json")
     assert rc == 0 and json.loads((tmp_path / "r.json").read_text())["steps"]["count"] == 8000
+
+
+def test_evidence_events_hold_plain_floats_whatever_computed_them():
+    """A run-level finding's events were timed with numpy scalars (a 64-step CPU job's unstable_run), and the
+    JSON encoder refused them: 'no check-up ... Encoding objects of type numpy.float64 is unsupported'."""
+    import msgspec
+    import numpy as np
+
+    from gpucheckup.diagnosis.findings import Event
+
+    ev = Event(name="slow step", where="steps.csv", start_ms=np.float64(9636.73), dur_ms=np.float32(184.5),
+               t_us=np.float64(1.5))
+    assert msgspec.json.decode(msgspec.json.encode(ev)) == {"name": "slow step", "where": "steps.csv",
+                                                            "start_ms": 9636.73, "dur_ms": 184.5, "t_us": 1.5}

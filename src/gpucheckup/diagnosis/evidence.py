@@ -109,7 +109,8 @@ def _run_t0(ra) -> float:
 
 def run_event(ra, name: str, where: str, start_s: float, dur_s: float) -> Event:
     """An event at epoch seconds start_s, as ms from the run's start."""
-    return Event(name=name, where=where, start_ms=1000 * (start_s - _run_t0(ra)), dur_ms=1000 * dur_s)
+    return Event(name=name, where=where, start_ms=1000 * (float(start_s) - float(_run_t0(ra))),
+                 dur_ms=1000 * float(dur_s))  # plain floats: the JSON encoder takes no numpy scalars
 
 
 def run_steps(ra, steps, n: int = MAX_EVENTS) -> list[Event]:

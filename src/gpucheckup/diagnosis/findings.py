@@ -41,6 +41,12 @@ class Event:
     dur_ms: float
     t_us: float | None = None  # the trace's own clock (for Perfetto marks); None off the trace
 
+    def __post_init__(self):
+        """Plain floats whatever computed them (numpy scalars would not encode as JSON)."""
+        self.start_ms, self.dur_ms = float(self.start_ms), float(self.dur_ms)
+        if self.t_us is not None:
+            self.t_us = float(self.t_us)
+
 
 @dataclass
 class Finding:
