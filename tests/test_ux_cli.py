@@ -91,12 +91,15 @@ def test_cpu_only_run_writes_html_and_markdown_and_says_what_it_cannot_write(sho
     assert len(lines) == 1 and "--perfetto" in lines[0] and not (tmp_path / "a.json.gz").exists()
 
 
-def test_run_without_a_trace_says_the_html_is_not_written(short_runs, tmp_path):
+def test_run_without_a_trace_writes_its_html_and_says_what_it_cannot_write(short_runs, tmp_path):
+    """No profiled window: the run-level HTML is written; the Markdown and the annotated trace show a GPU
+    timeline, so each is one 'not written' line and exit 4, never a silent skip."""
     _, run_dir, _ = short_runs[10]  # fewer steps than the default skip: no profiled window
-    p = cli("analyze", run_dir, "--html", tmp_path / "r.html", "--quiet")
-    assert p.returncode == 4
-    assert sum("not written: --html" in x for x in p.stderr.splitlines()) == 1
-    assert not (tmp_path / "r.html").exists()
+    p = cli("analyze", run_dir, "--html", tmp_path / "r.html", "--markdown", tmp_path / "r.md", "--quiet")
+    assert p.returncode == 4, p.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert sum("not written: --markdown" in x for x in p.stderr.splitlines()) == 1
+    assert not (tmp_path / "r.md").exists()
 
 
 def test_json_dash_writes_standard_output_only(tmp_path):
@@ -191,12 +194,12 @@ def test_pyspy_attach_writes_a_speedscope_file_listed_in_the_manifest(tmp_path):
         while not ready.exists() and time.time() < deadline:
             time.sleep(0.2)
         p = cli("attach", "--pid", job.pid, "--mode", "py-spy", "--duration", "3", "--rate", "4", "--out",
-                tmp_path / "runs", "--html", tmp_path / "r.html", timeout=120)
+                tmp_path / "runs", "--markdown", tmp_path / "r.md", timeout=120)
     finally:
         job.kill()
         job.wait()
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert p.returncode == 4 and sum("not written: --html" in x for x in p.stderr.splitlines()) == 1, p.stderr
+    assert p.returncode == 4 and sum("not written: --markdown" in x for x in p.stderr.splitlines()) == 1, p.stderr
     doc = json.loads((run_dir / layout.SPEEDSCOPE).read_text())
     rows = list(csv.DictReader((run_dir / layout.SAMPLES).open()))
     prof = doc["profiles"][0]
