@@ -59,7 +59,7 @@ def _capture(tmp_path, name, *flags):
     out = tmp_path / name
     r = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--out", str(out), "--no-nvml", "--no-report",
                         "--skip", "20", "--steps", "2", "--", sys.executable, "-m", "gpucheckup.examples.launch",
-                        "--steps", "30", *flags], capture_output=True, text=True)
+                        "--steps", "80", *flags], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     (run_dir,) = list(out.iterdir())
     return run_dir

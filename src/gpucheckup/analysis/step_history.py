@@ -48,6 +48,7 @@ def step_stats(steps: dict) -> dict:
         "instrumented_steps": {p: [int(x) for x in n[has & (phase == p)]]
                                for p in ("profile-warmup", "flops") if (phase == p).any()},
         "total_s": float(np.nansum(ms) / 1000),
+        "late_median_ms": None,
         "settled": False, "steady_median_ms": None, "warmup_steps": None, "cv_pct": None, "slow": None,
         "profiler_overhead_pct": None,
     }
@@ -55,6 +56,7 @@ def step_stats(steps: dict) -> dict:
         return out
     pn, pms = n[plain], ms[plain]
     steady = float(np.median(pms[len(pms) // 2:]))
+    out["late_median_ms"] = steady  # the second half's median: a step time even when the run never settles
     inside = np.abs(pms - steady) <= WARMUP_TOL_PCT / 100 * steady
     run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
     if not run.any():
