@@ -330,3 +330,69 @@ def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
         e["args"]["stream"] = 1000 + i
     rc, _, _ = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", "--json", tmp_path / "r.json")
     assert rc == 0 and json.loads((tmp_path / "r.json").read_text())["steps"]["count"] == 8000
+
+
+# ---- classes still open after the 100,000-case run (docs/reliability.md) ----
+
+@pytest.mark.parametrize("flops", ["1" + "0" * 400, "[" * 100_000 + "]" * 100_000, "Infinity", "-5"],
+                         ids=["400 digits", "100,000 deep", "Infinity", "negative"])
+def test_an_unreadable_flops_file_in_a_folder_of_traces_is_one_line(tmp_path, flops):
+    """Class: OverflowError / RecursionError at pipeline.agent_flops (flops.json beside the traces)."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    minimal.write(minimal.steps_trace(4), folder / "t.json")
+    (folder / "flops.json").write_text(f'{{"flops_per_step": {flops}}}')
+    rc, _, err = analyze(folder)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "flops.json: unreadable FLOPs file" in err
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "env.json", "flops.json"])
+def test_a_run_directory_json_file_nested_100000_deep_is_one_line(tmp_path, name):
+    """Class: RecursionError at rundir.read_json."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    (run / name).write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    rc, _, err = analyze(run)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("not readable JSON (nested too deeply)") or "unreadable FLOPs file" in err
+
+
+@pytest.mark.parametrize("dims", [b'{"0": [64, 128], "1": [128, 32]}', b'7', b'"x"'], ids=["object", "number", "string"])
+def test_gemm_whose_input_dims_are_not_a_list_is_not_counted(dims):
+    """Class: KeyError at shape_flops.matmul_flops (`Input Dims` an object)."""
+    assert op_flops("aten::mm", dims, None, None) is None
+    assert op_flops("aten::linear", b'{"0": [4, 8], "1": [16, 8]}', None, None) is None
+
+
+def test_gemm_with_a_number_among_its_shapes_checks_up_with_the_roofline(tmp_path):
+    """Class: TypeError at hardware_text.roofline_rows (a float among `Input Dims`, listed as a shape)."""
+    counted = op_flops("aten::addmm", b"[[32], [64, 128], [128, 32], 1.5, 1]", None, None)
+    assert counted.flops == 2 * 64 * 128 * 32 and counted.shapes == [[32], [64, 128], [128, 32]]
+    trace = minimal.write(minimal.steps_trace(4, gemm={"Input Dims": [[64, 128], [128, 32], 2.5],
+                                                       "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}),
+                          tmp_path / "t.json")
+    rc, out, _ = analyze(trace, "--gpu", "H200-SXM", *outputs(tmp_path))
+    assert rc == 0
+    assert "64x128, 128x32" in (tmp_path / "r.md").read_text()
+
+
+def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
+    """Class: TypeError at terminal._fixes / html._fixes (a saving_ms the report holds as None: not finite)."""
+    from rich.console import Console
+
+    from gpucheckup.report import html, markdown, terminal
+
+    trace = minimal.write(minimal.steps_trace(8, sync=True), tmp_path / "t.json")
+    rc, _, _ = analyze(trace, "--json", tmp_path / "r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and report["fixes"]
+    for fx in report["fixes"]:
+        fx["saving_ms"] = None
+    console = Console(file=io.StringIO(), width=120)
+    console.print(terminal._fixes(report))
+    assert "ms/step" not in console.file.getvalue() and report["fixes"][0]["action"][:20] in console.file.getvalue()
+    assert "ms/step" not in html._fixes(report)
+    text = markdown.render([(None, report)])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 1 |"))
+    assert report["fixes"][0]["action"][:20] in row and "| - |" in row and "ms/step" not in row

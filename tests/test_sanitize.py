@@ -94,8 +94,6 @@ def test_terminal_report_shows_planted_sequences_escaped(tmp_path, color):
     assert "owned" in out.split("train.py(42)")[-1]  # nothing after the title sequence was swallowed
 
 
-@pytest.mark.xfail(strict=True, reason="the progress line names the file raw: checkup.py's `reading {escape(f.name)}` "
-                   "needs escape(safe(f.name)) (file owned by the pipeline move; reported to the coordinator)")
 def test_progress_line_on_a_terminal_shows_the_file_name_escaped(tmp_path):
     trace = _planted(tmp_path)
     p = _run(["analyze", trace, "--quiet"], color=True)

@@ -255,6 +255,8 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
         shapes = msgspec.json.decode(shapes_raw)
         types = msgspec.json.decode(types_raw) if types_raw else []
         concrete = msgspec.json.decode(concrete_raw) if concrete_raw else []
+        if not isinstance(shapes, list):
+            return None  # `Input Dims` an object or a number: not a list of shapes
         kind = KIND[name]
         if kind == "matmul":
             flops, operands, out = matmul_flops(name, shapes)
@@ -266,8 +268,8 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
             return None  # not a tensor shape: a float, a string, a negative or absurd size
         return OpFlops(flops=float(flops), elements=_elements(operands) + _elements(out),
                        dtype=first_float_dtype(types),
-                       shapes=[s for s in shapes if s])
-    except (msgspec.DecodeError, IndexError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+                       shapes=[s for s in shapes if isinstance(s, list) and s])
+    except (msgspec.DecodeError, IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
 
 

@@ -94,7 +94,7 @@ def _fixes(r: dict) -> Table:
     t.add_column("fix", ratio=1)
     t.add_column("saves up to", justify="right", width=12)
     for i, fx in enumerate(r["fixes"][:MAX_FIXES], 1):
-        saving = f"{fx['saving_ms']:.2f} ms/step" if fx["saving_ms"] > 0 else "-"
+        saving = f"{fx['saving_ms']:.2f} ms/step" if (fx["saving_ms"] or 0) > 0 else "-"  # None: not finite
         t.add_row(str(i), TIER_TITLES[fx["tier"]], Text(fx["action"]), saving)
     return t
 
