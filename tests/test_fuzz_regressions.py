@@ -396,3 +396,23 @@ def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
     text = markdown.render([(None, report)])
     row = next(ln for ln in text.splitlines() if ln.startswith("| 1 |"))
     assert report["fixes"][0]["action"][:20] in row and "| - |" in row and "ms/step" not in row
+
+
+OLD_TENSOR_CORE = re.compile(r"nvjet|tensorop|wgmma|hmma|gmma|xmma(?!.*ffma)|s16816|s1688", re.I)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(["xmma", "XMMA", "ffma", "FfMa", "nvjet", "hmma", "gmma", "s1688", "s16816",
+                                 "tensorop", "sgemm", "_", "x", "mma", "ff", "ma", "wg"]), max_size=12).map("".join))
+def test_is_tensor_core_by_substrings_equals_the_old_regex(name):
+    """Class: `xmma(?!.*ffma)` backtracked quadratically (32 KB name: 0.06 s); the substring tests say the same."""
+    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+
+    assert is_tensor_core(name) == bool(OLD_TENSOR_CORE.search(name))
+
+
+def test_is_tensor_core_of_a_million_character_name():
+    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+
+    with hang_bound(2):  # the old regex: ~1,000 s at this length (quadratic)
+        assert is_tensor_core("xmma" * 250_000) and not is_tensor_core("xmma" * 250_000 + "ffma")
