@@ -416,3 +416,37 @@ def test_is_tensor_core_of_a_million_character_name():
 
     with hang_bound(2):  # the old regex: ~1,000 s at this length (quadratic)
         assert is_tensor_core("xmma" * 250_000) and not is_tensor_core("xmma" * 250_000 + "ffma")
+
+
+def _names_threads_devices_trace(n: int) -> dict:
+    """n one-kernel steps whose launches each have their own runtime-call name and thread, on 50 devices."""
+    doc = minimal.steps_trace(n)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime":
+            i = e["args"]["correlation"]
+            e["name"], e["tid"], e["dur"] = f"cudaLaunchKernel_{i % (n // 2)}", 100 + i, 1.0 + i % 7
+        elif e.get("cat") == "kernel":
+            e["args"]["device"] = e["pid"] = e["args"]["correlation"] % 50
+    return doc
+
+
+def test_many_call_names_threads_and_devices_in_linear_time(tmp_path):
+    """Class: api_health took a median per call name and attribute_gaps a mask per device and per thread
+    (names x calls, threads x host events: 8,000 steps so made took 3 min, now 13 s on the shared machine)."""
+    from gpucheckup.analysis.checkup import analyze as analyze_trace
+
+    doc = _names_threads_devices_trace(3000)
+    path = minimal.write(doc, tmp_path / "t.json")
+    with hang_bound():
+        a = analyze_trace(read_trace(path))
+    durs: dict[str, list[float]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime":
+            durs.setdefault(e["name"], []).append(e["dur"])
+    assert len(a.api.calls) == len(durs) == 1500
+    for name, d in durs.items():  # independently: count, median and total of each name's calls
+        c = a.api.calls[name]
+        assert (c.count, c.median_us, c.total_ms) == pytest.approx((len(d), float(np.median(d)), sum(d) / 1000))
+    assert a.causes.time.shape == (len(a.timeline.gaps), a.causes.time.shape[1])
+    assert np.all(a.causes.time.sum(axis=1) == pytest.approx(a.timeline.gaps.dur))  # every gap's time split
+    assert len({tuple(t) for t in a.causes.thread}) > 1000  # the launch's thread per gap
