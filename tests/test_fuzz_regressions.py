@@ -450,3 +450,19 @@ def test_many_call_names_threads_and_devices_in_linear_time(tmp_path):
     assert a.causes.time.shape == (len(a.timeline.gaps), a.causes.time.shape[1])
     assert np.all(a.causes.time.sum(axis=1) == pytest.approx(a.timeline.gaps.dur))  # every gap's time split
     assert len({tuple(t) for t in a.causes.thread}) > 1000  # the launch's thread per gap
+
+
+@pytest.mark.parametrize("args", [["ncu-cmd", ROOT / "tests/data/h200/sync_bound/trace.json.gz"], ["demo"]],
+                         ids=["ncu-cmd", "demo"])
+def test_stdout_closed_by_its_reader_exits_quietly(args):
+    """Class: `gpucheckup ... | head` closed stdout: BrokenPipeError was an "internal error", exit 70."""
+    import os
+    import subprocess
+
+    r, w = os.pipe()
+    os.close(r)  # the reader went away before the first write
+    p = subprocess.run([sys.executable, "-m", "gpucheckup", *map(str, args)], stdout=w, stderr=subprocess.PIPE,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    os.close(w)
+    assert p.returncode == 1
+    assert b"error" not in p.stderr and b"Traceback" not in p.stderr and b"Exception ignored" not in p.stderr

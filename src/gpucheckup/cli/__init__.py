@@ -3,6 +3,7 @@ and writes every check-up. Importing it imports the standard library only (`gpuc
 
 from __future__ import annotations
 
+import os
 import sys
 
 from gpucheckup.cli.parser import build_parser
@@ -11,6 +12,7 @@ from gpucheckup.errors import CheckupError, say
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 1  # what Python (and rich's Console) exit with when the reader of stdout went away
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from rich.console import Console
 
-        return args.func(args, Console(highlight=False))
+        rc = args.func(args, Console(highlight=False))
+        sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at exit
+        return rc
+    except BrokenPipeError:  # `gpucheckup ... | head`: stop quietly (the Python docs' recipe, signal module)
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except CheckupError as e:
         say(f"gpucheckup: error: {e}")
         return EXIT_BAD_INPUT
@@ -31,6 +38,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         say(f"gpucheckup: internal error: {type(e).__name__}: {e} (run with --debug for details)")
         return EXIT_INTERNAL
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit writes nowhere instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout not a file descriptor (redirected in-process)
+        pass
 
 
 __all__ = ["build_parser", "main"]
