@@ -466,3 +466,16 @@ def test_stdout_closed_by_its_reader_exits_quietly(args):
     os.close(w)
     assert p.returncode == 1
     assert b"error" not in p.stderr and b"Traceback" not in p.stderr and b"Exception ignored" not in p.stderr
+
+
+@pytest.mark.parametrize("field", ["sentence", "verdict", "main_states_pct", "samples"])
+@pytest.mark.parametrize("value", [None, 7, "x\x1b[2J", [1], {"a": None}], ids=["null", "int", "escape", "list", "object"])
+def test_an_attach_record_with_a_field_of_the_wrong_type_checks_up_or_is_one_line(tmp_path, field, value):
+    """Class: AttributeError at terminal_run.render_run (attach.json's `sentence` null, printed as the coarse verdict)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "fuzz" / "corpus" / "runs" / "20261129-110024-attach-653", run)
+    doc = json.loads((run / "attach.json").read_text())
+    doc[field] = value
+    (run / "attach.json").write_text(json.dumps(doc))
+    rc, out, err = analyze(run)
+    assert (rc == 0 and "\x1b" not in out) or (rc == 2 and len(err.strip().splitlines()) == 1)
