@@ -479,3 +479,24 @@ def test_an_attach_record_with_a_field_of_the_wrong_type_checks_up_or_is_one_lin
     (run / "attach.json").write_text(json.dumps(doc))
     rc, out, err = analyze(run)
     assert (rc == 0 and "\x1b" not in out) or (rc == 2 and len(err.strip().splitlines()) == 1)
+
+
+@pytest.mark.parametrize("state", ["inf", "", "x\x1b[2J", "dataloader "])
+def test_an_unknown_main_state_in_samples_csv_is_read_as_unknown(tmp_path, state):
+    """Class: KeyError at coarse.coarse_verdict (an older attach run's samples.csv with a main_state it does not know)."""
+    from gpucheckup.diagnosis.coarse import coarse_verdict
+
+    v = coarse_verdict([state, state, "dataloader"], [0.0, 0.0, 0.0])
+    assert v.verdict == "unknown" and v.main_states_pct == {"unknown": pytest.approx(200 / 3), "dataloader": pytest.approx(100 / 3)}
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "h200" / "runs" / "20261129-110050-attach-763", run)
+    lines = (run / "samples.csv").read_text().splitlines()
+    if "main_state" not in lines[0].split(","):
+        pytest.skip("this run directory stores main_stack, not main_state")
+    col = lines[0].split(",").index("main_state")
+    rows = [ln.split(",") for ln in lines[1:]]
+    for r in rows:
+        r[col] = state.replace(",", "")
+    (run / "samples.csv").write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
+    rc, out, err = analyze(run)
+    assert rc == 0 or (rc == 2 and len(err.strip().splitlines()) == 1)
