@@ -500,3 +500,15 @@ def test_an_unknown_main_state_in_samples_csv_is_read_as_unknown(tmp_path, state
     (run / "samples.csv").write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
     rc, out, err = analyze(run)
     assert rc == 0 or (rc == 2 and len(err.strip().splitlines()) == 1)
+
+
+def test_invalid_utf8_in_the_last_events_is_one_line(tmp_path):
+    """Class: DecodeError at reader._decode_events (bad UTF-8 in a string of the last chunk: skipping the array
+    to find its end does not check UTF-8, decoding it does)."""
+    doc = minimal.steps_trace(4)
+    doc["traceEvents"][-1]["name"] = "PLACEHOLDER"
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps(doc).encode().replace(b"PLACEHOLDER", b"k\xff\xfek"))
+    rc, _, err = analyze(path)
+    assert rc == 2 and err.strip() == (f"gpucheckup: error: {path}: not valid JSON (Invalid UTF-8 encoded string); "
+                                       "the trace may be truncated or corrupt")

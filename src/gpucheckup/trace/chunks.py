@@ -252,5 +252,8 @@ class EventChunks:
                 raise CheckupError(f"{self.path}: not valid JSON ({msg.splitlines()[0][:160]}); "
                                    "the trace may be truncated or corrupt") from None
             close = rest.rindex(b"]", 0, int(m.group(1)) - 1)
-        consume(memoryview(rest)[: close + 1])
+        try:  # skipping checks less than decoding (bad UTF-8 in a string): then read the file whole, to say why
+            consume(memoryview(rest)[: close + 1])
+        except msgspec.DecodeError:
+            raise StreamError("the last events are not valid JSON") from None
         self.top = self.head + b"[]" + rest[close + 1 :]
