@@ -512,3 +512,20 @@ def test_invalid_utf8_in_the_last_events_is_one_line(tmp_path):
     rc, _, err = analyze(path)
     assert rc == 2 and err.strip() == (f"gpucheckup: error: {path}: not valid JSON (Invalid UTF-8 encoded string); "
                                        "the trace may be truncated or corrupt")
+
+
+@pytest.mark.parametrize("flops", [["1e999"], [1e308], [1e308, 1e308], [-5.0]],
+                         ids=["1e999 (read as inf)", "1e308 (median overflows)", "sum past 1.8e308", "negative"])
+def test_flop_annotations_that_are_not_a_finite_count_are_not_used(tmp_path, flops):
+    """Class: TypeError at terminal_mfu.render_hardware (a None FLOPs estimate: annotations summing to inf)."""
+    doc = minimal.steps_trace(4, gemm={"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"]})
+    ops = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    for e in ops:
+        e["args"]["flops"] = flops[0]
+    for e in ops[: len(flops) - 1]:  # a second annotated op beside the first, in the same step
+        doc["traceEvents"].append({**e, "ts": e["ts"] + 20, "dur": 0.1, "args": {"flops": flops[1]}})
+    trace = minimal.write(json.dumps(doc).replace('"1e999"', "1e999"), tmp_path / "t.json")
+    rc, out, _ = analyze(trace, "--peak-tflops", "1e308", "--json", tmp_path / "r.json")
+    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    assert rc == 0 and "annotations" not in mfu["estimates"] and mfu["source"] == "shapes"
+    assert mfu["flops_per_step"] == 2 * 64 * 128 * 32
