@@ -529,3 +529,20 @@ def test_flop_annotations_that_are_not_a_finite_count_are_not_used(tmp_path, flo
     mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
     assert rc == 0 and "annotations" not in mfu["estimates"] and mfu["source"] == "shapes"
     assert mfu["flops_per_step"] == 2 * 64 * 128 * 32
+
+
+def test_malformed_json_in_the_last_chunk_is_cut_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """Class: hang (17 s, a 90 KB gzip file: many one-kernel steps and a damaged byte): the reader's last chunk
+    tried every event boundary as a cut, each try decoding the whole chunk again (quadratic)."""
+    from gpucheckup.trace import chunks
+
+    text = json.dumps(minimal.steps_trace(6000))
+    bad = len(text) - 300_000  # inside the last chunk, before the boundaries tried near the end (256 KB)
+    bad = text.index('"cat"', bad)
+    path = minimal.write(text[:bad] + "#" + text[bad + 1:], tmp_path / "t.json")
+    tries = []
+    real_try = chunks.EventChunks._try
+    monkeypatch.setattr(chunks.EventChunks, "_try", lambda self, m, consume: tries.append(1) or real_try(self, m, consume))
+    rc, _, err = analyze(path)
+    assert rc == 2 and "not valid JSON (JSON is malformed" in err
+    assert len(tries) <= chunks.CUT_TRIES * (len(text) // chunks.CHUNK_BYTES + 2), len(tries)
