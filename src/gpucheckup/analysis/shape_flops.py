@@ -437,9 +437,9 @@ def annotated_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     step = _step_of(steps, host.start[rows])
     per_step = np.zeros(steps.count)
     ok = is_root & (step >= 0)
-    with np.errstate(over="ignore"):  # a sum past 1.8e308 is inf, refused below
+    with np.errstate(over="ignore"):  # a sum (or median) past 1.8e308 is inf, refused below
         np.add.at(per_step, step[ok], host.flops[rows[ok]])
-    median = float(np.median(per_step)) if ok.any() else math.inf
+        median = float(np.median(per_step)) if ok.any() else math.inf
     if not math.isfinite(median) or not np.isfinite(per_step).all():  # annotations that sum past 1.8e308
         return None
     return FlopCount(source="annotations", per_step=[float(x) for x in per_step],
