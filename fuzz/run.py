@@ -1,6 +1,7 @@
 """Fuzz `gpucheckup analyze` with mutated real traces, folders of ranks and run directories.
 
-    python fuzz/run.py --cases 100000 --seed 1 [--report fuzz-report.json] [--subprocess-every 500]
+    python fuzz/run.py --cases 100000 --seed 1 [--report fuzz-report.json] [--subprocess-every 500] [--workers 2]
+                       [--max-minutes 25]
     python fuzz/run.py --seed 1 --only 4711 --keep /tmp/case   # reproduce one case and keep its files
 
 Each case runs in-process through `gpucheckup.cli.main` with `--debug` (so an uncaught exception
@@ -136,56 +137,85 @@ def run_subprocess(argv: list[str]) -> dict:
     return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2)}
 
 
-def _worker(seed: int, start: int, stop: int, root: str, results: str, current, started, subprocess_every: int):
+def _worker(seed: int, numbers: list[int], first: int, root: str, results: str, current, started,
+            subprocess_every: int, deadline: float):
+    """Run cases numbers[first:] in order (current: the index of the one running), until the deadline."""
     rootp = Path(root)
     with open(results, "a") as f, _env_for_cases(rootp):
-        for i in range(start, stop):
-            current.value = i
+        for j in range(first, len(numbers)):
+            if time.time() > deadline:
+                break
+            current.value = j
             started.value = time.time()
-            row = run_case(seed, i, rootp, subprocess_every)
+            row = run_case(seed, numbers[j], rootp, subprocess_every)
             f.write(json.dumps(row) + "\n")
             f.flush()
-        current.value = stop
+        current.value = len(numbers)
+
+
+def _supervised(seed: int, numbers: list[int], root: str, results: Path, subprocess_every: int, progress: bool,
+                t0: float, deadline: float) -> None:
+    """Run the cases in one forked worker at a time; a hung or dead worker is recorded and replaced."""
+    ctx = mp.get_context("fork")
+    nxt = 0
+    while nxt < len(numbers) and time.time() <= deadline:
+        current, started = ctx.Value("q", nxt), ctx.Value("d", time.time())
+        w = ctx.Process(target=_worker, args=(seed, numbers, nxt, root, str(results), current, started,
+                                              subprocess_every, deadline))
+        w.start()
+        try:
+            hung = _supervise(w, current, started, len(numbers), t0, progress)
+        finally:
+            if w.is_alive():
+                w.kill()
+            w.join()
+        row = None
+        if hung:
+            row = {"i": numbers[current.value], "outcome": "hang", "class": f"over {HANG_S:.0f} s", "s": HANG_S}
+        elif w.exitcode != 0:  # the worker died (out of memory, a signal): count the case, go on
+            row = {"i": numbers[min(current.value, len(numbers) - 1)], "outcome": "crash",
+                   "class": f"worker died ({w.exitcode})", "s": 0}
+        if row:
+            with open(results, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        nxt = current.value + 1 if current.value < len(numbers) else len(numbers)
 
 
 def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, results: Path | None = None,
-         progress: bool = True) -> dict:
-    """Run cases [start, start+cases) of a seed in a supervised worker; the totals."""
+         progress: bool = True, workers: int = 1, max_minutes: float | None = None) -> dict:
+    """Run cases [start, start+cases) of a seed: `workers` supervised workers, case i on worker i % workers, no
+    case started after max_minutes; the totals of the cases that ran."""
     import gpucheckup.cli  # noqa: F401 - imported once, before the workers fork
 
     ctx = mp.get_context("fork")
     t0 = time.time()
-    stop = start + cases
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the worker too
+    deadline = t0 + 60 * max_minutes if max_minutes else float("inf")
+    numbers = list(range(start, start + cases))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the workers too
     with tempfile.TemporaryDirectory(prefix="gpucheckup-fuzz-") as root:
         results = results or Path(root) / "results.jsonl"
         results.write_text("")
-        nxt = start
-        while nxt < stop:
-            current, started = ctx.Value("q", nxt), ctx.Value("d", time.time())
-            w = ctx.Process(target=_worker, args=(seed, nxt, stop, root, str(results), current, started,
-                                                  subprocess_every))
-            w.start()
+        if workers <= 1:
+            _supervised(seed, numbers, root, results, subprocess_every, progress, t0, deadline)
+        else:  # each supervisor forks its own workers; rows go to the one file (one write per line, O_APPEND)
+            sups = [ctx.Process(target=_supervised, args=(seed, numbers[k::workers], root, results,
+                                                          subprocess_every, progress and k == 0, t0, deadline))
+                    for k in range(workers)]
+            for p in sups:
+                p.start()
             try:
-                hung = _supervise(w, current, started, start, cases, t0, progress)
+                for p in sups:
+                    p.join()
             finally:
-                if w.is_alive():
-                    w.kill()
-                w.join()
-            row = None
-            if hung:
-                row = {"i": current.value, "outcome": "hang", "class": f"over {HANG_S:.0f} s", "s": HANG_S}
-            elif w.exitcode != 0:  # the worker died (out of memory, a signal): count the case, go on
-                row = {"i": current.value, "outcome": "crash", "class": f"worker died ({w.exitcode})", "s": 0}
-            if row:
-                with open(results, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-            nxt = current.value + 1 if current.value < stop else stop
-        rows = [json.loads(line) for line in results.read_text().splitlines() if line]
+                for p in sups:
+                    if p.is_alive():
+                        p.terminate()
+                        p.join()
+        rows = sorted((json.loads(line) for line in results.read_text().splitlines() if line), key=lambda r: r["i"])
     return summarize(rows, seed, start, cases, time.time() - t0)
 
 
-def _supervise(w, current, started, start: int, cases: int, t0: float, progress: bool) -> bool:
+def _supervise(w, current, started, cases: int, t0: float, progress: bool) -> bool:
     """Wait for the worker to finish; True (after killing it) when one case runs over HANG_S."""
     last_report = time.time()
     while w.is_alive():
@@ -195,7 +225,8 @@ def _supervise(w, current, started, start: int, cases: int, t0: float, progress:
             return True
         if progress and time.time() - last_report > 60:
             last_report = time.time()
-            print(f"  {current.value - start} / {cases} cases, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+            print(f"  {current.value} / {cases} cases (this worker), {time.time() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
     return False
 
 
@@ -230,6 +261,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--start", type=int, default=0, help="first case number")
     p.add_argument("--subprocess-every", type=int, default=500, help="also run every N-th case as a subprocess")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (case i runs on worker i %% N)")
+    p.add_argument("--max-minutes", type=float, help="start no case after this many minutes (the totals say how many ran)")
     p.add_argument("--report", type=Path, help="write the totals as JSON here")
     p.add_argument("--results", type=Path, help="keep one JSON line per case here")
     p.add_argument("--only", type=int, help="run just this case number, in this process, and print its outcome")
@@ -244,7 +277,7 @@ def main() -> int:
         with _env_for_cases(folder):
             print(invoke(argv))
         return 0
-    s = fuzz(a.cases, a.seed, a.start, a.subprocess_every, a.results)
+    s = fuzz(a.cases, a.seed, a.start, a.subprocess_every, a.results, workers=a.workers, max_minutes=a.max_minutes)
     text = json.dumps(s, indent=2)
     print(text)
     if a.report:

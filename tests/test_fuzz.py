@@ -26,15 +26,6 @@ import run as fuzz_run  # noqa: E402
 
 CASES = 800  # in-process cases per test run: under a minute of CPU
 SUBPROCESS_CASES = 4
-# Crashes inside the trace reader (and two downstream of values it lets through), fixed by the reader's
-# rewrite on its own branch: deep nesting, 400-digit integers, a ts of 1.7e308. Remove once merged.
-READER_PENDING = {
-    "RecursionError at reader.py:_decode_loosely",
-    "OverflowError at reader.py:build_tables",
-    "OverflowError at reader.py:_columns",
-    "OverflowError at model.py:<listcomp>",  # a 400-digit totalGlobalMem kept by the reader
-    "ValueError at plot_data.py:step_timeline",  # a step at ts 1.7e308 kept by the reader
-}
 
 
 class Hang(Exception):
@@ -59,8 +50,6 @@ def test_mutated_inputs_end_in_a_checkup_or_a_one_line_error(rnd: random.Random)
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
-    if outcome == "crash" and key in READER_PENDING:
-        return
     assert outcome in ("checkup", "error"), f"{outcome}: {key} {detail} (ops {case.ops}, options {case.options})"
 
 

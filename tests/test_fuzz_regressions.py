@@ -344,3 +344,219 @@ def test_evidence_events_hold_plain_floats_whatever_computed_them():
                t_us=np.float64(1.5))
     assert msgspec.json.decode(msgspec.json.encode(ev)) == {"name": "slow step", "where": "steps.csv",
                                                             "start_ms": 9636.73, "dur_ms": 184.5, "t_us": 1.5}
+
+
+# ---- classes still open after the 100,000-case run (docs/reliability.md) ----
+
+@pytest.mark.parametrize("flops", ["1" + "0" * 400, "[" * 100_000 + "]" * 100_000, "Infinity", "-5"],
+                         ids=["400 digits", "100,000 deep", "Infinity", "negative"])
+def test_an_unreadable_flops_file_in_a_folder_of_traces_is_one_line(tmp_path, flops):
+    """Class: OverflowError / RecursionError at pipeline.agent_flops (flops.json beside the traces)."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    minimal.write(minimal.steps_trace(4), folder / "t.json")
+    (folder / "flops.json").write_text(f'{{"flops_per_step": {flops}}}')
+    rc, _, err = analyze(folder)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "flops.json: unreadable FLOPs file" in err
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "env.json", "flops.json"])
+def test_a_run_directory_json_file_nested_100000_deep_is_one_line(tmp_path, name):
+    """Class: RecursionError at rundir.read_json."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    (run / name).write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    rc, _, err = analyze(run)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("not readable JSON (nested too deeply)") or "unreadable FLOPs file" in err
+
+
+@pytest.mark.parametrize("dims", [b'{"0": [64, 128], "1": [128, 32]}', b'7', b'"x"'], ids=["object", "number", "string"])
+def test_gemm_whose_input_dims_are_not_a_list_is_not_counted(dims):
+    """Class: KeyError at shape_flops.matmul_flops (`Input Dims` an object)."""
+    assert op_flops("aten::mm", dims, None, None) is None
+    assert op_flops("aten::linear", b'{"0": [4, 8], "1": [16, 8]}', None, None) is None
+
+
+def test_gemm_with_a_number_among_its_shapes_checks_up_with_the_roofline(tmp_path):
+    """Class: TypeError at hardware_text.roofline_rows (a float among `Input Dims`, listed as a shape)."""
+    counted = op_flops("aten::addmm", b"[[32], [64, 128], [128, 32], 1.5, 1]", None, None)
+    assert counted.flops == 2 * 64 * 128 * 32 and counted.shapes == [[32], [64, 128], [128, 32]]
+    trace = minimal.write(minimal.steps_trace(4, gemm={"Input Dims": [[64, 128], [128, 32], 2.5],
+                                                       "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}),
+                          tmp_path / "t.json")
+    rc, out, _ = analyze(trace, "--gpu", "H200-SXM", *outputs(tmp_path))
+    assert rc == 0
+    assert "64x128, 128x32" in (tmp_path / "r.md").read_text()
+
+
+def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
+    """Class: TypeError at terminal._fixes / html._fixes (a saving_ms the report holds as None: not finite)."""
+    from rich.console import Console
+
+    from gpucheckup.report import html, markdown, terminal
+
+    trace = minimal.write(minimal.steps_trace(8, sync=True), tmp_path / "t.json")
+    rc, _, _ = analyze(trace, "--json", tmp_path / "r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert rc == 0 and report["fixes"]
+    for fx in report["fixes"]:
+        fx["saving_ms"] = None
+    console = Console(file=io.StringIO(), width=120)
+    console.print(terminal._fixes(report))
+    assert "ms/step" not in console.file.getvalue() and report["fixes"][0]["action"][:20] in console.file.getvalue()
+    assert "ms/step" not in html._fixes(report)
+    text = markdown.render([(None, report)])
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 1 |"))
+    assert report["fixes"][0]["action"][:20] in row and "| - |" in row and "ms/step" not in row
+
+
+OLD_TENSOR_CORE = re.compile(r"nvjet|tensorop|wgmma|hmma|gmma|xmma(?!.*ffma)|s16816|s1688", re.I)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(["xmma", "XMMA", "ffma", "FfMa", "nvjet", "hmma", "gmma", "s1688", "s16816",
+                                 "tensorop", "sgemm", "_", "x", "mma", "ff", "ma", "wg"]), max_size=12).map("".join))
+def test_is_tensor_core_by_substrings_equals_the_old_regex(name):
+    """Class: `xmma(?!.*ffma)` backtracked quadratically (32 KB name: 0.06 s); the substring tests say the same."""
+    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+
+    assert is_tensor_core(name) == bool(OLD_TENSOR_CORE.search(name))
+
+
+def test_is_tensor_core_of_a_million_character_name():
+    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+
+    with hang_bound(2):  # the old regex: ~1,000 s at this length (quadratic)
+        assert is_tensor_core("xmma" * 250_000) and not is_tensor_core("xmma" * 250_000 + "ffma")
+
+
+def _names_threads_devices_trace(n: int) -> dict:
+    """n one-kernel steps whose launches each have their own runtime-call name and thread, on 50 devices."""
+    doc = minimal.steps_trace(n)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime":
+            i = e["args"]["correlation"]
+            e["name"], e["tid"], e["dur"] = f"cudaLaunchKernel_{i % (n // 2)}", 100 + i, 1.0 + i % 7
+        elif e.get("cat") == "kernel":
+            e["args"]["device"] = e["pid"] = e["args"]["correlation"] % 50
+    return doc
+
+
+def test_many_call_names_threads_and_devices_in_linear_time(tmp_path):
+    """Class: api_health took a median per call name and attribute_gaps a mask per device and per thread
+    (names x calls, threads x host events: 8,000 steps so made took 3 min, now 13 s on the shared machine)."""
+    from gpucheckup.analysis.checkup import analyze as analyze_trace
+
+    doc = _names_threads_devices_trace(3000)
+    path = minimal.write(doc, tmp_path / "t.json")
+    with hang_bound():
+        a = analyze_trace(read_trace(path))
+    durs: dict[str, list[float]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime":
+            durs.setdefault(e["name"], []).append(e["dur"])
+    assert len(a.api.calls) == len(durs) == 1500
+    for name, d in durs.items():  # independently: count, median and total of each name's calls
+        c = a.api.calls[name]
+        assert (c.count, c.median_us, c.total_ms) == pytest.approx((len(d), float(np.median(d)), sum(d) / 1000))
+    assert a.causes.time.shape == (len(a.timeline.gaps), a.causes.time.shape[1])
+    assert np.all(a.causes.time.sum(axis=1) == pytest.approx(a.timeline.gaps.dur))  # every gap's time split
+    assert len({tuple(t) for t in a.causes.thread}) > 1000  # the launch's thread per gap
+
+
+@pytest.mark.parametrize("args", [["ncu-cmd", ROOT / "tests/data/h200/sync_bound/trace.json.gz"], ["demo"]],
+                         ids=["ncu-cmd", "demo"])
+def test_stdout_closed_by_its_reader_exits_quietly(args):
+    """Class: `gpucheckup ... | head` closed stdout: BrokenPipeError was an "internal error", exit 70."""
+    import os
+    import subprocess
+
+    r, w = os.pipe()
+    os.close(r)  # the reader went away before the first write
+    p = subprocess.run([sys.executable, "-m", "gpucheckup", *map(str, args)], stdout=w, stderr=subprocess.PIPE,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    os.close(w)
+    assert p.returncode == 1
+    assert b"error" not in p.stderr and b"Traceback" not in p.stderr and b"Exception ignored" not in p.stderr
+
+
+@pytest.mark.parametrize("field", ["sentence", "verdict", "main_states_pct", "samples"])
+@pytest.mark.parametrize("value", [None, 7, "x\x1b[2J", [1], {"a": None}], ids=["null", "int", "escape", "list", "object"])
+def test_an_attach_record_with_a_field_of_the_wrong_type_checks_up_or_is_one_line(tmp_path, field, value):
+    """Class: AttributeError at terminal_run.render_run (attach.json's `sentence` null, printed as the coarse verdict)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "fuzz" / "corpus" / "runs" / "20261129-110024-attach-653", run)
+    doc = json.loads((run / "attach.json").read_text())
+    doc[field] = value
+    (run / "attach.json").write_text(json.dumps(doc))
+    rc, out, err = analyze(run)
+    assert (rc == 0 and "\x1b" not in out) or (rc == 2 and len(err.strip().splitlines()) == 1)
+
+
+@pytest.mark.parametrize("state", ["inf", "", "x\x1b[2J", "dataloader "])
+def test_an_unknown_main_state_in_samples_csv_is_read_as_unknown(tmp_path, state):
+    """Class: KeyError at coarse.coarse_verdict (an older attach run's samples.csv with a main_state it does not know)."""
+    from gpucheckup.diagnosis.coarse import coarse_verdict
+
+    v = coarse_verdict([state, state, "dataloader"], [0.0, 0.0, 0.0])
+    assert v.verdict == "unknown" and v.main_states_pct == {"unknown": pytest.approx(200 / 3), "dataloader": pytest.approx(100 / 3)}
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "data" / "h200" / "runs" / "20261129-110050-attach-763", run)
+    lines = (run / "samples.csv").read_text().splitlines()
+    if "main_state" not in lines[0].split(","):
+        pytest.skip("this run directory stores main_stack, not main_state")
+    col = lines[0].split(",").index("main_state")
+    rows = [ln.split(",") for ln in lines[1:]]
+    for r in rows:
+        r[col] = state.replace(",", "")
+    (run / "samples.csv").write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
+    rc, out, err = analyze(run)
+    assert rc == 0 or (rc == 2 and len(err.strip().splitlines()) == 1)
+
+
+def test_invalid_utf8_in_the_last_events_is_one_line(tmp_path):
+    """Class: DecodeError at reader._decode_events (bad UTF-8 in a string of the last chunk: skipping the array
+    to find its end does not check UTF-8, decoding it does)."""
+    doc = minimal.steps_trace(4)
+    doc["traceEvents"][-1]["name"] = "PLACEHOLDER"
+    path = tmp_path / "t.json"
+    path.write_bytes(json.dumps(doc).encode().replace(b"PLACEHOLDER", b"k\xff\xfek"))
+    rc, _, err = analyze(path)
+    assert rc == 2 and err.strip() == (f"gpucheckup: error: {path}: not valid JSON (Invalid UTF-8 encoded string); "
+                                       "the trace may be truncated or corrupt")
+
+
+@pytest.mark.parametrize("flops", [["1e999"], [1e308], [1e308, 1e308], [-5.0]],
+                         ids=["1e999 (read as inf)", "1e308 (median overflows)", "sum past 1.8e308", "negative"])
+def test_flop_annotations_that_are_not_a_finite_count_are_not_used(tmp_path, flops):
+    """Class: TypeError at terminal_mfu.render_hardware (a None FLOPs estimate: annotations summing to inf)."""
+    doc = minimal.steps_trace(4, gemm={"Input Dims": [[64, 128], [128, 32]], "Input type": ["float", "float"]})
+    ops = [e for e in doc["traceEvents"] if e.get("name") == "aten::mm"]
+    for e in ops:
+        e["args"]["flops"] = flops[0]
+    for e in ops[: len(flops) - 1]:  # a second annotated op beside the first, in the same step
+        doc["traceEvents"].append({**e, "ts": e["ts"] + 20, "dur": 0.1, "args": {"flops": flops[1]}})
+    trace = minimal.write(json.dumps(doc).replace('"1e999"', "1e999"), tmp_path / "t.json")
+    rc, out, _ = analyze(trace, "--peak-tflops", "1e308", "--json", tmp_path / "r.json")
+    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    assert rc == 0 and "annotations" not in mfu["estimates"] and mfu["source"] == "shapes"
+    assert mfu["flops_per_step"] == 2 * 64 * 128 * 32
+
+
+def test_malformed_json_in_the_last_chunk_is_cut_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """Class: hang (17 s, a 90 KB gzip file: many one-kernel steps and a damaged byte): the reader's last chunk
+    tried every event boundary as a cut, each try decoding the whole chunk again (quadratic)."""
+    from gpucheckup.trace import chunks
+
+    text = json.dumps(minimal.steps_trace(6000))
+    bad = len(text) - 300_000  # inside the last chunk, before the boundaries tried near the end (256 KB)
+    bad = text.index('"cat"', bad)
+    path = minimal.write(text[:bad] + "#" + text[bad + 1:], tmp_path / "t.json")
+    tries = []
+    real_try = chunks.EventChunks._try
+    monkeypatch.setattr(chunks.EventChunks, "_try", lambda self, m, consume: tries.append(1) or real_try(self, m, consume))
+    rc, _, err = analyze(path)
+    assert rc == 2 and "not valid JSON (JSON is malformed" in err
+    assert len(tries) <= chunks.CUT_TRIES * (len(text) // chunks.CHUNK_BYTES + 2), len(tries)

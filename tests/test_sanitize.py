@@ -94,8 +94,6 @@ def test_terminal_report_shows_planted_sequences_escaped(tmp_path, color):
     assert "owned" in out.split("train.py(42)")[-1]  # nothing after the title sequence was swallowed
 
 
-@pytest.mark.xfail(strict=True, reason="the progress line names the file raw: checkup.py's `reading {escape(f.name)}` "
-                   "needs escape(safe(f.name)) (file owned by the pipeline move; reported to the coordinator)")
 def test_progress_line_on_a_terminal_shows_the_file_name_escaped(tmp_path):
     trace = _planted(tmp_path)
     p = _run(["analyze", trace, "--quiet"], color=True)
@@ -157,3 +155,23 @@ def test_error_line_from_a_run_directory_cell(tmp_path):
     assert p.returncode == 2, p.stdout
     _assert_clean(p.stderr, "run directory error", shown=[])
     assert b"not a number" in p.stderr
+
+
+def test_ncu_cmd_writes_kernel_names_printable_and_its_regex_still_matches_them(tmp_path):
+    """`gpucheckup ncu-cmd` puts kernel names into a shell command: shell-quoted, controls as regex escapes."""
+    import re
+    import shlex
+
+    trace = _planted(tmp_path, "t.json.gz")
+    p = _run(["ncu-cmd", trace])
+    assert p.returncode == 0, p.stderr
+    for raw in RAW:
+        assert raw not in p.stdout, f"ncu-cmd: raw {raw!r} reached the output"
+    line = p.stdout.decode()
+    assert line.count("\n") == 1
+    regex = shlex.split(line)[shlex.split(line).index("--kernel-name") + 1]
+    assert regex.startswith("regex:") and "\\x1b\\[2J" in regex and "\\u202eevil" in regex
+    assert re.fullmatch(regex[len("regex:"):], "gemm_kernel" + PAYLOAD)  # the regex reads back the real name
+    from gpucheckup.report.ncu_cmd import printable_regex
+    name = "k\n\t\x1b\u202e\ud800.(x)*\\"
+    assert re.fullmatch(printable_regex(name), name) and not set(printable_regex(name)) & set("\n\t\x1b\u202e")

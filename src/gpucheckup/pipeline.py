@@ -34,6 +34,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
+from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
 from gpucheckup.trace.ncu_csv import read_ncu_csv
@@ -136,7 +137,9 @@ def agent_flops(path: Path) -> dict | None:
     try:
         d = json.loads(f.read_text())
         flops = float(d["flops_per_step"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not 0 <= flops < float("inf"):
+            raise ValueError(f"flops_per_step {flops} is not a finite count")
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
         raise CheckupError(f"{f}: unreadable FLOPs file ({type(e).__name__}: {e}); expected "
                            '{"flops_per_step": F, "how": "..."}') from None
     return {"flops_per_step": flops, "how": str(d.get("how", "")), "path": str(f)}
@@ -208,10 +211,10 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
             in_process = []
         for f in in_process:
             size_mb = f.stat().st_size / 1e6
-            progress.update(task, description=f"reading {escape(f.name)} ({size_mb:.1f} MB)")
+            progress.update(task, description=f"reading {escape(safe(f.name))} ({size_mb:.1f} MB)")
             try:
                 trace = read_trace(f)
-                progress.update(task, description=f"analyzing {escape(f.name)}")
+                progress.update(task, description=f"analyzing {escape(safe(f.name))}")
                 if cpu is not None and not trace.has_gpu:
                     cpu.append(cpu_checkup(trace))
                 else:

@@ -75,9 +75,9 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
 
     # The op that ends each gap: the first op on the device starting at or after the gap's end.
     launch_t = np.full(n, np.nan)
-    for dev in np.unique(gaps.device):
-        on_dev = np.flatnonzero(gpu.device == dev)
-        g = np.flatnonzero(gaps.device == dev)
+    gpu_of_dev = _groups(gpu.device)  # one sort, not a mask per device (linear in devices x ops)
+    for dev, g in _groups(gaps.device).items():
+        on_dev = gpu_of_dev.get(dev, np.zeros(0, dtype=np.int64))
         k = np.searchsorted(gpu.start[on_dev], gaps.end[g] - 1e-6, side="left")
         has = k < len(on_dev)
         op = np.where(has, on_dev[np.minimum(k, len(on_dev) - 1)], -1)
@@ -97,22 +97,41 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
 
     layers = _cause_rows(trace, launch_rows)
     all_sync_rows = host_calls.sync_call_rows(trace, launch_rows)
-    for pid, tid in set(zip(threads[~queued, 0].tolist(), threads[~queued, 1].tolist())):
-        g = np.flatnonzero(~queued & (threads[:, 0] == pid) & (threads[:, 1] == tid))
-        on_thread = (host.pid == pid) & (host.tid == tid)
+    # Rows grouped by thread once (a key per (pid, tid) over host rows and gaps), not a mask per thread.
+    pid = np.concatenate([host.pid.astype(np.int64), threads[:, 0]])
+    tid = np.concatenate([host.tid.astype(np.int64), threads[:, 1]])
+    order = np.lexsort((tid, pid))  # (np.unique(axis=0) sorts a void view: far slower)
+    new_pair = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
+    thread_key = np.empty(len(pid), dtype=np.int64)
+    thread_key[order] = np.cumsum(new_pair) - 1
+    host_key, gap_key = thread_key[:len(host)], thread_key[len(host):]
+    layer_rows = [(cause, {k: rows[i] for k, i in _groups(host_key[rows]).items()}) for cause, rows in layers]
+    sync_of = {k: all_sync_rows[i] for k, i in _groups(host_key[all_sync_rows]).items()}
+    none = np.zeros(0, dtype=np.int64)
+    for key, g in _groups(np.where(queued, -1, gap_key)).items():
+        if key < 0:
+            continue
         a, b = gaps.start[g], host_end[g]
         claimed = iv.EMPTY
         explained = np.zeros(len(g))
-        for cause, rows in layers:
-            rows = rows[on_thread[rows]]
+        for cause, by_thread in layer_rows:
+            rows = by_thread.get(key, none)
             own = iv.union(host.start[rows], host.end[rows])
             part = iv.covered_between(iv.subtract(own, claimed), a, b)
             time[g, cause] += part
             explained += part
             claimed = iv.union(np.concatenate([claimed[0], own[0]]), np.concatenate([claimed[1], own[1]]))
         time[g, OTHER] += np.maximum((b - a) - explained, 0.0)
-        _apply_sync_drain(time, sync_row, g, a, b, host, all_sync_rows[on_thread[all_sync_rows]])
+        _apply_sync_drain(time, sync_row, g, a, b, host, sync_of.get(key, none))
     return GapCauses(time, threads, sync_row)
+
+
+def _groups(keys: np.ndarray) -> dict[int, np.ndarray]:
+    """The positions of each distinct key, in increasing order: one stable sort instead of a mask per key."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
+    return {int(k[s]): order[s:e] for s, e in zip(np.r_[0, cuts], np.r_[cuts, len(k)]) if e > s}
 
 
 def _apply_sync_drain(time, sync_row, g, a, b, host, sync_rows) -> None:

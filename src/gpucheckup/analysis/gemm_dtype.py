@@ -32,8 +32,18 @@ NAME_RULES = [
     ("tf32", re.compile(r"tf32|xf32|(?:^|_)s1688gemm", re.I)),
     ("fp32", re.compile(r"sgemm|ffma|simt|f32f32_f32f32", re.I)),
 ]
-TENSOR_CORE = re.compile(r"nvjet|tensorop|wgmma|hmma|gmma|xmma(?!.*ffma)|s16816|s1688", re.I)
+TENSOR_CORE_MARKS = ("nvjet", "tensorop", "wgmma", "hmma", "gmma", "s16816", "s1688")  # and xmma without ffma after it
 GEMM_CATEGORIES = (CATEGORIES.index("gemm_conv"), CATEGORIES.index("attention"))
+
+
+def is_tensor_core(name: str) -> bool:
+    """Whether a kernel's name says tensor cores: a mark of TENSOR_CORE_MARKS, or `xmma` with no `ffma` after its
+    last occurrence (case-insensitive; plain substring tests, linear in the name's length)."""
+    low = name.lower()
+    if any(m in low for m in TENSOR_CORE_MARKS):
+        return True
+    i = low.rfind("xmma")
+    return i >= 0 and "ffma" not in low[i:]
 
 
 def dtype_from_name(name: str) -> str:
@@ -50,7 +60,7 @@ def kernel_dtype(name: str, op_dtype: str) -> str:
     if dt:
         return dt
     if op_dtype == "fp32":
-        return "tf32" if TENSOR_CORE.search(name) else "fp32"
+        return "tf32" if is_tensor_core(name) else "fp32"
     return op_dtype or "unknown"
 
 

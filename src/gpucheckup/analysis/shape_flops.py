@@ -255,6 +255,8 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
         shapes = msgspec.json.decode(shapes_raw)
         types = msgspec.json.decode(types_raw) if types_raw else []
         concrete = msgspec.json.decode(concrete_raw) if concrete_raw else []
+        if not isinstance(shapes, list):
+            return None  # `Input Dims` an object or a number: not a list of shapes
         kind = KIND[name]
         if kind == "matmul":
             flops, operands, out = matmul_flops(name, shapes)
@@ -266,8 +268,8 @@ def op_flops(name: str, shapes_raw: bytes | None, types_raw: bytes | None,
             return None  # not a tensor shape: a float, a string, a negative or absurd size
         return OpFlops(flops=float(flops), elements=_elements(operands) + _elements(out),
                        dtype=first_float_dtype(types),
-                       shapes=[s for s in shapes if s])
-    except (msgspec.DecodeError, IndexError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+                       shapes=[s for s in shapes if isinstance(s, list) and s])
+    except (msgspec.DecodeError, IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
 
 
@@ -437,15 +439,17 @@ def _kernel_time_per_root(trace: Trace, rows: np.ndarray, root_of: np.ndarray, i
 def annotated_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     """FLOPs per step from the profiler's `flops` annotations (with_flops=True); None without them."""
     host = trace.host
-    rows = np.flatnonzero((host.cat == CPU_OP) & ~np.isnan(host.flops))
+    rows = np.flatnonzero((host.cat == CPU_OP) & np.isfinite(host.flops) & (host.flops >= 0))  # 1e308, inf: not a count
     if len(rows) == 0:
         return None
     is_root, _ = outermost(trace, rows)
     step = _step_of(steps, host.start[rows])
     per_step = np.zeros(steps.count)
     ok = is_root & (step >= 0)
-    np.add.at(per_step, step[ok], host.flops[rows[ok]])
-    if not ok.any():
+    with np.errstate(over="ignore"):  # a sum (or median) past 1.8e308 is inf, refused below
+        np.add.at(per_step, step[ok], host.flops[rows[ok]])
+        median = float(np.median(per_step)) if ok.any() else math.inf
+    if not math.isfinite(median) or not np.isfinite(per_step).all():  # annotations that sum past 1.8e308
         return None
     return FlopCount(source="annotations", per_step=[float(x) for x in per_step],
-                     flops_per_step=float(np.median(per_step)), ops_counted=int(ok.sum()), ops_skipped=0)
+                     flops_per_step=median, ops_counted=int(ok.sum()), ops_skipped=0)

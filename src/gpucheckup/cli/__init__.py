@@ -12,6 +12,7 @@ from gpucheckup.errors import CheckupError, say
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 1  # what Python (and rich's Console) exit with when the reader of stdout went away
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
 
         to_stderr = str(getattr(args, "json", None)) == "-"  # `--json -`: stdout holds the JSON alone
-        return args.func(args, Console(highlight=False, stderr=to_stderr))
+        rc = args.func(args, Console(highlight=False, stderr=to_stderr))
+        sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at exit
+        return rc
+    except BrokenPipeError:  # `gpucheckup ... | head`: stop quietly (the Python docs' recipe, signal module)
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except CheckupError as e:
         say(f"gpucheckup: error: {e}")
         return EXIT_BAD_INPUT
@@ -47,6 +53,15 @@ def _import_numpy_single_threaded() -> None:
         import numpy  # noqa: F401
     finally:
         del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit writes nowhere instead of failing again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout not a file descriptor (redirected in-process)
+        pass
 
 
 __all__ = ["build_parser", "main"]

@@ -53,6 +53,7 @@ class CoarseVerdict:
 
 def coarse_verdict(states: list[str], gpu_util: list[float | None]) -> CoarseVerdict:
     """The coarse verdict from paired samples: the main thread's state and the GPU's utilization."""
+    states = [s if s in VERDICT_OF_STATE else "unknown" for s in states]  # an older samples.csv's main_state: any text
     n = len(states)
     if n == 0:
         return CoarseVerdict("unknown", 0, "no samples could be taken")

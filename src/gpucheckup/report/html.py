@@ -222,7 +222,7 @@ def _verdict(r: dict) -> str:
 def _fixes(r: dict) -> str:
     rows = []
     for i, fx in enumerate(r["fixes"], 1):
-        saving = f"{fx['saving_ms']:.2f} ms/step" if fx["saving_ms"] > 0 else "-"
+        saving = f"{fx['saving_ms']:.2f} ms/step" if (fx["saving_ms"] or 0) > 0 else "-"  # None: not finite
         how = f"<br><span class=\"explain\">{esc(fx['how'])}</span>" if fx.get("how") else ""
         if fx.get("reason"):
             how += f"<br><span class=\"explain\">saving: {esc(fx['reason'])}</span>"

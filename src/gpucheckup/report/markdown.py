@@ -76,7 +76,7 @@ def _report(r: dict, label: str | None, many: bool) -> str:
     if fixes:
         out.append(table(["#", "change", "fix", "saves up to", "finding"],
                          [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"],
-                           f"{f['saving_ms']:.2f} ms/step" if f["saving_ms"] > 0 else "-", f["finding"]]
+                           f"{f['saving_ms']:.2f} ms/step" if (f["saving_ms"] or 0) > 0 else "-", f["finding"]]
                           for i, f in enumerate(fixes, 1)], right={0, 3}))
     else:
         out.append("No fix suggested: no finding above its threshold.\n")

@@ -21,6 +21,7 @@ import msgspec
 
 from gpucheckup.analysis.ncu_bounds import base_name
 from gpucheckup.errors import CheckupError
+from gpucheckup.safe_text import UNSAFE
 from gpucheckup.trace.ncu_csv import SOL_METRICS
 
 MAX_LAUNCH_COUNT = 1000
@@ -44,6 +45,20 @@ def saved_report(path: Path) -> dict | None:
     return None
 
 
+_CONTROL = re.compile(f"{UNSAFE.pattern}|[\t\n]")
+
+
+def printable_regex(name: str) -> str:
+    """A regex matching exactly `name`, written in printable characters (controls, bidi marks, tab and newline
+    from a trace as `\\xHH` / `\\uHHHH` escapes, which ncu's and Python's regex syntax read back)."""
+    parts, pos = [], 0
+    for m in _CONTROL.finditer(name):
+        o = ord(m.group())
+        parts += [re.escape(name[pos:m.start()]), f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"]
+        pos = m.end()
+    return "".join(parts) + re.escape(name[pos:])
+
+
 def ncu_command(report: dict, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:
     """The ncu command line for a report's top kernels by GPU time."""
     kernels = [k for k in report["kernels"]["top"] if k.get("name")][:top]
@@ -52,7 +67,7 @@ def ncu_command(report: dict, top: int = 5, skip_steps: int = 10, command: str =
     bases = list(dict.fromkeys(base_name(k["name"]) for k in kernels))
     steps = max(int(report["steps"]["count"]), 1)
     per_step = max(1, round(sum(k["count"] for k in kernels) / steps))
-    regex = "regex:^(" + "|".join(re.escape(b) for b in bases) + ")$"
+    regex = "regex:^(" + "|".join(printable_regex(b) for b in bases) + ")$"
     args = [
         "ncu", "--target-processes", "all",
         "--kernel-name-base", "function", "--kernel-name", regex,

@@ -31,7 +31,7 @@ def render_hardware(r: dict, console: Console) -> None:
         t.add_row("healthy bands", bands_line(r))
     est = m.get("estimates") or {}
     if len(est) > 1:
-        t.add_row("FLOPs per step by source", ", ".join(f"{k} {v:.4g}" for k, v in est.items()))
+        t.add_row("FLOPs per step by source", ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} not finite" for k, v in est.items()))
     console.print(t)
     rows = roofline_rows(r)
     if rows:

@@ -233,12 +233,12 @@ class EventChunks:
     def _last(self, consume: Callable[[memoryview], None], tail_search: int) -> None:
         """The events left (cut once more near the end to keep the search short), then the top level."""
         if len(self.buf) > tail_search:
-            search = len(self.buf) - tail_search
-            while (m := _BETWEEN.search(self.buf, search)) is not None:
-                if self._try(m, consume):
+            search, tries = len(self.buf) - tail_search, 0
+            while (m := _BETWEEN.search(self.buf, search)) is not None and tries < CUT_TRIES:
+                if self._try(m, consume):  # each try decodes the whole chunk: bounded, as in feed
                     self._next_at(m)
                     break
-                search = m.start() + 1
+                search, tries = m.start() + 1, tries + 1
         # where the array ends: skip over the rest as one JSON value; the trailing text starts after it
         rest = bytes(self.buf)
         self.buf = bytearray()
@@ -252,5 +252,8 @@ class EventChunks:
                 raise CheckupError(f"{self.path}: not valid JSON ({msg.splitlines()[0][:160]}); "
                                    "the trace may be truncated or corrupt") from None
             close = rest.rindex(b"]", 0, int(m.group(1)) - 1)
-        consume(memoryview(rest)[: close + 1])
+        try:  # skipping checks less than decoding (bad UTF-8 in a string): then read the file whole, to say why
+            consume(memoryview(rest)[: close + 1])
+        except msgspec.DecodeError:
+            raise StreamError("the last events are not valid JSON") from None
         self.top = self.head + b"[]" + rest[close + 1 :]

@@ -163,6 +163,8 @@ def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
         obj = json.loads(path.read_text())
     except FileNotFoundError:
         raise CheckupError(f"{path}: no such file") from None
+    except RecursionError:
+        raise CheckupError(f"{path}: not readable JSON (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise CheckupError(f"{path}: not readable JSON ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(obj, dict):
