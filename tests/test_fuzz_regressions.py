@@ -560,3 +560,16 @@ def test_malformed_json_in_the_last_chunk_is_cut_a_bounded_number_of_times(tmp_p
     rc, _, err = analyze(path)
     assert rc == 2 and "not valid JSON (JSON is malformed" in err
     assert len(tries) <= chunks.CUT_TRIES * (len(text) // chunks.CHUNK_BYTES + 2), len(tries)
+
+
+@pytest.mark.parametrize("value", ["1.7e308", "-1", "1e12"])
+def test_a_run_start_out_of_range_is_one_line(tmp_path, value):
+    """Class: TypeError at lines.event_line (a manifest's started_epoch_s of 1.7e308: every event at -inf ms)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    text = (run / "manifest.json").read_text()
+    (run / "manifest.json").write_text(re.sub(r'"started_epoch_s": [^,}]+', f'"started_epoch_s": {value}', text))
+    rc, _, err = analyze(run)
+    assert rc == 2 and err.strip() == (f"gpucheckup: error: {run / 'manifest.json'}: field 'started_epoch_s' is "
+                                       f"{float(value) if '.' in value or 'e' in value else int(value)!r}, "
+                                       "out of range (0 to 8.58993e+09 s since 1970)")

@@ -37,6 +37,7 @@ SAMPLE_TEXT = {"main_stack", "main_state", "main_frame", "main_thread_active"}
 # analysis/telemetry.py, analysis/stack_samples.py), and those of them no row may leave empty.
 STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
 STEP_MAX, STEP_MS_MAX = 2.0 ** 53, 24 * 3600 * 1e3  # a step number, a step time of at most a day
+EPOCH_MAX = 2.0 ** 33  # a Unix time (s) before the year 2242
 NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
 NVML_FILLED = ("t_s",)
 CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
@@ -89,6 +90,10 @@ def read_run(path: Path) -> RunDir:
     refuse_links_outside(path)
     manifest = read_json(path / layout.MANIFEST, MANIFEST_TYPES)
     _check_items(path / layout.MANIFEST, "command", manifest.get("command"), TEXT)
+    for key in ("started_epoch_s", "ended_epoch_s"):  # every time in a run is placed from these
+        if manifest.get(key) is not None and not 0 <= manifest[key] <= EPOCH_MAX:
+            raise CheckupError(f"{path / layout.MANIFEST}: field {key!r} is {manifest[key]!r}, out of range "
+                               f"(0 to {EPOCH_MAX:g} s since 1970)")
     _check_items(path / layout.MANIFEST, "failed", manifest.get("failed"), TEXT)
     for key in ("captured", "failed"):
         if manifest.get(key) is None:
