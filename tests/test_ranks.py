@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucheckup.analysis.ranks import RankInput, analyze_ranks, rank_input
+from gpucheckup.analysis.ranks import analyze_ranks, rank_input
 from gpucheckup.hardware import links
 from gpucheckup.trace import read_trace
 
@@ -92,7 +92,10 @@ def _shifted(trace, rows, dt):
 
 def test_128_synthetic_ranks_find_the_planted_straggler():
     base = read_trace(next((H200X2 / "ddp_healthy" / "traces").glob("rank0.json.gz")))
-    one = rank_input(base, 0)
+    from gpucheckup.analysis.launches import launch_rows
+
+    one_rows = launch_rows(base)
+    one = rank_input(base, 0, one_rows)
     comm = np.array([i for i, n in enumerate(base.names) if "nccl" in n.lower()])
     comm_rows = np.flatnonzero(np.isin(base.gpu.name, comm))
     late_us, planted, n = 20_000.0, 77, 128
@@ -107,9 +110,9 @@ def test_128_synthetic_ranks_find_the_planted_straggler():
             t.gpu.end = base.gpu.end.copy()
             t.gpu.end[comm_rows] += late_us
         t.rank = r
-        x = rank_input(t, r)
+        x = rank_input(t, r, one_rows, one.steps)
         x.calls.group_size = np.full(len(x.calls), float(n))  # one group of all 128 ranks
-        inputs.append(RankInput(r, t, one.steps, one.launch_rows, x.calls))
+        inputs.append(x)
     ra = analyze_ranks(inputs)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
