@@ -44,12 +44,17 @@ def table(headers: list[str], rows: list[list], right: set[int] | None = None) -
     return "\n".join(out) + "\n"
 
 
-def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
-    """The whole document: one report, or a summary table and one section per report."""
+def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", job: dict | None = None) -> str:
+    """The whole document: one report, or a summary table and one section per report (`job`: the ranks' job
+    section, report/job_pages.py, first)."""
     many = len(items) > 1
     parts = []
     if many:
         parts.append(f"# gpucheckup check-up: {len(items)} traces\n")
+        if job:
+            from gpucheckup.report.job_pages import markdown_section
+
+            parts.append(markdown_section(job))
         parts.append(f"## {md(summary_title)}\n")
         parts.append(table(["report", "trace", "verdict", "median step ms", "GPU busy"],
                            [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['steps']['median_ms']:.2f}",
