@@ -172,13 +172,17 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
     if out.html:
         from gpucheckup.report import html
 
-        write_atomic(out.html, html.render(pages, title, job).encode())
+        from gpucheckup.report.job_pages import html_section
+
+        write_atomic(out.html, html.render(pages, title, html_section(job) if job else "").encode())
         console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                       soft_wrap=True)
     if out.markdown:
         from gpucheckup.report import markdown
 
-        write_atomic(out.markdown, markdown.render(pages, title, job).encode())
+        from gpucheckup.report.job_pages import markdown_section
+
+        write_atomic(out.markdown, markdown.render(pages, title, markdown_section(job) if job else "").encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
         from gpucheckup.report import perfetto

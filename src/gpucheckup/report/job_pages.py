@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.report.html import _finding, _table, esc
+from gpucheckup.report.lines import cost_line
+from gpucheckup.report.markdown import md, table
 from gpucheckup.report.terminal_ranks import COLUMNS, MAX_ROWS, outliers
 
 RANK_HEADERS = ["rank", "verdict", "step ms", "compute ms", "transfer ms", "wait ms", "exposed wait ms", "idle ms",
@@ -74,9 +77,6 @@ def straggler_line(job: dict) -> str:
 
 def html_section(job: dict) -> str:
     """The job's section of the HTML page."""
-    from gpucheckup.report.html import _finding, _table
-    from gpucheckup.report.plots import esc
-
     v = job["verdict"]
     out = ['<section class="report" id="job">', "<h2>The job: ranks side by side</h2>",
            f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
@@ -101,9 +101,6 @@ def html_section(job: dict) -> str:
 
 def markdown_section(job: dict) -> str:
     """The job's section of the Markdown document."""
-    from gpucheckup.report.lines import cost_line
-    from gpucheckup.report.markdown import md, table
-
     v = job["verdict"]
     out = ["## The job: ranks side by side\n",
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['reason'])}  \n{md(straggler_line(job))}\n"]
