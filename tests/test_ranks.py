@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpucheckup.analysis.ranks import RankInput, analyze_ranks, rank_input
+from gpucheckup.analysis.ranks import analyze_ranks, rank_input
 from gpucheckup.hardware import links
 from gpucheckup.trace import read_trace
 
@@ -92,7 +92,10 @@ def _shifted(trace, rows, dt):
 
 def test_128_synthetic_ranks_find_the_planted_straggler():
     base = read_trace(next((H200X2 / "ddp_healthy" / "traces").glob("rank0.json.gz")))
-    one = rank_input(base, 0)
+    from gpucheckup.analysis.launches import launch_rows
+
+    one_rows = launch_rows(base)
+    one = rank_input(base, 0, one_rows)
     comm = np.array([i for i, n in enumerate(base.names) if "nccl" in n.lower()])
     comm_rows = np.flatnonzero(np.isin(base.gpu.name, comm))
     late_us, planted, n = 20_000.0, 77, 128
@@ -107,9 +110,9 @@ def test_128_synthetic_ranks_find_the_planted_straggler():
             t.gpu.end = base.gpu.end.copy()
             t.gpu.end[comm_rows] += late_us
         t.rank = r
-        x = rank_input(t, r)
+        x = rank_input(t, r, one_rows, one.steps)
         x.calls.group_size = np.full(len(x.calls), float(n))  # one group of all 128 ranks
-        inputs.append(RankInput(r, t, one.steps, one.launch_rows, x.calls))
+        inputs.append(x)
     ra = analyze_ranks(inputs)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -152,3 +155,35 @@ def test_throttled_straggler_gpu_is_evidence():
     nvml = {"per_gpu": [{"gpu": 0, "throttle": calm}, {"gpu": 1, "throttle": hot}]}
     assert "GPU (1) was throttled in 40%" in throttle_note(nvml, 1) and "SW thermal" in throttle_note(nvml, 1)
     assert throttle_note(nvml, 0) is None
+
+
+def test_workers_give_the_cross_rank_analysis_of_one_process(tmp_path, monkeypatch):
+    """A folder read in worker processes sends back each rank's compact table, not its trace, and the
+    cross-rank analysis (and the profiler correction's matched waits) come out as with --jobs 1."""
+    import msgspec
+
+    from gpucheckup.analysis.mfu import MfuInputs
+    from gpucheckup.cli.emit import payload
+    from gpucheckup.pipeline import check
+    from gpucheckup.trace import parallel
+    from synthetic_ranks import write_folder
+
+    write_folder(tmp_path, 4, planted=2)
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no stored commbench
+    for inputs in (None, MfuInputs(unprofiled_step_ms=30.0, unprofiled_from="test")):
+        one, two = check(tmp_path, inputs, jobs=1), check(tmp_path, inputs, jobs=2)
+        assert all(c.analysis is None for c in two.checkups) and all(c.analysis for c in one.checkups)
+        assert two.job.analysis.straggler == 2 == one.job.analysis.straggler
+        assert msgspec.json.encode(payload(one)) == msgspec.json.encode(payload(two))
+    # every rank does the same work; the waiting ranks' NCCL kernels spin 20 ms longer per call. Without the
+    # profiler their GPU work is the planted rank's (whose kernels wait for nobody: its busy time as traced)
+    p = payload(two)["reports"]
+    planted = p[2]
+    assert planted["profiler"]["comm_wait_ms"] < 0.01
+    assert planted["profiler"]["gpu_ms_per_step"] == pytest.approx(
+        planted["gpu"]["busy_pct"] / 100 * planted["profiler"]["traced_step_ms"], rel=1e-3)
+    for r in (p[0], p[1], p[3]):
+        assert r["gpu"]["busy_pct"] > 99.9  # as traced: the waiting kernels fill the step
+        assert r["profiler"]["gpu_ms_per_step"] == pytest.approx(planted["profiler"]["gpu_ms_per_step"], rel=1e-3)
+        assert r["profiler"]["comm_wait_ms"] > 1.0

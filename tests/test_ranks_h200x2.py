@@ -181,3 +181,76 @@ def test_a_stored_commbench_is_the_link(tmp_path, monkeypatch):
     shutil.copy(DATA / "commbench-nvlink.json", cached)
     gb, how = link_figure(None, {}, "NVIDIA H200", 2, "9.0")
     assert gb == pytest.approx(327.17, abs=0.01) and "commbench" in how
+
+
+def _work_without_waiting_ms(rank: int) -> float:
+    """Rank `rank`'s GPU work per step in ddp_slow_input, from the raw events: every kernel, copy and memset in
+    its step windows, each NCCL all-reduce cut to its transfer (the shorter of the two ranks' k-th call; the
+    rest is waiting), NCCL kernels without call arguments (launched before the window) left out; the
+    window's share times its median step (docs/metrics.md, "One window")."""
+    import statistics
+
+    import independent as ind
+    from conftest import raw_events
+
+    docs = [raw_events(DATA / "ddp_slow_input" / "traces" / f"rank{r}.json.gz") for r in (0, 1)]
+    calls = [sorted((e for e in d["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"].lower()
+                     and "Collective name" in e.get("args", {})), key=lambda e: e["ts"]) for d in docs]
+    assert len(calls[0]) == len(calls[1]) == 40  # 8 buckets x 5 steps
+    w = ind.step_windows(docs[rank])
+    lo, hi = w[0][0], w[-1][1]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in docs[rank]["traceEvents"] if e.get("ph") == "X"
+             and e.get("cat") in ind.GPU_CATS and "nccl" not in e["name"].lower()]
+    for mine, other in zip(calls[rank], calls[1 - rank]):
+        transfer = min(mine["dur"], other["dur"])
+        spans.append((mine["ts"] + mine["dur"] - transfer, mine["ts"] + mine["dur"]))
+    clipped = [(max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi]
+    return ind.union_length(clipped) / (hi - lo) * statistics.median(e - s for s, e in w) / 1000
+
+
+def test_profiler_correction_counts_waiting_collectives_as_idle(tmp_path):
+    """The waiting rank of ddp_slow_input, with a step time without the profiler of 45 ms: its NCCL kernels
+    spin 58 ms of its 64 ms step, mostly waiting for rank 1; counted as GPU work they read 'GPU busy 100%
+    without the profiler' and scaled its idle causes by 0.00."""
+    import shutil
+    import subprocess
+    import sys
+
+    for p in (DATA / "ddp_slow_input" / "traces").glob("rank*.json.gz"):
+        shutil.copy(p, tmp_path / p.name)
+    out = tmp_path / "job.json"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(tmp_path), "--unprofiled-step-ms", "45",
+                          "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    d = json.loads(out.read_text())
+    p = d["reports"][0]["profiler"]
+    work = _work_without_waiting_ms(0)
+    assert 20 < work < 35  # its own compute (26 ms per median step) and transfer, not the 58 ms its kernels spin
+    assert p["applied"] and p["gpu_ms_per_step"] == pytest.approx(work, rel=1e-3)
+    assert p["busy_pct_unprofiled"] == pytest.approx(100 * work / 45, rel=1e-3)
+    assert p["host_idle_factor"] == pytest.approx((45 - work) / (p["traced_step_ms"] - work), rel=1e-3)
+    assert 0.3 < p["host_idle_factor"] < 0.7 and p["busy_pct_unprofiled"] < 80
+    ev = next(f for f in d["reports"][0]["verdict"]["findings"] if f["id"] == "profiler_overhead")["evidence"]
+    assert f"{p['comm_wait_ms']:.2f} ms per step of collective kernels waiting for other ranks" in ev[1]
+    # the straggler's kernels hardly wait: its figure is its GPU work as traced
+    assert d["reports"][1]["profiler"]["gpu_ms_per_step"] == pytest.approx(_work_without_waiting_ms(1), rel=1e-3)
+
+
+def test_ddp_bucketing_is_offered_to_ddp_only_never_to_fsdp(runs):
+    """bucket_cap_mb and gradient_as_bucket_view are DistributedDataParallel's: an FSDP job (all-gathers and
+    reduce-scatters, FSDP:: ranges) gets no bucketing advice, a DDP job whose collectives are exposed does."""
+    from gpucheckup.diagnosis.fixes import offer, uses_ddp
+
+    fsdp, ddp = check_run(DATA / "fsdp"), check_run(DATA / "ddp_healthy")
+    for c in fsdp.checkups:
+        a = c.analysis
+        assert {x["name"] for x in runs["fsdp"]["communication"]["collectives"]} == {"all_gather", "reduce_scatter"}
+        assert a.communication.exposed_ms_per_step > 0  # exposed collectives: the other communication fixes hold
+        assert not uses_ddp(a.trace) and offer(a, "ddp_buckets") == []
+        assert [f.key for f in offer(a, "ddp_buckets", "nccl_check")] == ["nccl_check"]
+    for rep in runs["fsdp"]["reports"]:
+        assert not any("bucket" in f["action"].lower() for f in rep["fixes"])
+    for c in ddp.checkups:
+        a = c.analysis
+        assert uses_ddp(a.trace) and a.communication.exposed_ms_per_step > 0
+        assert [f.key for f in offer(a, "ddp_buckets")] == ["ddp_buckets"]

@@ -55,6 +55,7 @@ class Checkup:
     analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
     diagnosis: Diagnosis
     report: dict
+    ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
 
 
 @dataclass
@@ -100,19 +101,54 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
     if is_run_dir(path):
         return check_run(path, inputs, ncu_csv)
     cpu: list[CpuCheckup] = []
+    inputs, ncu = _settings(path, inputs, ncu_csv)
     checkups = check_path(path, console, inputs, ncu_csv, jobs, cpu)
     out = Checkups(path, checkups, cpu=cpu)
-    if len(checkups) > 1 and all(c.analysis is not None for c in checkups):
+    if len(checkups) > 1:
         from gpucheckup.ranks_checkup import attach_job
 
-        out.job = attach_job([c.analysis.trace for c in checkups], checkups)
-    elif len(checkups) > 1:
-        note = (f"the cross-rank analysis (stragglers, wait and transfer, bus bandwidth) was not run: the "
-                f"{len(checkups)} traces were checked up in worker processes to bound memory; --jobs 1 runs it "
-                "with every rank's trace in memory at once")
         for c in checkups:
-            c.report["notes"].append(note)
+            c.ranks = c.ranks or _rank_table(c.analysis)
+
+        out.job = attach_job([c.ranks for c in checkups], checkups,
+                             recheck=_rechecker(checkups, inputs, ncu, ncu_csv, jobs))
     return out
+
+
+def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tuple[MfuInputs, object]:
+    """The MFU inputs (FLOPs per step from the agent's flops.json unless given) and the Nsight Compute rows."""
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = replace(inputs, agent_flops=agent_flops(path))
+    return inputs, (read_ncu_csv(ncu_csv) if ncu_csv else None)
+
+
+def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | None, jobs: int | None,
+               extra: list[Finding] | None = None):
+    """recheck(waits) for ranks_checkup.check_job: the check-ups of the ranks in `waits` again, with their calls'
+    matched waits (the profiler-overhead correction); here for traces in memory, else in worker processes."""
+    def recheck(waits: dict[int, object]) -> None:
+        by_rank = {(c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i): c
+                   for i, c in enumerate(checkups)}
+        todo = [(by_rank[rk], w) for rk, w in waits.items()]
+        for c, w in todo:
+            if c.analysis is not None:
+                _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w))
+        far = [(c, w) for c, w in todo if c.analysis is None]
+        items = [(Path(c.report["trace"]["path"]), w) for c, w in far]
+        for (c, _), (_, new) in zip(far, parallel.map_files(_recheck_file, items, inputs, ncu, ncu_csv, jobs=jobs)):
+            if isinstance(new, CheckupError):
+                raise new
+            _replace(c, new)
+    return recheck
+
+
+def _replace(c: Checkup, new: Checkup) -> None:
+    """Checkup c takes new's analysis, diagnosis and report; the notes c's report gathered stay."""
+    old = c.report
+    new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
+    new.report.update({k: v for k, v in old.items() if k not in new.report})
+    c.analysis, c.diagnosis, c.report = new.analysis, new.diagnosis, new.report
 
 
 def trace_paths(path: Path) -> list[Path]:
@@ -154,12 +190,22 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
     return replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
 
 
-def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=()) -> Checkup:
-    """Analyze, diagnose and build the report dict of one trace."""
-    a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
+def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=(),
+                comm_waits=None) -> Checkup:
+    """Analyze, diagnose and build the report dict of one trace, with its compact cross-rank table when it
+    holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction)."""
+    a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
     d = diagnose(a)
     d.findings += list(extra_findings)
     return Checkup(a, d, checkup_dict(a, d))
+
+
+def _rank_table(a: TraceAnalysis):
+    """The compact cross-rank table of an analyzed trace (analysis/ranks.rank_input): what a worker sends back
+    for the cross-rank analysis instead of the trace."""
+    from gpucheckup.analysis.ranks import rank_input
+
+    return rank_input(a.trace, None, a.launch_rows, a.steps)
 
 
 def cpu_checkup(trace) -> CpuCheckup:
@@ -180,6 +226,13 @@ def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checku
     if not trace.has_gpu:
         return cpu_checkup(trace)
     c = check_trace(trace, inputs, ncu, ncu_csv)
+    return Checkup(None, c.diagnosis, c.report, _rank_table(c.analysis))
+
+
+def _recheck_file(item: tuple[Path, object], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
+    """In a worker process: one trace's check-up again with its calls' matched waits (item: path, waits)."""
+    f, waits = item
+    c = check_trace(read_trace(f), inputs, ncu, ncu_csv, (), waits)
     return Checkup(None, c.diagnosis, c.report)
 
 
@@ -286,7 +339,11 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     _sort_by_rank(out.checkups)
     if len(out.checkups) > 1:
         _note_stragglers(out.checkups)
-    out.job = attach_job(all_traces, out.checkups, path, run.env, ra.nvml)
+    if len(all_traces) > 1:
+        from gpucheckup.analysis.ranks import rank_input
+
+        out.job = attach_job([rank_input(t, i) for i, t in enumerate(all_traces)], out.checkups, path, run.env,
+                             ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, findings))
     parts_traces = used or [str(p.relative_to(path)) for p in traces]
     for c in out.checkups:
         c.report.update(run_parts(ra, used, None, coarse))

@@ -14,11 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucheckup.analysis.ranks import RankInput, RanksAnalysis, analyze_ranks, rank_input, straggler_cause
+from gpucheckup.analysis.ranks import RankInput, RanksAnalysis, analyze_ranks, straggler_cause
 from gpucheckup.diagnosis import rank_rules
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.hardware import links
-from gpucheckup.trace.tables import Trace
 
 
 @dataclass
@@ -61,20 +60,26 @@ def throttle_note(nvml: dict | None, straggler: int) -> str | None:
             f"({worst}), the other GPUs in {max(others, default=0.0):.0f}% at most")
 
 
-def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path | None = None,
-              env: dict | None = None, nvml: dict | None = None) -> JobCheckup | None:
+def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Path | None = None,
+              env: dict | None = None, nvml: dict | None = None, recheck=None) -> JobCheckup | None:
     """Check up the ranks together; None when fewer than two ranks hold collective calls.
-    `checkups`: rank -> that rank's single-trace Checkup (only ranks with a GPU timeline)."""
-    inputs: list[RankInput] = []
-    for i, t in enumerate(traces):
-        inputs.append(rank_input(t, i))
+    `inputs`: each rank's compact table (analysis/ranks.rank_input), in rank order, numbered by place when a
+    trace has no rank; `checkups`: rank -> that rank's single-trace Checkup (only ranks with a GPU timeline);
+    `recheck(waits)`: re-runs the check-ups of the ranks in `waits` (rank -> each call's matched wait, us)
+    with those waits, for the profiler-overhead correction (analysis/profiler_overhead.py)."""
+    for i, r in enumerate(inputs):
+        if r.rank is None:
+            r.rank = i
     ra = analyze_ranks(inputs)
     if ra is None:
         return None
+    if recheck is not None:
+        waits = {rk: ra.call_waits[rk] for rk, c in checkups.items()
+                 if c.report.get("profiler") is not None and rk in ra.call_waits}
+        if waits:
+            recheck(waits)
     env = env or {}
-    t0 = traces[0]
-    device = t0.devices[0].name if t0.devices else ""
-    cc = t0.devices[0].compute_capability if t0.devices else ""
+    device, cc = inputs[0].device, inputs[0].compute_capability
     link_gb_s, link_from = (link_figure(run_path, env, device, len(ra.ranks), cc) if ra.on_gpu else (None, ""))
     findings = []
     cause, excess = None, {}
@@ -94,8 +99,8 @@ def check_job(traces: list[Trace], checkups: dict[int, object], run_path: Path |
             continue
         if ra.straggler is not None and row.rank != ra.straggler:
             rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step, row.transfer_ms)
-            if row.exposed_wait_ms > 0:
-                busy = c.analysis.busy_pct
+            if row.exposed_wait_ms > 0 and c.report["gpu"].get("busy_pct_unprofiled") is None:
+                busy = c.report["gpu"]["busy_pct"]  # as traced (the unprofiled figure leaves the wait out)
                 c.diagnosis.notes.append(
                     f"GPU busy {busy:.1f}% counts {row.exposed_wait_ms:.2f} ms per step of NCCL kernels waiting for "
                     f"rank {ra.straggler} as work; without them the GPU computes "
@@ -166,27 +171,34 @@ def plain_ranks_dict(summary: list[dict]) -> dict:
     return {"ranks": {"straggler": None, "table": summary, "matched_calls": 0}}
 
 
-def attach_job(traces: list[Trace], checkups: list, run_path: Path | None = None,
-               env: dict | None = None, nvml: dict | None = None) -> JobCheckup | None:
-    """check_job over these traces, then rebuild the reports of the ranks whose diagnosis it changed."""
-    from gpucheckup.report.model import checkup_dict
-
-    if len(traces) < 2:
+def attach_job(inputs: list[RankInput], checkups: list, run_path: Path | None = None,
+               env: dict | None = None, nvml: dict | None = None, recheck=None) -> JobCheckup | None:
+    """check_job over these ranks' compact tables, then refresh the report keys of the diagnoses it changed
+    (verdict, fixes, notes: the same whether a check-up ran here or in a worker process)."""
+    if len(inputs) < 2:
         return None
     by_rank = {}
     for i, c in enumerate(checkups):
-        t = c.analysis.trace
-        by_rank[t.rank if t.rank is not None else i] = c
-    job = check_job(traces, by_rank, run_path, env, nvml)
+        rk = c.report["trace"]["rank"]
+        by_rank[rk if rk is not None else i] = c
+    job = check_job(inputs, by_rank, run_path, env, nvml, recheck)
     if job is None:
         return None
     for c in checkups:
-        old = c.report
-        new = checkup_dict(c.analysis, c.diagnosis)
-        new["notes"] = old["notes"] + [n for n in new["notes"] if n not in old["notes"]]
-        new.update({k: v for k, v in old.items() if k not in new})
-        c.report = new
+        refresh_report(c.report, c.diagnosis)
     return job
+
+
+def refresh_report(report: dict, d) -> None:
+    """A report's diagnosis keys (verdict, fixes, notes) from a diagnosis the cross-rank rules changed."""
+    from gpucheckup.report.model import _clean, fix_dicts
+
+    new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
+                              "findings": [f.to_dict() for f in d.findings]},
+                  "fixes": fix_dicts(d), "notes": list(d.notes)})
+    report["verdict"] = {**report["verdict"], **new["verdict"]}
+    report["fixes"] = new["fixes"]
+    report["notes"] = report["notes"] + [n for n in new["notes"] if n not in report["notes"]]
 
 
 def payload(job: JobCheckup | None, summary: list[dict], reports: list[dict]) -> dict:

@@ -11,6 +11,7 @@ from gpucheckup.analysis import (
 )
 from gpucheckup.analysis import gemm_dtype, mfu, ncu_bounds, profiler_overhead, roofline, shape_flops
 from gpucheckup.analysis import timeline as tl
+from gpucheckup.analysis.collectives import collective_calls
 from gpucheckup.analysis import window as win
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
@@ -51,8 +52,9 @@ class TraceAnalysis:
 
 
 def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[NcuLaunch] | None = None,
-            ncu_path: str = "") -> TraceAnalysis:
-    """All analyses of one trace. Raises CheckupError for a trace with no GPU activity."""
+            ncu_path: str = "", comm_waits=None) -> TraceAnalysis:
+    """All analyses of one trace (`comm_waits`: its collective calls' waits from the cross-rank matching, for
+    the profiler-overhead correction). Raises CheckupError for a trace with no GPU activity."""
     if not trace.has_gpu:
         raise CheckupError(
             f"{trace.path}: CPU-only trace (no kernels, copies or memsets), so there is no GPU to check up; "
@@ -73,9 +75,10 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     gaps_summary = gap_causes.summarize(causes, w)
     prof = None
     if inputs.unprofiled_step_ms:
-        gpu_ms = w.ms(sum(timeline.busy_us(d) for d in timeline.busy))
-        prof = profiler_overhead.correction(w.traced_step_ms, gpu_ms, inputs.unprofiled_step_ms,
-                                            inputs.unprofiled_from)
+        work_us, busy_us = profiler_overhead.gpu_work_us(trace, timeline.window, collective_calls(trace, st, rows),
+                                                        comm_waits)
+        prof = profiler_overhead.correction(w.traced_step_ms, w.ms(work_us), inputs.unprofiled_step_ms,
+                                            inputs.unprofiled_from, w.ms(busy_us - work_us))
         if prof.applied:
             w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)
             gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)

@@ -48,6 +48,7 @@ class Calls:
     nbytes: np.ndarray  # S, nccl-tests' size
     group_size: np.ndarray  # nan when unknown
     on_gpu: bool
+    row: np.ndarray | None = None  # the kernel's row in trace.gpu (GPU calls); None for gloo calls
 
     def __len__(self) -> int:
         return len(self.start)
@@ -88,7 +89,7 @@ def _gpu_calls(trace: Trace, steps: Steps, launch_rows: np.ndarray) -> Calls:
     return Calls(keys=_keys(pgs, names, issue_t, steps), collective=names,
                  start=g.start[krow] if len(rows) else np.zeros(0), end=g.end[krow] if len(rows) else np.zeros(0),
                  nbytes=np.nan_to_num(nbytes, nan=0.0) if len(rows) else np.zeros(0),
-                 group_size=np.array([c.group_size[j] for j in crow], dtype=np.float64), on_gpu=True)
+                 group_size=np.array([c.group_size[j] for j in crow], dtype=np.float64), on_gpu=True, row=krow)
 
 
 def _gloo_calls(trace: Trace, steps: Steps) -> Calls:

@@ -47,21 +47,37 @@ MIN_LATE_US = 50.0  # a call whose last rank is later than this counts towards l
 
 @dataclass
 class RankInput:
-    """What the cross-rank analysis needs from one trace."""
+    """What the cross-rank analysis needs from one trace, and no more: its step windows, collective calls,
+    compute intervals, per-step compute and idle, and activities (a few KB per step), so that a worker
+    process reading the trace can send it back instead of the trace's tables."""
 
-    rank: int
-    trace: Trace
+    rank: int | None  # None: not in the trace; the caller numbers it (its place in rank order)
     steps: Steps
-    launch_rows: np.ndarray
     calls: Calls
+    computing: iv.Intervals  # non-communication GPU ops, union over devices (empty on CPU traces)
+    step_compute_ms: np.ndarray | None  # per step window, means over devices; None on CPU traces
+    step_idle_ms: np.ndarray | None
+    compute_ms: float | None  # per step over the step windows (_gpu_shares)
+    idle_ms: float | None
+    activity: dict[str, float]  # activity(): where its step time goes outside collectives
+    device: str = ""
+    compute_capability: str = ""
 
 
-def rank_input(trace: Trace, fallback_rank: int) -> RankInput:
-    """Steps and collective calls of one rank's trace."""
-    rows = launch_rows(trace)
-    st = find_steps(trace, rows)
+def rank_input(trace: Trace, fallback_rank: int | None = None, rows: np.ndarray | None = None,
+               steps: Steps | None = None) -> RankInput:
+    """The compact cross-rank table of one trace (`rows`, `steps`: its launch rows and steps when known)."""
+    rows = launch_rows(trace) if rows is None else rows
+    st = find_steps(trace, rows) if steps is None else steps
     rank = trace.rank if trace.rank is not None else fallback_rank
-    return RankInput(rank, trace, st, rows, collective_calls(trace, st, rows))
+    comm = np.array([categorize(n) == "communication" for n in trace.names], dtype=bool)
+    step_compute, step_idle = _gpu_per_step(trace, st, comm)
+    compute, idle = _gpu_shares(trace, st, comm)
+    dev = trace.devices[0] if trace.devices else None
+    return RankInput(rank=rank, steps=st, calls=collective_calls(trace, st, rows),
+                     computing=_compute_intervals(trace, comm), step_compute_ms=step_compute, step_idle_ms=step_idle,
+                     compute_ms=compute, idle_ms=idle, activity=activity(trace, st, rows, compute),
+                     device=dev.name if dev else "", compute_capability=dev.compute_capability if dev else "")
 
 
 @dataclass
@@ -110,6 +126,7 @@ class RanksAnalysis:
     straggler_last_pct: float
     waited_ms: float  # the other ranks' mean wait per step
     notes: list[str] = field(default_factory=list)
+    call_waits: dict[int, np.ndarray] = field(default_factory=dict)  # rank -> wait (us) of each of its calls, nan unmatched
 
 
 def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
@@ -135,7 +152,8 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     wait = np.zeros(len(inputs))
     exposed = np.zeros(len(inputs))
     caused = np.zeros(len(inputs))
-    computing = [_compute_intervals(r) for r in inputs]
+    computing = [r.computing for r in inputs]
+    call_waits = [np.full(len(r.calls), np.nan) for r in inputs]
     per_step: list[dict] = [defaultdict(lambda: np.zeros(3)) for _ in inputs]  # step label -> transfer, wait, exposed
     late = np.zeros(len(inputs))
     last_count = np.zeros(len(inputs))
@@ -149,6 +167,8 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         tr = float(dur.min())
         transfer[ris] += tr
         wait[ris] += dur - tr
+        for ri, ci, w in zip(ris, cis, dur - tr):
+            call_waits[ri][ci] = w
         for j, ri in enumerate(ris):
             per_step[ri][k[2]] += (tr, dur[j] - tr, 0.0)
         own_start = np.array([inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
@@ -175,7 +195,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     table = []
     for ri, r in enumerate(inputs):
         tr, wt, ex = np.array([per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
-        compute, idle = _gpu_per_step(r)
+        compute, idle = r.step_compute_ms, r.step_idle_ms
         if compute is None:  # CPU traces: the step less its collectives
             compute, idle = np.maximum(r.steps.duration / 1e3 - tr - wt, 0.0), np.zeros(len(tr))
         med = lambda x: float(np.median(x))  # noqa: E731
@@ -209,7 +229,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         matched=len(matched), unmatched=unmatched, table=table, collectives=colls,
         busbw_gb_s=bytes_total / bytes_time / 1e3 if bytes_time > 0 else None,
         straggler=straggler, straggler_late_ms=s_late, straggler_last_pct=s_last, waited_ms=waited,
-        notes=notes,
+        notes=notes, call_waits={r.rank: w for r, w in zip(inputs, call_waits)},
     )
 
 
@@ -225,24 +245,23 @@ def _offsets(inputs: list[RankInput], matched: list) -> np.ndarray:
     return np.array([float(np.median(diffs[ri])) if diffs.get(ri) else 0.0 for ri in range(len(inputs))])
 
 
-def _compute_intervals(r: RankInput) -> iv.Intervals:
-    """The rank's non-communication GPU ops as a normalised interval set (empty on CPU traces)."""
-    g = r.trace.gpu
+def _compute_intervals(trace: Trace, comm: np.ndarray) -> iv.Intervals:
+    """The trace's non-communication GPU ops as a normalised interval set (empty on CPU traces);
+    `comm`: per name id, whether it is a communication kernel."""
+    g = trace.gpu
     if not len(g):
         return iv.EMPTY
-    comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
     k = ~((g.kind == KERNEL) & comm[g.name])
     return iv.union(g.start[k], g.end[k])
 
 
-def _gpu_per_step(r: RankInput) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _gpu_per_step(trace: Trace, st: Steps, comm: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Per step window: non-communication GPU time and idle GPU time in ms (means over devices); None on CPU traces."""
-    g = r.trace.gpu
+    g = trace.gpu
     if not len(g):
         return None, None
-    comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
     is_comm = (g.kind == KERNEL) & comm[g.name]
-    s0, e0 = r.steps.start, r.steps.end
+    s0, e0 = st.start, st.end
     compute, busy = np.zeros(len(s0)), np.zeros(len(s0))
     devs = np.unique(g.device)
     for d in devs:
@@ -253,13 +272,15 @@ def _gpu_per_step(r: RankInput) -> tuple[np.ndarray | None, np.ndarray | None]:
     return compute / 1e3 / n, ((e0 - s0) - busy / n) / 1e3
 
 
-def _gpu_shares(r: RankInput) -> tuple[float | None, float | None]:
-    """Compute (non-communication GPU ops) and idle time per step in ms, over the step windows; None on CPU traces."""
-    g = r.trace.gpu
+def _gpu_shares(r, st: Steps | None = None, comm: np.ndarray | None = None) -> tuple[float | None, float | None]:
+    """Compute (non-communication GPU ops) and idle time per step in ms, over the step windows; None on CPU
+    traces. `r`: a RankInput (its stored figures), or a Trace with its steps and communication name mask."""
+    if isinstance(r, RankInput):
+        return r.compute_ms, r.idle_ms
+    g = r.gpu
     if not len(g):
         return None, None
-    lo, hi = r.steps.window
-    comm = np.array([categorize(n) == "communication" for n in r.trace.names], dtype=bool)
+    lo, hi = st.window
     is_comm = (g.kind == KERNEL) & comm[g.name]
     devs = np.unique(g.device)
     compute = busy = 0.0
@@ -268,35 +289,33 @@ def _gpu_shares(r: RankInput) -> tuple[float | None, float | None]:
         s, e = np.clip(g.start, lo, hi), np.clip(g.end, lo, hi)
         compute += iv.total(iv.union(s[on & ~is_comm], e[on & ~is_comm]))
         busy += iv.total(iv.union(s[on], e[on]))
-    n = r.steps.count * len(devs)
+    n = st.count * len(devs)
     return compute / 1e3 / n, ((hi - lo) * len(devs) - busy) / 1e3 / n
 
 
-def activity(r: RankInput) -> dict[str, float]:
+def activity(trace: Trace, st: Steps, rows: np.ndarray, compute: float | None) -> dict[str, float]:
     """Where one rank's step time goes outside collectives, in ms per step: `input` (its step thread in
     the DataLoader), `sync` (in synchronizations), `outside_ops` (its step thread running no op: Python
-    work between ops), `gpu_compute` (non-communication GPU time; GPU traces only)."""
+    work between ops), `gpu_compute` (non-communication GPU time, `compute`; GPU traces only)."""
     from gpucheckup.analysis import host_calls
 
-    host, st = r.trace.host, r.steps
+    host = trace.host
     lo, hi = st.window
     n = max(st.count, 1)
-    steps_rows = r.trace.name_ids(lambda nm: nm.startswith("ProfilerStep#"))
+    steps_rows = trace.name_ids(lambda nm: nm.startswith("ProfilerStep#"))
     marks = np.flatnonzero(np.isin(host.name, steps_rows))
     tid = host.tid[marks[0]] if len(marks) else (np.bincount(host.tid.clip(0)).argmax() if len(host) else 0)
     on = (host.tid == tid) & ~np.isin(host.name, steps_rows)
     out: dict[str, float] = {}
     rest = iv.clip(iv.union(np.array([lo]), np.array([hi])), lo, hi)
-    for name, rows in (("input", host_calls.dataloader_rows(r.trace)),
-                       ("sync", np.union1d(host_calls.sync_call_rows(r.trace, r.launch_rows),
-                                           host_calls.sync_op_rows(r.trace)))):
-        rows = rows[on[rows]] if len(rows) else rows
-        cover = iv.clip(iv.union(host.start[rows], host.end[rows]), lo, hi) if len(rows) else iv.EMPTY
+    for name, sel in (("input", host_calls.dataloader_rows(trace)),
+                      ("sync", np.union1d(host_calls.sync_call_rows(trace, rows), host_calls.sync_op_rows(trace)))):
+        sel = sel[on[sel]] if len(sel) else sel
+        cover = iv.clip(iv.union(host.start[sel], host.end[sel]), lo, hi) if len(sel) else iv.EMPTY
         out[name] = iv.total(iv.intersect(rest, cover)) / 1e3 / n
         rest = iv.subtract(rest, cover)
     busy = iv.union(host.start[on], host.end[on])
     out["outside_ops"] = iv.total(iv.subtract(rest, busy)) / 1e3 / n
-    compute, _ = _gpu_shares(r)
     if compute is not None:
         out["gpu_compute"] = compute
     return out
@@ -308,7 +327,7 @@ def straggler_cause(inputs: list[RankInput], straggler: int,
     (the activity with the largest excess, its excess in ms, every activity's excess). A waiting
     rank's host blocks either in a synchronization or between operators (inside backward, say):
     its exposed wait (`waits`, ms per step) is taken out of `sync`, then of `outside_ops`, first."""
-    acts = {r.rank: activity(r) for r in inputs}
+    acts = {r.rank: dict(r.activity) for r in inputs}
     for rank, w in (waits or {}).items():
         if rank == straggler or rank not in acts:
             continue

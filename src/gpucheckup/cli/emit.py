@@ -61,7 +61,12 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
             write_atomic(out.json, data)
             console.print(f"JSON written to {out.json}", style="dim", markup=False)
     if checkups:
-        _write_files(list(zip(labels, slugs, checkups)), out, console, title)
+        job = None
+        if result.job and (out.html or out.markdown):
+            from gpucheckup.ranks_checkup import job_dict
+
+            job = job_dict(result.job, rank_summary(checkups), result.reports())
+        _write_files(list(zip(labels, slugs, checkups)), out, console, title, job)
         return 0
     if result.cpu:
         return _write_cpu_files(result, out, console)
@@ -160,19 +165,24 @@ def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bo
         terminal.render(c.report, console, brief)
 
 
-def _write_files(items: list, out: Output, console: Console, title: str) -> None:
-    """Write the HTML, Markdown and annotated-trace files; items are (label, slug, check-up)."""
+def _write_files(items: list, out: Output, console: Console, title: str, job: dict | None = None) -> None:
+    """Write the HTML, Markdown and annotated-trace files; items are (label, slug, check-up); `job`: the ranks'
+    job section (ranks_checkup.job_dict)."""
     pages = [(label, c.report) for label, _, c in items]
     if out.html:
         from gpucheckup.report import html
 
-        write_atomic(out.html, html.render(pages, title).encode())
+        from gpucheckup.report.job_pages import html_section
+
+        write_atomic(out.html, html.render(pages, title, html_section(job) if job else "").encode())
         console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                       soft_wrap=True)
     if out.markdown:
         from gpucheckup.report import markdown
 
-        write_atomic(out.markdown, markdown.render(pages, title).encode())
+        from gpucheckup.report.job_pages import markdown_section
+
+        write_atomic(out.markdown, markdown.render(pages, title, markdown_section(job) if job else "").encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
         from gpucheckup.report import perfetto

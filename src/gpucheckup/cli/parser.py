@@ -95,7 +95,7 @@ def _analyze(sub, common) -> None:
     a.add_argument("path", type=Path, help="trace .json / .json.gz, a folder of them, or a run directory")
     a.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes for a folder of traces over 8 MB (default: one per core); --jobs 1 keeps "
-                        "every rank in this process, which the cross-rank analysis needs")
+                        "every rank in this process (the cross-rank analysis runs either way)")
     output_options(a)
     g = a.add_argument_group("CI (exit 3 when one fires; README: exit codes)")
     g.add_argument("--fail-on", action="append", metavar="VERDICT[,..]",

@@ -122,6 +122,23 @@ def _has_pageable(a: TraceAnalysis) -> bool:
     return a.copies.pageable_count > 0
 
 
+# DDP's forward range; its Reducer's ops (torch::distributed::reducer::mul_out, ...ddp.reducer::copy_bucket_to_grad)
+DDP_MARKS = ("DistributedDataParallel", "reducer::")
+FSDP_MARKS = ("FSDP::", "fsdp::", "FullyShardedDataParallel")  # FSDP2's ranges and ops; FSDP1's module
+
+
+def uses_ddp(trace) -> bool:
+    """Whether the trace shows DistributedDataParallel (its forward range or its Reducer's ops) and no FSDP:
+    the precondition of DDP-only fixes (bucket_cap_mb, gradient_as_bucket_view)."""
+    names = trace.names
+    ddp = any(n.startswith(DDP_MARKS[0]) or DDP_MARKS[1] in n for n in names)
+    return ddp and not any(n.startswith(FSDP_MARKS) for n in names)
+
+
+def _comm_exposed(a: TraceAnalysis) -> bool:
+    return a.communication.exposed_ms_per_step + _idle(a, "communication") > 0
+
+
 def single_process_loader(a: TraceAnalysis) -> bool:
     return any("_SingleProcessDataLoaderIter" in n for n in a.dataloader.iterators)
 
@@ -321,10 +338,12 @@ CATALOGUE: list[CatalogueFix] = [
         saving=_trace(lambda a: a.copies.exposed_ms_per_step)),
     *[CatalogueFix(
         key, action, tier,
-        when="communication kernels run with no compute beside them, or the host waits on collectives",
+        when="communication kernels run with no compute beside them, or the host waits on collectives"
+             + ("; the trace shows DistributedDataParallel (its forward range or Reducer ops) and no FSDP"
+                if key == "ddp_buckets" else ""),
         saves="the exposed communication time plus the GPU idle while the host waits on collectives (upper bound: "
               + why + ")",
-        applies=_never_on_run(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication") > 0),
+        applies=_never_on_run(lambda a, key=key: _comm_exposed(a) and (key != "ddp_buckets" or uses_ddp(a.trace))),
         saving=_trace(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication")))
       for key, action, tier, why in [
           ("ddp_buckets", "Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., "

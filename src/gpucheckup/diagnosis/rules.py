@@ -502,7 +502,9 @@ def profiler_overhead(a: TraceAnalysis) -> Finding | None:
             f"profiled steps took {p.traced_step_ms:.2f} ms against {p.unprofiled_step_ms:.2f} ms without the "
             f"profiler ({p.source}): +{p.inflation_pct:.0f}%, all of it on the host",
             f"the GPU works {p.gpu_ms_per_step:.2f} ms per step, {p.busy_pct_unprofiled:.1f}% of the unprofiled "
-            f"step (the trace shows {a.timeline.busy_pct:.1f}% of the profiled one)",
+            f"step (the trace shows {a.timeline.busy_pct:.1f}% of the profiled one"
+            + (f"; {p.comm_wait_ms:.2f} ms per step of collective kernels waiting for other ranks is not work"
+               if p.comm_wait_ms > 0 else "") + ")",
             f"idle-time causes are scaled by {p.host_idle_factor:.2f} to the idle time the job has without the "
             "profiler; MFU uses the unprofiled step",
         ],

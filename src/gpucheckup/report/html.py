@@ -108,12 +108,15 @@ CSS = CSS.replace("%(max_w)dpx", f"{round(plots.WIDTH * 1.25)}px").replace(
     "%(min_w)dpx", f"{round(plots.WIDTH * MIN_CHART_TEXT_PX / plots.MIN_TEXT_PX)}px").replace("%%", "%")
 
 
-def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
-    """A whole page: one report, or a summary table and one section per report."""
+def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", job_section: str = "") -> str:
+    """A whole page: one report, or a summary table and one section per report (`job_section`: the ranks' job
+    section, report/job_pages.html_section, first)."""
     many = len(items) > 1
     parts = []
     if many:
         parts.append(f"<h1>gpucheckup check-up: {len(items)} traces</h1>")
+        if job_section:
+            parts.append(job_section)
         parts.append(_summary(items, summary_title))
     for i, (label, r) in enumerate(items):
         parts.append(_report(r, f"r{i}-", label, many))

@@ -44,12 +44,15 @@ def table(headers: list[str], rows: list[list], right: set[int] | None = None) -
     return "\n".join(out) + "\n"
 
 
-def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks") -> str:
-    """The whole document: one report, or a summary table and one section per report."""
+def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", job_section: str = "") -> str:
+    """The whole document: one report, or a summary table and one section per report (`job_section`: the
+    ranks' job section, report/job_pages.markdown_section, first)."""
     many = len(items) > 1
     parts = []
     if many:
         parts.append(f"# gpucheckup check-up: {len(items)} traces\n")
+        if job_section:
+            parts.append(job_section)
         parts.append(f"## {md(summary_title)}\n")
         parts.append(table(["report", "trace", "verdict", "median step ms", "GPU busy"],
                            [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['steps']['median_ms']:.2f}",

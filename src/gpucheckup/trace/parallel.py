@@ -55,10 +55,12 @@ def _call(fn: Callable, path: Path, args: tuple):
         return e
 
 
-def map_files(fn: Callable, paths: list[Path], *args, jobs: int | None = None) -> Iterator[tuple[Path, object]]:
+def map_files(fn: Callable, paths: list, *args, jobs: int | None = None) -> Iterator[tuple[object, object]]:
     """(path, fn(path, *args)) for each path, in the order given; a CheckupError that fn raised comes back as
-    the result, any other exception is raised here. `fn` must be a module-level function; its result should be
-    small, as it is pickled back."""
+    the result, any other exception is raised here. A "path" may be any small picklable item naming a file
+    (a (path, per-file data) pair, say). `fn` must be a module-level function; its result should be small, as
+    it is pickled back: a report and a rank's compact cross-rank table (analysis/ranks.RankInput), not the
+    trace's tables."""
     from concurrent.futures import ProcessPoolExecutor  # imported here: only folders of ranks need it
 
     jobs = min(jobs or cores(), len(paths))
