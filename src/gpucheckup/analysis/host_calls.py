@@ -137,9 +137,11 @@ def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
 
 def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     """Per query (thread, interval): the innermost Python frame on that thread around the interval that is
-    not inside torch itself, None when no frame encloses it. Per thread, the Python frames as a call tree
-    (parents by a stack over frames sorted by start); each query's innermost enclosing frame found by a
-    binary search and a walk up the parents, then up to the first frame outside torch."""
+    not inside torch itself, None when no frame encloses it. Per thread, the Python frames sorted by start
+    (longest first on ties) form a call tree: a frame's parent is the latest frame before it still open at its
+    start. A query's innermost enclosing frame is the latest frame starting at or before t0 that ends at or
+    after t1 (walking up that tree from the last frame started by t0 reaches exactly it), then up to the
+    first frame outside torch. Both searches are `_last_reaching` (no Python code per frame)."""
     host = trace.host
     pid, tid = np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)
     t0, t1 = np.asarray(t0, dtype=np.float64), np.asarray(t1, dtype=np.float64)
@@ -147,6 +149,7 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     py = np.flatnonzero(host.cat == PYTHON)
     if len(t0) == 0 or not trace.with_stack or len(py) == 0:
         return out
+    library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
     thread_of = host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64)
     query_thread = pid * (1 << 32) + tid
     for key in np.unique(query_thread):
@@ -155,26 +158,44 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
             continue
         frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
         starts, ends = host.start[frames], host.end[frames]
-        parent = np.full(len(frames), -1, dtype=np.int64)
-        stack: list[int] = []
-        for i in range(len(frames)):
-            while stack and ends[stack[-1]] < starts[i]:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        names = [trace.names[host.name[f]] for f in frames]
-        user: dict[int, str] = {}
+        table = _MaxTable(ends)
+        parent = table.last_reaching(np.arange(len(frames)), starts)
+        name = host.name[frames]
+        user = np.arange(len(frames))  # per frame: itself, or its first ancestor outside torch (-1: none)
+        lib = library[name]
+        step = np.where(lib, parent, user)
+        while True:  # pointer jumping: each pass doubles the steps taken up the tree
+            nxt = np.where(step >= 0, step[step], -1)
+            done = (step < 0) | ~lib[np.maximum(step, 0)]
+            if done.all():
+                break
+            step = np.where(done, step, nxt)
+        user = np.where(step >= 0, step, user)
         mine = np.flatnonzero(query_thread == key)
-        at = np.searchsorted(starts, t0[mine], side="right") - 1
-        for q, i in zip(mine, at):
-            while i >= 0 and not (starts[i] <= t0[q] and ends[i] >= t1[q]):
-                i = parent[i]
-            if i < 0:
-                continue
-            if int(i) not in user:
-                j = i
-                while j >= 0 and _is_library_frame(names[j]):
-                    j = parent[j]
-                user[int(i)] = names[j] if j >= 0 else names[i]
-            out[int(q)] = user[int(i)]
+        at = np.searchsorted(starts, t0[mine], side="right")
+        inner = table.last_reaching(at, t1[mine])
+        found = inner >= 0
+        for q, n in zip(mine[found].tolist(), name[user[inner[found]]].tolist()):
+            out[q] = trace.names[n]
     return out
+
+
+class _MaxTable:
+    """Range maxima of an array by powers of two (a sparse table), for `last_reaching`."""
+
+    def __init__(self, values: np.ndarray):
+        self.levels = [values]
+        width = 1
+        while 2 * width <= len(values):
+            prev = self.levels[-1]
+            self.levels.append(np.maximum(prev[:-width], prev[width:]))
+            width *= 2
+
+    def last_reaching(self, before: np.ndarray, at_least: np.ndarray) -> np.ndarray:
+        """Per query: the largest index i < before with values[i] >= at_least, -1 when there is none."""
+        pos = np.asarray(before, dtype=np.int64).copy()
+        for k in range(len(self.levels) - 1, -1, -1):  # skip blocks of 2**k whose maximum falls short
+            lo = pos - (1 << k)
+            skip = (lo >= 0) & (self.levels[k][np.maximum(lo, 0)] < at_least)
+            np.copyto(pos, lo, where=skip)
+        return pos - 1
