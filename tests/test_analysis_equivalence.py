@@ -66,3 +66,40 @@ def test_user_frames_equal_the_plain_definition():
     got = host_calls.user_frames_during(trace, host.pid[rows], host.tid[rows], mid, mid)
     for r, t, g in zip(rows.tolist(), mid.tolist(), got):
         assert g == _user_frame_brute(trace, host.pid[r], host.tid[r], t, t), f"row {r} at {t}"
+
+
+def _parents_by_stack(starts, ends):
+    """The plain definition: per frame, the latest earlier frame that has not ended before it starts."""
+    out = []
+    for i in range(len(starts)):
+        earlier = [j for j in range(i) if ends[j] >= starts[i]]
+        out.append(earlier[-1] if earlier else -1)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frame_parents_nested_and_overlapping(seed):
+    """Nested call trees (the fast path) and the same trees with some frames ending a little after their parent
+    (rounding in real traces; the walk), touching frames and ties included."""
+    rng = np.random.default_rng(seed)
+    starts, ends = [], []
+
+    def call(t0, t1, depth):
+        starts.append(t0)
+        ends.append(t1)
+        t = t0
+        while depth < 6 and t < t1 and rng.random() < 0.7:
+            a = t + float(rng.integers(0, 3))
+            b = min(t1, a + float(rng.integers(0, 8)))
+            if a > t1:
+                break
+            call(a, b, depth + 1)
+            t = b
+    call(0.0, 200.0, 0)
+    starts, ends = np.array(starts), np.array(ends)
+    if seed % 2:  # some frames overlap their parent's end
+        bump = rng.random(len(ends)) < 0.05
+        ends = ends + bump * 0.5
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())

@@ -20,6 +20,7 @@ Each classifier returns row indices into `trace.host`. The name lists are the wh
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 
@@ -139,9 +140,9 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     """Per query (thread, interval): the innermost Python frame on that thread around the interval that is
     not inside torch itself, None when no frame encloses it. Per thread, the Python frames sorted by start
     (longest first on ties) form a call tree: a frame's parent is the latest frame before it still open at its
-    start. A query's innermost enclosing frame is the latest frame starting at or before t0 that ends at or
-    after t1 (walking up that tree from the last frame started by t0 reaches exactly it), then up to the
-    first frame outside torch. Both searches are `_last_reaching` (no Python code per frame)."""
+    start (`frame_parents`). A query's innermost enclosing frame is found by walking up that tree from the last
+    frame started by t0 to the first that ends at or after t1, then up to the first frame outside torch; the
+    walks advance every query at once, one level per pass."""
     host = trace.host
     pid, tid = np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)
     t0, t1 = np.asarray(t0, dtype=np.float64), np.asarray(t1, dtype=np.float64)
@@ -149,53 +150,88 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     py = np.flatnonzero(host.cat == PYTHON)
     if len(t0) == 0 or not trace.with_stack or len(py) == 0:
         return out
-    library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
-    thread_of = host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64)
     query_thread = pid * (1 << 32) + tid
-    for key in np.unique(query_thread):
-        frames = py[thread_of == key]
-        if len(frames) == 0:
+    for key in np.unique(query_thread).tolist():
+        tree = _frame_tree(trace, py, key)
+        if tree is None:
             continue
-        frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
-        starts, ends = host.start[frames], host.end[frames]
-        table = _MaxTable(ends)
-        parent = table.last_reaching(np.arange(len(frames)), starts)
-        name = host.name[frames]
-        user = np.arange(len(frames))  # per frame: itself, or its first ancestor outside torch (-1: none)
-        lib = library[name]
-        step = np.where(lib, parent, user)
-        while True:  # pointer jumping: each pass doubles the steps taken up the tree
-            nxt = np.where(step >= 0, step[step], -1)
-            done = (step < 0) | ~lib[np.maximum(step, 0)]
-            if done.all():
-                break
-            step = np.where(done, step, nxt)
-        user = np.where(step >= 0, step, user)
+        starts, ends, parent, name, user = tree
         mine = np.flatnonzero(query_thread == key)
-        at = np.searchsorted(starts, t0[mine], side="right")
-        inner = table.last_reaching(at, t1[mine])
+        inner = np.searchsorted(starts, t0[mine], side="right") - 1
+        end = t1[mine]
+        while True:  # up the tree until the frame ends at or after t1 (or none is left)
+            up = np.flatnonzero(inner >= 0)
+            up = up[ends[inner[up]] < end[up]]
+            if len(up) == 0:
+                break
+            inner[up] = parent[inner[up]]
         found = inner >= 0
         for q, n in zip(mine[found].tolist(), name[user[inner[found]]].tolist()):
             out[q] = trace.names[n]
     return out
 
 
-class _MaxTable:
-    """Range maxima of an array by powers of two (a sparse table), for `last_reaching`."""
+_TREES: dict[tuple[int, int], tuple | None] = {}  # (id of a trace's host table, thread) -> its frame tree
 
-    def __init__(self, values: np.ndarray):
-        self.levels = [values]
-        width = 1
-        while 2 * width <= len(values):
-            prev = self.levels[-1]
-            self.levels.append(np.maximum(prev[:-width], prev[width:]))
-            width *= 2
 
-    def last_reaching(self, before: np.ndarray, at_least: np.ndarray) -> np.ndarray:
-        """Per query: the largest index i < before with values[i] >= at_least, -1 when there is none."""
-        pos = np.asarray(before, dtype=np.int64).copy()
-        for k in range(len(self.levels) - 1, -1, -1):  # skip blocks of 2**k whose maximum falls short
-            lo = pos - (1 << k)
-            skip = (lo >= 0) & (self.levels[k][np.maximum(lo, 0)] < at_least)
-            np.copyto(pos, lo, where=skip)
-        return pos - 1
+def _frame_tree(trace: Trace, py: np.ndarray, thread: int) -> tuple | None:
+    """One thread's Python frames as a call tree (starts, ends, parent, name id, first frame outside torch),
+    sorted by start, longest first on ties; None without frames. Built once per trace and thread (several
+    rules ask), and forgotten with the trace's host table."""
+    host = trace.host
+    if (id(host), thread) in _TREES:
+        return _TREES[(id(host), thread)]
+    if not any(k[0] == id(host) for k in _TREES):
+        weakref.finalize(host, _forget, id(host))
+    frames = py[host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64) == thread]
+    tree = None
+    if len(frames):
+        frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
+        starts, ends = host.start[frames], host.end[frames]
+        parent = frame_parents(starts, ends)
+        name = host.name[frames]
+        library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
+        lib = library[name]
+        user = np.where(lib, parent, np.arange(len(frames)))  # itself, or a step up towards its first non-torch ancestor
+        while True:
+            up = (user >= 0) & lib[np.maximum(user, 0)]
+            if not up.any():
+                break
+            user[up] = user[user[up]]  # pointer jumping: each pass doubles the steps taken
+        user = np.where(user >= 0, user, np.arange(len(frames)))  # no frame outside torch: the frame itself
+        tree = starts, ends, parent, name, user
+    _TREES[(id(host), thread)] = tree
+    return tree
+
+
+def _forget(host_id: int) -> None:
+    for k in [k for k in _TREES if k[0] == host_id]:
+        del _TREES[k]
+
+
+def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per frame (sorted by start, longest first on ties): the latest earlier frame still open at its start
+    (ends at or after it), -1 when none. Properly nested frames (as the profiler records one thread's calls)
+    take a few sorted searches: a frame's depth is the number of earlier frames still open at its start, and
+    its parent the latest earlier frame one level up; that answer is checked (each parent must hold its child,
+    and only roots have depth 0) and frames that overlap without nesting are walked one by one instead."""
+    n = len(starts)
+    idx = np.arange(n)
+    depth = idx - np.searchsorted(np.sort(ends), starts, side="left")  # earlier frames not ended before it
+    key = depth * n + idx  # by depth, then position
+    order = np.argsort(key, kind="stable")
+    at = np.searchsorted(key[order], (depth - 1) * n + idx, side="left") - 1
+    parent = np.where(at >= 0, order[np.maximum(at, 0)], -1)
+    parent = np.where((depth > 0) & (parent >= 0) & (depth[np.maximum(parent, 0)] == depth - 1), parent, -1)
+    holds = np.where(parent >= 0, ends[np.maximum(parent, 0)] >= ends, depth == 0)
+    if holds.all():
+        return parent
+    parent = np.full(n, -1, dtype=np.int64)  # overlapping frames: the stack walk, which defines the answer
+    s, e = starts.tolist(), ends.tolist()
+    stack: list[int] = []
+    for i in range(n):
+        while stack and e[stack[-1]] < s[i]:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parent
