@@ -77,8 +77,9 @@ def _parents_by_stack(starts, ends):
     return out
 
 
+@pytest.mark.parametrize("searched", [0, 10**9])  # frames outside the tree: the stack walk, or each searched
 @pytest.mark.parametrize("seed", range(6))
-def test_frame_parents_nested_and_overlapping(seed):
+def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
     """Nested call trees (the fast path) and the same trees with some frames ending a little after their parent
     (rounding in real traces; the walk), touching frames and ties included."""
     rng = np.random.default_rng(seed)
@@ -100,6 +101,18 @@ def test_frame_parents_nested_and_overlapping(seed):
     if seed % 2:  # some frames overlap their parent's end
         bump = rng.random(len(ends)) < 0.05
         ends = ends + bump * 0.5
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    monkeypatch.setattr(host_calls, "MAX_SEARCHED_FRAMES", searched)
+    assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frame_parents_any_intervals(seed):
+    """Intervals with no nesting at all (the stack walk) and a few overlapping ones in a nested tree."""
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 300, 400)).astype(float)
+    ends = starts + rng.integers(0, 40, 400)
     order = np.lexsort((-ends, starts))
     starts, ends = starts[order], ends[order]
     assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())

@@ -171,6 +171,7 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     return out
 
 
+MAX_SEARCHED_FRAMES = 64  # frames outside a nested call tree searched one by one; more: the stack walk
 _TREES: dict[tuple[int, int], tuple | None] = {}  # (id of a trace's host table, thread) -> its frame tree
 
 
@@ -211,10 +212,11 @@ def _forget(host_id: int) -> None:
 
 def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per frame (sorted by start, longest first on ties): the latest earlier frame still open at its start
-    (ends at or after it), -1 when none. Properly nested frames (as the profiler records one thread's calls)
-    take a few sorted searches: a frame's depth is the number of earlier frames still open at its start, and
-    its parent the latest earlier frame one level up; that answer is checked (each parent must hold its child,
-    and only roots have depth 0) and frames that overlap without nesting are walked one by one instead."""
+    (ends at or after it), -1 when none. A frame's depth is the number of earlier frames still open at its
+    start; in a nested call tree its parent is the latest earlier frame one level up, and the frames above
+    it are exactly the open ones. So that answer is right wherever every frame on its chain up to a root is
+    still open at the frame's start (a minimum up the tree, by pointer jumping); the few frames where that
+    fails (frames ending a little after their parent, by rounding) are searched one by one."""
     n = len(starts)
     idx = np.arange(n)
     depth = idx - np.searchsorted(np.sort(ends), starts, side="left")  # earlier frames not ended before it
@@ -223,15 +225,24 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     at = np.searchsorted(key[order], (depth - 1) * n + idx, side="left") - 1
     parent = np.where(at >= 0, order[np.maximum(at, 0)], -1)
     parent = np.where((depth > 0) & (parent >= 0) & (depth[np.maximum(parent, 0)] == depth - 1), parent, -1)
-    holds = np.where(parent >= 0, ends[np.maximum(parent, 0)] >= ends, depth == 0)
-    if holds.all():
+    low = np.where((depth > 0) & (parent < 0), -np.inf, ends)  # per frame: the earliest end of it and its chain
+    up = parent.copy()
+    while (has := up >= 0).any():  # pointer jumping: each pass covers twice as many frames up the chain
+        low = np.where(has, np.minimum(low, low[np.maximum(up, 0)]), low)
+        up = np.where(has, up[np.maximum(up, 0)], -1)
+    ok = np.where(parent >= 0, low[np.maximum(parent, 0)] >= starts, depth == 0)
+    bad = np.flatnonzero(~ok)
+    if len(bad) <= MAX_SEARCHED_FRAMES:
+        for i in bad.tolist():
+            open_ = np.flatnonzero(ends[:i] >= starts[i])
+            parent[i] = open_[-1] if len(open_) else -1
         return parent
-    parent = np.full(n, -1, dtype=np.int64)  # overlapping frames: the stack walk, which defines the answer
-    s, e = starts.tolist(), ends.tolist()
+    parent = [-1] * n  # many overlapping frames: the stack walk, which defines the answer
     stack: list[int] = []
-    for i in range(n):
-        while stack and e[stack[-1]] < s[i]:
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        while stack and stack[-1][1] < s:
             stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        stack.append(i)
-    return parent
+        if stack:
+            parent[i] = stack[-1][0]
+        stack.append((i, e))
+    return np.array(parent, dtype=np.int64)
