@@ -19,7 +19,6 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
-from itertools import count
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -156,6 +155,19 @@ def _numbers(items: list, getter, dtype, fill) -> np.ndarray:
         return np.array([fill if v is None else v for v in map(getter, items)], dtype=dtype)
 
 
+class _NameIds(dict):
+    """Event name -> its index in `names`, a name first seen appended (so lookups stay in C)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, name: str) -> int:
+        self[name] = i = len(self.names)
+        self.names.append(name)
+        return i
+
+
 class _Ids(dict):
     """pid/tid/stream value -> int64 id: a number is itself, a string gets `num_id`'s stable negative id;
     filled on first sight of each value, so lookups stay in C."""
@@ -176,8 +188,8 @@ class _Builder:
     def __init__(self, path: Path):
         self.path = path
         self.codes = _Codes()
-        self.name_id: dict[str, int] = {}
         self.names: list[str] = []
+        self.name_id = _NameIds(self.names)
         self.str_ids: dict[str, int] = {}
         self.id_of = _Ids(self.num_id)
         self.thread_names: dict[tuple[int, int], str] = {}
@@ -202,20 +214,7 @@ class _Builder:
 
     def name_ids(self, evs) -> np.ndarray:
         """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
-        n = len(evs)
-        base = len(self.names) + (1 << 40)  # provisional ids for names first seen in this chunk
-        ids = np.fromiter(map(self.name_id.setdefault, map(_NAME, evs), count(base)), np.int64, n)
-        new = ids >= base
-        if new.any():
-            first = np.flatnonzero(ids == base + np.arange(n))
-            lut = np.empty(n, dtype=np.int64)
-            lut[first] = np.arange(len(self.names), len(self.names) + len(first))
-            ids[new] = lut[ids[new] - base]
-            for p in first.tolist():
-                name = evs[p].name
-                self.name_id[name] = len(self.names)
-                self.names.append(name)
-        return ids
+        return np.fromiter(map(self.name_id.__getitem__, map(_NAME, evs)), np.int64, len(evs))
 
     def add(self, events: list[schema.Event], dropped: int = 0) -> None:
         """Turn one chunk of decoded events into column pieces."""
