@@ -116,3 +116,13 @@ def test_frame_parents_any_intervals(seed):
     order = np.lexsort((-ends, starts))
     starts, ends = starts[order], ends[order]
     assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
+
+
+def test_frame_parents_far_back():
+    """A frame whose parent (by the definition) lies a thousand frames back, past frames outside the tree."""
+    leaves = np.arange(1000) * 0.09 + 1.0
+    starts = np.concatenate([[0.0, 0.5], leaves, [100.2]])
+    ends = np.concatenate([[100.0, 100.5], leaves + 0.05, [100.3]])
+    got = host_calls.frame_parents(starts, ends).tolist()
+    assert got == _parents_by_stack(starts.tolist(), ends.tolist())
+    assert got[-1] == 1  # open at 100.2: only the second frame

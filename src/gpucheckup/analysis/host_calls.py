@@ -171,7 +171,7 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     return out
 
 
-MAX_SEARCHED_FRAMES = 64  # frames outside a nested call tree searched one by one; more: the stack walk
+MAX_SEARCHED_FRAMES = 1024  # frames outside a nested call tree searched one by one; more: the stack walk
 _TREES: dict[tuple[int, int], tuple | None] = {}  # (id of a trace's host table, thread) -> its frame tree
 
 
@@ -234,8 +234,7 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     bad = np.flatnonzero(~ok)
     if len(bad) <= MAX_SEARCHED_FRAMES:
         for i in bad.tolist():
-            open_ = np.flatnonzero(ends[:i] >= starts[i])
-            parent[i] = open_[-1] if len(open_) else -1
+            parent[i] = _last_open(starts, ends, i)
         return parent
     parent = [-1] * n  # many overlapping frames: the stack walk, which defines the answer
     stack: list[int] = []
@@ -246,3 +245,17 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
             parent[i] = stack[-1][0]
         stack.append((i, e))
     return np.array(parent, dtype=np.int64)
+
+
+def _last_open(starts: np.ndarray, ends: np.ndarray, i: int) -> int:
+    """The latest frame before frame i that has not ended before it starts, -1 when none: searched backwards
+    in growing windows (the answer is usually a near neighbour)."""
+    width = 256
+    while True:
+        lo = max(0, i - width)
+        found = np.flatnonzero(ends[lo:i] >= starts[i])
+        if len(found):
+            return lo + int(found[-1])
+        if lo == 0:
+            return -1
+        width *= 16
