@@ -87,8 +87,6 @@ GPU_COLUMNS = (
 HOST_COLUMNS = (
     Column("correlation", "correlation", np.int64, -1, (RUNTIME, DRIVER)),
     Column("external_id", "external_id", np.int64, -1, (CPU_OP, USER_ANNOTATION)),
-    Column("python_id", "python_id", np.int64, -1, (PYTHON,)),
-    Column("python_parent_id", "python_parent_id", np.int64, -1, (PYTHON,)),
     Column("flops", "flops", np.float64, np.nan, (CPU_OP,)),
     Column("shapes", "input_dims", None, cats=(CPU_OP, USER_ANNOTATION)),  # annotations: gloo's collectives
     Column("dtypes", "input_type", None, cats=(CPU_OP, USER_ANNOTATION)),
