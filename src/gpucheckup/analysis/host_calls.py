@@ -237,7 +237,7 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
             parent[i] = _last_open(starts, ends, i)
         return parent
     parent = [-1] * n  # many overlapping frames: the stack walk, which defines the answer
-    stack: list[int] = []
+    stack: list[tuple[int, float]] = []  # (frame, its end)
     for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
         while stack and stack[-1][1] < s:
             stack.pop()
