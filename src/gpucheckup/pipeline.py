@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup import layout
 from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
@@ -195,7 +196,8 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
     results, skipped = [], []
     console = console or Console(stderr=True)
-    with _progress(files, console) as progress:
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
         task = progress.add_task("reading traces", total=len(files))
         in_process = files
         if parallel.worth_it(files, jobs):  # one trace per worker at a time; reports come back
@@ -230,38 +232,6 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     if len(results) > 1:
         _note_stragglers(results)
     return results
-
-
-PROGRESS_MIN_BYTES = 2 << 20  # a bar for files this large in all (~0.5 s and more to read), or several files
-
-
-class _NoProgress:
-    """No progress bar (one small trace: read in a fraction of a second)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def add_task(self, *args, **kw) -> int:
-        return 0
-
-    def update(self, *args, **kw) -> None:
-        pass
-
-    def advance(self, *args, **kw) -> None:
-        pass
-
-
-def _progress(files: list[Path], console: Console):
-    """A transient progress bar over the files, or none for one small file (rich.progress: ~9 ms of CPU)."""
-    if len(files) == 1 and files[0].stat().st_size < PROGRESS_MIN_BYTES:
-        return _NoProgress()
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                    console=console, transient=True)
 
 
 def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
