@@ -13,6 +13,8 @@ operating system (os.wait4). Medians over --repeat runs. The rows:
   with the square of the events).
 - a folder of --ranks copies of the `compute_bound` trace (1 MB each), `analyze` on the folder.
 - a 1 MB trace (`compute_bound`) checked up end to end, and `gpucheckup --help`.
+Each row ends with the machine's load average (1 minute) before and after it: on a shared machine wall
+times inflate with the load, CPU seconds much less, and ratios of CPU seconds least.
 
 The traces: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repository, else
 /work/shared/fixtures/h200, else tests/data/h200 (which lacks launch_bound_stacks: the size rows are
@@ -78,6 +80,11 @@ def run(cmd: list[str], env: dict) -> Run:
     return Run(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, text)
 
 
+def load() -> str:
+    """The 1-minute load average, as `uptime` prints it."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def median(runs: list[Run]) -> Run:
     return Run(statistics.median(r.wall for r in runs), statistics.median(r.cpu for r in runs),
                statistics.median(r.rss_mb for r in runs), runs[0].out)
@@ -114,7 +121,8 @@ def main() -> int:
 
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
           f"{platform.python_version()}, {platform.platform()}")
-    print(f"rows: median of {args.repeat} whole-process runs; wall s / CPU s / peak RSS MB\n")
+    print(f"rows: median of {args.repeat} whole-process runs; wall s / CPU s / peak RSS MB; load: the 1-minute "
+          f"load average before -> after the row ({os.cpu_count()} cores)\n")
     big, small = find_fixture(BIG), find_fixture(SMALL)
     if big is None:
         print(f"note: no {BIG}/trace.json.gz under {', '.join(map(str, fixture_dirs()))}: size rows skipped "
@@ -125,7 +133,7 @@ def main() -> int:
 
     print(f"trace: {BIG} tiled K times ({big})" if big else "")
     header = (f"{'K':<22}{'events':>9}{'JSON MB':>9} | {'floor':>17} | {'gpucheckup analyze':>19} | "
-              f"{'vs floor':>14} | {'MB/M ev':>7} | {'HTA parse':>18} | {'HTA/ours':>8}")
+              f"{'vs floor':>14} | {'MB/M ev':>7} | {'HTA parse':>18} | {'HTA/ours':>15} | load")
     print(header)
     print("-" * len(header))
     fmt = lambda r: f"{r.wall:5.2f} {r.cpu:5.2f} {r.rss_mb:5.0f}"  # noqa: E731
@@ -137,29 +145,36 @@ def main() -> int:
         cmds = {"floor": [py, str(BENCH / "floor.py"), str(path)], "ours": gc + ["analyze", str(path)]}
         if has_hta and k <= args.hta_max_size:
             cmds["hta"] = [str(hta), str(BENCH / "hta_parse.py"), str(path)]
+        before = load()
         m = measure(cmds, env, args.repeat)
         events = int(m["floor"].out.split()[0])
         json_mb = float(m["floor"].out.split()[1]) / 1e6
         f, o = m["floor"], m["ours"]
         row = (f"{f'{k}x' + (' (plain JSON)' if k == PLAIN else ''):<22}{events:>9}{json_mb:>9.0f} | {fmt(f)} | {fmt(o):>19} | "
                f"{o.wall / f.wall:5.2f}x {o.cpu / f.cpu:5.2f}x | {o.rss_mb / events * 1e6:7.0f} | ")
-        row += (f"{fmt(m['hta']):>18} | {m['hta'].wall / o.wall:7.1f}x" if "hta" in m else f"{'-':>18} | {'-':>8}")
-        print(row, flush=True)
-    print("  (vs floor: wall ratio, CPU ratio; MB/M ev: peak RSS per million events)")
+        row += (f"{fmt(m['hta']):>18} | {m['hta'].wall / o.wall:6.1f}x {m['hta'].cpu / o.cpu:6.1f}x"
+                if "hta" in m else f"{'-':>18} | {'-':>15}")
+        print(row + f" | {before} -> {load()}", flush=True)
+    print("  (vs floor: wall ratio, CPU ratio; MB/M ev: peak RSS per million events; HTA/ours: wall, CPU)")
     if small is not None and args.ranks:
         folder = args.workdir / f"ranks{args.ranks}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
         for r in range(args.ranks):
             (folder / f"trace_rank{r}.json.gz").symlink_to(small)
+        before = load()
         m = measure({"ours": gc + ["analyze", str(folder), "--quiet"]}, env, args.repeat)["ours"]
         print(f"\n{args.ranks} ranks of {SMALL} ({args.ranks} x {small.stat().st_size / 1e6:.1f} MB): "
               f"wall {m.wall:.2f} s, CPU {m.cpu:.2f} s (CPU/wall {m.cpu / m.wall:.2f} on {os.cpu_count()} cores), "
-              f"peak RSS of the largest process {m.rss_mb:.0f} MB")
+              f"peak RSS of the largest process {m.rss_mb:.0f} MB; load {before} -> {load()}")
     if small is not None:
-        m = measure({"ours": gc + ["analyze", str(small)], "help": gc + ["--help"]}, env, max(args.repeat, 5))
+        before = load()
+        m = measure({"ours": gc + ["analyze", str(small)], "help": gc + ["--help"], "pass": [py, "-c", "pass"]},
+                    env, max(args.repeat, 5))
         print(f"{SMALL} ({small.stat().st_size / 1e6:.1f} MB) checked up end to end: wall {m['ours'].wall:.3f} s, "
-              f"CPU {m['ours'].cpu:.3f} s, {m['ours'].rss_mb:.0f} MB;  gpucheckup --help: wall {m['help'].wall:.3f} s")
+              f"CPU {m['ours'].cpu:.3f} s, {m['ours'].rss_mb:.0f} MB;  gpucheckup --help: wall {m['help'].wall:.3f} s, "
+              f"CPU {m['help'].cpu:.3f} s;  python -c pass: wall {m['pass'].wall:.3f} s, CPU {m['pass'].cpu:.3f} s; "
+              f"load {before} -> {load()}")
     return 0
 
 

@@ -124,6 +124,7 @@ def legacy_tables(path) -> dict:
     host = cols(h_rows, ("cat", "name", "pid", "tid", "start", "end", "correlation", "external_id", "python_id",
                          "python_parent_id", "flops"),
                 {"cat", "name", "pid", "tid", "correlation", "external_id", "python_id", "python_parent_id"})
+    del host["python_id"], host["python_parent_id"]  # read by no analysis: the reader no longer keeps them
     host.update(shapes=shapes, dtypes=dtypes, concrete=concrete)
     return {"names": names, "gpu": gpu, "host": host, "thread_names": thread_names, "bad_time": bad_time,
             "command_buffer_full": (cbf_count, cbf_us)}

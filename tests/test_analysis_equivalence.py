@@ -37,3 +37,92 @@ def test_raw_column_take_equals_row_by_row(case):
     rows = np.concatenate([rows[:500], np.arange(min(500, len(host.start)))])  # rows with and without
     for col in (host.shapes, host.dtypes, host.concrete):
         assert col.take(rows) == [col[int(r)] for r in rows]
+
+
+def _user_frame_brute(trace, pid, tid, t0, t1):
+    """The plain definition: the frames on that thread that hold [t0, t1], outermost first, then the innermost
+    one outside torch (host_calls.innermost_user_frame)."""
+    host = trace.host
+    m = (host.cat == PYTHON) & (host.pid == pid) & (host.tid == tid) & (host.start <= t0) & (host.end >= t1)
+    found = np.flatnonzero(m)
+    found = found[np.lexsort((-host.end[found], host.start[found]))]
+    return host_calls.innermost_user_frame([trace.names[host.name[f]] for f in found])
+
+
+def test_user_frames_equal_the_plain_definition():
+    """The vectorized frame search (a sparse table over the frames' ends) against each row's enclosing frames,
+    on the real trace with Python stacks: launches, operators and instants between them."""
+    from conftest import trace_path
+
+    trace = read_trace(trace_path("launch_bound_stacks"))
+    host = trace.host
+    rng = np.random.default_rng(1)
+    rows = np.sort(rng.choice(np.flatnonzero(host.cat != PYTHON), 400, replace=False))  # a frame holds itself
+    got = host_calls.user_frames(trace, rows)
+    assert sum(g is not None for g in got) > 50  # most rows run under some Python frame
+    for r, g in zip(rows.tolist(), got):
+        assert g == host_calls.user_frame(trace, r), f"row {r}"
+    mid = rng.uniform(host.start[rows], host.end[rows] + 50.0)  # instants, some past the row's end
+    got = host_calls.user_frames_during(trace, host.pid[rows], host.tid[rows], mid, mid)
+    for r, t, g in zip(rows.tolist(), mid.tolist(), got):
+        assert g == _user_frame_brute(trace, host.pid[r], host.tid[r], t, t), f"row {r} at {t}"
+
+
+def _parents_by_stack(starts, ends):
+    """The plain definition: per frame, the latest earlier frame that has not ended before it starts."""
+    out = []
+    for i in range(len(starts)):
+        earlier = [j for j in range(i) if ends[j] >= starts[i]]
+        out.append(earlier[-1] if earlier else -1)
+    return out
+
+
+@pytest.mark.parametrize("searched", [0, 10**9])  # frames outside the tree: the stack walk, or each searched
+@pytest.mark.parametrize("seed", range(6))
+def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
+    """Nested call trees (the fast path) and the same trees with some frames ending a little after their parent
+    (rounding in real traces; the walk), touching frames and ties included."""
+    rng = np.random.default_rng(seed)
+    starts, ends = [], []
+
+    def call(t0, t1, depth):
+        starts.append(t0)
+        ends.append(t1)
+        t = t0
+        while depth < 6 and t < t1 and rng.random() < 0.7:
+            a = t + float(rng.integers(0, 3))
+            b = min(t1, a + float(rng.integers(0, 8)))
+            if a > t1:
+                break
+            call(a, b, depth + 1)
+            t = b
+    call(0.0, 200.0, 0)
+    starts, ends = np.array(starts), np.array(ends)
+    if seed % 2:  # some frames overlap their parent's end
+        bump = rng.random(len(ends)) < 0.05
+        ends = ends + bump * 0.5
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    monkeypatch.setattr(host_calls, "MAX_SEARCHED_FRAMES", searched)
+    assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frame_parents_any_intervals(seed):
+    """Intervals with no nesting at all (the stack walk) and a few overlapping ones in a nested tree."""
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.integers(0, 300, 400)).astype(float)
+    ends = starts + rng.integers(0, 40, 400)
+    order = np.lexsort((-ends, starts))
+    starts, ends = starts[order], ends[order]
+    assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
+
+
+def test_frame_parents_far_back():
+    """A frame whose parent (by the definition) lies a thousand frames back, past frames outside the tree."""
+    leaves = np.arange(1000) * 0.09 + 1.0
+    starts = np.concatenate([[0.0, 0.5], leaves, [100.2]])
+    ends = np.concatenate([[100.0, 100.5], leaves + 0.05, [100.3]])
+    got = host_calls.frame_parents(starts, ends).tolist()
+    assert got == _parents_by_stack(starts.tolist(), ends.tolist())
+    assert got[-1] == 1  # open at 100.2: only the second frame

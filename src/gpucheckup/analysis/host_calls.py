@@ -20,6 +20,7 @@ Each classifier returns row indices into `trace.host`. The name lists are the wh
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 
@@ -137,9 +138,11 @@ def user_frames(trace: Trace, rows: np.ndarray) -> list[str | None]:
 
 def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     """Per query (thread, interval): the innermost Python frame on that thread around the interval that is
-    not inside torch itself, None when no frame encloses it. Per thread, the Python frames as a call tree
-    (parents by a stack over frames sorted by start); each query's innermost enclosing frame found by a
-    binary search and a walk up the parents, then up to the first frame outside torch."""
+    not inside torch itself, None when no frame encloses it. Per thread, the Python frames sorted by start
+    (longest first on ties) form a call tree: a frame's parent is the latest frame before it still open at its
+    start (`frame_parents`). A query's innermost enclosing frame is found by walking up that tree from the last
+    frame started by t0 to the first that ends at or after t1, then up to the first frame outside torch; the
+    walks advance every query at once, one level per pass."""
     host = trace.host
     pid, tid = np.asarray(pid, dtype=np.int64), np.asarray(tid, dtype=np.int64)
     t0, t1 = np.asarray(t0, dtype=np.float64), np.asarray(t1, dtype=np.float64)
@@ -147,34 +150,112 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     py = np.flatnonzero(host.cat == PYTHON)
     if len(t0) == 0 or not trace.with_stack or len(py) == 0:
         return out
-    thread_of = host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64)
     query_thread = pid * (1 << 32) + tid
-    for key in np.unique(query_thread):
-        frames = py[thread_of == key]
-        if len(frames) == 0:
+    for key in np.unique(query_thread).tolist():
+        tree = _frame_tree(trace, py, key)
+        if tree is None:
             continue
+        starts, ends, parent, name, user = tree
+        mine = np.flatnonzero(query_thread == key)
+        inner = np.searchsorted(starts, t0[mine], side="right") - 1
+        end = t1[mine]
+        while True:  # up the tree until the frame ends at or after t1 (or none is left)
+            up = np.flatnonzero(inner >= 0)
+            up = up[ends[inner[up]] < end[up]]
+            if len(up) == 0:
+                break
+            inner[up] = parent[inner[up]]
+        found = inner >= 0
+        for q, n in zip(mine[found].tolist(), name[user[inner[found]]].tolist()):
+            out[q] = trace.names[n]
+    return out
+
+
+MAX_SEARCHED_FRAMES = 1024  # frames outside a nested call tree searched one by one; more: the stack walk
+_TREES: dict[tuple[int, int], tuple | None] = {}  # (id of a trace's host table, thread) -> its frame tree
+
+
+def _frame_tree(trace: Trace, py: np.ndarray, thread: int) -> tuple | None:
+    """One thread's Python frames as a call tree (starts, ends, parent, name id, first frame outside torch),
+    sorted by start, longest first on ties; None without frames. Built once per trace and thread (several
+    rules ask), and forgotten with the trace's host table."""
+    host = trace.host
+    if (id(host), thread) in _TREES:
+        return _TREES[(id(host), thread)]
+    if not any(k[0] == id(host) for k in _TREES):
+        weakref.finalize(host, _forget, id(host))
+    frames = py[host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64) == thread]
+    tree = None
+    if len(frames):
         frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
         starts, ends = host.start[frames], host.end[frames]
-        parent = np.full(len(frames), -1, dtype=np.int64)
-        stack: list[int] = []
-        for i in range(len(frames)):
-            while stack and ends[stack[-1]] < starts[i]:
-                stack.pop()
-            parent[i] = stack[-1] if stack else -1
-            stack.append(i)
-        names = [trace.names[host.name[f]] for f in frames]
-        user: dict[int, str] = {}
-        mine = np.flatnonzero(query_thread == key)
-        at = np.searchsorted(starts, t0[mine], side="right") - 1
-        for q, i in zip(mine, at):
-            while i >= 0 and not (starts[i] <= t0[q] and ends[i] >= t1[q]):
-                i = parent[i]
-            if i < 0:
-                continue
-            if int(i) not in user:
-                j = i
-                while j >= 0 and _is_library_frame(names[j]):
-                    j = parent[j]
-                user[int(i)] = names[j] if j >= 0 else names[i]
-            out[int(q)] = user[int(i)]
-    return out
+        parent = frame_parents(starts, ends)
+        name = host.name[frames]
+        library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
+        lib = library[name]
+        user = np.where(lib, parent, np.arange(len(frames)))  # itself, or a step up towards its first non-torch ancestor
+        while True:
+            up = (user >= 0) & lib[np.maximum(user, 0)]
+            if not up.any():
+                break
+            user[up] = user[user[up]]  # pointer jumping: each pass doubles the steps taken
+        user = np.where(user >= 0, user, np.arange(len(frames)))  # no frame outside torch: the frame itself
+        tree = starts, ends, parent, name, user
+    _TREES[(id(host), thread)] = tree
+    return tree
+
+
+def _forget(host_id: int) -> None:
+    for k in [k for k in _TREES if k[0] == host_id]:
+        del _TREES[k]
+
+
+def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per frame (sorted by start, longest first on ties): the latest earlier frame still open at its start
+    (ends at or after it), -1 when none. A frame's depth is the number of earlier frames still open at its
+    start; in a nested call tree its parent is the latest earlier frame one level up, and the frames above
+    it are exactly the open ones. So that answer is right wherever every frame on its chain up to a root is
+    still open at the frame's start (a minimum up the tree, by pointer jumping); the few frames where that
+    fails (frames ending a little after their parent, by rounding) are searched one by one."""
+    n = len(starts)
+    idx = np.arange(n)
+    depth = idx - np.searchsorted(np.sort(ends), starts, side="left")  # earlier frames not ended before it
+    key = depth * n + idx  # by depth, then position
+    order = np.argsort(key, kind="stable")
+    at = np.searchsorted(key[order], (depth - 1) * n + idx, side="left") - 1
+    parent = np.where(at >= 0, order[np.maximum(at, 0)], -1)
+    parent = np.where((depth > 0) & (parent >= 0) & (depth[np.maximum(parent, 0)] == depth - 1), parent, -1)
+    low = np.where((depth > 0) & (parent < 0), -np.inf, ends)  # per frame: the earliest end of it and its chain
+    up = parent.copy()
+    while (has := up >= 0).any():  # pointer jumping: each pass covers twice as many frames up the chain
+        low = np.where(has, np.minimum(low, low[np.maximum(up, 0)]), low)
+        up = np.where(has, up[np.maximum(up, 0)], -1)
+    ok = np.where(parent >= 0, low[np.maximum(parent, 0)] >= starts, depth == 0)
+    bad = np.flatnonzero(~ok)
+    if len(bad) <= MAX_SEARCHED_FRAMES:
+        for i in bad.tolist():
+            parent[i] = _last_open(starts, ends, i)
+        return parent
+    parent = [-1] * n  # many overlapping frames: the stack walk, which defines the answer
+    stack: list[tuple[int, float]] = []  # (frame, its end)
+    for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        while stack and stack[-1][1] < s:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1][0]
+        stack.append((i, e))
+    return np.array(parent, dtype=np.int64)
+
+
+def _last_open(starts: np.ndarray, ends: np.ndarray, i: int) -> int:
+    """The latest frame before frame i that has not ended before it starts, -1 when none: searched backwards
+    in growing windows (the answer is usually a near neighbour)."""
+    width = 256
+    while True:
+        lo = max(0, i - width)
+        found = np.flatnonzero(ends[lo:i] >= starts[i])
+        if len(found):
+            return lo + int(found[-1])
+        if lo == 0:
+            return -1
+        width *= 16

@@ -3,6 +3,7 @@ and writes every check-up. Importing it imports the standard library only (`gpuc
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; bad input is one line on stderr and exit 2, never a traceback (unless --debug)."""
     args = build_parser().parse_args(argv)
     try:
-        _import_numpy_single_threaded()
+        _load_libraries()
         from rich.console import Console
 
         to_stderr = str(getattr(args, "json", None)) == "-"  # `--json -`: stdout holds the JSON alone
@@ -40,6 +41,26 @@ def main(argv: list[str] | None = None) -> int:
             raise
         say(f"gpucheckup: internal error: {type(e).__name__}: {e} (run with --debug for details)")
         return EXIT_INTERNAL
+
+
+def _load_libraries() -> None:
+    """Import numpy and rich with the cycle collector paused, then freeze what they made out of later
+    collections (once per process): their ~100k long-lived objects were walked by every full collection
+    during our own imports and the check-up, ~10% of the CPU of a 1 MB trace's check-up (docs/performance.md)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        _import_numpy_single_threaded()
+        import rich.console  # noqa: F401
+    finally:
+        if was_on:
+            if not _frozen:
+                gc.freeze()
+                _frozen.append(True)
+            gc.enable()
+
+
+_frozen: list[bool] = []  # gc.freeze() done in this process (main() runs many times in a test session)
 
 
 def _import_numpy_single_threaded() -> None:

@@ -44,12 +44,10 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.monitor_live import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
-    from gpucheckup import api
-
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
     if jobs is not None and jobs < 1:
         raise CheckupError(f"--jobs must be 1 or more, got {jobs}")
-    verdicts, tests = api.conditions(args.fail_on, args.fail_if)  # checked before the work
+    verdicts, tests = _conditions(args)  # checked before the work
     result = check(args.path, mfu_inputs(args), args.ncu, jobs=jobs)
     rc = emit(result, Output.of(args), console)
     return gate(result, verdicts, tests) or rc
@@ -58,12 +56,23 @@ def cmd_analyze(args, console) -> int:
 EXIT_FAILED_CONDITION = 3  # --fail-on / --fail-if fired (README: exit codes)
 
 
+def _conditions(args) -> tuple[set[str], list]:
+    """The --fail-on and --fail-if conditions, parsed (the API module only when there are some)."""
+    if not (args.fail_on or args.fail_if):
+        return set(), []
+    from gpucheckup import api
+
+    return api.conditions(args.fail_on, args.fail_if)
+
+
 def gate(result, verdicts: set[str], tests: list) -> int:
     """EXIT_FAILED_CONDITION and one line per condition that fired, else 0; a --fail-if figure the check-up
     has no value for is said, and fires nothing."""
+    if not (verdicts or tests):
+        return 0
     from gpucheckup import api
 
-    up = api.checkup_of(result) if verdicts or tests else None
+    up = api.checkup_of(result)
     if up is None:
         return 0
     for name in api.unmeasured(up, tests):

@@ -19,7 +19,6 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
-from itertools import count
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -88,8 +87,6 @@ GPU_COLUMNS = (
 HOST_COLUMNS = (
     Column("correlation", "correlation", np.int64, -1, (RUNTIME, DRIVER)),
     Column("external_id", "external_id", np.int64, -1, (CPU_OP, USER_ANNOTATION)),
-    Column("python_id", "python_id", np.int64, -1, (PYTHON,)),
-    Column("python_parent_id", "python_parent_id", np.int64, -1, (PYTHON,)),
     Column("flops", "flops", np.float64, np.nan, (CPU_OP,)),
     Column("shapes", "input_dims", None, cats=(CPU_OP, USER_ANNOTATION)),  # annotations: gloo's collectives
     Column("dtypes", "input_type", None, cats=(CPU_OP, USER_ANNOTATION)),
@@ -103,8 +100,8 @@ _TOP = msgspec.json.Decoder(schema.KinetoTrace)
 _LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (a bad time) instead of failing
 _PH_CAT = attrgetter("ph", "cat")
 _TS, _DUR, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "name", "pid", "tid"))
-_DEVICE, _STREAM = attrgetter("args.device"), attrgetter("args.stream")
-_COLLECTIVE = attrgetter("args.collective_name")
+_ARGS, _DEVICE, _STREAM = attrgetter("args"), attrgetter("device"), attrgetter("stream")  # device, stream: of args
+_COLLECTIVE = attrgetter("collective_name")
 EVENTS_PER_PASS = 1 << 16  # events turned into columns at a time when a file is read whole
 
 
@@ -156,15 +153,43 @@ def _numbers(items: list, getter, dtype, fill) -> np.ndarray:
         return np.array([fill if v is None else v for v in map(getter, items)], dtype=dtype)
 
 
+class _NameIds(dict):
+    """Event name -> its index in `names`, a name first seen appended (so lookups stay in C)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, name: str) -> int:
+        self[name] = i = len(self.names)
+        self.names.append(name)
+        return i
+
+
+class _Ids(dict):
+    """pid/tid/stream value -> int64 id: a number is itself, a string gets `num_id`'s stable negative id;
+    filled on first sight of each value, so lookups stay in C."""
+
+    def __init__(self, num_id):
+        super().__init__()
+        self.num_id = num_id
+
+    def __missing__(self, v) -> int:
+        code = v if v.__class__ is int else self.num_id(v)
+        self[v] = code
+        return code
+
+
 class _Builder:
     """Accumulates the columns of a trace's events, chunk by chunk, in file order."""
 
     def __init__(self, path: Path):
         self.path = path
         self.codes = _Codes()
-        self.name_id: dict[str, int] = {}
         self.names: list[str] = []
+        self.name_id = _NameIds(self.names)
         self.str_ids: dict[str, int] = {}
+        self.id_of = _Ids(self.num_id)
         self.thread_names: dict[tuple[int, int], str] = {}
         self.gpu: list[dict] = []
         self.host: list[dict] = []
@@ -180,28 +205,14 @@ class _Builder:
             return v
         return self.str_ids.setdefault(v, -1 - len(self.str_ids))
 
-    def ids(self, values: list) -> np.ndarray:
-        """pid/tid/stream values as int64, strings mapped by `num_id`."""
-        if all(v.__class__ is int for v in set(values)):  # a handful of distinct values
-            return np.fromiter(values, np.int64, len(values))
-        return np.array([self.num_id(v) for v in values], dtype=np.int64)
+    def ids(self, values) -> np.ndarray:
+        """pid/tid/stream values (an iterable of ints and strings) as int64, strings mapped by `num_id`."""
+        values = list(values)
+        return np.fromiter(map(self.id_of.__getitem__, values), np.int64, len(values))
 
     def name_ids(self, evs) -> np.ndarray:
         """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
-        n = len(evs)
-        base = len(self.names) + (1 << 40)  # provisional ids for names first seen in this chunk
-        ids = np.fromiter(map(self.name_id.setdefault, map(_NAME, evs), count(base)), np.int64, n)
-        new = ids >= base
-        if new.any():
-            first = np.flatnonzero(ids == base + np.arange(n))
-            lut = np.empty(n, dtype=np.int64)
-            lut[first] = np.arange(len(self.names), len(self.names) + len(first))
-            ids[new] = lut[ids[new] - base]
-            for p in first.tolist():
-                name = evs[p].name
-                self.name_id[name] = len(self.names)
-                self.names.append(name)
-        return ids
+        return np.fromiter(map(self.name_id.__getitem__, map(_NAME, evs)), np.int64, len(evs))
 
     def add(self, events: list[schema.Event], dropped: int = 0) -> None:
         """Turn one chunk of decoded events into column pieces."""
@@ -241,30 +252,34 @@ class _Builder:
             self.cbf_us += float(ev.dur)
 
     def _gpu(self, evs: list, codes, names, start, end) -> dict:
-        device = _numbers(evs, _DEVICE, np.int64, schema.NO_INT)
+        args = list(map(_ARGS, evs))
+        device = _numbers(args, _DEVICE, np.int64, schema.NO_INT)
         absent = np.flatnonzero(device == schema.NO_INT)
         if len(absent):  # no `device` argument: the pid, when it is a number
             pids = list(map(_PID, _take(evs, absent)))
             device[absent] = [p if p.__class__ is int else 0 for p in pids]
-        stream = _numbers(evs, _STREAM, np.int64, schema.NO_INT)
+        stream = _numbers(args, _STREAM, np.int64, schema.NO_INT)
         absent = np.flatnonzero(stream == schema.NO_INT)
         if len(absent):  # no `stream` argument: the tid
-            stream[absent] = self.ids(list(map(_TID, _take(evs, absent))))
+            stream[absent] = self.ids(map(_TID, _take(evs, absent)))
         cols = {"kind": (codes - GPU_BASE).astype(np.int8), "name": names.astype(np.int32),
                 "device": device.astype(np.int32), "stream": stream, "start": start, "end": end}
-        _arg_columns(evs, codes, GPU_COLUMNS, cols)
+        _arg_columns(args, codes, GPU_COLUMNS, cols)
         return cols
 
     def _host(self, evs: list, codes, names, start, end) -> dict:
+        n, get = len(evs), self.id_of.__getitem__
+        args = list(map(_ARGS, evs))
         cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32),
-                "pid": self.ids(list(map(_PID, evs))), "tid": self.ids(list(map(_TID, evs))),
-                "start": start, "end": end}
-        _arg_columns(evs, codes, HOST_COLUMNS, cols)
-        for i, c in enumerate(map(_COLLECTIVE, evs)):  # the few collective calls, one by one
-            if c is not None:
-                a = evs[i].args
-                self.comm.append((self.host_rows + i, c, a.pg_name or "", a.group_size, a.in_msg_nelems,
-                                  a.out_msg_nelems, a.dtype or ""))
+                "pid": np.fromiter(map(get, map(_PID, evs)), np.int64, n),
+                "tid": np.fromiter(map(get, map(_TID, evs)), np.int64, n), "start": start, "end": end}
+        _arg_columns(args, codes, HOST_COLUMNS, cols)
+        collective = list(map(_COLLECTIVE, args))
+        if collective.count(None) < n:  # the few collective calls, one by one
+            for i in np.flatnonzero(np.array(collective, dtype=object) != None).tolist():  # noqa: E711
+                a = args[i]
+                self.comm.append((self.host_rows + i, collective[i], a.pg_name or "", a.group_size,
+                                  a.in_msg_nelems, a.out_msg_nelems, a.dtype or ""))
         self.host_rows += len(evs)
         return cols
 
@@ -295,24 +310,24 @@ def _of_cats(cats: tuple[int, ...]) -> np.ndarray:
     return table
 
 
-def _arg_columns(evs, codes: np.ndarray, columns: tuple[Column, ...], cols: dict) -> None:
-    """Add the declared argument columns of a chunk's rows (events `evs`, event codes `codes`) to `cols`."""
+def _arg_columns(args: list, codes: np.ndarray, columns: tuple[Column, ...], cols: dict) -> None:
+    """Add the declared argument columns of a chunk's rows (the events' `args`, event codes `codes`) to `cols`."""
     rows_of: dict = {}
     for c in columns:
         if c.cats not in rows_of:  # the rows of these categories, and their events
-            rows = np.flatnonzero(_of_cats(c.cats)[codes]) if c.cats is not None else np.arange(len(evs))
-            rows_of[c.cats] = rows, _take(evs, rows)
+            rows = np.flatnonzero(_of_cats(c.cats)[codes]) if c.cats is not None else np.arange(len(args))
+            rows_of[c.cats] = rows, _take(args, rows)
         rows, sub = rows_of[c.cats]
-        get = attrgetter("args." + c.arg)
+        get = attrgetter(c.arg)
         if c.dtype is None:  # raw JSON: one byte string and the length of each row's part
             raws = list(map(get, sub))
-            lengths = np.zeros(len(evs), dtype=np.int64)
+            lengths = np.zeros(len(args), dtype=np.int64)
             lengths[rows] = np.fromiter(map(len, raws), np.int64, len(raws))
             cols[c.field] = (b"".join(raws), lengths)
-        elif len(rows) == len(evs):
+        elif len(rows) == len(args):
             cols[c.field] = _numbers(sub, get, c.dtype, c.fill)
         else:
-            col = np.full(len(evs), c.fill, dtype=c.dtype)
+            col = np.full(len(args), c.fill, dtype=c.dtype)
             col[rows] = _numbers(sub, get, c.dtype, c.fill)
             cols[c.field] = col
 

@@ -31,8 +31,6 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     device: Int64 | None = NO_INT
     stream: Int64 | None = NO_INT
     bytes: float | None = math.nan
-    python_id: Int64 | None = msgspec.field(default=-1, name="Python id")
-    python_parent_id: Int64 | None = msgspec.field(default=-1, name="Python parent id")
     flops: float | None = math.nan
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")

@@ -88,8 +88,6 @@ class HostEvents:
     # Argument columns are read from the rows of the categories named (reader.HOST_COLUMNS); other rows hold the fill.
     correlation: np.ndarray  # int64, -1 when absent; runtime and driver calls
     external_id: np.ndarray  # int64, -1 when absent; operators and user annotations
-    python_id: np.ndarray  # int64, -1 when absent; Python frames
-    python_parent_id: np.ndarray  # int64, -1 when absent; Python frames
     flops: np.ndarray  # float64, nan when absent (with_flops=True); operators
     shapes: "RawColumn"  # per row: JSON bytes of `Input Dims`, or None; operators and user annotations
     dtypes: "RawColumn"  # per row: JSON bytes of `Input type`, or None; operators and user annotations
