@@ -29,7 +29,7 @@ from gpucheckup import layout
 from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
-from gpucheckup.diagnosis import Diagnosis, diagnose
+from gpucheckup.diagnosis import Diagnosis, diagnose, savings
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
@@ -157,7 +157,7 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
 def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=()) -> Checkup:
     """Analyze, diagnose and build the report dict of one trace."""
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""))
-    d = diagnose(a)
+    d = diagnose(a, savings.predict(a))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
     return Checkup(a, d, checkup_dict(a, d))
 
