@@ -21,7 +21,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis.fixes import CATALOGUE
 
 NO_EDIT = "not replayed: no graph edit models this fix"
-NOT_REPLAYED = "not replayed: see the notes"  # an edit exists, but this trace was not replayed (the notes say why)
+NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
 
 
 @dataclass
