@@ -4,9 +4,11 @@ Definitions (also in docs/metrics.md, "What-if"):
 - predicted step = median replayed step with the edit; before = median replayed step unchanged
   (both with the profiler-overhead calibration when the unprofiled step is known).
 - saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
-Each transformation is keyed by its fix key (the fix catalogue's key) in TRANSFORMS and states
-its mechanism in its docstring; what it does not change is held as measured. A transformation
-that finds nothing to change (no syncs, no collectives, ...) predicts no change and says why.
+Each transformation is keyed in TRANSFORMS and states its mechanism in its docstring; what it
+does not change is held as measured. The fix catalogue (diagnosis/fixes.py) names, per fix, the
+transformation and parameters that predict it; diagnosis/savings.py runs them for a report. A
+transformation that finds nothing to change (no syncs, no collectives, ...) predicts no change
+and says why.
 """
 
 from __future__ import annotations
@@ -97,11 +99,13 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     """The host stops waiting for the GPU at its sync calls (sync APIs, reads of GPU values into
     pageable memory): each keeps only its own cost; the copies stay on the GPU. Input copies to
     the GPU are pin_memory's. With `ops`, only the syncs made inside one of those operators (on
-    the calling thread: e.g. aten::item) go; with `reads` also those that wait for a copy to the
-    host (`.cpu()`, `.to("cpu")`): values read every N steps instead of every step. A copy read
-    brings arrays the host then computes on (metrics in numpy): that work, the host time after
-    the read up to the next operator that launches GPU work, happens every N steps too, so it
-    goes with the wait. The others still wait."""
+    the calling thread: e.g. aten::item) are edited; with `reads` also those that wait for a copy
+    to the host (`.cpu()`, `.to("cpu")`). Those reads happen every N steps instead of every step
+    (or not at all: a static bound instead of a size read), so the read itself goes too: its
+    operator's dispatch, its calls (the copy call, the stream sync after it) and the copy it
+    launched. A copy read brings arrays the host then computes on (metrics in numpy): that work,
+    the host time after the read up to the next operator that launches GPU work, goes with it.
+    The other syncs still wait."""
     g = g.copy()
     names = g.trace.names
     host, gpu = g.trace.host, g.trace.gpu
@@ -118,12 +122,21 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     for j in nodes:
         g.h_kind[j] = CALL
         g.h_await[j] = np.zeros(0, dtype=np.int64)
-        if reads and j in copy_read:  # the host's work on the values read: from after the copy's own calls
-            k = j + 1
-            while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
-                k += 1
-            if k < len(g.h_gap) and g.h_gap[k] > 0:
-                g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
+        if ops is None:
+            continue
+        # the read itself goes (made every N steps, or not at all with a static bound): its operator's
+        # dispatch, its calls (the copy call and the stream sync after it) and the copy it launched
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+        g.h_dur[j] = 0.0
+        own = np.flatnonzero((g.g_launch == j) & (gpu.kind == MEMCPY))
+        g.g_dur[own] = 0.0
+        k = j + 1
+        while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
+            g.h_dur[k] = 0.0
+            k += 1
+        if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
+            g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
     which = f" inside {', '.join(sorted(ops))}" if ops is not None else ""
     which += " or reading copies to the host" if ops is not None and reads else ""
     return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU", len(nodes))
