@@ -13,7 +13,7 @@ saved the most.
     python validation/whatif_h200.py predict OUT_DIR [--measured OUT_DIR/measured.json] [--to DIR]
 
 `predict` recomputes the predictions (and the check-up's verdict) from the baseline run
-directories under OUT_DIR/runs/<example>/ with the code as it is now, without a GPU, and joins them
+directories under OUT_DIR/**/runs/<example>/ (the latest by name) with the code as it is now, without a GPU, and joins them
 with the measured savings (`measured.json`: this script's whatif_h200.json, or rows with example,
 flag or fix, and measured_saving_pct) when there are some.
 
@@ -39,6 +39,8 @@ PY = [sys.executable, "-m"]
 # its catalogue entry's edit (diagnosis/fixes.py `replay`), with these parameters on top (the flag's settings)
 CASES = [
     ("launch", [], [(["--fused"], "fused_optimizer", {}, "configuration"),
+                    # foreach=True: a dozen launches per parameter list, not one; the fused edit is its bound
+                    (["--foreach"], "fused_optimizer", {}, "configuration"),
                     (["--cuda-graphs"], "cuda_graph", {}, "code"),
                     (["--compile"], "torch_compile", {}, "code")]),
     ("sync", [], [(["--no-sync"], "no_host_reads", {}, "code")]),
@@ -178,9 +180,9 @@ def predict_main(argv: list[str]) -> None:
     for example, _args, fixes in CASES + [COMM]:
         if a.only and example not in a.only.split(","):
             continue
-        dirs = run_dirs(a.out / "runs" / example) if (a.out / "runs" / example).exists() else []
+        dirs = sorted((d for w in a.out.glob(f"**/runs/{example}") for d in run_dirs(w)), key=lambda d: d.name)
         if not dirs:
-            print(f"{example}: no baseline run directory under {a.out / 'runs' / example}", file=sys.stderr)
+            print(f"{example}: no baseline run directory under {a.out}/**/runs/{example}", file=sys.stderr)
             continue
         ex, preds = predict_example(dirs[-1], fixes)
         r, summary = judge(example, ex, preds, measured.get(example, {}))
