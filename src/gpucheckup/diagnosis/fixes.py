@@ -277,7 +277,7 @@ CATALOGUE: list[CatalogueFix] = [
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") > 0),
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
                       + (1 - FUSION_KEEP) * _kernel_ms(a, "elementwise", "reduction_norm")),
-        bottleneck="launch_bound", replay="torch_compile"),
+        replay="torch_compile"),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",

@@ -15,7 +15,8 @@ Rule from savings (first): the verdict is the bottleneck (diagnosis/fixes.py, ea
 `bottleneck`) of the offered fix whose replayed saving (diagnosis/savings.py) is the largest,
 when that saving is at least MIN_SAVING_PCT of the step: below it no fix moves the step beyond
 its run-to-run noise, so no fix names the bound. The reason line names that fix and its saving.
-A fix that amortizes every per-step cost (larger_batch) names no bottleneck and is not counted.
+A fix that amortizes every per-step cost (larger_batch) or removes launches and kernel time alike
+(torch_compile) names no bottleneck and is not counted.
 Rule from scores (when no replayed saving decides: no prediction, a CPU-only trace, all below
 MIN_SAVING_PCT): when the GPU is busy at least GPU_BOUND_BUSY_PCT (80%) of the step, removing
 every idle gap would shorten the step by at most a fifth, so the GPU's own work bounds the job:
