@@ -200,3 +200,30 @@ def test_fused_chains_do_not_cross_threads():
         p = g.g_prev[o]
         assert categorize(names[gpu.name[p]]) in whatif.COMPILE_FUSES and categorize(names[gpu.name[o]]) in whatif.COMPILE_FUSES
         assert host.tid[g.h_row[g.g_launch[p]]] == host.tid[g.h_row[g.g_launch[o]]]
+
+
+def test_validation_predict_step_reads_baselines_and_joins_measured(tmp_path):
+    # validation/whatif_h200.py predict: baselines found under OUT/**/runs/EXAMPLE, predictions from this code,
+    # joined with measured rows by flag. A real run directory of the H200 (gpucheckup run on a launch-bound job).
+    import subprocess
+    import sys
+
+    run = next(p for p in sorted((H200 / "runs").iterdir()) if p.name.endswith("launch_bound"))
+    (tmp_path / "call1" / "runs" / "launch").mkdir(parents=True)
+    (tmp_path / "call1" / "runs" / "launch" / run.name).symlink_to(run, target_is_directory=True)
+    (tmp_path / "measured.json").write_text(json.dumps([{"example": "launch", "flag": "--fused",
+                                                         "fix": "fused_optimizer", "measured_saving_pct": 40.0}]))
+    res = subprocess.run([sys.executable, str(REPO / "validation" / "whatif_h200.py"), "predict", str(tmp_path),
+                          "--only", "launch", "--to", str(tmp_path / "res")], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    d = json.loads((tmp_path / "res" / "whatif_h200.json").read_text())
+    rows = {r["flag"]: r for r in d["fixes"]}
+    assert set(rows) == {"--fused", "--foreach", "--cuda-graphs", "--compile"}
+    fused = rows["--fused"]
+    assert fused["measured_saving_pct"] == 40.0 and fused["edit"] == "fused_optimizer"
+    assert fused["error_pct"] == pytest.approx(100 * abs(fused["predicted_saving_pct"] - 40.0) / 40.0)
+    assert rows["--compile"]["measured_saving_pct"] is None
+    ex = d["examples"][0]
+    assert ex["verdict"] == "launch_bound" and ex["best_measured_fix"] == "fused_optimizer"
+    assert "| launch | fused_optimizer (`--fused`) |" in (tmp_path / "res" / "whatif_h200.md").read_text()

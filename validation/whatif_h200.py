@@ -76,7 +76,8 @@ def run_dirs(where: Path) -> list[Path]:
     """The gpucheckup run directories under a folder (the folder itself when it is one), oldest first."""
     if rundir.is_run_dir(where):
         return [where]
-    return sorted(p.parent for p in where.rglob("manifest.json") if rundir.is_run_dir(p.parent))
+    children = sorted(p for p in where.iterdir() if rundir.is_run_dir(p))  # links to run directories too
+    return children or sorted(p.parent for p in where.rglob("manifest.json") if rundir.is_run_dir(p.parent))
 
 
 def predict_example(run_dir: Path, fixes: list) -> tuple[dict, dict]:
@@ -84,6 +85,8 @@ def predict_example(run_dir: Path, fixes: list) -> tuple[dict, dict]:
     then each measured fix's prediction from its catalogue edit with the flag's parameters, on the same graph,
     calibrated on the run's unprofiled steps. Returns the example's figures and {flag: prediction row}."""
     checkups = pipeline.check(run_dir)
+    if not checkups.checkups:
+        raise SystemExit(f"{run_dir}: no GPU trace to check up (the baseline captured no GPU timeline)")
     c = checkups.checkups[0]
     a = c.analysis
     g = replay.build(a.trace, a.steps, a.launch_rows)
