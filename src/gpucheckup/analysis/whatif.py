@@ -266,8 +266,10 @@ def cuda_graphs(g: Graph) -> Edit:
     nothing but one graph launch (the region's first launch, with its
     operator's dispatch: the call into the compiled graph); the kernels keep their durations and run back to back (launch
     latency at the trace's typical one). The optimizer step (`Optimizer.*` ranges) is not part of
-    the compiled model and stays eager, launch by launch; host work outside operators (Python,
-    data loading) stays."""
+    the compiled model and stays eager, launch by launch (the trace cannot tell whether a user would
+    compile or capture it too: that takes capturable=True and whole-step capture); host work
+    outside operators (Python, data loading) stays. What a replay of a cudagraph-tree node costs
+    beyond one launch (its Python bookkeeping) is not in an eager trace: this is the most it saves."""
     g = g.copy()
     launch = np.zeros(len(g.h_kind), dtype=bool)
     launch[_launch_nodes(g)] = True
