@@ -107,7 +107,7 @@ def test_torch_compile_keeps_the_other_kernels():
     g = _graph("launch_bound")
     p = _predict("launch_bound", "torch_compile")
     names, gpu = g.trace.names, g.trace.gpu
-    other = np.array([categorize(names[n]) != "elementwise" for n in gpu.name])
+    other = np.array([categorize(names[n]) not in whatif.COMPILE_FUSES for n in gpu.name])
     assert p.changed > 0 and p.saving_ms > 0
     assert p.step_ms_after >= np.median(_gpu_ms_per_step(g, other)) * 0.95
 

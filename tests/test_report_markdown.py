@@ -71,7 +71,7 @@ def test_markdown_report_is_tables_with_the_trace_figures(tmp_path):
         assert abs(busy_ms + idle - step_ms) < 0.001 * len(row)  # busy + idle by cause = the step, to rounding
 
     fixes = by_heading["What to try first"]
-    assert fixes["header"] == ["#", "change", "fix", "saves up to", "finding"]
+    assert fixes["header"] == ["#", "change", "fix", "predicted saving", "finding"]  # the replay (issue 10)
     assert fixes["rows"][0][1] == "configuration only"
     cats = {r[0]: r[1] for r in by_heading["GPU time by kernel category"]["rows"]}
     assert cats["data movement"] == "20.6%"

@@ -10,6 +10,12 @@ fixes matches the measured one, and whether the check-up's verdict names the bot
 saved the most.
 
     python validation/whatif_h200.py OUT_DIR [--only launch,sync] [--rounds 3]
+    python validation/whatif_h200.py predict OUT_DIR [--measured OUT_DIR/measured.json] [--to DIR]
+
+`predict` recomputes the predictions (and the check-up's verdict) from the baseline run
+directories under OUT_DIR/**/runs/<example>/ (the latest by name) with the code as it is now, without a GPU, and joins them
+with the measured savings (`measured.json`: this script's whatif_h200.json, or rows with example,
+flag or fix, and measured_saving_pct) when there are some.
 
 Targets (issue 10): configuration fixes within 25% of the measured saving, code changes within 50%.
 """
@@ -23,31 +29,30 @@ import sys
 import time
 from pathlib import Path
 
+from gpucheckup import pipeline
 from gpucheckup.analysis import replay, whatif
-from gpucheckup.analysis.step_history import step_stats
+from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.trace import rundir
-from gpucheckup.trace.reader import read_trace
 
 PY = [sys.executable, "-m"]
-# (example, extra baseline args, [(flag args, fix key, transform params, kind)])
+# (example, extra baseline args, [(flag args, catalogue fix key, edit parameters, kind)]); each fix is predicted by
+# its catalogue entry's edit (diagnosis/fixes.py `replay`), with these parameters on top (the flag's settings)
 CASES = [
     ("launch", [], [(["--fused"], "fused_optimizer", {}, "configuration"),
-                    (["--cuda-graphs"], "cuda_graphs", {}, "code"),
+                    # foreach=True: a dozen launches per parameter list, not one; the fused edit is its bound
+                    (["--foreach"], "fused_optimizer", {}, "configuration"),
+                    (["--cuda-graphs"], "cuda_graph", {}, "code"),
                     (["--compile"], "torch_compile", {}, "code")]),
-    ("sync", [], [(["--no-sync"], "remove_syncs", {}, "code")]),
+    ("sync", [], [(["--no-sync"], "no_host_reads", {}, "code")]),
     ("copies", [], [(["--pin-memory"], "pin_memory", {}, "configuration")]),
     ("input", [], [(["--workers", "4"], "dataloader_workers", {"workers": 4}, "configuration"),
                    (["--pin-memory"], "pin_memory", {}, "configuration")]),
-    ("moe", [], [(["--capacity", "1.25"], "remove_syncs", {}, "code"),
+    ("moe", [], [(["--capacity", "1.25"], "static_shapes", {}, "code"),
                  (["--tf32"], "tf32", {}, "configuration"),
                  (["--compile"], "torch_compile", {}, "code")]),
 ]
-COMM = ("comm", [], [(["--ddp"], "comm_overlap", {}, "code")])  # needs 2+ GPUs: run under torchrun
+COMM = ("comm", [], [(["--ddp"], "overlap_comm", {}, "code")])  # needs 2+ GPUs: run under torchrun
 TARGET = {"configuration": 25.0, "code": 50.0}  # percent error allowed between predicted and measured saving
-# The verdict a fix addresses: which bottleneck its saving speaks for.
-BOTTLENECK = {"remove_syncs": "sync_bound", "fused_optimizer": "launch_bound", "cuda_graphs": "launch_bound",
-              "torch_compile": "launch_bound", "pin_memory": "copy_bound", "dataloader_workers": "input_bound",
-              "tf32": "gpu_bound", "comm_overlap": "communication_bound", "larger_batch": "launch_bound"}
 
 
 def command(example: str, args: list[str], gpus: int) -> list[str]:
@@ -67,10 +72,126 @@ def baseline(out: Path, example: str, args: list[str], gpus: int) -> tuple[Path,
     return run_dir, json.loads(report.read_text())
 
 
-def unprofiled_ms(run_dir: Path) -> float | None:
-    run = rundir.read_run(run_dir)
-    steps = run.steps.get("main") or run.steps.get("rank0")
-    return step_stats(steps).get("steady_median_ms") if steps else None
+def run_dirs(where: Path) -> list[Path]:
+    """The gpucheckup run directories under a folder (the folder itself when it is one), oldest first."""
+    if rundir.is_run_dir(where):
+        return [where]
+    children = sorted(p for p in where.iterdir() if rundir.is_run_dir(p))  # links to run directories too
+    return children or sorted(p.parent for p in where.rglob("manifest.json") if rundir.is_run_dir(p.parent))
+
+
+def predict_example(run_dir: Path, fixes: list) -> tuple[dict, dict]:
+    """Check up a baseline run directory as `gpucheckup analyze` would (its verdict from the replayed savings);
+    then each measured fix's prediction from its catalogue edit with the flag's parameters, on the same graph,
+    calibrated on the run's unprofiled steps. Returns the example's figures and {flag: prediction row}."""
+    checkups = pipeline.check(run_dir)
+    if not checkups.checkups:
+        raise SystemExit(f"{run_dir}: no GPU trace to check up (the baseline captured no GPU timeline)")
+    c = checkups.checkups[0]
+    a = c.analysis
+    g = replay.build(a.trace, a.steps, a.launch_rows)
+    cal = replay.calibrate(g, a.profiler.unprofiled_step_ms if a.profiler else None)
+    before = replay.replay(g).median_ms
+    out = {}
+    for flag, key, params, kind in fixes:
+        e = BY_KEY[key]
+        pred = whatif.predict(g, e.replay, before, **{**dict(e.replay_params), **params})
+        offered = next((f for f in c.report["fixes"] if f["key"] == key), None)
+        out[" ".join(flag)] = {"fix": key, "kind": kind, "edit": e.replay, "bottleneck": e.bottleneck,
+                               "predicted_saving_pct": pred.saving_pct, "predicted_step_ms": pred.step_ms_after,
+                               "replayed_step_ms": before, "transform": pred.transform,
+                               "offered": offered is not None}
+    ex = {"verdict": c.diagnosis.primary, "reason": c.diagnosis.reason, "host_scale": cal.host_scale,
+          "step_ms": a.window.step_ms, "traced_step_ms": a.window.traced_step_ms,
+          "unprofiled_step_ms": a.profiler.unprofiled_step_ms if a.profiler else None,
+          "run_dir": str(run_dir)}
+    return ex, out
+
+
+def judge(example: str, ex: dict, preds: dict, measured: dict) -> tuple[list[dict], dict]:
+    """Rows of predicted against measured saving (measured: {flag or fix key: saving %}) and the example's
+    order and verdict checks."""
+    rows = []
+    for flag, p in preds.items():
+        m = measured.get(flag, measured.get(p["fix"]))
+        row = {"example": example, "flag": flag, **p, "measured_saving_pct": m}
+        row["error_pct"] = (100 * abs(p["predicted_saving_pct"] - m) / abs(m) if m else None)
+        row["within_target"] = row["error_pct"] is not None and row["error_pct"] <= TARGET[p["kind"]]
+        rows.append(row)
+    timed = [r for r in rows if r["measured_saving_pct"] is not None]
+    by_pred = [r["fix"] for r in sorted(timed, key=lambda r: -r["predicted_saving_pct"])]
+    by_meas = [r["fix"] for r in sorted(timed, key=lambda r: -r["measured_saving_pct"])]
+    best = by_meas[0] if by_meas else None
+    summary = {"example": example, **ex, "order_predicted": by_pred, "order_measured": by_meas,
+               "order_matches": by_pred == by_meas if timed else None, "best_measured_fix": best,
+               "verdict_names_best": ex["verdict"] == BY_KEY[best].bottleneck if best else None}
+    return rows, summary
+
+
+def write_tables(out: Path, rows: list[dict], per_example: list[dict]) -> str:
+    """whatif_h200.json and whatif_h200.md under out; the Markdown text."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whatif_h200.json").write_text(json.dumps({"fixes": rows, "examples": per_example}, indent=1))
+    md = ["| example | fix (flag) | edit | predicted saving | measured saving | error | target | met |",
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | :---: |"]
+    for r in rows:
+        err = f"{r['error_pct']:.0f}%" if r["error_pct"] is not None else "-"
+        meas = f"{r['measured_saving_pct']:.1f}%" if r["measured_saving_pct"] is not None else "not measured"
+        md.append(f"| {r['example']} | {r['fix']} (`{r['flag']}`) | {r['edit']} | {r['predicted_saving_pct']:.1f}% | "
+                  f"{meas} | {err} | {TARGET[r['kind']]:.0f}% | {'yes' if r['within_target'] else 'no'} |")
+    md += ["", "| example | verdict | best measured fix (its bottleneck) | predicted order | measured order | "
+           "order matches | verdict names it |", "| --- | --- | --- | --- | --- | :---: | :---: |"]
+    yn = {True: "yes", False: "no", None: "-"}
+    for e in per_example:
+        best = f"{e['best_measured_fix']} ({BY_KEY[e['best_measured_fix']].bottleneck})" if e["best_measured_fix"] else "-"
+        md.append(f"| {e['example']} | {e['verdict']} | {best} | {', '.join(e['order_predicted'])} | "
+                  f"{', '.join(e['order_measured'])} | {yn[e['order_matches']]} | {yn[e['verdict_names_best']]} |")
+    text = "\n".join(md) + "\n"
+    (out / "whatif_h200.md").write_text(text)
+    return text
+
+
+def read_measured(path: Path | None) -> dict[str, dict]:
+    """{example: {flag or fix key: measured saving %}} from measured.json (this script's own JSON, or rows)."""
+    if path is None or not path.exists():
+        return {}
+    d = json.loads(path.read_text())
+    rows = d.get("fixes", d) if isinstance(d, dict) else d
+    out: dict[str, dict] = {}
+    if isinstance(rows, dict):  # {example: {flag: pct}}
+        return {k: dict(v) for k, v in rows.items()}
+    for r in rows:
+        pct = r.get("measured_saving_pct")
+        if pct is None and r.get("change_pct") is not None:
+            pct = -r["change_pct"]
+        for k in (r.get("flag"), r.get("fix")):
+            if k:
+                out.setdefault(r["example"], {})[k] = pct
+    return out
+
+
+def predict_main(argv: list[str]) -> None:
+    """The `predict` step: predictions from stored baselines, joined with the measured savings."""
+    p = argparse.ArgumentParser(description="predictions from baseline run directories (no GPU)")
+    p.add_argument("out", type=Path, help="the folder with runs/<example>/ baselines")
+    p.add_argument("--measured", type=Path, help="measured savings (default OUT/measured.json)")
+    p.add_argument("--to", type=Path, help="where to write whatif_h200.json/.md (default OUT)")
+    p.add_argument("--only", help="comma-separated examples")
+    a = p.parse_args(argv)
+    measured = read_measured(a.measured or a.out / "measured.json")
+    rows, per_example = [], []
+    for example, _args, fixes in CASES + [COMM]:
+        if a.only and example not in a.only.split(","):
+            continue
+        dirs = sorted((d for w in a.out.glob(f"**/runs/{example}") for d in run_dirs(w)), key=lambda d: d.name)
+        if not dirs:
+            print(f"{example}: no baseline run directory under {a.out}/**/runs/{example}", file=sys.stderr)
+            continue
+        ex, preds = predict_example(dirs[-1], fixes)
+        r, summary = judge(example, ex, preds, measured.get(example, {}))
+        rows += r
+        per_example.append(summary)
+    print(write_tables(a.to or a.out, rows, per_example))
 
 
 def measure(out: Path, example: str, args: list[str], flag: list[str], rounds: int, gpus: int) -> dict:
@@ -82,6 +203,9 @@ def measure(out: Path, example: str, args: list[str], flag: list[str], rounds: i
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["predict"]:
+        predict_main(sys.argv[2:])
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--only", help="comma-separated examples")
@@ -95,47 +219,20 @@ def main() -> None:
     rows, per_example = [], []
     for example, args, fixes in cases:
         t0 = time.time()
-        run_dir, report = baseline(a.out, example, args, a.gpus)
-        trace = read_trace(rundir.read_run(run_dir).traces[0])
-        g = replay.build(trace)
-        cal = replay.calibrate(g, unprofiled_ms(run_dir))
-        before = replay.replay(g).median_ms
-        ex_rows = []
-        for flag, key, params, kind in fixes:
-            pred = whatif.predict(g, key, before, **params)
+        run_dir, _report = baseline(a.out, example, args, a.gpus)
+        ex, preds = predict_example(run_dir, fixes)
+        measured = {}
+        for flag, _key, _params, _kind in fixes:
             ab = measure(a.out, example, args, flag, a.rounds, a.gpus)
-            measured_pct = -ab["change_pct"]
-            row = {"example": example, "flag": " ".join(flag), "fix": key, "kind": kind,
-                   "predicted_saving_pct": pred.saving_pct, "measured_saving_pct": measured_pct,
-                   "measured_verdict": ab["verdict"], "transform": pred.transform,
-                   "error_pct": (100 * abs(pred.saving_pct - measured_pct) / abs(measured_pct)
-                                 if measured_pct else None)}
-            row["within_target"] = row["error_pct"] is not None and row["error_pct"] <= TARGET[kind]
-            ex_rows.append(row)
-            print(json.dumps(row), flush=True)
-        by_pred = [r["fix"] for r in sorted(ex_rows, key=lambda r: -r["predicted_saving_pct"])]
-        by_meas = [r["fix"] for r in sorted(ex_rows, key=lambda r: -r["measured_saving_pct"])]
-        best = by_meas[0]
-        per_example.append({"example": example, "verdict": report.get("verdict", {}).get("primary"),
-                            "host_scale": cal.host_scale, "order_matches": by_pred == by_meas,
-                            "verdict_names_best": report.get("verdict", {}).get("primary") == BOTTLENECK[best],
-                            "best_measured_fix": best, "minutes": (time.time() - t0) / 60})
-        rows += ex_rows
-    (a.out / "whatif_h200.json").write_text(json.dumps({"fixes": rows, "examples": per_example}, indent=1))
-    md = ["| example | fix (flag) | predicted saving | measured saving | error | target met |",
-          "| --- | --- | ---: | ---: | ---: | :---: |"]
-    for r in rows:
-        err = f"{r['error_pct']:.0f}%" if r["error_pct"] is not None else "-"
-        md.append(f"| {r['example']} | {r['fix']} (`{r['flag']}`) | {r['predicted_saving_pct']:.1f}% | "
-                  f"{r['measured_saving_pct']:.1f}% ({r['measured_verdict']}) | {err} | "
-                  f"{'yes' if r['within_target'] else 'no'} |")
-    md += ["", "| example | verdict | best measured fix | predicted order matches | verdict names it |",
-           "| --- | --- | --- | :---: | :---: |"]
-    for e in per_example:
-        md.append(f"| {e['example']} | {e['verdict']} | {e['best_measured_fix']} | "
-                  f"{'yes' if e['order_matches'] else 'no'} | {'yes' if e['verdict_names_best'] else 'no'} |")
-    (a.out / "whatif_h200.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+            measured[" ".join(flag)] = -ab["change_pct"]
+            preds[" ".join(flag)]["measured_verdict"] = ab["verdict"]
+            print(json.dumps({"example": example, **preds[" ".join(flag)], "measured_saving_pct": -ab["change_pct"]}),
+                  flush=True)
+        r, summary = judge(example, ex, preds, measured)
+        summary["minutes"] = (time.time() - t0) / 60
+        rows += r
+        per_example.append(summary)
+    print(write_tables(a.out, rows, per_example))
 
 
 if __name__ == "__main__":

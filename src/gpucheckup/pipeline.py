@@ -29,7 +29,7 @@ from gpucheckup import layout
 from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
-from gpucheckup.diagnosis import Diagnosis, diagnose
+from gpucheckup.diagnosis import Diagnosis, diagnose, savings
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
@@ -195,7 +195,7 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     """Analyze, diagnose and build the report dict of one trace, with its compact cross-rank table when it
     holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction)."""
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
-    d = diagnose(a)
+    d = diagnose(a, savings.predict(a))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
     return Checkup(a, d, checkup_dict(a, d))
 

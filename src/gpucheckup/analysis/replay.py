@@ -190,18 +190,24 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     h_waited = np.zeros(n, dtype=bool)
     sync_nodes = np.flatnonzero(kind == SYNC)
     if len(sync_nodes):
-        op_order = np.argsort(np.where(linked, g_launch, -1), kind="stable")
-        launch_sorted = np.where(linked, g_launch, -1)[op_order]
+        # per stream, its ops by start: the last op launched up to the call that started before it ended
+        per_stream = []
+        for s in np.unique(gpu.stream):
+            ops = np.flatnonzero(gpu.stream == s)
+            ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
+            per_stream.append((ops, gpu.start[ops], np.where(linked[ops], g_launch[ops], -1)))
         for j in sync_nodes:
             a, e = s_all[j], e_all[j]
-            upto = op_order[:np.searchsorted(launch_sorted, j, side="right")]
-            upto = upto[(gpu.start[upto] < e)]
-            if len(upto) == 0:
+            last = []
+            for ops, start, by in per_stream:
+                p = int(np.searchsorted(start, e, side="left")) - 1
+                while p >= 0 and by[p] > j:  # launched after the call (by another thread): not awaited
+                    p -= 1
+                if p >= 0:
+                    last.append(int(ops[p]))
+            if not last:
                 continue
-            last = {}
-            for o in upto[np.argsort(gpu.start[upto], kind="stable")]:
-                last[int(gpu.stream[o])] = int(o)
-            cand = np.array(list(last.values()))
+            cand = np.array(last)
             waited = cand[(gpu.end[cand] > a) & (gpu.end[cand] <= e + 1.0)]
             if len(waited):
                 h_await[j] = waited

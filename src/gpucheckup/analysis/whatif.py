@@ -4,9 +4,11 @@ Definitions (also in docs/metrics.md, "What-if"):
 - predicted step = median replayed step with the edit; before = median replayed step unchanged
   (both with the profiler-overhead calibration when the unprofiled step is known).
 - saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
-Each transformation is keyed by its fix key (the fix catalogue's key) in TRANSFORMS and states
-its mechanism in its docstring; what it does not change is held as measured. A transformation
-that finds nothing to change (no syncs, no collectives, ...) predicts no change and says why.
+Each transformation is keyed in TRANSFORMS and states its mechanism in its docstring; what it
+does not change is held as measured. The fix catalogue (diagnosis/fixes.py) names, per fix, the
+transformation and parameters that predict it; diagnosis/savings.py runs them for a report. A
+transformation that finds nothing to change (no syncs, no collectives, ...) predicts no change
+and says why.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from gpucheckup.analysis.kernels import CATEGORIES, categorize
 from gpucheckup.analysis.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.analysis.shape_flops import first_float_dtype
 from gpucheckup.hardware import peaks
-from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
+from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, USER_ANNOTATION, Trace
 
 from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
 DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
 WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
 BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
+SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read of one value: no host work on arrays
+COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories torch.compile fuses into one another
 LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
 
 
@@ -92,33 +96,79 @@ def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
     return out
 
 
-def remove_syncs(g: Graph) -> Edit:
+def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) -> Edit:
     """The host stops waiting for the GPU at its sync calls (sync APIs, reads of GPU values into
     pageable memory): each keeps only its own cost; the copies stay on the GPU. Input copies to
-    the GPU are pin_memory's."""
+    the GPU are pin_memory's. With `ops`, only the syncs made inside one of those operators (on
+    the calling thread: e.g. aten::item) are edited; with `reads` also those that wait for a copy
+    to the host (`.cpu()`, `.to("cpu")`). Those reads happen every N steps instead of every step
+    (or not at all: a static bound instead of a size read), so the read itself goes too: its
+    operator's dispatch, its calls (the copy call, the stream sync after it) and the copy it
+    launched. A copy read brings arrays the host then computes on (metrics in numpy): that work,
+    the host time after the read up to the next operator that launches GPU work, goes with it.
+    The other syncs still wait."""
     g = g.copy()
     names = g.trace.names
-    host = g.trace.host
+    host, gpu = g.trace.host, g.trace.gpu
     h2d_nodes = set(g.g_launch[replay.copy_rows(g, "HtoD")].tolist())
     nodes = [j for j in np.flatnonzero(g.h_kind == SYNC)
              if j not in h2d_nodes and (names[host.name[g.h_row[j]]] in host_calls.SYNC_CALLS
                                         or g.h_waited[j])]
+    to_host = set(np.flatnonzero((gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "DtoH" in n)))
+                  .tolist())
+    copy_read = {j for j in nodes if any(int(o) in to_host for o in g.h_await[j])
+                 and not _enclosing_ops(g, j) & SCALAR_READS}
+    if ops is not None:
+        nodes = [j for j in nodes if _enclosing_ops(g, j) & ops or (reads and j in copy_read)]
     for j in nodes:
         g.h_kind[j] = CALL
         g.h_await[j] = np.zeros(0, dtype=np.int64)
-    return Edit(g, f"{len(nodes)} sync calls no longer wait for the GPU", len(nodes))
+        if ops is None:
+            continue
+        # the read itself goes (made every N steps, or not at all with a static bound): its operator's
+        # dispatch, its calls (the copy call and the stream sync after it) and the copy it launched
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+        g.h_dur[j] = 0.0
+        own = np.flatnonzero((g.g_launch == j) & (gpu.kind == MEMCPY))
+        g.g_dur[own] = 0.0
+        k = j + 1
+        while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
+            g.h_dur[k] = 0.0
+            k += 1
+        if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
+            g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
+    which = f" inside {', '.join(sorted(ops))}" if ops is not None else ""
+    which += " or reading copies to the host" if ops is not None and reads else ""
+    return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU", len(nodes))
+
+
+def _enclosing_ops(g: Graph, j: int) -> set[str]:
+    """Names of the CPU operators that enclose node j's call on its thread."""
+    host = g.trace.host
+    r = g.h_row[j]
+    if r < 0:
+        return set()
+    m = ((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
+         & (host.start <= host.start[r]) & (host.end >= host.end[r]))
+    return {g.trace.names[int(i)] for i in np.unique(host.name[m])}
 
 
 def fused_optimizer(g: Graph) -> Edit:
     """One fused kernel per parameter group (taken as one group: the trace does not say how many)
-    instead of a launch per tensor or tensor list: inside `Optimizer.step` the host's time (the
-    Python loop over parameters, operator dispatch, launches) goes but one launch; the GPU time of
-    the region's kernels is kept (the fused kernel moves at most the same bytes), their gaps go."""
+    instead of a launch per tensor (foreach=False: several kernels per parameter) or per tensor
+    list (foreach): inside `Optimizer.step` the host's time (the Python loop over parameters,
+    operator dispatch, each launch, the per-parameter step counters on the CPU) goes but one
+    launch. On the GPU the region's kernels become one kernel: each kernel's time is a fixed cost
+    (launch ramp and tail, the trace's shortest kernel bounds it) plus its work; the fused kernel
+    pays the fixed cost once and keeps all the work (it moves at most the same bytes; fewer, as it
+    reads each state tensor once, so this is the most it takes)."""
     g = g.copy()
     inside = _in_annotation(g, "Optimizer.step#") & (g.h_kind != MARK)
     launching = np.isin(g.g_launch, np.flatnonzero(inside))
     if not launching.any():
         return Edit(g, "no Optimizer.step launches in the trace", 0)
+    floor = _kernel_floor_us(g)
     changed = 0
     for step in np.unique(g.g_step[launching]):
         ops = np.flatnonzero(launching & (g.g_step == step))
@@ -130,10 +180,23 @@ def fused_optimizer(g: Graph) -> Edit:
         g.h_kind[rest[g.h_kind[rest] == SYNC]] = CALL  # host reads of optimizer state go with the loop
         if g.h_gap[keep] > 0:
             g.h_gap[keep] -= g.h_dispatch[keep]
+        kernels = ops[g.trace.gpu.kind[ops] == KERNEL]
+        if len(kernels) > 1:
+            work = float(np.maximum(g.g_dur[kernels] - floor, 0.0).sum())
+            g.g_dur[kernels] = 0.0
+            g.g_dur[kernels[0]] = work + floor
         g.g_lat[ops[1:]] = NO_DEP  # part of the one kernel: ordered by the stream only
         g.g_gap[ops[1:]] = 0.0
         changed += len(rest)
-    return Edit(g, f"the optimizer's host work ({changed} calls in the trace) becomes one launch per step", changed)
+    return Edit(g, f"the optimizer's host work ({changed} calls in the trace) becomes one launch per step, "
+                   f"its kernels one kernel", changed)
+
+
+def _kernel_floor_us(g: Graph) -> float:
+    """The fixed cost of one kernel: the shortest kernel in the trace (a kernel that did almost no work)."""
+    gpu = g.trace.gpu
+    d = gpu.dur[(gpu.kind == KERNEL) & (gpu.dur > 0)]
+    return float(d.min()) if len(d) else 0.0
 
 
 def pin_memory(g: Graph, pinned_gb_s: float | None = None) -> Edit:
@@ -197,20 +260,27 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
 
 
 def cuda_graphs(g: Graph) -> Edit:
-    """CUDA graphs: inside each captured region (a step's stretch between sync calls and data
-    waits, which a graph cannot hold) the host's launch calls and operator dispatch cost nothing
-    but one graph launch; the kernels keep their durations and run back to back. Host work
-    outside operators (Python, data loading) stays."""
+    """CUDA graphs as `torch.compile(model, mode="reduce-overhead")` makes them: inside each
+    captured region (a step's stretch of the model's forward and backward between sync calls and
+    data waits, which a graph cannot hold) the host's launch calls and operator dispatch cost
+    nothing but one graph launch (the region's first launch, with its
+    operator's dispatch: the call into the compiled graph); the kernels keep their durations and run back to back (launch
+    latency at the trace's typical one). The optimizer step (`Optimizer.*` ranges) is not part of
+    the compiled model and stays eager, launch by launch (the trace cannot tell whether a user would
+    compile or capture it too: that takes capturable=True and whole-step capture); host work
+    outside operators (Python, data loading) stays. What a replay of a cudagraph-tree node costs
+    beyond one launch (its Python bookkeeping) is not in an eager trace: this is the most it saves."""
     g = g.copy()
     launch = np.zeros(len(g.h_kind), dtype=bool)
     launch[_launch_nodes(g)] = True
-    breaks = (g.h_kind == SYNC) | (g.h_kind == MARK)
+    eager = _in_annotation(g, "Optimizer.")
+    breaks = (g.h_kind == SYNC) | (g.h_kind == MARK) | eager
     new_region, changed = True, 0
     for j in range(len(g.h_kind)):
         if breaks[j]:
             new_region = True
             continue
-        if g.h_gap[j] > 0:
+        if g.h_gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
             g.h_gap[j] -= g.h_dispatch[j]
         if launch[j] and not new_region:
             g.h_dur[j] = 0.0
@@ -219,28 +289,36 @@ def cuda_graphs(g: Graph) -> Edit:
             new_region = False
         elif g.h_kind[j] == CALL:
             g.h_dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
-    captured = g.g_launch >= 0
+    captured = (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
     g.g_lat[captured] = np.minimum(g.g_lat[captured], g.typical_lat)
-    return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed", changed)
+    return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed "
+                   "(the optimizer stays eager)", changed)
 
 
 def torch_compile(g: Graph) -> Edit:
-    """torch.compile fuses each chain of elementwise kernels (consecutive on a stream, launched in
-    one step with no sync between) into one kernel: one launch, and memory-bound time taken as the
-    chain's longest member (the fused kernel still moves the largest operand). The dispatch and
-    launch of the other members go; every other kernel is kept."""
+    """torch.compile(model) fuses each chain of elementwise and normalisation/reduction kernels
+    (Inductor fuses pointwise producers and consumers into reductions) of the model's forward or
+    backward (consecutive on a stream, launched by one thread in one step with no sync between)
+    into one kernel: one launch, and memory-bound time taken as the chain's longest member (the
+    fused kernel still moves the largest operand). The dispatch and launch of the other members
+    go; every other kernel (GEMMs, data movement, copies) is kept with its launch. The optimizer
+    step (`Optimizer.*` ranges) is not part of the compiled model: its kernels stay as they are.
+    What compile adds per call (guards, the AOTAutograd wrapper, Triton's launcher) is not in the
+    trace and not modelled: this is the most it saves."""
     g = g.copy()
     names = g.trace.names
     gpu = g.trace.gpu
-    ew = np.array([gpu.kind[o] == KERNEL and categorize(names[gpu.name[o]]) == "elementwise"
-                   for o in range(len(gpu))], dtype=bool)
+    eager = _in_annotation(g, "Optimizer.")
+    tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
+    fusable = np.array([categorize(n) in COMPILE_FUSES for n in names], dtype=bool)
+    ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
     changed = 0
     for o in np.flatnonzero(ew):
         p = g.g_prev[o]
         if p < 0 or not ew[p] or g.g_step[p] != g.g_step[o] or g.g_launch[o] < 0 or g.g_launch[p] < 0:
             continue
         between = g.h_kind[g.g_launch[p]:g.g_launch[o] + 1]
-        if (between == SYNC).any():
+        if (between == SYNC).any() or tid[g.g_launch[p]] != tid[g.g_launch[o]]:
             continue
         # o joins its predecessor's fused kernel
         head = p
@@ -253,7 +331,7 @@ def torch_compile(g: Graph) -> Edit:
         if g.h_gap[j] > 0:
             g.h_gap[j] -= g.h_dispatch[j]
         changed += 1
-    return Edit(g, f"{changed} elementwise kernels fused into their chain's first", changed)
+    return Edit(g, f"{changed} elementwise/normalisation kernels fused into their chain's first", changed)
 
 
 def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:

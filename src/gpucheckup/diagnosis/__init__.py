@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis import rules, verdict
 from gpucheckup.diagnosis.findings import SEVERITIES, Diagnosis, Event, Finding, Fix
+from gpucheckup.diagnosis.savings import Predictions
 
 VERDICT_FINDING = {
     "input_bound": "input_pipeline",
@@ -20,10 +21,17 @@ VERDICT_FINDING = {
 MIN_WARNING_PCT = 3.0
 
 
-def diagnose(a: TraceAnalysis) -> Diagnosis:
-    """Run every rule, pick the primary verdict, order findings by severity and cost."""
+def diagnose(a: TraceAnalysis, predictions: Predictions | None = None) -> Diagnosis:
+    """Run every rule, attach each fix's replayed saving (diagnosis/savings.py, computed once by the
+    pipeline), pick the primary verdict (from the savings, else from the scores), order findings."""
     primary, reason, sc = verdict.primary(a)
     findings = [f for f in (rule(a) for rule in rules.RULES) if f is not None]
+    if predictions is not None:
+        _attach(findings, predictions)
+        offered = [fx for fd in findings if fd.severity != "info" for fx in fd.fixes]
+        chosen = verdict.from_savings(offered, a.window.step_ms)
+        if chosen is not None:
+            primary, reason = chosen
     lead = VERDICT_FINDING.get(primary)
     step_ms = a.window.step_ms
     left_ms = step_ms - sum(f.cost_ms_per_step for f in findings if f.id == lead)
@@ -34,9 +42,12 @@ def diagnose(a: TraceAnalysis) -> Diagnosis:
             f.severity = "info"
     if primary == "gpu_bound":
         findings.append(rules.gpu_bound_finding(a, sc["gpu_bound"]))
+        _attach(findings[-1:], predictions)
     findings.sort(key=lambda f: (f.id != lead and not (primary == "gpu_bound" and f.id == "gpu_bound"),
                                  SEVERITIES.index(f.severity), -f.cost_ms_per_step))
     notes = list(a.trace.warnings)
+    if predictions is not None and predictions.note:
+        notes.append(predictions.note)
     linked = float((a.launch_rows >= 0).mean()) if len(a.launch_rows) else 1.0
     if linked < 0.5:
         notes.append(f"only {100 * linked:.0f}% of GPU ops are linked to the CUDA call that launched them (correlation "
@@ -45,6 +56,13 @@ def diagnose(a: TraceAnalysis) -> Diagnosis:
     if not a.steps.marked:
         notes.append("no ProfilerStep# markers in the trace: one window over the whole trace stands in for a step")
     return Diagnosis(primary=primary, reason=reason, scores=sc, findings=findings, notes=notes)
+
+
+def _attach(findings: list[Finding], predictions: Predictions | None) -> None:
+    """Each fix's replayed prediction, by its catalogue key (None when the replay has none for it)."""
+    for fd in findings if predictions is not None else ():
+        for fx in fd.fixes:
+            fx.predicted = predictions.by_key.get(fx.key)
 
 
 __all__ = ["Diagnosis", "Event", "Finding", "Fix", "diagnose"]

@@ -28,6 +28,12 @@ class Fix:
     how: str = ""
     key: str = ""  # the catalogue key (diagnosis/fixes.py): one change, however many findings offer it
     reason: str = ""  # the saving model and why (the catalogue's `saves`)
+    predicted: object | None = None  # diagnosis/savings.py FixPrediction: the replayed saving, when one models it
+
+    @property
+    def expected_ms(self) -> float:
+        """The saving to rank by: the replay's prediction when there is one, else the bound."""
+        return self.predicted.saving_ms if self.predicted is not None else self.saving_ms
 
 
 @dataclass
@@ -83,7 +89,7 @@ class Diagnosis:
         return VERDICT_TITLES[self.primary]
 
     def ranked_fixes(self, limit: int | None = None) -> list[tuple[Fix, Finding]]:
-        """All fixes, configuration-only first, then by the time each could save."""
+        """All fixes, configuration-only first, then by the time each saves (predicted, else its bound)."""
         best: dict[str, tuple[Fix, Finding]] = {}
         for fd in self.findings:
             if fd.severity == "info":
@@ -92,5 +98,5 @@ class Diagnosis:
                 key = f.key or f.action
                 if key not in best or f.saving_ms > best[key][0].saving_ms:
                     best[key] = (f, fd)
-        pairs = sorted(best.values(), key=lambda p: (TIERS.index(p[0].tier), -p[0].saving_ms))
+        pairs = sorted(best.values(), key=lambda p: (TIERS.index(p[0].tier), -p[0].expected_ms))
         return pairs[:limit] if limit else pairs

@@ -41,6 +41,8 @@ DATA_DEPENDENT_OPS = frozenset({
     "aten::unique_dim", "aten::bincount", "aten::masked_select", "aten::repeat_interleave", "aten::histc",
 })
 HOST_READ_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+# Copies whose sync is a read of GPU values when the trace copies to the host (`.cpu()`, `.to("cpu")`).
+COPY_READ_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
 # A mixture-of-experts token dispatch: top-k routing, a sort or count of tokens per expert, and an
 # indexed gather/scatter of tokens to and from the experts.
 MOE_ROUTING_OPS = frozenset({"aten::topk"})
@@ -66,6 +68,9 @@ class CatalogueFix:
     saving: Callable[[object], float]
     how: str = ""
     fill: Callable[[object], dict] | None = None
+    bottleneck: str = ""  # the verdict (diagnosis/verdict.py) whose cost the fix removes; "" when it names none
+    replay: str = ""  # the graph edit that predicts its saving (analysis/whatif.py TRANSFORMS); "" when none
+    replay_params: tuple = ()  # (name, value) pairs passed to that edit
 
 
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
@@ -107,6 +112,12 @@ def _sync_share(a: TraceAnalysis, ops: frozenset) -> float:
 
 def _has_sync_from(a: TraceAnalysis, ops: frozenset) -> bool:
     return any(g["op"] in ops or (g["inner_op"] or "") in ops for g in a.syncs["by_cause"])
+
+
+def _host_read_ops(a: TraceAnalysis) -> frozenset:
+    """The ops whose syncs read GPU values on the host: .item(), and copies when the trace copies to the host."""
+    to_host = (a.copies.by_direction.get("DtoH") or None) is not None
+    return HOST_READ_OPS | (COPY_READ_OPS if to_host else frozenset())
 
 
 def _sync_saving(a: TraceAnalysis, ops: frozenset) -> float:
@@ -237,27 +248,32 @@ CATALOGUE: list[CatalogueFix] = [
              "directory: every DataLoader has num_workers=0)",
         saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes",
         applies=_no_workers, saving=_trace(lambda a: _idle(a, "input")),
-        how="DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)"),
+        how="DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)",
+        bottleneck="input_bound", replay="dataloader_workers"),
     CatalogueFix(
         "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
         when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU waits for it",
         saves=INPUT_SAVES + "; more workers raise the batch rate until it matches the GPU's",
-        applies=_never_on_run(_multi_process_loader), saving=_trace(lambda a: _idle(a, "input"))),
+        applies=_never_on_run(_multi_process_loader), saving=_trace(lambda a: _idle(a, "input")),
+        bottleneck="input_bound", replay="dataloader_workers"),
     CatalogueFix(
         "pin_memory", "Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config",
         when="the trace has copies to or from pageable host memory",
         saves="the pageable copies' time per step minus the time the same bytes take pinned, at a conservative "
               f"{PINNED_GB_S:g} GB/s: pinning removes the staging through CUDA's bounce buffer and lets the copy "
               "overlap compute, but the bytes still move",
-        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving)),
+        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving),
+        bottleneck="copy_bound", replay="pin_memory"),
     CatalogueFix(
         "gpu_augment", "Move per-sample augmentation to the GPU (batched transforms) or precompute it once", "code",
         when="the host waits in the DataLoader", saves=INPUT_SAVES,
-        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input"))),
+        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input")),
+        bottleneck="input_bound"),
     CatalogueFix(
         "fast_storage", "Store the dataset in a faster format or on local disk (sharded, pre-decoded)", "refactor",
         when="the host waits in the DataLoader", saves=INPUT_SAVES,
-        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input"))),
+        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input")),
+        bottleneck="input_bound"),
     CatalogueFix(
         "fused_optimizer", "Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per parameter "
         "group instead of several per tensor list)", "config",
@@ -265,7 +281,8 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the launch idle times the optimizer's share of kernel launches: host launch overhead is paid per "
               "launch, and the fused optimizer launches a few kernels where the foreach one launches many",
         applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT),
-        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "optimizer"))),
+        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "optimizer")),
+        bottleneck="launch_bound", replay="fused_optimizer"),
     CatalogueFix(
         "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise and normalisation "
         "kernels", "code",
@@ -276,7 +293,8 @@ CATALOGUE: list[CatalogueFix] = [
               "passes of a two-kernel chain",
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") > 0),
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
-                      + (1 - FUSION_KEEP) * _kernel_ms(a, "elementwise", "reduction_norm"))),
+                      + (1 - FUSION_KEEP) * _kernel_ms(a, "elementwise", "reduction_norm")),
+        replay="torch_compile"),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",
@@ -285,27 +303,32 @@ CATALOGUE: list[CatalogueFix] = [
               "from one launch, so no host time falls between kernels, and the per-kernel scheduling latency "
               "shrinks (upper bound: all of it)",
         applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
-        saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued"))),
+        saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued")),
+        bottleneck="launch_bound", replay="cuda_graphs"),
     CatalogueFix(
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
         "global batch)", "code",
         when="the GPU idles while the host launches",
         saves=LAUNCH_SAVES + ": launch overhead is per kernel, not per sample, so larger kernels hide it "
               "(upper bound: all of it)",
-        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle)),
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle),
+        replay="larger_batch"),
     CatalogueFix(
         "fuse_layers", "Fuse the small layers into fewer, larger operations (custom or Triton kernels)", "refactor",
         when="the GPU idles while the host launches",
         saves=LAUNCH_SAVES + ": each fused kernel is one launch instead of several (upper bound: all of it)",
-        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle)),
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle),
+        bottleneck="launch_bound"),
     CatalogueFix(
         "no_host_reads", "Stop reading GPU values on the host every step: no .item(), int(tensor), print(loss) in "
         "the loop; log every N steps", "config",
-        when="a synchronization comes from aten::item / aten::_local_scalar_dense",
+        when="a synchronization comes from aten::item / aten::_local_scalar_dense, or from a copy (aten::to, "
+             "_to_copy, copy_) in a trace that copies to the host",
         saves="the sync idle that follows those syncs (their share of the GPU idle after syncs): without the read "
               "the host keeps queueing work",
-        applies=_never_on_run(lambda a: _has_sync_from(a, HOST_READ_OPS)),
-        saving=_trace(lambda a: _sync_saving(a, HOST_READ_OPS))),
+        applies=_never_on_run(lambda a: _has_sync_from(a, _host_read_ops(a))),
+        saving=_trace(lambda a: _sync_saving(a, _host_read_ops(a))),
+        bottleneck="sync_bound", replay="remove_syncs", replay_params=(("ops", HOST_READ_OPS), ("reads", True))),
     CatalogueFix(
         "static_shapes", "Replace data-dependent shapes (sizes read from GPU tensors, bincount/nonzero/unique) with "
         "static bounds, e.g. a fixed capacity instead of int(counts.max())", "code",
@@ -313,29 +336,34 @@ CATALOGUE: list[CatalogueFix] = [
              ", ".join(sorted(DATA_DEPENDENT_OPS)) + ")",
         saves="the sync idle that follows those syncs: with a static bound the host need not read the size back",
         applies=_never_on_run(lambda a: _has_sync_from(a, DATA_DEPENDENT_OPS)),
-        saving=_trace(lambda a: _sync_saving(a, DATA_DEPENDENT_OPS))),
+        saving=_trace(lambda a: _sync_saving(a, DATA_DEPENDENT_OPS)),
+        bottleneck="sync_bound", replay="remove_syncs", replay_params=(("ops", DATA_DEPENDENT_OPS),)),
     CatalogueFix(
         "sync_debug", "Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code",
         when="the trace has host-GPU synchronizations",
         saves="nothing by itself: it finds the syncs the other fixes remove",
-        applies=_never_on_run(lambda a: a.syncs["count"] > 0), saving=_zero),
+        applies=_never_on_run(lambda a: a.syncs["count"] > 0), saving=_zero,
+        bottleneck="sync_bound"),
     CatalogueFix(
         "pinned_reuse", "Keep reused host tensors pinned (tensor.pin_memory()) and copy them on a side stream",
         "code", when="the trace has copies to or from pageable host memory",
         saves="as pin_memory: the pageable copy time minus the same bytes at the pinned rate",
-        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving)),
+        applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving),
+        bottleneck="copy_bound", replay="pin_memory"),
     CatalogueFix(
         "prefetch_copies", "Prefetch the next batch to the GPU on a side stream while this one computes", "code",
         when="copies run with no kernel beside them",
         saves="the exposed copy time: a copy overlapped with compute costs the step nothing",
         applies=_never_on_run(lambda a: a.copies.exposed_ms_per_step > 0),
-        saving=_trace(lambda a: a.copies.exposed_ms_per_step)),
+        saving=_trace(lambda a: a.copies.exposed_ms_per_step),
+        bottleneck="copy_bound"),
     CatalogueFix(
         "resident_data", "Keep data resident on the GPU (move preprocessing there; avoid round trips)", "refactor",
         when="copies run with no kernel beside them",
         saves="the exposed copy time: data that stays on the GPU is not copied",
         applies=_never_on_run(lambda a: a.copies.exposed_ms_per_step > 0),
-        saving=_trace(lambda a: a.copies.exposed_ms_per_step)),
+        saving=_trace(lambda a: a.copies.exposed_ms_per_step),
+        bottleneck="copy_bound"),
     *[CatalogueFix(
         key, action, tier,
         when="communication kernels run with no compute beside them, or the host waits on collectives"
@@ -344,7 +372,8 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the exposed communication time plus the GPU idle while the host waits on collectives (upper bound: "
               + why + ")",
         applies=_never_on_run(lambda a, key=key: _comm_exposed(a) and (key != "ddp_buckets" or uses_ddp(a.trace))),
-        saving=_trace(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication")))
+        saving=_trace(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication")),
+        bottleneck="communication_bound", replay="comm_overlap" if key in ("ddp_buckets", "overlap_comm") else "")
       for key, action, tier, why in [
           ("ddp_buckets", "Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., "
            "gradient_as_bucket_view=True)", "config", "buckets sized to start reducing early overlap all of it"),
@@ -362,7 +391,8 @@ CATALOGUE: list[CatalogueFix] = [
         saves=f"{1 - FUSED_GATHER_KEEP:g} of the data-movement kernel time: a gather fused into its consumer still "
               "reads its source once, but the standalone kernel's write and the consumer's re-read go",
         applies=_never_on_run(lambda a: _kernel_ms(a, "data_movement") > 0),
-        saving=_trace(lambda a: (1 - FUSED_GATHER_KEEP) * _kernel_ms(a, "data_movement"))),
+        saving=_trace(lambda a: (1 - FUSED_GATHER_KEEP) * _kernel_ms(a, "data_movement")),
+        bottleneck="gpu_bound"),
     CatalogueFix(
         "moe_dispatch", "Avoid the argsort/index_select/index_add round trip: a fused MoE dispatch (grouped GEMM with "
         "the permutation inside, e.g. megablocks-style kernels)", "refactor",
@@ -370,7 +400,8 @@ CATALOGUE: list[CatalogueFix] = [
              "histc) and an indexed gather or scatter (index_add_, index_select, scatter_add_, index_put_, scatter_)",
         saves="the sort, gather, scatter and index kernels' time: the fused dispatch permutes tokens inside the "
               "grouped GEMM's loads, so those kernels do not run",
-        applies=_never_on_run(_moe_dispatch), saving=_trace(_moe_ms)),
+        applies=_never_on_run(_moe_dispatch), saving=_trace(_moe_ms),
+        bottleneck="gpu_bound"),
     CatalogueFix(
         "tf32", "Allow TF32 tensor cores for FP32 matmuls: torch.set_float32_matmul_precision(\"high\") "
         "(and torch.backends.cudnn.allow_tf32 = True)", "config",
@@ -378,38 +409,44 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the FP32 GEMM time x (1 - FP32 FMA peak / TF32 tensor-core peak) of the trace's GPU "
               "(hardware/peaks.py; all of it when the GPU is unknown): a compute-bound GEMM's time scales with the "
               "peak it runs at",
-        applies=_never_on_run(lambda a: _fp32_ms(a) > 0), saving=_trace(lambda a: _faster_dtype_saving(a, "tf32"))),
+        applies=_never_on_run(lambda a: _fp32_ms(a) > 0), saving=_trace(lambda a: _faster_dtype_saving(a, "tf32")),
+        bottleneck="gpu_bound", replay="tf32"),
     CatalogueFix(
         "bf16_autocast", "Train in bf16 with torch.autocast(\"cuda\", dtype=torch.bfloat16)", "code",
         when="GEMM kernels run in plain FP32 (no tensor cores)",
         saves="the FP32 GEMM time x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0),
-        saving=_trace(lambda a: _faster_dtype_saving(a, "bf16"))),
+        saving=_trace(lambda a: _faster_dtype_saving(a, "bf16")),
+        bottleneck="gpu_bound", replay="tf32", replay_params=(("target", "bf16"),)),
     CatalogueFix(
         "expandable_segments", "Let the caching allocator grow instead of reallocating: "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "config",
         when="the GPU idles while the host allocates memory",
         saves="the GPU idle during allocation calls (`allocation`): without cudaMalloc/cudaFree in the loop the "
               "host does not stop launching",
-        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation"))),
+        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation")),
+        bottleneck="launch_bound"),
     CatalogueFix(
         "stable_shapes", "Keep tensor shapes stable across steps (pad or bucket variable lengths)", "code",
         when="the GPU idles while the host allocates memory",
         saves="the GPU idle during allocation calls: stable shapes reuse the cached blocks",
-        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation"))),
+        applies=_never_on_run(lambda a: _idle(a, "allocation") > 0), saving=_trace(lambda a: _idle(a, "allocation")),
+        bottleneck="launch_bound"),
     CatalogueFix(
         "pinned_buffers_once", "Allocate pinned buffers once and reuse them instead of calling cudaHostAlloc per "
         "batch", "code",
         when="a CUDA call stalls behind an allocation on another thread",
         saves="the stalled calls' time per step: without allocations beside them they run at their usual speed",
         applies=_never_on_run(lambda a: bool(a.api.contention)),
-        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention)))),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention))),
+        bottleneck="launch_bound"),
     CatalogueFix(
         "warm_allocator", "Warm up the caching allocator before the loop so cudaMalloc leaves the steady state",
         "code", when="a CUDA call stalls behind an allocation on another thread",
         saves="the stalled calls' time per step, as pinned_buffers_once",
         applies=_never_on_run(lambda a: bool(a.api.contention)),
-        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention)))),
+        saving=_trace(lambda a: a.window.host_ms(1000 * sum(c.slow_ms for c in a.api.contention))),
+        bottleneck="launch_bound"),
     CatalogueFix(
         "cudnn_benchmark", "Let cuDNN pick the fastest convolution algorithms: torch.backends.cudnn.benchmark = "
         "True (with fixed input shapes)", "config",
@@ -417,13 +454,15 @@ CATALOGUE: list[CatalogueFix] = [
         saves="not predicted (shown as -): the gain depends on which algorithms cuDNN's heuristics picked, which "
               "the trace does not say",
         applies=_never_on_run(lambda a: _conv_ms(a) >= CONV_MIN_PCT_OF_STEP / 100 * a.window.step_ms),
-        saving=_zero),
+        saving=_zero,
+        bottleneck="gpu_bound"),
     CatalogueFix(
         "bigger_gemms", "Give the GEMMs more work: larger batch or hidden sizes, dimensions multiples of 64", "code",
         when=f"MFU is below {DENSE_MFU_PCT:g}%",
         saves=f"the GEMM time x (1 - MFU / {DENSE_MFU_PCT:g}%): larger, aligned GEMMs run nearer the peak; at the "
               "dense band's floor their time would shrink in that proportion (at most the low-MFU cost)",
-        applies=_never_on_run(lambda a: _gemm_to_band(a) > 0), saving=_trace(_gemm_to_band)),
+        applies=_never_on_run(lambda a: _gemm_to_band(a) > 0), saving=_trace(_gemm_to_band),
+        bottleneck="gpu_bound"),
     CatalogueFix(
         "measure_mfu", "Measure MFU to see how far the GEMMs are from the GPU's peak: re-run with --flops-per-step F "
         "(or --params N --tokens-per-step T), or record with record_shapes=True", "code",
@@ -433,7 +472,8 @@ CATALOGUE: list[CatalogueFix] = [
         "cut_work", "Cut the work itself: activation checkpointing trade-offs, a smaller sequence or model, fewer "
         "redundant ops", "refactor",
         when="the GPU's own work bounds the step", saves="not predicted: it depends on what is cut",
-        applies=_always, saving=_zero),
+        applies=_always, saving=_zero,
+        bottleneck="gpu_bound"),
     CatalogueFix(
         "fewer_workers", "Lower num_workers to about {fit} per process (usable cores / processes, minus one for the "
         "training process)", "config",

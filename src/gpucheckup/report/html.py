@@ -26,7 +26,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.lines import (
     MAX_EVENTS, busy_line, cost_line, event_line, key_figures, plain_value, profiler_caveat, rel_ms, step_label,
-    run_rows, step_line, sync_rate, version_text,
+    run_rows, saving_text, step_line, sync_rate, version_text,
 )
 from gpucheckup.report.plots import esc, num
 from gpucheckup.safe_text import UNSAFE
@@ -225,16 +225,17 @@ def _verdict(r: dict) -> str:
 def _fixes(r: dict) -> str:
     rows = []
     for i, fx in enumerate(r["fixes"], 1):
-        saving = f"{fx['saving_ms']:.2f} ms/step" if (fx["saving_ms"] or 0) > 0 else "-"  # None: not finite
+        saving = esc(saving_text(fx))
+        rank = fx["predicted"]["saving_ms"] if fx.get("predicted") else (fx["saving_ms"] or 0)  # None: not finite
         how = f"<br><span class=\"explain\">{esc(fx['how'])}</span>" if fx.get("how") else ""
         if fx.get("reason"):
             how += f"<br><span class=\"explain\">saving: {esc(fx['reason'])}</span>"
         rows.append([(i, str(i)), esc(TIER_TITLES.get(fx["tier"], fx["tier"])), esc(fx["action"]) + how,
-                     (fx["saving_ms"], saving), esc(fx["finding"])])
+                     (rank, saving), esc(fx["finding"])])
     if not rows:
         return "<h3>What to try first</h3><p>No fix suggested: no finding above its threshold.</p>"
     return "<h3>What to try first</h3>" + _table(
-        [("#", "n"), ("change", "t"), ("fix", "t"), ("saves up to", "n"), ("finding", "t")], rows, raw=True)
+        [("#", "n"), ("change", "t"), ("fix", "t"), ("predicted saving", "n"), ("finding", "t")], rows, raw=True)
 
 
 def _finding(f: dict) -> str:

@@ -38,6 +38,17 @@ def cost_line(f: dict) -> str:
     return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
 
 
+def saving_text(fx: dict) -> str:
+    """A fix's saving as every format prints it: its replayed prediction and the edit that made it, else
+    its bound and why it was not replayed."""
+    p = fx.get("predicted")
+    if p:
+        return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
+                f"({p['saving_pct']:.1f}%)")
+    bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
+    return bound + (fx.get("predicted_note") or "not replayed")
+
+
 def key_figures(r: dict) -> list[tuple[str, str]]:
     """The headline figures as (name, value) text pairs: the one list the terminal, HTML and Markdown print."""
     s, k, c = r["steps"], r["kernels"], r["copies"]

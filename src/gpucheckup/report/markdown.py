@@ -16,7 +16,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.html import environment_rows, nvml_summary, step_rows
 from gpucheckup.report.lines import (
-    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line,
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, saving_text, step_line,
 )
 from gpucheckup.safe_text import safe
 
@@ -77,9 +77,8 @@ def _report(r: dict, label: str | None, many: bool) -> str:
            f"{h}# What to try first\n"]
     fixes = r["fixes"]
     if fixes:
-        out.append(table(["#", "change", "fix", "saves up to", "finding"],
-                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"],
-                           f"{f['saving_ms']:.2f} ms/step" if (f["saving_ms"] or 0) > 0 else "-", f["finding"]]
+        out.append(table(["#", "change", "fix", "predicted saving", "finding"],
+                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"], saving_text(f), f["finding"]]
                           for i, f in enumerate(fixes, 1)], right={0, 3}))
     else:
         out.append("No fix suggested: no finding above its threshold.\n")

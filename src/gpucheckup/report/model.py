@@ -6,8 +6,10 @@ Key reference (also in docs/metrics.md, section "JSON report"):
   traced_step_ms, devices, steps, length_ms (analysis/window.py)
 - verdict.findings[]: id, severity, title, rule, cost_ms_per_step, cost_pct_of_step, evidence[],
   events[] (the events behind it: name, where, start_ms from the trace's first event, dur_ms, t_us on
-  the trace's clock), fix[] (action, tier, saving_ms, how, key, reason)
-- fixes[]: every fix once (by catalogue key), configuration-only first, then by the time it could save
+  the trace's clock), fix[] (action, tier, saving_ms, how, key, reason, predicted)
+- fixes[]: every fix once (by catalogue key), configuration-only first, then by the time it saves (predicted,
+  else its bound); saving_ms is the bound; predicted (diagnosis/savings.py: transform, what, step_ms,
+  saving_ms, saving_pct) is the replayed prediction, null with predicted_note saying why when there is none
 - gpu.busy_pct, gpu.devices, gpu.streams
 - steps.count, steps.median_ms, ... ; kernels.count, kernels.mean_us, kernels.small_pct,
   kernels.categories (percent of kernel time, with data_movement)
@@ -35,6 +37,8 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSE_TITLES, CAUSES
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
+from gpucheckup.diagnosis.fixes import BY_KEY
+from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
 from gpucheckup.diagnosis.labels import job_labels
 from gpucheckup.report import plot_data
 
@@ -115,9 +119,19 @@ def _gaps(a: TraceAnalysis) -> dict:
 
 
 def fix_dicts(d: Diagnosis) -> list[dict]:
-    """The report's `fixes`: Diagnosis.ranked_fixes (each catalogue key once), with the finding that offers each."""
+    """The report's `fixes`: Diagnosis.ranked_fixes (each catalogue key once), with the finding that offers each
+    and its replayed prediction (diagnosis/savings.py; null, with `predicted_note` saying why, when none)."""
     return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "key": f.key,
-             "reason": f.reason, "finding": fd.id} for f, fd in d.ranked_fixes()]
+             "reason": f.reason, "finding": fd.id,
+             "predicted": asdict(f.predicted) if f.predicted is not None else None,
+             "predicted_note": None if f.predicted is not None else _not_replayed(f.key)}
+            for f, fd in d.ranked_fixes()]
+
+
+def _not_replayed(key: str) -> str:
+    """Why a fix has no replayed prediction: its catalogue entry names no graph edit, or the trace was not replayed."""
+    entry = BY_KEY.get(key)
+    return NO_EDIT if entry is None or not entry.replay else NOT_REPLAYED
 
 
 def _longest_gaps(a: TraceAnalysis, n: int = 10) -> list[dict]:

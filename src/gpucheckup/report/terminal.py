@@ -13,7 +13,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.lines import MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, step_line, sync_rate
+from gpucheckup.report.lines import (MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat,
+                                     saving_text, step_line, sync_rate)
 from gpucheckup.report.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -139,8 +140,7 @@ def fix_lines(fixes: list[dict], limit: int | None = MAX_FIXES) -> Table:
     for i, fx in enumerate(shown, 1):
         line = Text(f"[{TIER_TITLES[fx['tier']]}] ", style="dim")
         line.append(fx["action"])
-        if fx.get("saving_ms") and fx["saving_ms"] > 0:
-            line.append(f" (saves up to {fx['saving_ms']:.2f} ms/step)", style="dim")
+        line.append(f" ({saving_text(fx)})", style="dim")
         g.add_row(f"{i}.", line)
     return g
 

@@ -1,0 +1,74 @@
+"""What each fix is predicted to save: its catalogue entry's graph edit, replayed (analysis/whatif.py).
+
+Definitions (also in docs/metrics.md, "What-if"):
+- The trace's graph is built and calibrated once (replay.calibrate on the step without the
+  profiler when it is known); each graph edit (a fix's `replay` and `replay_params` in
+  diagnosis/fixes.py) is replayed once, however many fixes share it.
+- predicted saving % = 100 x (replayed step - replayed step with the edit) / replayed step;
+  in the report's step time (analysis/window.py): saving ms = % x step / 100, predicted step =
+  step - saving ms. So every printed percent is its printed ms over the printed step.
+- A fix whose catalogue entry names no graph edit has no prediction (NO_EDIT says so); a trace the
+  replay cannot model has none at all, and `note` says why.
+`predict(a)` is called once per trace, by the pipeline (pipeline.check_trace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpucheckup.analysis import replay, whatif
+from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.diagnosis.fixes import CATALOGUE
+
+NO_EDIT = "not replayed: no graph edit models this fix"
+NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
+
+
+@dataclass
+class FixPrediction:
+    """One fix's predicted step time and saving, in the report's step time, and the edit that made it."""
+
+    transform: str  # the analysis/whatif.py TRANSFORMS key
+    what: str  # what the edit changed, in one sentence
+    step_ms: float  # predicted step time
+    saving_ms: float  # per step
+    saving_pct: float  # of the report's step time
+
+
+@dataclass
+class Predictions:
+    """Every applicable fix's prediction by catalogue key; `note` says why there are none when so."""
+
+    by_key: dict[str, FixPrediction] = field(default_factory=dict)
+    note: str = ""
+    host_scale: float = 1.0  # the profiler-overhead calibration applied to host time (replay.calibrate)
+
+
+def predict(a: TraceAnalysis) -> Predictions:
+    """Each applicable catalogue fix with a graph edit, replayed on the trace of `a`."""
+    wanted = [e for e in CATALOGUE if e.replay and e.applies(a)]
+    if not wanted:
+        return Predictions()
+    if len(a.trace.gpu) == 0:
+        return Predictions(note="no replay: the trace has no GPU work")
+    try:
+        g = replay.build(a.trace, a.steps, a.launch_rows)
+        unprofiled = a.profiler.unprofiled_step_ms if a.profiler else None
+        cal = replay.calibrate(g, unprofiled)
+        before = replay.replay(g).median_ms
+        if not before > 0:
+            return Predictions(note="no replay: the replayed step has no length")
+        done: dict[tuple, whatif.Prediction] = {}
+        out = Predictions(host_scale=cal.host_scale)
+        step = a.window.step_ms
+        for e in wanted:
+            k = (e.replay, e.replay_params)
+            if k not in done:
+                done[k] = whatif.predict(g, e.replay, before, **dict(e.replay_params))
+            p = done[k]
+            pct = max(p.saving_pct, 0.0)  # the edits only remove time: a negative replayed saving is replay noise
+            out.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct)
+        return out
+    except (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError) as err:
+        return Predictions(note=f"no replay: the trace's dependency graph could not be replayed ({type(err).__name__}: "
+                                f"{err})")

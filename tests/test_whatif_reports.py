@@ -1,0 +1,229 @@
+"""Each fix's replayed prediction in every report format, the verdict chosen from the savings, and the
+mechanisms of the edits the H200 measurements questioned (issue 10), on the real H200 traces."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from conftest import DEMO, REPO
+from gpucheckup import pipeline
+from gpucheckup.analysis import replay, whatif
+from gpucheckup.analysis.checkup import analyze
+from gpucheckup.analysis.kernels import categorize
+from gpucheckup.analysis.mfu import MfuInputs
+from gpucheckup.diagnosis import diagnose, savings, verdict
+from gpucheckup.diagnosis.findings import VERDICT_TITLES
+from gpucheckup.diagnosis.fixes import BY_KEY, CATALOGUE
+from gpucheckup.report import html, markdown, terminal
+from gpucheckup.trace.reader import read_trace
+from gpucheckup.trace.tables import KERNEL
+
+H200 = REPO / "tests" / "data" / "h200"
+CASES = {"launch_bound": DEMO / "launch_bound", "item_checks": H200 / "item_checks", "sync_bound": H200 / "sync_bound",
+         "input_bound": DEMO / "input_bound", "compute_bound": DEMO / "compute_bound", "copy_bound": H200 / "copy_bound"}
+
+
+def _unprofiled(case: str) -> float:
+    return json.loads((CASES[case] / "meta.json").read_text())["step_s_unprofiled"] * 1000
+
+
+@lru_cache(maxsize=None)
+def _checkup(case: str) -> pipeline.Checkup:
+    trace = read_trace(CASES[case] / "trace.json.gz")
+    return pipeline.check_trace(trace, MfuInputs(unprofiled_step_ms=_unprofiled(case)))
+
+
+def _terminal(report: dict, brief: bool = False) -> str:
+    buf = io.StringIO()
+    terminal.render(report, Console(file=buf, width=80, force_terminal=False, color_system=None), brief=brief)
+    return buf.getvalue()
+
+
+def test_every_replayable_fix_carries_its_prediction_in_the_step_time():
+    for case in CASES:
+        r = _checkup(case).report
+        step = r["window"]["step_ms"]
+        assert r["fixes"], case
+        for fx in r["fixes"]:
+            p = fx["predicted"]
+            if BY_KEY[fx["key"]].replay:
+                assert p is not None, (case, fx["key"])
+                assert p["transform"] == BY_KEY[fx["key"]].replay
+                assert p["saving_pct"] == pytest.approx(100 * p["saving_ms"] / step)
+                assert p["step_ms"] == pytest.approx(step - p["saving_ms"])
+                assert 0 <= p["saving_ms"] <= step
+                assert fx["predicted_note"] is None
+            else:
+                assert p is None and fx["predicted_note"] == savings.NO_EDIT, (case, fx["key"])
+
+
+@pytest.mark.parametrize("case", ["launch_bound", "item_checks", "sync_bound"])
+def test_every_format_prints_each_fix_prediction_and_its_edit(case):
+    r = _checkup(case).report
+    text = {"terminal": _terminal(r), "md": markdown.render([(None, r)]).replace("\\", ""),
+            "html": html.render([(None, r)])}
+    for fx in r["fixes"]:
+        p = fx["predicted"]
+        for fmt, t in text.items():
+            if fmt == "terminal" and r["fixes"].index(fx) >= terminal.MAX_FIXES:
+                continue
+            flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", t))
+            if p:
+                want = (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
+                        f"({p['saving_pct']:.1f}%)")
+            else:
+                want = fx["predicted_note"]
+            assert want in flat, (fmt, fx["key"], want)
+
+
+@pytest.mark.parametrize("case", ["launch_bound", "item_checks"])
+def test_terminal_fits_80_columns_and_brief_15_lines(case):
+    r = _checkup(case).report
+    assert max(len(line) for line in _terminal(r).splitlines()) <= 80
+    brief = _terminal(r, brief=True).rstrip("\n").splitlines()
+    assert len(brief) <= terminal.BRIEF_LINES
+
+
+def test_verdict_names_the_bottleneck_of_the_biggest_replayed_saving():
+    # item_checks: 33 .item() per step; without the profiler's host cost, removing the reads saves more than
+    # CUDA graphs (which keep every sync and pay a graph launch after each): sync_bound, not launch_bound.
+    # sync_bound: the host copies the softmax out and computes metrics in numpy while the GPU idles.
+    want = {"item_checks": ("sync_bound", "no_host_reads"), "sync_bound": ("sync_bound", "no_host_reads"),
+            "launch_bound": ("launch_bound", "cuda_graph"), "input_bound": ("input_bound", "dataloader_workers"),
+            "copy_bound": ("copy_bound", "pin_memory")}
+    for case, (bound, key) in want.items():
+        c = _checkup(case)
+        d = c.diagnosis
+        assert d.primary == bound, (case, d.primary, d.reason)
+        assert key in d.reason and "ms/step" in d.reason, d.reason
+        offered = [fx for fd in d.findings if fd.severity != "info" for fx in fd.fixes if fx.predicted]
+        best = max((fx for fx in offered if BY_KEY[fx.key].bottleneck), key=lambda fx: fx.predicted.saving_ms)
+        assert best.key == key and BY_KEY[key].bottleneck == bound
+
+
+def test_small_savings_leave_the_rule_verdict():
+    # compute_bound: bf16 and busy; no replayed fix saves MIN_SAVING_PCT, so the scores decide: gpu_bound.
+    c = _checkup("compute_bound")
+    assert c.diagnosis.primary == "gpu_bound"
+    assert all(fx["predicted"] is None or fx["predicted"]["saving_pct"] < verdict.MIN_SAVING_PCT
+               for fx in c.report["fixes"])
+    assert c.diagnosis.reason == verdict.primary(c.analysis)[1]
+
+
+def test_without_predictions_the_rule_verdict_stays():
+    a = analyze(read_trace(CASES["item_checks"] / "trace.json.gz"), MfuInputs())
+    d = diagnose(a)  # no predictions: the rule from scores, as before the replay
+    assert (d.primary, d.reason) == verdict.primary(a)[:2]
+    assert all(fx.predicted is None for fd in d.findings for fx in fd.fixes)
+
+
+def test_each_bottleneck_is_a_verdict_and_each_replay_an_edit():
+    for e in CATALOGUE:
+        assert e.bottleneck in ("", *VERDICT_TITLES), e.key
+        assert not e.replay or e.replay in whatif.TRANSFORMS, e.key
+    assert not BY_KEY["larger_batch"].bottleneck  # it amortizes every per-step cost: it names no bound
+    assert not BY_KEY["torch_compile"].bottleneck  # launches and kernel time alike
+
+
+# ---- the mechanisms (issue 10's measurements questioned them) ----
+
+@lru_cache(maxsize=None)
+def _graph(case: str) -> replay.Graph:
+    g = replay.build(read_trace(CASES[case] / "trace.json.gz"))
+    replay.calibrate(g, _unprofiled(case))
+    return g
+
+
+def _optimizer_nodes(g: replay.Graph) -> np.ndarray:
+    return whatif._in_annotation(g, "Optimizer.") & (g.h_kind != replay.MARK)
+
+
+@pytest.mark.parametrize("fix", ["cuda_graphs", "torch_compile"])
+def test_compiling_the_model_leaves_the_optimizer_eager(fix):
+    # torch.compile(model) and mode="reduce-overhead" compile the model's forward and backward; the optimizer
+    # step runs as before, launch by launch.
+    g = _graph("launch_bound")
+    opt = _optimizer_nodes(g)
+    assert opt.sum() > 50
+    e = whatif.TRANSFORMS[fix](g).graph
+    assert np.array_equal(e.h_dur[opt], g.h_dur[opt])
+    ops = np.flatnonzero((g.g_launch >= 0) & opt[np.maximum(g.g_launch, 0)])
+    assert np.array_equal(e.g_dur[ops], g.g_dur[ops])
+
+
+def test_fused_optimizer_pays_one_kernel_fixed_cost():
+    g = _graph("launch_bound")
+    e = whatif.fused_optimizer(g).graph
+    opt = _optimizer_nodes(g)
+    gpu = g.trace.gpu
+    ops = (g.g_launch >= 0) & opt[np.maximum(g.g_launch, 0)] & (gpu.kind == KERNEL)
+    floor = gpu.dur[(gpu.kind == KERNEL) & (gpu.dur > 0)].min()
+    for s in range(g.steps.count):
+        k = np.flatnonzero(ops & (g.g_step == s))
+        assert len(k) > 1
+        before, after = g.g_dur[k].sum(), e.g_dur[k].sum()
+        assert after == pytest.approx(before - (len(k) - 1) * floor, rel=1e-9)  # every kernel above the floor
+        assert (e.g_dur[k] > 0).sum() == 1
+
+
+def test_host_reads_edit_keeps_other_syncs_and_drops_the_host_work_on_copied_values():
+    g = _graph("sync_bound")
+    every = whatif.remove_syncs(g)
+    only_item = whatif.remove_syncs(g, ops=frozenset({"aten::item", "aten::_local_scalar_dense"}))
+    reads = whatif.remove_syncs(g, ops=frozenset({"aten::item", "aten::_local_scalar_dense"}), reads=True)
+    assert only_item.changed == g.steps.count  # one loss.item() per step
+    assert only_item.changed < reads.changed <= every.changed
+    after = replay.replay(reads.graph).median_ms
+    # what stays: the GPU's own work of the step (no host work is faster than the kernels)
+    gpu = g.trace.gpu
+    per_step = np.zeros(g.steps.count)
+    ok = g.g_step >= 0
+    np.add.at(per_step, g.g_step[ok], gpu.dur[ok])
+    assert after >= 0.95 * np.median(per_step) / 1000
+    assert after < replay.replay(every.graph).median_ms  # the numpy work on the copied softmax goes too
+
+
+def test_fused_chains_do_not_cross_threads():
+    g = _graph("launch_bound")
+    e = whatif.torch_compile(g).graph
+    host, names, gpu = g.trace.host, g.trace.names, g.trace.gpu
+    fused = np.flatnonzero((e.g_dur == 0) & (g.g_dur > 0))
+    assert len(fused)
+    for o in fused:
+        p = g.g_prev[o]
+        assert categorize(names[gpu.name[p]]) in whatif.COMPILE_FUSES and categorize(names[gpu.name[o]]) in whatif.COMPILE_FUSES
+        assert host.tid[g.h_row[g.g_launch[p]]] == host.tid[g.h_row[g.g_launch[o]]]
+
+
+def test_validation_predict_step_reads_baselines_and_joins_measured(tmp_path):
+    # validation/whatif_h200.py predict: baselines found under OUT/**/runs/EXAMPLE, predictions from this code,
+    # joined with measured rows by flag. A real run directory of the H200 (gpucheckup run on a launch-bound job).
+    import subprocess
+    import sys
+
+    run = next(p for p in sorted((H200 / "runs").iterdir()) if p.name.endswith("launch_bound"))
+    (tmp_path / "call1" / "runs" / "launch").mkdir(parents=True)
+    (tmp_path / "call1" / "runs" / "launch" / run.name).symlink_to(run, target_is_directory=True)
+    (tmp_path / "measured.json").write_text(json.dumps([{"example": "launch", "flag": "--fused",
+                                                         "fix": "fused_optimizer", "measured_saving_pct": 40.0}]))
+    res = subprocess.run([sys.executable, str(REPO / "validation" / "whatif_h200.py"), "predict", str(tmp_path),
+                          "--only", "launch", "--to", str(tmp_path / "res")], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    d = json.loads((tmp_path / "res" / "whatif_h200.json").read_text())
+    rows = {r["flag"]: r for r in d["fixes"]}
+    assert set(rows) == {"--fused", "--foreach", "--cuda-graphs", "--compile"}
+    fused = rows["--fused"]
+    assert fused["measured_saving_pct"] == 40.0 and fused["edit"] == "fused_optimizer"
+    assert fused["error_pct"] == pytest.approx(100 * abs(fused["predicted_saving_pct"] - 40.0) / 40.0)
+    assert rows["--compile"]["measured_saving_pct"] is None
+    ex = d["examples"][0]
+    assert ex["verdict"] == "launch_bound" and ex["best_measured_fix"] == "fused_optimizer"
+    assert "| launch | fused_optimizer (`--fused`) |" in (tmp_path / "res" / "whatif_h200.md").read_text()
