@@ -96,6 +96,40 @@ def test_gemm_with_dims_of_1e308_checks_up_with_every_output(tmp_path):
     assert analyze(trace, *outputs(tmp_path))[0] == 0
 
 
+# ---- the reader's classes (the old reader raised; the streaming reader's own tests: tests/test_reader.py) ----
+
+def _with_raw_event(raw: str, path: Path) -> Path:
+    """A four-step trace with one more event written as raw JSON text (what the json module cannot write)."""
+    text = json.dumps(minimal.steps_trace(4))
+    return minimal.write(text[: text.rindex("]")] + ", " + raw + "]}", path)
+
+
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_a_trace_nested_1000_levels_deep_is_one_line(tmp_path, depth):
+    """Class: a trace nested 1,000 levels deep (RecursionError in the decoder, 1,415 audit cases)."""
+    raw = '{"ph": "X", "cat": "kernel", "name": "d", "ts": 1, "dur": 1, "args": {"x": ' + "[" * depth + "]" * depth + "}}"
+    for name in ("t.json", "t.json.gz"):
+        rc, out, err = analyze(_with_raw_event(raw, tmp_path / name), *outputs(tmp_path))
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "nested too deeply" in err
+
+
+@pytest.mark.parametrize("field", ["ts", "dur", "pid", "tid", "correlation", "External id", "device", "stream"])
+def test_400_digit_integers_check_up_with_every_output(tmp_path, field):
+    """Class: 400-digit integers for `ts`/`dur`/ids (OverflowError in the old reader): the event is left out and
+    the check-up says so."""
+    big = "9" * 400
+    event = {"ph": "X", "cat": "kernel", "name": "huge", "pid": 0, "tid": 7, "ts": 1200.0, "dur": 5.0,
+             "args": {"device": 0, "stream": 7, "correlation": 99, "External id": 99}}
+    target = event if field in event else event["args"]
+    target[field] = "BIG"
+    path = _with_raw_event(json.dumps(event).replace('"BIG"', big), tmp_path / "t.json")
+    rc, out, err = analyze(path, *outputs(tmp_path))
+    assert rc == 0 and not err.strip()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["kernels"]["count"] == 4  # the four steps' kernels, not the huge one
+    assert report["notes"] == ["1 events with fields of unexpected types could not be read and were ignored"]
+
+
 # ---- the GPU's name ----
 
 def test_gpu_name_of_300_characters_with_a_ceilings_cache(tmp_path, monkeypatch):
