@@ -147,13 +147,22 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     py = np.flatnonzero(host.cat == PYTHON)
     if len(t0) == 0 or not trace.with_stack or len(py) == 0:
         return out
-    thread_of = host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64)
-    query_thread = pid * (1 << 32) + tid
-    for key in np.unique(query_thread):
-        frames = py[thread_of == key]
+    # One sort groups frames and queries by thread (a mask per thread was threads x frames).
+    all_pid = np.concatenate([host.pid[py].astype(np.int64), pid])
+    all_tid = np.concatenate([host.tid[py].astype(np.int64), tid])
+    by = np.lexsort((all_tid, all_pid))
+    thread = np.empty(len(by), dtype=np.int64)
+    thread[by] = np.cumsum(np.r_[True, (all_pid[by][1:] != all_pid[by][:-1]) | (all_tid[by][1:] != all_tid[by][:-1])]) - 1
+    thread_of, query_thread = thread[: len(py)], thread[len(py):]
+    srt = np.lexsort((-host.end[py], host.start[py], thread_of))  # per thread by start, outermost first
+    py, thread_of = py[srt], thread_of[srt]
+    q_order = np.argsort(query_thread, kind="stable")
+    q_cut = np.flatnonzero(np.r_[True, query_thread[q_order][1:] != query_thread[q_order][:-1], True])
+    for a, b in zip(q_cut[:-1], q_cut[1:]):
+        key = query_thread[q_order[a]]
+        frames = py[np.searchsorted(thread_of, key, "left"):np.searchsorted(thread_of, key, "right")]
         if len(frames) == 0:
             continue
-        frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
         starts, ends = host.start[frames], host.end[frames]
         parent = np.full(len(frames), -1, dtype=np.int64)
         stack: list[int] = []
@@ -164,7 +173,7 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
             stack.append(i)
         names = [trace.names[host.name[f]] for f in frames]
         user: dict[int, str] = {}
-        mine = np.flatnonzero(query_thread == key)
+        mine = q_order[a:b]
         at = np.searchsorted(starts, t0[mine], side="right") - 1
         for q, i in zip(mine, at):
             while i >= 0 and not (starts[i] <= t0[q] and ends[i] >= t1[q]):
