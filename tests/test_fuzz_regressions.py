@@ -649,3 +649,41 @@ def test_a_run_start_out_of_range_is_one_line(tmp_path, value):
     assert rc == 2 and err.strip() == (f"gpucheckup: error: {run / 'manifest.json'}: field 'started_epoch_s' is "
                                        f"{float(value) if '.' in value or 'e' in value else int(value)!r}, "
                                        "out of range (0 to 8.58993e+09 s since 1970)")
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from([0, 1, 2**40, -(2**40), 2**62])), max_size=50))
+def test_groups_by_one_sort_equal_a_mask_per_key(pairs):
+    """groups.by_key: each key's positions as a mask finds them; pair_ids: one id per distinct (pid, tid),
+    pairs that a packed pid * 2^32 + tid would collide told apart."""
+    from gpucheckup.analysis.groups import by_key, pair_ids
+
+    a = np.array([p for p, _ in pairs], dtype=np.int64)
+    b = np.array([t for _, t in pairs], dtype=np.int64)
+    groups = by_key(a)
+    assert list(groups) == sorted(set(a.tolist()))
+    assert all(np.array_equal(groups[k], np.flatnonzero(a == k)) for k in groups)
+    ids = pair_ids(a, b)
+    for i in range(len(pairs)):
+        assert np.array_equal(ids == ids[i], (a == a[i]) & (b == b[i]))
+
+
+def test_cpu_ops_of_many_names_and_threads_in_linear_time(tmp_path):
+    """Class: cpu_profile took a mask per thread and per operator name (threads x ops, names x ops); the devices
+    of communication, copies and sampled causes, and shape_flops' threads likewise: now one sort each."""
+    from gpucheckup.analysis.cpu_profile import cpu_profile
+
+    n = 20_000
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i % (n // 2)}", "pid": 1, "tid": i % (n // 4),
+           "ts": 10.0 * i, "dur": 1.0 + i % 3} for i in range(n)]
+    path = minimal.write({"schemaVersion": 1, "traceEvents": ev}, tmp_path / "t.json")
+    with hang_bound():
+        p = cpu_profile(read_trace(path))
+    assert p.ops_count == n
+    by_name: dict[str, list[float]] = {}
+    for e in ev:
+        by_name.setdefault(e["name"], []).append(e["dur"])
+    top = p.top_ops[0]  # independently: the name with the most self time (no nesting: self = duration)
+    assert (top.name, top.count) == (max(by_name, key=lambda k: (sum(by_name[k]), -int(k.split("_")[1]))), 2)
+    assert top.self_ms == pytest.approx(max(sum(d) for d in by_name.values()) / 1000)
+    assert sum(t.ops for t in p.threads) == 8 * 4  # the eight busiest of 5,000 threads, four ops each

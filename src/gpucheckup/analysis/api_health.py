@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.trace.tables import DRIVER, RUNTIME, Trace
 
 SLOW_FACTOR = 10.0
@@ -129,9 +130,7 @@ def longest_overlapping(host, rows: np.ndarray, alloc: np.ndarray) -> np.ndarray
         return out
     pid = np.concatenate([host.pid[alloc], host.pid[rows]])
     tid = np.concatenate([host.tid[alloc], host.tid[rows]])
-    o = np.lexsort((tid, pid))  # a number per (pid, tid)
-    thread = np.empty(len(o), dtype=np.int64)
-    thread[o] = np.cumsum(np.r_[True, (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])]) - 1
+    thread = pair_ids(pid, tid)
     a_thread, r_thread = thread[: len(alloc)], thread[len(alloc):]
     a_start, a_end = host.start[alloc], host.end[alloc]
     # rank: larger is better; longer first, then earlier in `alloc`

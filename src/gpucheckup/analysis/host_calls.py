@@ -24,6 +24,7 @@ import re
 import numpy as np
 
 from gpucheckup.analysis.copies import is_pageable
+from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"
@@ -150,9 +151,7 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     # One sort groups frames and queries by thread (a mask per thread was threads x frames).
     all_pid = np.concatenate([host.pid[py].astype(np.int64), pid])
     all_tid = np.concatenate([host.tid[py].astype(np.int64), tid])
-    by = np.lexsort((all_tid, all_pid))
-    thread = np.empty(len(by), dtype=np.int64)
-    thread[by] = np.cumsum(np.r_[True, (all_pid[by][1:] != all_pid[by][:-1]) | (all_tid[by][1:] != all_tid[by][:-1])]) - 1
+    thread = pair_ids(all_pid, all_tid)
     thread_of, query_thread = thread[: len(py)], thread[len(py):]
     srt = np.lexsort((-host.end[py], host.start[py], thread_of))  # per thread by start, outermost first
     py, thread_of = py[srt], thread_of[srt]

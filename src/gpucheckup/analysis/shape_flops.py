@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis import launches
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, KERNEL, Trace
 
@@ -424,11 +425,15 @@ def _kernel_time_per_root(trace: Trace, rows: np.ndarray, root_of: np.ndarray, i
     dur = gpu.end[k] - gpu.start[k]
     total = np.zeros(len(rows))
     root_rows = rows[root_idx]
-    for pid, tid in {(host.pid[r], host.tid[r]) for r in root_rows}:
-        sel = root_idx[(host.pid[root_rows] == pid) & (host.tid[root_rows] == tid)]
+    key = pair_ids(np.concatenate([host.pid[root_rows], host.pid[op]]),
+                   np.concatenate([host.tid[root_rows], host.tid[op]]))
+    roots_of, ops_of = by_key(key[: len(root_rows)]), by_key(key[len(root_rows):])  # one sort, not a mask per thread
+    none = np.zeros(0, dtype=np.int64)
+    for thread, pos in roots_of.items():
+        sel = root_idx[pos]
         sel = sel[np.argsort(host.start[rows[sel]])]
         starts, ends = host.start[rows[sel]], host.end[rows[sel]]
-        on = (host.pid[op] == pid) & (host.tid[op] == tid)
+        on = ops_of.get(thread, none)
         t = host.start[op[on]]
         j = np.searchsorted(starts, t, side="right") - 1
         inside = (j >= 0) & (t <= ends[np.maximum(j, 0)])

@@ -23,6 +23,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis.gap_causes import SYNC, GapCauses
+from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace
 
@@ -107,9 +108,7 @@ def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dic
     # One sort groups candidates and rows by thread (a mask per thread was threads x candidates).
     pid = np.concatenate([host.pid[cand], host.pid[rows]])
     tid = np.concatenate([host.tid[cand], host.tid[rows]])
-    by = np.lexsort((tid, pid))
-    thread = np.empty(len(by), dtype=np.int64)
-    thread[by] = np.cumsum(np.r_[True, (pid[by][1:] != pid[by][:-1]) | (tid[by][1:] != tid[by][:-1])]) - 1
+    thread = pair_ids(pid, tid)
     c_thread, r_thread = thread[: len(cand)], thread[len(cand):]
     srt = np.lexsort((-host.end[cand], host.start[cand], c_thread))  # per thread by start, outermost first
     order, o_thread = cand[srt], c_thread[srt]
