@@ -687,3 +687,32 @@ def test_cpu_ops_of_many_names_and_threads_in_linear_time(tmp_path):
     assert (top.name, top.count) == (max(by_name, key=lambda k: (sum(by_name[k]), -int(k.split("_")[1]))), 2)
     assert top.self_ms == pytest.approx(max(sum(d) for d in by_name.values()) / 1000)
     assert sum(t.ops for t in p.threads) == 8 * 4  # the eight busiest of 5,000 threads, four ops each
+
+
+def _gemms_inside_one(n: int, nested: bool) -> dict:
+    """Two steps; n aten::mm ops of 2x3 @ 3x4 side by side inside one aten::mm whose shapes cannot
+    be read, or n such unreadable ones each inside the one before and one readable innermost (2*2*3*4 = 48 FLOPs)."""
+    doc = minimal.steps_trace(2)
+    mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1}
+    good = {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
+    bad = {"Input Dims": [[], []], "Input type": ["float", "float"]}
+    if nested:
+        doc["traceEvents"] += [{**mm, "ts": 1001.0 + i * 0.01, "dur": 80.0 - i * 0.02, "args": bad} for i in range(n)]
+        doc["traceEvents"].append({**mm, "ts": 1001.0 + n * 0.01, "dur": 0.001, "args": good})
+    else:
+        doc["traceEvents"].append({**mm, "ts": 1000.5, "dur": 85.0, "args": bad})
+        doc["traceEvents"] += [{**mm, "ts": 1001.0 + i * 0.004, "dur": 0.003, "args": good} for i in range(n)]
+    return doc
+
+
+@pytest.mark.parametrize("n, nested", [(1500, True), (20_000, False)], ids=["1500-deep", "20000-wide"])
+def test_gemms_inside_a_gemm_whose_shapes_cannot_be_read(tmp_path, n, nested):
+    """Class: shape_flops counted the ops inside an op whose shapes it cannot read by recursion (1,500 nested:
+    RecursionError) and found each one's members by a scan of all of them (20,000 inside one: 28 s of CPU)."""
+    rc, _, err = analyze(minimal.write(_gemms_inside_one(n, nested), tmp_path / "t.json"), "--quiet",
+                         "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    counted = 1 if nested else n  # the innermost readable op, or every one inside the unreadable one
+    assert mfu["shape_flops"]["ops_counted"] == counted
+    assert mfu["shape_flops"]["per_step"][0] == 48 * counted  # all in the first step

@@ -395,18 +395,22 @@ def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int], seen: d
     with padding="same" records no padding), those of the outermost counted ops inside it instead.
     `inside`: the indices of the counted ops nested in op i; `seen`: op_flops's results by its arguments;
     `args`: op_flops's arguments (name and raw JSON arguments) of each row."""
-    a = args[i]
-    of = seen[a] if a in seen else seen.setdefault(a, op_flops(*a))
-    if of is not None:
-        return [(i, of)]
-    if not inside:
-        return []
-    sub = np.array(inside)
-    is_root, root_of = outermost(trace, rows[sub])
     out = []
-    for k in np.flatnonzero(is_root):
-        nested = [int(sub[j]) for j in range(len(sub)) if root_of[j] == k and j != k]
-        out += _count_op(trace, rows, int(sub[k]), nested, seen, args)
+    todo = [(i, inside)]  # depth first, first op first: a stack, not recursion (thousands of nested ops)
+    while todo:
+        i, inside = todo.pop()
+        a = args[i]
+        of = seen[a] if a in seen else seen.setdefault(a, op_flops(*a))
+        if of is not None:
+            out.append((i, of))
+            continue
+        if not inside:
+            continue
+        sub = np.array(inside)
+        is_root, root_of = outermost(trace, rows[sub])
+        of_root = by_key(root_of)  # one sort, not a scan of sub per outermost op (quadratic)
+        todo += reversed([(int(sub[k]), [int(sub[j]) for j in of_root[int(k)] if j != k])
+                          for k in np.flatnonzero(is_root)])
     return out
 
 
