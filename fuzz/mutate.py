@@ -10,6 +10,7 @@ from its seed and number alone.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -385,12 +386,19 @@ def _read(path: Path) -> bytes:
     return _CACHE[key]
 
 
+@functools.lru_cache(maxsize=1)
 def corpus_items() -> list[tuple[str, Path]]:
-    """(kind, path) of every seed: single traces, the folder of ranks, run directories."""
+    """(kind, path) of every seed: single traces, the folder of ranks, run directories (listed once)."""
     items = [("trace", p) for p in sorted((CORPUS / "traces").glob("*.json.gz"))]
     items.append(("ranks", CORPUS / "ranks"))
     items += [("run", p) for p in sorted((CORPUS / "runs").iterdir())]
     return items
+
+
+@functools.lru_cache(maxsize=None)
+def _files_under(folder: Path) -> list[Path]:
+    """The files of a seed folder, sorted (listed once)."""
+    return [p for p in sorted(folder.rglob("*")) if p.is_file()]
 
 
 def encode(doc, rnd: random.Random) -> bytes:
@@ -431,9 +439,8 @@ def build_case(rnd: random.Random) -> Case:
         files[path.name] = _read(path)
         target = path.name
     else:
-        for p in sorted(path.rglob("*")):
-            if p.is_file():
-                files[str(p.relative_to(path))] = _read(p)
+        for p in _files_under(path):
+            files[str(p.relative_to(path))] = _read(p)
         target = "."
     traces = [k for k in files if k.endswith(".json.gz")]
     texts = [k for k in files if k.endswith((".csv", ".json")) and not k.endswith(".json.gz")]

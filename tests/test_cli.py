@@ -136,8 +136,8 @@ def test_the_reader_needs_only_columns_the_writers_write():
     from gpucheckup import layout
     from gpucheckup.trace import rundir
 
-    assert set(rundir.STEP_COLUMNS) <= set(layout.STEP_COLUMNS)
-    assert set(rundir.NVML_COLUMNS) <= set(layout.NVML_COLUMNS)
-    assert set(rundir.CPU_COLUMNS) <= set(layout.CPU_COLUMNS)
-    assert set(rundir.SAMPLE_COLUMNS) <= set(layout.SAMPLE_COLUMNS)
+    assert set(rundir.STEP_NEEDED) <= set(layout.STEP_COLUMNS)
+    assert set(rundir.NVML_NEEDED) <= set(layout.NVML_COLUMNS)
+    assert set(rundir.CPU_NEEDED) <= set(layout.CPU_COLUMNS)
+    assert set(rundir.SAMPLE_NEEDED) <= set(layout.SAMPLE_COLUMNS)
     assert set(rundir.MANIFEST_TYPES) <= set(layout.MANIFEST_KEYS)

@@ -3,6 +3,7 @@ its minimal input (fuzz/minimal.py builds the synthetic traces)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import io
@@ -94,6 +95,40 @@ def test_gemm_with_dims_of_1e308_checks_up_with_every_output(tmp_path):
                                                        "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
                           tmp_path / "t.json")
     assert analyze(trace, *outputs(tmp_path))[0] == 0
+
+
+# ---- the reader's classes (the old reader raised; the streaming reader's own tests: tests/test_reader.py) ----
+
+def _with_raw_event(raw: str, path: Path) -> Path:
+    """A four-step trace with one more event written as raw JSON text (what the json module cannot write)."""
+    text = json.dumps(minimal.steps_trace(4))
+    return minimal.write(text[: text.rindex("]")] + ", " + raw + "]}", path)
+
+
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_a_trace_nested_1000_levels_deep_is_one_line(tmp_path, depth):
+    """Class: a trace nested 1,000 levels deep (RecursionError in the decoder, 1,415 audit cases)."""
+    raw = '{"ph": "X", "cat": "kernel", "name": "d", "ts": 1, "dur": 1, "args": {"x": ' + "[" * depth + "]" * depth + "}}"
+    for name in ("t.json", "t.json.gz"):
+        rc, out, err = analyze(_with_raw_event(raw, tmp_path / name), *outputs(tmp_path))
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "nested too deeply" in err
+
+
+@pytest.mark.parametrize("field", ["ts", "dur", "pid", "tid", "correlation", "External id", "device", "stream"])
+def test_400_digit_integers_check_up_with_every_output(tmp_path, field):
+    """Class: 400-digit integers for `ts`/`dur`/ids (OverflowError in the old reader): the event is left out and
+    the check-up says so."""
+    big = "9" * 400
+    event = {"ph": "X", "cat": "kernel", "name": "huge", "pid": 0, "tid": 7, "ts": 1200.0, "dur": 5.0,
+             "args": {"device": 0, "stream": 7, "correlation": 99, "External id": 99}}
+    target = event if field in event else event["args"]
+    target[field] = "BIG"
+    path = _with_raw_event(json.dumps(event).replace('"BIG"', big), tmp_path / "t.json")
+    rc, out, err = analyze(path, *outputs(tmp_path))
+    assert rc == 0 and not err.strip()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["kernels"]["count"] == 4  # the four steps' kernels, not the huge one
+    assert report["notes"] == ["1 events with fields of unexpected types could not be read and were ignored"]
 
 
 # ---- the GPU's name ----
@@ -240,14 +275,33 @@ def test_16000_one_kernel_steps_with_a_sync_each(tmp_path):
     assert r["sync"]["count_per_step"] == pytest.approx(1.0, abs=0.01)
 
 
+def test_16000_steps_on_four_gpus_with_every_output(tmp_path):
+    """Class: the annotated trace took every gap's and step's duration as a new array per gap and step, and a mask
+    per device (steps x steps: 16,000 one-kernel steps on four GPUs, 4.8 s of CPU, now 2.7 s, the same file)."""
+    doc = minimal.steps_trace(16_000)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["args"]["device"] = e["pid"] = e["args"]["correlation"] % 4
+    rc, _, err = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", *outputs(tmp_path))
+    assert rc == 0, err
+    with gzip.open(tmp_path / "p.json.gz", "rt") as f:
+        ev = json.load(f)["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+    per_gpu = collections.Counter(tracks[(e["pid"], e["tid"])] for e in ev
+                                  if e.get("ph") == "X" and tracks.get((e["pid"], e["tid"]), "").startswith("idle gaps"))
+    # every GPU idles once per step (its kernel runs in one step of four), from one step's kernel to the next
+    assert sorted(per_gpu) == [f"idle gaps: GPU {d}" for d in range(4)]
+    assert all(n >= 16_000 // 4 - 2 for n in per_gpu.values())
+
+
 @settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["cpu_op", "python_function", "cuda_runtime"]),
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["cpu_op", "python_function", "cuda_runtime"]),
                           st.integers(0, 40), st.integers(0, 20)), min_size=1, max_size=40))
 def test_enclosing_by_one_sweep_equals_enclosing_per_row(tmp_path_factory, events):
     """The sweep that made sync_stats linear finds the same enclosing ops and frames, outermost first, as the
     per-row search it replaced, on any intervals (nested, overlapping, equal, zero-length)."""
-    ev = [{"ph": "X", "cat": cat, "name": f"{cat}{i}", "pid": 1, "tid": tid, "ts": 1000.0 + ts, "dur": float(dur)}
-          for i, (tid, cat, ts, dur) in enumerate(events)]
+    ev = [{"ph": "X", "cat": cat, "name": f"{cat}{i}", "pid": 1 + thread // 2, "tid": thread % 2, "ts": 1000.0 + ts,
+           "dur": float(dur)} for i, (thread, cat, ts, dur) in enumerate(events)]  # threads differ by pid, tid
     doc = {"schemaVersion": 1, "traceEvents": ev}
     path = minimal.write(doc, tmp_path_factory.mktemp("enc") / "t.json")
     trace = read_trace(path)
@@ -255,6 +309,28 @@ def test_enclosing_by_one_sweep_equals_enclosing_per_row(tmp_path_factory, event
     for cats in ((CPU_OP,), (PYTHON,)):
         swept = _enclosing_all(trace, rows, cats)
         assert swept == {int(r): [int(x) for x in host_calls.enclosing(trace, int(r), cats)] for r in rows}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["train.py(1): f", "torch/nn/x.py(2): g", "cuda_runtime"]),
+                          st.integers(0, 40), st.integers(0, 20)), min_size=1, max_size=40))
+def test_user_frames_by_one_sort_equals_user_frame_per_row(tmp_path_factory, events):
+    """user_frames (frames and queries grouped by thread by one sort, not a mask per thread) names the same
+    innermost user frame as the per-row search, on properly nested frames of four threads (pid and tid)."""
+    kept: list[tuple] = []
+    for thread, name, ts, dur in events:
+        ok = name == "cuda_runtime" or all(
+            k[0] != thread or k[1] == "cuda_runtime" or ts + dur < k[2] or k[2] + k[3] < ts
+            or (k[2] <= ts and ts + dur <= k[2] + k[3]) or (ts <= k[2] and k[2] + k[3] <= ts + dur) for k in kept)
+        if ok:
+            kept.append((thread, name, ts, dur))
+    ev = [{"ph": "X", "cat": "cuda_runtime" if name == "cuda_runtime" else "python_function",
+           "name": name if name == "cuda_runtime" else f"{name}{i}", "pid": 1 + thread // 2, "tid": thread % 2,
+           "ts": 1000.0 + ts, "dur": float(dur)} for i, (thread, name, ts, dur) in enumerate(kept)]
+    trace = read_trace(minimal.write({"schemaVersion": 1, "traceEvents": ev}, tmp_path_factory.mktemp("uf") / "t.json"))
+    trace.with_stack = True
+    rows = np.flatnonzero(trace.host.cat == RUNTIME)
+    assert host_calls.user_frames(trace, rows) == [host_calls.user_frame(trace, int(r)) for r in rows]
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
@@ -574,3 +650,70 @@ def test_a_run_start_out_of_range_is_one_line(tmp_path, value):
     assert rc == 2 and err.strip() == (f"gpucheckup: error: {run / 'manifest.json'}: field 'started_epoch_s' is "
                                        f"{float(value) if '.' in value or 'e' in value else int(value)!r}, "
                                        "out of range (0 to 8.58993e+09 s since 1970)")
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from([0, 1, 2**40, -(2**40), 2**62])), max_size=50))
+def test_groups_by_one_sort_equal_a_mask_per_key(pairs):
+    """groups.by_key: each key's positions as a mask finds them; pair_ids: one id per distinct (pid, tid),
+    pairs that a packed pid * 2^32 + tid would collide told apart."""
+    from gpucheckup.analysis.groups import by_key, pair_ids
+
+    a = np.array([p for p, _ in pairs], dtype=np.int64)
+    b = np.array([t for _, t in pairs], dtype=np.int64)
+    groups = by_key(a)
+    assert list(groups) == sorted(set(a.tolist()))
+    assert all(np.array_equal(groups[k], np.flatnonzero(a == k)) for k in groups)
+    ids = pair_ids(a, b)
+    for i in range(len(pairs)):
+        assert np.array_equal(ids == ids[i], (a == a[i]) & (b == b[i]))
+
+
+def test_cpu_ops_of_many_names_and_threads_in_linear_time(tmp_path):
+    """Class: cpu_profile took a mask per thread and per operator name (threads x ops, names x ops); the devices
+    of communication, copies and sampled causes, and shape_flops' threads likewise: now one sort each."""
+    from gpucheckup.analysis.cpu_profile import cpu_profile
+
+    n = 20_000
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i % (n // 2)}", "pid": 1, "tid": i % (n // 4),
+           "ts": 10.0 * i, "dur": 1.0 + i % 3} for i in range(n)]
+    path = minimal.write({"schemaVersion": 1, "traceEvents": ev}, tmp_path / "t.json")
+    with hang_bound():
+        p = cpu_profile(read_trace(path))
+    assert p.ops_count == n
+    by_name: dict[str, list[float]] = {}
+    for e in ev:
+        by_name.setdefault(e["name"], []).append(e["dur"])
+    top = p.top_ops[0]  # independently: the name with the most self time (no nesting: self = duration)
+    assert (top.name, top.count) == (max(by_name, key=lambda k: (sum(by_name[k]), -int(k.split("_")[1]))), 2)
+    assert top.self_ms == pytest.approx(max(sum(d) for d in by_name.values()) / 1000)
+    assert sum(t.ops for t in p.threads) == 8 * 4  # the eight busiest of 5,000 threads, four ops each
+
+
+def _gemms_inside_one(n: int, nested: bool) -> dict:
+    """Two steps; n aten::mm ops of 2x3 @ 3x4 side by side inside one aten::mm whose shapes cannot
+    be read, or n such unreadable ones each inside the one before and one readable innermost (2*2*3*4 = 48 FLOPs)."""
+    doc = minimal.steps_trace(2)
+    mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1}
+    good = {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
+    bad = {"Input Dims": [[], []], "Input type": ["float", "float"]}
+    if nested:
+        doc["traceEvents"] += [{**mm, "ts": 1001.0 + i * 0.01, "dur": 80.0 - i * 0.02, "args": bad} for i in range(n)]
+        doc["traceEvents"].append({**mm, "ts": 1001.0 + n * 0.01, "dur": 0.001, "args": good})
+    else:
+        doc["traceEvents"].append({**mm, "ts": 1000.5, "dur": 85.0, "args": bad})
+        doc["traceEvents"] += [{**mm, "ts": 1001.0 + i * 0.004, "dur": 0.003, "args": good} for i in range(n)]
+    return doc
+
+
+@pytest.mark.parametrize("n, nested", [(1500, True), (20_000, False)], ids=["1500-deep", "20000-wide"])
+def test_gemms_inside_a_gemm_whose_shapes_cannot_be_read(tmp_path, n, nested):
+    """Class: shape_flops counted the ops inside an op whose shapes it cannot read by recursion (1,500 nested:
+    RecursionError) and found each one's members by a scan of all of them (20,000 inside one: 28 s of CPU)."""
+    rc, _, err = analyze(minimal.write(_gemms_inside_one(n, nested), tmp_path / "t.json"), "--quiet",
+                         "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    counted = 1 if nested else n  # the innermost readable op, or every one inside the unreadable one
+    assert mfu["shape_flops"]["ops_counted"] == counted
+    assert mfu["shape_flops"]["per_step"][0] == 48 * counted  # all in the first step

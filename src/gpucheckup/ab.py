@@ -110,7 +110,7 @@ def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) ->
     if not steps_file.exists():
         raise CheckupError(f"{side.label}: no step times ({steps_file.name} missing): the agent counts optimizer "
                            f"steps, and this job made none; its output: {log}")
-    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_COLUMNS, rundir.STEP_FILLED)
+    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_NEEDED, rundir.STEP_FILLED)
     ms = np.asarray(cols["ms"], dtype=float)
     plain = np.isfinite(ms) & (np.asarray(cols.get("phase") or [""] * len(ms), dtype=object) == "")
     step_no = np.asarray(cols["step"])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.trace.tables import DRIVER, RUNTIME, Trace
 
 SLOW_FACTOR = 10.0
@@ -94,16 +95,12 @@ def api_health(trace: Trace, launch_rows: np.ndarray) -> ApiHealth:
     slow_rows = rows[slow]
 
     alloc = host_calls.alloc_rows(trace)
+    blocker = longest_overlapping(host, slow_rows, alloc)
     contention = []
     pairs: dict[tuple, dict] = defaultdict(lambda: {"count": 0, "slow_ms": 0.0, "typical_us": 0.0})
-    for r in slow_rows:
-        other = alloc[
-            (host.start[alloc] < host.end[r]) & (host.end[alloc] > host.start[r])
-            & ((host.tid[alloc] != host.tid[r]) | (host.pid[alloc] != host.pid[r]))
-        ]
-        if len(other) == 0:
+    for r, o in zip(slow_rows, blocker):
+        if o < 0:
             continue
-        o = other[np.argmax(host.end[other] - host.start[other])]
         key = (trace.names[host.name[r]], _thread(trace, r), trace.names[host.name[o]], _thread(trace, o))
         p = pairs[key]
         p["count"] += 1
@@ -118,6 +115,119 @@ def api_health(trace: Trace, launch_rows: np.ndarray) -> ApiHealth:
         key=lambda s: -s.dur_us,
     )[:MAX_LISTED]
     return ApiHealth(calls=calls, slow_count=int(len(slow_rows)), slow=slow_list, contention=contention[:MAX_LISTED])
+
+
+def longest_overlapping(host, rows: np.ndarray, alloc: np.ndarray) -> np.ndarray:
+    """Per row of `rows`: the longest row of `alloc` overlapping it in time on another thread (the first in
+    `alloc` among equally long ones), else -1.
+
+    Overlap: alloc start < row end and alloc end > row start (rows must last > 0). One segment tree over
+    the allocations' times, each node holding the best allocation and the best on another thread than
+    that one, so that a query can skip its own thread: O((rows + alloc) log alloc), not rows x alloc.
+    """
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if len(rows) == 0 or len(alloc) == 0:
+        return out
+    pid = np.concatenate([host.pid[alloc], host.pid[rows]])
+    tid = np.concatenate([host.tid[alloc], host.tid[rows]])
+    thread = pair_ids(pid, tid)
+    a_thread, r_thread = thread[: len(alloc)], thread[len(alloc):]
+    a_start, a_end = host.start[alloc], host.end[alloc]
+    # rank: larger is better; longer first, then earlier in `alloc`
+    order = np.lexsort((np.arange(len(alloc)), -(a_end - a_start)))
+    rank = np.empty(len(alloc), dtype=np.int64)
+    rank[order] = np.arange(len(alloc) - 1, -1, -1)
+    by_rank = order[::-1]  # by_rank[k]: the allocation of rank k
+    # Leaves: 2i is the time xs[i], 2i+1 the open gap (xs[i], xs[i+1]). An allocation covers the open interval
+    # (start, end), or its one time when it lasts 0; a row, the open interval (start, end).
+    xs = np.unique(np.concatenate([a_start, a_end]))
+    size = 1 << max(0, int(2 * len(xs) - 2).bit_length())
+    i, j = np.searchsorted(xs, a_start), np.searchsorted(xs, a_end)
+    lo, hi = np.where(j > i, 2 * i + 1, 2 * i), np.where(j > i, 2 * j - 1, 2 * i)
+    item, node = (np.concatenate(x) for x in zip(*_cover(lo, hi, size)))
+    here = _best_per_node(node, rank[item], a_thread[item], 2 * size)
+    sub = [a.copy() for a in here]
+    level = size // 2
+    while level >= 1:  # sub[v]: every allocation held at v or below
+        v = np.arange(level, 2 * level)
+        merged = _merge(_merge(_at(here, v), _at(sub, 2 * v)), _at(sub, 2 * v + 1))
+        for a, m in zip(sub, merged):
+            a[v] = m
+        level //= 2
+    r_start, r_end = host.start[rows], host.end[rows]
+    qlo = np.maximum(2 * np.searchsorted(xs, r_start, side="right") - 1, 0)
+    qhi = np.minimum(2 * (np.searchsorted(xs, r_end, side="left") - 1) + 1, 2 * len(xs) - 2)
+    q = np.flatnonzero(qlo <= qhi)
+    acc = tuple(np.full(len(q), -1, dtype=np.int64) for _ in range(4))
+    for qi, qnode in _cover(qlo[q], qhi[q], size):  # each query at most once per piece
+        merged = _merge(_at(acc, qi), _at(sub, qnode))
+        for a, m in zip(acc, merged):
+            a[qi] = m
+    for leaf in (qlo[q], qhi[q]):  # the allocations held on the path to either end cover an end: they overlap
+        v = leaf + size
+        while np.any(v > 0):
+            acc = _merge(acc, _at(here, v))
+            v = v >> 1
+    k1, t1, k2, _ = acc
+    best = np.where(t1 != r_thread[q], k1, k2)
+    out[q] = np.where(best >= 0, alloc[by_rank[np.maximum(best, 0)]], -1)
+    return out
+
+
+def _cover(lo: np.ndarray, hi: np.ndarray, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The segment tree nodes that together cover leaves lo..hi of each range, as (range index, node) pieces,
+    a range at most once in each piece."""
+    pieces = []
+    idx = np.arange(len(lo))
+    left, right = lo + size, hi + size + 1
+    keep = left < right
+    idx, left, right = idx[keep], left[keep], right[keep]
+    while len(idx):
+        take = (left & 1) == 1
+        pieces.append((idx[take], left[take]))
+        left = left + take
+        take = (right & 1) == 1
+        right = right - take
+        pieces.append((idx[take], right[take]))
+        left, right = left >> 1, right >> 1
+        keep = left < right
+        idx, left, right = idx[keep], left[keep], right[keep]
+    return pieces or [(idx, idx)]
+
+
+def _best_per_node(node, rank, thread, n_nodes):
+    """Per node: the best rank and its thread, and the best rank on another thread and that thread (-1: none)."""
+    out = tuple(np.full(n_nodes, -1, dtype=np.int64) for _ in range(4))
+    if len(node) == 0:
+        return out
+    o = np.lexsort((-rank, node))
+    node, rank, thread = node[o], rank[o], thread[o]
+    head = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+    group = np.repeat(np.arange(len(head)), np.diff(np.r_[head, len(node)]))
+    out[0][node[head]], out[1][node[head]] = rank[head], thread[head]
+    other = np.flatnonzero(thread != thread[head][group])
+    first = other[np.r_[True, group[other][1:] != group[other][:-1]]] if len(other) else other
+    out[2][node[first]], out[3][node[first]] = rank[first], thread[first]
+    return out
+
+
+def _at(summary, v):
+    """The summaries of nodes v."""
+    return tuple(a[v] for a in summary)
+
+
+def _merge(a, b):
+    """The summary of the union of two summaries' allocations."""
+    k1a, t1a, k2a, t2a = a
+    k1b, t1b, k2b, t2b = b
+    a_wins = k1a >= k1b
+    k1, t1 = np.where(a_wins, k1a, k1b), np.where(a_wins, t1a, t1b)
+    wk, wt = np.where(a_wins, k2a, k2b), np.where(a_wins, t2a, t2b)  # the winner's best on another thread
+    lk1, lt1 = np.where(a_wins, k1b, k1a), np.where(a_wins, t1b, t1a)
+    lk2, lt2 = np.where(a_wins, k2b, k2a), np.where(a_wins, t2b, t2a)
+    lose_k, lose_t = np.where(lt1 != t1, lk1, lk2), np.where(lt1 != t1, lt1, lt2)
+    w = wk >= lose_k
+    return k1, t1, np.where(w, wk, lose_k), np.where(w, wt, lose_t)
 
 
 def _thread(trace: Trace, row: int) -> str:

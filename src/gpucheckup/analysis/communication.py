@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.window import Window
@@ -40,9 +39,8 @@ def comm_stats(trace: Trace, steps: Steps, kernels: KernelStats, window: Window)
     gpu = trace.gpu
     rows, cat = kernels.rows, kernels.category_of_row
     comm_total = exposed = 0.0
-    for dev in np.unique(gpu.device[rows]):
-        on = gpu.device[rows] == dev
-        c, k = rows[on & (cat == COMM)], rows[on & (cat != COMM)]
+    for on in by_key(gpu.device[rows]).values():  # one sort, not a mask per device
+        c, k = rows[on[cat[on] == COMM]], rows[on[cat[on] != COMM]]
         comm = iv.union(gpu.start[c], gpu.end[c])
         compute = iv.union(gpu.start[k], gpu.end[k])
         comm_total += iv.total(comm)

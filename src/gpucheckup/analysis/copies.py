@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
 from gpucheckup.analysis.window import Window
@@ -118,10 +119,13 @@ def copy_stats(trace: Trace, steps: Steps, timeline: Timeline, window: Window) -
     busy_total = sum(iv.total(b) for b in timeline.busy.values())
     copy_union_total = 0.0
     overlapped = 0.0
+    none = np.zeros(0, dtype=np.int64)
+    copies_of, all_kernels = by_key(gpu.device[rows]), np.flatnonzero(gpu.kind == KERNEL)
+    kernels_of = by_key(gpu.device[all_kernels])  # one sort each, not a mask per device
     for dev in timeline.busy:
-        c = (gpu.device[rows] == dev)
-        copies = iv.clip(iv.union(gpu.start[rows][c], gpu.end[rows][c]), lo, hi)
-        k = (gpu.kind == KERNEL) & (gpu.device == dev)
+        c = rows[copies_of.get(int(dev), none)]
+        copies = iv.clip(iv.union(gpu.start[c], gpu.end[c]), lo, hi)
+        k = all_kernels[kernels_of.get(int(dev), none)]
         kernels = iv.clip(iv.union(gpu.start[k], gpu.end[k]), lo, hi)
         copy_union_total += iv.total(copies)
         overlapped += iv.total(iv.intersect(copies, kernels))

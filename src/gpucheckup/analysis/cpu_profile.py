@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.steps import STEP_NAME
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
 
@@ -108,19 +109,18 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
     step_ids = trace.name_ids(lambda s: STEP_NAME.match(s) is not None)
     st = (h.cat == USER_ANNOTATION) & np.isin(h.name, step_ids)
     step_len = h.end[st] - h.start[st]
-    keys = np.unique(key)
-    top_union = {int(k): iv.union(start[(key == k) & top], end[(key == k) & top]) for k in keys}
+    of_thread = by_key(key)  # one sort, not a mask per thread (threads x ops)
+    top_union = {k: iv.union(start[i[top[i]]], end[i[top[i]]]) for k, i in of_thread.items()}
     main_key = max(top_union, key=lambda k: iv.total(top_union[k]))
     on = key == main_key
     windows = (iv.union(h.start[st], h.end[st]) if st.any()
                else iv.union(start[on].min(keepdims=True), end[on].max(keepdims=True)))
     span = max(iv.total(windows), 1e-9)
     rows = []
-    for k in keys:
-        m = key == k
-        pid, tid = int(h.pid[ops][m][0]), int(h.tid[ops][m][0])
-        busy = iv.total(iv.intersect(top_union[int(k)], windows))
-        rows.append(ThreadRow(pid, tid, trace.thread_names.get((pid, tid), ""), int(m.sum()), busy / 1e3,
+    for k, i in of_thread.items():
+        pid, tid = int(h.pid[ops[i[0]]]), int(h.tid[ops[i[0]]])
+        busy = iv.total(iv.intersect(top_union[k], windows))
+        rows.append(ThreadRow(pid, tid, trace.thread_names.get((pid, tid), ""), len(i), busy / 1e3,
                               100 * busy / span))
     rows.sort(key=lambda r: (r.pid * (1 << 32) + r.tid != main_key, -r.busy_ms))
     main = rows[0]
@@ -133,9 +133,9 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
     total_self = float(self_t.sum())
     by_name: dict[int, list] = {}
     op_names = h.name[ops]
-    for nid in np.unique(op_names):
-        m = op_names == nid
-        by_name[int(nid)] = [int(m.sum()), float(self_t[m].sum()), float((end - start)[m].sum())]
+    dur = end - start
+    for nid, i in by_key(op_names).items():  # one sort, not a mask per name (names x ops)
+        by_name[nid] = [len(i), float(self_t[i].sum()), float(dur[i].sum())]
     top_rows = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP_OPS]
     top_ops = [OpRow(str(names[nid]), c, s / 1e3, t / 1e3, 100 * s / total_self if total_self > 0 else 0.0)
                for nid, (c, s, t) in top_rows]

@@ -25,6 +25,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
 from gpucheckup.analysis.window import Window
@@ -75,8 +76,8 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
 
     # The op that ends each gap: the first op on the device starting at or after the gap's end.
     launch_t = np.full(n, np.nan)
-    gpu_of_dev = _groups(gpu.device)  # one sort, not a mask per device (linear in devices x ops)
-    for dev, g in _groups(gaps.device).items():
+    gpu_of_dev = by_key(gpu.device)  # one sort, not a mask per device (linear in devices x ops)
+    for dev, g in by_key(gaps.device).items():
         on_dev = gpu_of_dev.get(dev, np.zeros(0, dtype=np.int64))
         k = np.searchsorted(gpu.start[on_dev], gaps.end[g] - 1e-6, side="left")
         has = k < len(on_dev)
@@ -105,10 +106,10 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
     thread_key = np.empty(len(pid), dtype=np.int64)
     thread_key[order] = np.cumsum(new_pair) - 1
     host_key, gap_key = thread_key[:len(host)], thread_key[len(host):]
-    layer_rows = [(cause, {k: rows[i] for k, i in _groups(host_key[rows]).items()}) for cause, rows in layers]
-    sync_of = {k: all_sync_rows[i] for k, i in _groups(host_key[all_sync_rows]).items()}
+    layer_rows = [(cause, {k: rows[i] for k, i in by_key(host_key[rows]).items()}) for cause, rows in layers]
+    sync_of = {k: all_sync_rows[i] for k, i in by_key(host_key[all_sync_rows]).items()}
     none = np.zeros(0, dtype=np.int64)
-    for key, g in _groups(np.where(queued, -1, gap_key)).items():
+    for key, g in by_key(np.where(queued, -1, gap_key)).items():
         if key < 0:
             continue
         a, b = gaps.start[g], host_end[g]
@@ -124,14 +125,6 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
         time[g, OTHER] += np.maximum((b - a) - explained, 0.0)
         _apply_sync_drain(time, sync_row, g, a, b, host, sync_of.get(key, none))
     return GapCauses(time, threads, sync_row)
-
-
-def _groups(keys: np.ndarray) -> dict[int, np.ndarray]:
-    """The positions of each distinct key, in increasing order: one stable sort instead of a mask per key."""
-    order = np.argsort(keys, kind="stable")
-    k = keys[order]
-    cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
-    return {int(k[s]): order[s:e] for s, e in zip(np.r_[0, cuts], np.r_[cuts, len(k)]) if e > s}
 
 
 def _apply_sync_drain(time, sync_row, g, a, b, host, sync_rows) -> None:

@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from gpucheckup.analysis.copies import is_pageable
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"
@@ -150,13 +151,11 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
     py = np.flatnonzero(host.cat == PYTHON)
     if len(t0) == 0 or not trace.with_stack or len(py) == 0:
         return out
-    query_thread = pid * (1 << 32) + tid
-    for key in np.unique(query_thread).tolist():
-        tree = _frame_tree(trace, py, key)
+    for mine in by_key(pair_ids(pid, tid)).values():  # one sort groups the queries by thread
+        tree = _frame_tree(trace, py, (int(pid[mine[0]]), int(tid[mine[0]])))
         if tree is None:
             continue
         starts, ends, parent, name, user = tree
-        mine = np.flatnonzero(query_thread == key)
         inner = np.searchsorted(starts, t0[mine], side="right") - 1
         end = t1[mine]
         while True:  # up the tree until the frame ends at or after t1 (or none is left)
@@ -172,27 +171,29 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
 
 
 MAX_SEARCHED_FRAMES = 1024  # frames outside a nested call tree searched one by one; more: the stack walk
-_TREES: dict[tuple[int, int], tuple | None] = {}  # (id of a trace's host table, thread) -> its frame tree
+# (id of a trace's host table, thread) -> its frame tree; (id, None) -> frames by thread; (id, "library") -> names
+_TREES: dict[tuple, object] = {}
+_WATCHED: set[int] = set()  # host tables whose entries are dropped when they are
 
 
-def _frame_tree(trace: Trace, py: np.ndarray, thread: int) -> tuple | None:
+def _frame_tree(trace: Trace, py: np.ndarray, thread: tuple[int, int]) -> tuple | None:
     """One thread's Python frames as a call tree (starts, ends, parent, name id, first frame outside torch),
     sorted by start, longest first on ties; None without frames. Built once per trace and thread (several
     rules ask), and forgotten with the trace's host table."""
     host = trace.host
     if (id(host), thread) in _TREES:
         return _TREES[(id(host), thread)]
-    if not any(k[0] == id(host) for k in _TREES):
+    if id(host) not in _WATCHED:
+        _WATCHED.add(id(host))
         weakref.finalize(host, _forget, id(host))
-    frames = py[host.pid[py].astype(np.int64) * (1 << 32) + host.tid[py].astype(np.int64) == thread]
+    frames = _thread_frames(trace, py).get(thread, py[:0])
     tree = None
     if len(frames):
         frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
         starts, ends = host.start[frames], host.end[frames]
         parent = frame_parents(starts, ends)
         name = host.name[frames]
-        library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
-        lib = library[name]
+        lib = _library_names(trace)[name]
         user = np.where(lib, parent, np.arange(len(frames)))  # itself, or a step up towards its first non-torch ancestor
         while True:
             up = (user >= 0) & lib[np.maximum(user, 0)]
@@ -205,7 +206,28 @@ def _frame_tree(trace: Trace, py: np.ndarray, thread: int) -> tuple | None:
     return tree
 
 
+def _thread_frames(trace: Trace, py: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """The Python frame rows of each thread (pid, tid), grouped with one sort (a mask per thread was threads x
+    frames); kept with the trees and forgotten with them."""
+    host = trace.host
+    key = (id(host), None)
+    if key not in _TREES:
+        pid, tid = host.pid[py].astype(np.int64), host.tid[py].astype(np.int64)
+        _TREES[key] = {(int(pid[rows[0]]), int(tid[rows[0]])): py[rows]
+                       for rows in by_key(pair_ids(pid, tid)).values()}
+    return _TREES[key]
+
+
+def _library_names(trace: Trace) -> np.ndarray:
+    """Per name id: whether it is a frame inside torch or the standard library (once per trace)."""
+    key = (id(trace.host), "library")
+    if key not in _TREES:
+        _TREES[key] = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
+    return _TREES[key]
+
+
 def _forget(host_id: int) -> None:
+    _WATCHED.discard(host_id)
     for k in [k for k in _TREES if k[0] == host_id]:
         del _TREES[k]
 

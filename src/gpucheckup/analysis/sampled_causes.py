@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.stack_samples import classify, frames_of
 from gpucheckup.trace.host_samples import HostSamples
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
@@ -128,8 +129,7 @@ def sampled_causes(trace: Trace, samples: HostSamples, gaps=None) -> SampledCaus
     gap_by = gap_cov = gap_us = None
     if gaps is not None:
         gap_by, gap_cov, gap_us = {}, 0.0, float(np.sum(gaps.dur)) if len(gaps) else 0.0
-        for dev in np.unique(gaps.device):
-            g = gaps.device == dev
+        for g in by_key(gaps.device).values():  # one sort, not a mask per device
             d_by, d_cov = by_state(starts, ends, states, iv.union(gaps.start[g], gaps.end[g]))
             gap_cov += d_cov
             for k, v in d_by.items():

@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis import launches
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, KERNEL, Trace
 
@@ -394,18 +395,22 @@ def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int], seen: d
     with padding="same" records no padding), those of the outermost counted ops inside it instead.
     `inside`: the indices of the counted ops nested in op i; `seen`: op_flops's results by its arguments;
     `args`: op_flops's arguments (name and raw JSON arguments) of each row."""
-    a = args[i]
-    of = seen[a] if a in seen else seen.setdefault(a, op_flops(*a))
-    if of is not None:
-        return [(i, of)]
-    if not inside:
-        return []
-    sub = np.array(inside)
-    is_root, root_of = outermost(trace, rows[sub])
     out = []
-    for k in np.flatnonzero(is_root):
-        nested = [int(sub[j]) for j in range(len(sub)) if root_of[j] == k and j != k]
-        out += _count_op(trace, rows, int(sub[k]), nested, seen, args)
+    todo = [(i, inside)]  # depth first, first op first: a stack, not recursion (thousands of nested ops)
+    while todo:
+        i, inside = todo.pop()
+        a = args[i]
+        of = seen[a] if a in seen else seen.setdefault(a, op_flops(*a))
+        if of is not None:
+            out.append((i, of))
+            continue
+        if not inside:
+            continue
+        sub = np.array(inside)
+        is_root, root_of = outermost(trace, rows[sub])
+        of_root = by_key(root_of)  # one sort, not a scan of sub per outermost op (quadratic)
+        todo += reversed([(int(sub[k]), [int(sub[j]) for j in of_root[int(k)] if j != k])
+                          for k in np.flatnonzero(is_root)])
     return out
 
 
@@ -424,11 +429,15 @@ def _kernel_time_per_root(trace: Trace, rows: np.ndarray, root_of: np.ndarray, i
     dur = gpu.end[k] - gpu.start[k]
     total = np.zeros(len(rows))
     root_rows = rows[root_idx]
-    for pid, tid in {(host.pid[r], host.tid[r]) for r in root_rows}:
-        sel = root_idx[(host.pid[root_rows] == pid) & (host.tid[root_rows] == tid)]
+    key = pair_ids(np.concatenate([host.pid[root_rows], host.pid[op]]),
+                   np.concatenate([host.tid[root_rows], host.tid[op]]))
+    roots_of, ops_of = by_key(key[: len(root_rows)]), by_key(key[len(root_rows):])  # one sort, not a mask per thread
+    none = np.zeros(0, dtype=np.int64)
+    for thread, pos in roots_of.items():
+        sel = root_idx[pos]
         sel = sel[np.argsort(host.start[rows[sel]])]
         starts, ends = host.start[rows[sel]], host.end[rows[sel]]
-        on = (host.pid[op] == pid) & (host.tid[op] == tid)
+        on = ops_of.get(thread, none)
         t = host.start[op[on]]
         j = np.searchsorted(starts, t, side="right") - 1
         inside = (j >= 0) & (t <= ends[np.maximum(j, 0)])

@@ -23,6 +23,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis.gap_causes import SYNC, GapCauses
+from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace
 
@@ -104,15 +105,20 @@ def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dic
     if not len(rows):
         return out
     cand = np.flatnonzero(np.isin(host.cat, cats))
-    order = cand[np.lexsort((-host.end[cand], host.start[cand]))]  # outermost first among equal starts
-    by_thread: dict[tuple, list[int]] = {}
-    for r, p, t in zip(rows.tolist(), host.pid[rows].tolist(), host.tid[rows].tolist()):
-        by_thread.setdefault((p, t), []).append(r)
-    o_pid, o_tid = host.pid[order], host.tid[order]
-    for (p, t), queries in by_thread.items():
-        q = np.array(queries)
-        q = q[np.argsort(host.start[q], kind="stable")]
-        mine = order[(o_pid == p) & (o_tid == t)]
+    # One sort groups candidates and rows by thread (a mask per thread was threads x candidates).
+    pid = np.concatenate([host.pid[cand], host.pid[rows]])
+    tid = np.concatenate([host.tid[cand], host.tid[rows]])
+    thread = pair_ids(pid, tid)
+    c_thread, r_thread = thread[: len(cand)], thread[len(cand):]
+    srt = np.lexsort((-host.end[cand], host.start[cand], c_thread))  # per thread by start, outermost first
+    order, o_thread = cand[srt], c_thread[srt]
+    srt = np.lexsort((host.start[rows], r_thread))  # per thread by start (stable: equal starts in `rows` order)
+    q_rows, q_thread = rows[srt], r_thread[srt]
+    q_cut = np.flatnonzero(np.r_[True, q_thread[1:] != q_thread[:-1], True])
+    for a, b in zip(q_cut[:-1], q_cut[1:]):
+        q = q_rows[a:b]
+        lo, hi = np.searchsorted(o_thread, q_thread[a], "left"), np.searchsorted(o_thread, q_thread[a], "right")
+        mine = order[lo:hi]
         contains = (np.searchsorted(host.start[q], host.end[mine], "right")
                     > np.searchsorted(host.start[q], host.start[mine], "left"))
         mine = mine[contains]

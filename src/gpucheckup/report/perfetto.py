@@ -61,23 +61,27 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
     busy = report["gpu"]["step_busy_pct"]
     idle_by_step = _idle_by_step(a)
     steps = []
+    step_us, gap_us = st.duration, g.dur  # once: each is a new array (per step or gap it was steps x steps)
     for i in range(st.count):
         steps.append((_ns(st.start[i]), _ns(st.end[i]), st.labels[i], {
-            "step": i, "gpu_busy_pct": round(busy[i], 3), "step_ms": round(float(st.duration[i]) / 1000, 6),
+            "step": i, "gpu_busy_pct": round(busy[i], 3), "step_ms": round(float(step_us[i]) / 1000, 6),
             **{f"idle_ms_{c}": round(v, 6) for c, v in idle_by_step[i].items() if v > 0}}))
     ev += _x_track(pid, TID_STEPS, steps)
 
     dom = a.causes.dominant()
-    for dev in np.unique(g.device).tolist():
+    by_device = np.argsort(g.device, kind="stable")  # one sort, not a mask per device
+    devs = g.device[by_device]
+    cut = np.flatnonzero(np.r_[True, devs[1:] != devs[:-1], True]) if len(devs) else np.zeros(1, dtype=np.int64)
+    for dev, gap_rows in zip(devs[cut[:-1]].tolist(), np.split(by_device, cut[1:-1])):
         tid = TID_GAPS + int(dev)
         ev.append(_meta(pid, tid, "thread_name", name=f"idle gaps: GPU {dev}"))
         ev.append(_meta(pid, tid, "thread_sort_index", sort_index=10 + int(dev)))
         slices = []
-        for j in np.flatnonzero(g.device == dev):
+        for j in gap_rows:
             args = {f"{c}_us": round(float(a.causes.time[j, k]), 3) for k, c in enumerate(CAUSES)
                     if a.causes.time[j, k] > 0}
             step = int(g.step[j])
-            args.update(gap_us=round(float(g.dur[j]), 3), step=st.labels[step] if step >= 0 else None,
+            args.update(gap_us=round(float(gap_us[j]), 3), step=st.labels[step] if step >= 0 else None,
                         position_in_step=round(float(g.position[j]), 4))
             slices.append((_ns(g.start[j]), _ns(g.end[j]), f"idle: {CAUSES[int(dom[j])]}", args))
         ev += _x_track(pid, tid, sorted(slices, key=lambda s: s[0]))

@@ -9,7 +9,7 @@ text columns stay lists. A missing optional file is None. Needs no torch.
 
 A file that is there but malformed stops the reading with a one-line CheckupError naming the
 file and what is wrong: unreadable JSON or CSV, a CSV without a column the check-up uses
-(STEP_COLUMNS, NVML_COLUMNS, CPU_COLUMNS), an empty cell where one is needed (a step number, a
+(STEP_NEEDED, NVML_NEEDED, CPU_NEEDED: of layout's columns), an empty cell where one is needed (a step number, a
 sample time, a pid), a cell that is not a number, a JSON field of the wrong type (MANIFEST_TYPES,
 ENV_TYPES, ...). Such a file was not written by gpucheckup as it is, and leaving part of it out
 would give figures a user cannot check against the files; the error says which file to fix or
@@ -33,15 +33,15 @@ STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
 # samples.csv: main_stack since the raw stacks are stored; main_state and main_frame in older run directories
 SAMPLE_TEXT = {"main_stack", "main_state", "main_frame", "main_thread_active"}
-# Columns of layout's CSVs that the run-level analyses read (analysis/step_history.py,
-# analysis/telemetry.py, analysis/stack_samples.py), and those of them no row may leave empty.
-STEP_COLUMNS, STEP_FILLED = ("step", "ms"), ("step",)
+# Of layout's CSV columns (layout.STEP_COLUMNS, ...: their one home), those the run-level analyses read
+# (analysis/step_history.py, analysis/telemetry.py, analysis/stack_samples.py), and those no row may leave empty.
+STEP_NEEDED, STEP_FILLED = ("step", "ms"), ("step",)
 STEP_MAX, STEP_MS_MAX = 2.0 ** 53, 24 * 3600 * 1e3  # a step number, a step time of at most a day
 EPOCH_MAX = 2.0 ** 33  # a Unix time (s) before the year 2242
-NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
+NVML_NEEDED = ("t_s", "gpu", "util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz", "clock_reasons")
 NVML_FILLED = ("t_s",)
-CPU_COLUMNS, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
-SAMPLE_COLUMNS, SAMPLE_FILLED = ("t_s",), ("t_s",)
+CPU_NEEDED, CPU_FILLED = ("t_s", "pid", "cpu_pct"), ("t_s", "pid")
+SAMPLE_NEEDED, SAMPLE_FILLED = ("t_s",), ("t_s",)
 
 NUMBER, TEXT, OBJECT, LIST = "a number", "a string", "an object", "a list"
 MANIFEST_TYPES = {"kind": TEXT, "command": LIST, "started_epoch_s": NUMBER, "ended_epoch_s": NUMBER,
@@ -108,16 +108,16 @@ def read_run(path: Path) -> RunDir:
         run.agents[a.get("key") or p.stem] = a
     for p in sorted(path.glob(layout.STEPS_GLOB)):
         key = layout.steps_key(p.name)
-        run.steps[key] = read_csv(p, STEP_TEXT, STEP_COLUMNS, STEP_FILLED)
+        run.steps[key] = read_csv(p, STEP_TEXT, STEP_NEEDED, STEP_FILLED)
         for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
             bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
             if len(bad):
                 value = float(run.steps[key][col][bad[0]])
                 raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {value!r} is out of range (0 to {top:g})")
     if (path / layout.NVML).exists():
-        run.nvml = read_csv(path / layout.NVML, required=NVML_COLUMNS, filled=NVML_FILLED)
+        run.nvml = read_csv(path / layout.NVML, required=NVML_NEEDED, filled=NVML_FILLED)
     if (path / layout.CPU).exists():
-        run.cpu = read_csv(path / layout.CPU, CPU_TEXT, CPU_COLUMNS, CPU_FILLED)
+        run.cpu = read_csv(path / layout.CPU, CPU_TEXT, CPU_NEEDED, CPU_FILLED)
     if (path / layout.flops_file()).exists():
         run.flops = read_json(path / layout.flops_file(), FLOPS_TYPES)
     traces = path / layout.TRACES
@@ -126,7 +126,7 @@ def read_run(path: Path) -> RunDir:
         run.time_traces = sorted((path / layout.TIME_WINDOW_TRACES).glob("*.json*"))
         run.attach_traces = sorted((path / layout.ATTACH_TRACES).glob("*.json*"))
     if (path / layout.SAMPLES).exists():
-        run.samples = read_csv(path / layout.SAMPLES, SAMPLE_TEXT, SAMPLE_COLUMNS, SAMPLE_FILLED)
+        run.samples = read_csv(path / layout.SAMPLES, SAMPLE_TEXT, SAMPLE_NEEDED, SAMPLE_FILLED)
         if "main_stack" not in run.samples and "main_state" not in run.samples:
             raise CheckupError(f"{path / layout.SAMPLES}: no column main_stack (the header has: "
                                f"{','.join(run.samples)[:120]})")
@@ -154,7 +154,7 @@ def refuse_links_outside(path: Path) -> None:
 def read_nvml_recording(path: Path) -> RunDir:
     """A CSV written by `gpucheckup monitor --record` (nvml.csv's columns) as a run holding only its telemetry."""
     path = Path(path)
-    nvml = read_csv(path, required=NVML_COLUMNS, filled=NVML_FILLED)
+    nvml = read_csv(path, required=NVML_NEEDED, filled=NVML_FILLED)
     t = nvml["t_s"]
     start = float(t.min()) if len(t) else None
     return RunDir(path=path, manifest={"kind": "monitor", "command": ["gpucheckup", "monitor", "--record", str(path)],
