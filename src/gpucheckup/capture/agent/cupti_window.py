@@ -49,8 +49,33 @@ MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array
                 6: "Device Static", 7: "Managed Static"}
 
 
+def preload_libcupti() -> str | None:
+    """Where libcupti is not loaded yet and a CUDA wheel on sys.path carries it (site-packages/nvidia/*/lib, as
+    torch's CUDA wheels do), load it with RTLD_GLOBAL, so that cupti-python's load by name finds the library
+    torch's profiler uses; the path loaded, or None."""
+    import ctypes
+    import glob
+    import sys
+
+    try:
+        with open("/proc/self/maps") as f:
+            if "libcupti.so" in f.read():
+                return None
+    except OSError:
+        return None
+    for root in sys.path:
+        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libcupti.so*"))):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return path
+            except OSError:
+                continue
+    return None
+
+
 def load_cupti():
     """The `cupti.cupti` module of cupti-python; ImportError (or CUPTI's own error) when it cannot be used."""
+    preload_libcupti()
     from cupti import cupti  # noqa: PLC0415 - optional, imported only for a light window on a GPU
 
     cupti.get_timestamp()  # loads libcupti: fails here, not inside the window, when it cannot be found
