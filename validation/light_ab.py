@@ -80,13 +80,13 @@ def backend_of(run_dir: Path) -> dict:
 
 
 def run_once(job: str, mode: str, work: Path, r: int) -> dict:
-    script, extra, skip, steps, _ = JOBS[job]
+    script, extra, skip, steps_k, _ = JOBS[job]
     rep = work / f"{job}-{mode}-{r}.json"
     cmd = [PY, str(HERE / script), *extra, "--report", str(rep)]
     row = {"job": job, "mode": mode, "round": r}
     if mode != "plain":
         out = work / "runs" / f"{job}-{mode}-{r}"
-        cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps),
+        cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps_k),
                "--no-report", *(["--light"] if mode in ("light", "cupti") else []), "--", *cmd]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=job_env(mode))
@@ -109,6 +109,11 @@ def run_once(job: str, mode: str, work: Path, r: int) -> dict:
             row["window_median_ms"] = statistics.median(prof) if prof else None
             row["same_run_unprofiled_median_ms"] = statistics.median(plain) if plain else None
             row["window_ms"] = prof
+            steps = [(int(x["step"]), float(x["ms"])) for x in rows if x["phase"] == "" and x["ms"]]
+            before = [ms for n, ms in steps if skip // 2 <= n < skip]
+            after = [ms for n, ms in steps if n > skip + steps_k + 1]
+            row["before_window_median_ms"] = statistics.median(before) if before else None
+            row["after_window_median_ms"] = statistics.median(after) if after else None
             if mode in ("light", "cupti"):
                 row.update(backend_of(dirs[-1]))
     return row

@@ -172,13 +172,17 @@ class HostRanges:
             self.iter_cls = None
 
 
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
 def _record(a, kinds) -> tuple | None:
     """The fields kept of one CUPTI activity record (copied out: the record lives in CUPTI's buffer)."""
     k = a.kind
     g = getattr
     if k == kinds["CONCURRENT_KERNEL"]:
         return ("kernel", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
-                g(a, "context_id", 0), str(a.name),
+                g(a, "context_id", 0), _text(a.name),
                 (g(a, "grid_x", 0), g(a, "grid_y", 0), g(a, "grid_z", 0)),
                 (g(a, "block_x", 0), g(a, "block_y", 0), g(a, "block_z", 0)),
                 g(a, "registers_per_thread", 0), g(a, "static_shared_memory", 0) + g(a, "dynamic_shared_memory", 0))
