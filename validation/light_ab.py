@@ -172,6 +172,29 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def recheck(src: Path, root: Path, out: Path) -> None:
+    """Check up again every run of a light_ab.json whose run directory is now under `root`."""
+    rows = json.loads(src.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        if not row.get("run_dir"):
+            continue
+        rd = Path(row["run_dir"])
+        moved = root / rd.parent.name / rd.name
+        if not moved.is_dir():
+            row["verdict_error"] = f"not brought back: {moved}"
+            continue
+        row["run_dir"] = str(moved)
+        try:
+            check(row)
+        except Exception as e:  # noqa: BLE001
+            row["verdict_error"] = f"{type(e).__name__}: {e}"
+        print(row["job"], row["mode"], row["round"], row.get("verdict"), row.get("gaps_source"), flush=True)
+    (out / "light_ab.json").write_text(json.dumps(rows, indent=1))
+    (out / "light_ab.md").write_text(table(rows) + "\n")
+    print(table(rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -182,7 +205,13 @@ def main() -> None:
     ap.add_argument("--modes", default="plain,full,light")
     ap.add_argument("--cupti-site", default="", help="folder holding cupti-python, put on the cupti mode's PYTHONPATH")
     ap.add_argument("--check-budget-s", type=float, default=150.0, help="time kept at the end for the check-ups")
+    ap.add_argument("--recheck", type=Path, help="check up the runs of this light_ab.json again (here, not on the "
+                    "device), their run directories moved under --runs-root; writes OUT/light_ab.json and .md")
+    ap.add_argument("--runs-root", type=Path, help="where the runs of --recheck now are (their job-mode-round folders)")
     a = ap.parse_args()
+    if a.recheck:
+        recheck(a.recheck, a.runs_root, a.out)
+        return
     CUPTI_SITE[0] = a.cupti_site
     modes = tuple(a.modes.split(","))
     t_end = time.time() + a.deadline_s
