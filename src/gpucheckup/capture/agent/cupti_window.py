@@ -338,6 +338,23 @@ def distributed_info(torch) -> dict | None:
 
 
 _DEMANGLED: dict[str, str] = {}
+_CXA = []  # [(__cxa_demangle, free)] once loaded; [None] where the C++ runtime cannot be loaded
+
+
+def _cxa():
+    if not _CXA:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            free = ctypes.CDLL(None).free
+            free.argtypes = [ctypes.c_void_p]
+            _CXA.append((fn, free))
+        except (OSError, AttributeError):
+            _CXA.append(None)
+    return _CXA[0]
 
 
 def demangle(name: str) -> str:
@@ -348,20 +365,20 @@ def demangle(name: str) -> str:
     if got is not None:
         return got
     out = name
-    try:
+    cxa = _cxa()
+    if cxa is not None:
         import ctypes
 
-        lib = ctypes.CDLL("libstdc++.so.6")
-        fn = lib.__cxa_demangle
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        fn, free = cxa
         status = ctypes.c_int(-1)
-        ptr = fn(name.encode(), None, None, ctypes.byref(status))
-        if ptr and status.value == 0:
-            out = ctypes.string_at(ptr).decode("utf-8", "replace")
-            ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
-    except (OSError, AttributeError, ValueError):
-        pass
+        try:
+            ptr = fn(name.encode("utf-8", "replace"), None, None, ctypes.byref(status))
+        except (ValueError, ctypes.ArgumentError):
+            ptr = None
+        if ptr:
+            if status.value == 0:
+                out = ctypes.string_at(ptr).decode("utf-8", "replace")
+            free(ptr)
     _DEMANGLED[name] = out
     return out
 
