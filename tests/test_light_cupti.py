@@ -195,3 +195,40 @@ def test_demangle_reads_cxx_symbols_and_keeps_other_names():
     assert cw.demangle("_Z3fooi") == "foo(int)"
     assert cw.demangle("sm90_xmma_gemm_bf16bf16") == "sm90_xmma_gemm_bf16bf16"
     assert cw.demangle("_Znot a symbol") == "_Znot a symbol"
+
+
+def test_window_stopped_from_the_optimizers_post_hook_leaves_the_job_running():
+    """The agent stops the window inside torch's optimizer post-step hook (its step hook): turning the host ranges
+    off there must not change the hooks torch is iterating (on the H200 it did: `OrderedDict mutated during
+    iteration` ended the job)."""
+    torch = pytest.importorskip("torch")
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    fake = FakeCupti()
+    w = cw.CuptiWindow(torch, fake)
+    scopes = w.host_scopes()
+    state = {"n": 0}
+
+    def agent_hook(opt, args, kwargs):  # as core.Agent._on_step: start after step 1, stop after step 3
+        state["n"] += 1
+        if state["n"] == 1:
+            scopes.on()
+            w.start()
+        elif state["n"] == 2:
+            w.step()
+        elif state["n"] == 3:
+            w.stop()
+            scopes.off()
+
+    handle = register_optimizer_step_post_hook(agent_hook)
+    try:
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(6):
+            model(torch.randn(3, 2)).sum().backward()
+            opt.step()
+    finally:
+        handle.remove()
+    assert state["n"] == 6
+    names = [r[0] for r in w.host.ranges]
+    assert names.count("Optimizer.step#SGD.step") == 2  # steps 2 and 3; none after the window

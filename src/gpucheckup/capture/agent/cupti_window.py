@@ -2,8 +2,8 @@
 
 Inside the job only this runs during the window: CUPTI's records of kernels (CONCURRENT_KERNEL), copies
 (MEMCPY) and memsets (MEMSET), written by CUPTI into its own buffers; no runtime or driver API record, no
-RecordFunction callback. The host side costs one clock read per step boundary, per optimizer step and per
-DataLoader batch (`HostRanges`); the host's attribution comes from py-spy outside the job (capture/sampler.py).
+RecordFunction callback. The host side costs one clock read per step boundary and two per optimizer step and
+per DataLoader batch (`HostRanges`); the host's attribution comes from py-spy outside the job (capture/sampler.py).
 CUPTI's buffers are handed to Python (`_completed`) only when one fills (BUFFER_BYTES holds ~60,000 kernel
 records) or when the window stops, so the conversion happens after the window's last step.
 
@@ -118,58 +118,83 @@ class Clock:
 
 
 class HostRanges:
-    """The cheap host ranges, each one clock read: optimizer steps (global pre/post hooks) and DataLoader batches
-    (a wrapper on `_BaseDataLoaderIter.__next__`), as (name, start Unix ns, end Unix ns)."""
+    """The cheap host ranges, each one clock read, as (name, start Unix ns, end Unix ns): optimizer steps (a wrapper
+    on the `step` of each optimizer class torch has hooked, i.e. instantiated) and DataLoader batches (a wrapper on
+    `_BaseDataLoaderIter.__next__`). Class attributes are swapped, never torch's hook dictionaries: the agent turns
+    these on and off inside torch's optimizer post-step hooks, while torch iterates those dictionaries (adding or
+    removing a hook there ends the job with `OrderedDict mutated during iteration`, as seen on the H200). A step
+    still open when the ranges are turned off (the window's last one: the agent stops inside it) ends then."""
 
     backend = BACKEND
 
     def __init__(self, torch):
         self.torch = torch
         self.ranges: list[tuple[str, int, int]] = []
-        self.handles = []
         self.open_steps: dict[int, tuple[str, int]] = {}
-        self.iter_cls = None
-        self.iter_next = None
+        self.swapped: list[tuple[type, str, object]] = []  # (class, attribute, original)
+        self.active = False
 
     def on(self) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-
         opened, ranges = self.open_steps, self.ranges
+        self.active = True
+        for cls in _hooked_optimizers(self.torch):
+            real = cls.__dict__["step"]
 
-        def pre(opt, args, kwargs):
-            name = type(opt).__name__
-            opened[id(opt)] = (f"Optimizer.step#{name}.step", time.time_ns())
+            def timed_step(opt, *args, _real=real, **kwargs):
+                key = id(opt)
+                opened[key] = (f"Optimizer.step#{type(opt).__name__}.step", time.time_ns())
+                try:
+                    return _real(opt, *args, **kwargs)
+                finally:
+                    got = opened.pop(key, None)
+                    if got is not None:
+                        ranges.append((got[0], got[1], time.time_ns()))
 
-        def post(opt, args, kwargs):
-            t = time.time_ns()
-            got = opened.pop(id(opt), None)
-            if got is not None:
-                ranges.append((got[0], got[1], t))
-
-        self.handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+            timed_step.hooked = True  # torch wraps a class's step once, where this is not set
+            self._swap(cls, "step", timed_step)
         try:
             from torch.utils.data.dataloader import _BaseDataLoaderIter
         except ImportError:
             return
-        real = _BaseDataLoaderIter.__next__
+        real_next = _BaseDataLoaderIter.__dict__["__next__"]
 
         def timed_next(it):
             t0 = time.time_ns()
             try:
-                return real(it)
+                return real_next(it)
             finally:
                 ranges.append((f"enumerate(DataLoader)#{type(it).__name__}.__next__", t0, time.time_ns()))
 
-        self.iter_cls, self.iter_next = _BaseDataLoaderIter, real
-        _BaseDataLoaderIter.__next__ = timed_next
+        self._swap(_BaseDataLoaderIter, "__next__", timed_next)
+
+    def _swap(self, cls: type, attr: str, fn) -> None:
+        self.swapped.append((cls, attr, cls.__dict__[attr]))
+        setattr(cls, attr, fn)
 
     def off(self) -> None:
-        for h in self.handles:
-            h.remove()
-        self.handles = []
-        if self.iter_cls is not None:
-            self.iter_cls.__next__ = self.iter_next
-            self.iter_cls = None
+        """Put the classes' attributes back; a step still open ends now."""
+        now = time.time_ns()
+        for cls, attr, original in reversed(self.swapped):
+            setattr(cls, attr, original)
+        self.swapped = []
+        for name, t0 in self.open_steps.values():
+            self.ranges.append((name, t0, now))
+        self.open_steps.clear()
+        self.active = False
+
+
+def _hooked_optimizers(torch) -> list[type]:
+    """The optimizer classes whose own `step` torch has wrapped for its hooks (every class instantiated so far)."""
+    out, todo, seen = [], [torch.optim.Optimizer], set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if getattr(cls.__dict__.get("step"), "hooked", False):
+            out.append(cls)
+    return out
 
 
 def _text(v) -> str:
