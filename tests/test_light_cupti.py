@@ -14,9 +14,12 @@ import gzip
 import json
 import time
 import types
+from pathlib import Path
 
 import pytest
 
+from conftest import raw_events
+from gpucheckup.analysis.sampled_causes import SOURCE_GPU_ONLY
 from gpucheckup.capture.agent import cupti_window as cw
 from gpucheckup.capture.agent.light import BACKEND_TORCH, light_recorder
 
@@ -232,3 +235,59 @@ def test_window_stopped_from_the_optimizers_post_hook_leaves_the_job_running():
     assert state["n"] == 6
     names = [r[0] for r in w.host.ranges]
     assert names.count("Optimizer.step#SGD.step") == 2  # steps 2 and 3; none after the window
+
+
+# ---- CUPTI light windows captured on the H200 (validation/light_ab.py, 2026-11-30; docs/validation.md section 6) ---
+# The jobs ended with the agent's error at the window's end (fixed since: the post-hook test above); the windows and
+# their traces were complete.
+H200_LIGHT = Path(__file__).resolve().parent / "data" / "h200" / "light"
+
+
+def _report(name: str) -> dict:
+    from gpucheckup.pipeline import check_run
+
+    return check_run(H200_LIGHT / name).checkups[0].report
+
+
+def _x(name: str) -> list[dict]:
+    return [e for e in raw_events(H200_LIGHT / name / "traces" / "trace.json.gz")["traceEvents"] if e.get("ph") == "X"]
+
+
+def test_h200_cupti_trace_holds_the_same_gpu_work_as_torch_profilers():
+    cupti_ev, torch_ev = _x("launch_bound_cupti"), _x("launch_bound")  # the same job and window, two backends
+    cats = {e["cat"] for e in cupti_ev}
+    assert cats == {"kernel", "gpu_memset", "user_annotation"}  # no runtime, driver or flow events
+
+    def per_step(ev):
+        steps = sum(e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#") for e in ev)
+        return sum(e["cat"] == "kernel" for e in ev) / steps
+
+    assert per_step(cupti_ev) == per_step(torch_ev) == 339.0
+    names = {e["name"] for e in cupti_ev if e["cat"] == "kernel"}
+    assert names == {e["name"] for e in torch_ev if e["cat"] == "kernel"}  # demangled as Kineto names them
+
+
+def test_h200_cupti_clock_puts_the_optimizers_kernels_inside_its_steps():
+    """CUPTI's clock vs the host's: AdamW's kernels run while Optimizer.step runs on the host (the GPU is idle in a
+    launch-bound job, so each starts within microseconds of its launch)."""
+    ev = _x("launch_bound_cupti")
+    opt = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"].startswith("Optimizer.step#AdamW")]
+    kernels = [e["ts"] for e in ev if e["cat"] == "kernel" and "multi_tensor_apply" in e["name"]]
+    assert len(opt) == 30 and len(kernels) == 450
+    inside = sum(any(a <= t <= b for a, b in opt) for t in kernels)
+    assert inside >= 0.95 * len(kernels)
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"].startswith("ProfilerStep#")]
+    assert all(any(a <= e["ts"] <= b for a, b in steps) for e in ev if e["cat"] == "kernel")
+
+
+def test_h200_cupti_light_verdicts_and_sources():
+    r = _report("launch_bound_cupti")
+    assert r["verdict"]["primary"] == "launch_bound"
+    assert r["gaps"]["source"] == SOURCE_GPU_ONLY
+    hs = r["run_figures"]["host_samples"]
+    assert hs["gap_covered_pct"] >= 90.0
+    dispatching = sum(next((x["pct"] for x in hs["gap_by_state"] if x["state"] == s), 0.0)
+                      for s in ("forward", "backward", "optimizer", "python"))
+    assert dispatching >= 95.0
+    assert hs["ranges"]["optimizer"]["pct"] > 0.0  # the agent's own Optimizer.step ranges
+    assert _report("gpu_bound_cupti")["verdict"]["primary"] == "gpu_bound"
