@@ -4,12 +4,16 @@ For each workload (launch-, sync-, input-, GPU-bound, MoE), ROUNDS rounds; in ea
 in a fresh process each, their order rotated every round:
 - plain: `python3 validation/train_X.py` (the job's own per-step wall times, validation/common.py)
 - full:  `gpucheckup run --skip S --steps K --no-report -- python3 ...` (the default window: CPU ops + CUDA)
-- light: the same with `--light` (CUDA activities and user ranges; py-spy stacks sampled outside the job)
+- light: the same with `--light`, torch.profiler backend (CUDA activities and user ranges; py-spy stacks
+  sampled outside the job): the job's PYTHONPATH has no cupti-python, so the agent falls back (agent/light.py)
+- cupti: `--light` with cupti-python on the job's PYTHONPATH (--cupti-site): CUPTI's activity API, kernels,
+  copies and memsets only (agent/cupti_window.py)
 Step time inside a window: the median of steps.csv's `profiled` rows; plain: the median step after warm-up.
 Then every captured run is checked up (`gpucheckup analyze RUN --json`) for its verdict, gap-cause source and
 the light window's sampled host states, until the deadline.
 Usage (device machine, repo root, PYTHONPATH with gpucheckup, py-spy on PATH):
-  python3 validation/light_ab.py OUT [--rounds N] [--deadline-s S] [--jobs launch,gpu,...]
+  python3 validation/light_ab.py OUT [--rounds N] [--deadline-s S] [--jobs launch,gpu,...] [--modes plain,light,cupti]
+      [--cupti-site DIR]
 Writes OUT/light_ab.json (every figure) and OUT/light_ab.md (the tables).
 """
 
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,20 +39,57 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "gpu": ("train_gpu_bound.py", ["--steps", "130"], 60, 30, "gpu_bound"),
     "moe": ("train_moe.py", ["--steps", "90"], 40, 20, None),
 }
-MODES = ("plain", "full", "light")
+MODES = ("plain", "full", "light", "cupti")
+CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
+
+
+def job_env(mode: str) -> dict:
+    """The job's environment: cupti-python on PYTHONPATH for the cupti mode only."""
+    env = dict(os.environ)
+    parts = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x and x != CUPTI_SITE[0]]
+    if mode == "cupti" and CUPTI_SITE[0]:
+        parts.insert(0, CUPTI_SITE[0])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def backend_of(run_dir: Path) -> dict:
+    """Which light backend ran (agent.json's capture, the agent log's line) and the CUPTI trace's own summary."""
+    out = {}
+    try:
+        info = json.loads((run_dir / "agent.json").read_text())
+        caps = info.get("captures") or []
+        out["light_backend"] = caps[0].get("light_backend") if caps else None
+        out["agent_errors"] = info.get("errors")
+    except (OSError, ValueError):
+        pass
+    try:
+        out["light_log"] = [ln.split(": ", 1)[-1] for ln in (run_dir / "agent.log").read_text().splitlines()
+                            if "light window:" in ln][:2]
+    except OSError:
+        pass
+    tr = run_dir / "traces" / "trace.json.gz"
+    if tr.exists():
+        try:
+            d = json.loads(gzip.decompress(tr.read_bytes()))
+            out["trace_mb"] = round(tr.stat().st_size / 1e6, 2)
+            out["gpucheckup_light"] = d.get("gpucheckup_light")
+        except (OSError, ValueError) as e:
+            out["trace_error"] = str(e)
+    return out
 
 
 def run_once(job: str, mode: str, work: Path, r: int) -> dict:
-    script, extra, skip, steps, _ = JOBS[job]
+    script, extra, skip, steps_k, _ = JOBS[job]
     rep = work / f"{job}-{mode}-{r}.json"
     cmd = [PY, str(HERE / script), *extra, "--report", str(rep)]
     row = {"job": job, "mode": mode, "round": r}
     if mode != "plain":
         out = work / "runs" / f"{job}-{mode}-{r}"
-        cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps),
-               "--no-report", *(["--light"] if mode == "light" else []), "--", *cmd]
+        cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps_k),
+               "--no-report", *(["--light"] if mode in ("light", "cupti") else []), "--", *cmd]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=job_env(mode))
     row["wall_s"] = round(time.time() - t0, 2)
     row["rc"] = p.returncode
     if p.returncode:
@@ -65,6 +108,14 @@ def run_once(job: str, mode: str, work: Path, r: int) -> dict:
             plain = [float(x["ms"]) for x in rows[skip // 2:] if x["phase"] == "" and x["ms"]]
             row["window_median_ms"] = statistics.median(prof) if prof else None
             row["same_run_unprofiled_median_ms"] = statistics.median(plain) if plain else None
+            row["window_ms"] = prof
+            steps = [(int(x["step"]), float(x["ms"])) for x in rows if x["phase"] == "" and x["ms"]]
+            before = [ms for n, ms in steps if skip // 2 <= n < skip]
+            after = [ms for n, ms in steps if n > skip + steps_k + 1]
+            row["before_window_median_ms"] = statistics.median(before) if before else None
+            row["after_window_median_ms"] = statistics.median(after) if after else None
+            if mode in ("light", "cupti"):
+                row.update(backend_of(dirs[-1]))
     return row
 
 
@@ -91,33 +142,57 @@ def pct(a, b):
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| workload | plain ms (runs) | full window ms (runs) | light window ms (runs) | full vs plain | "
-           "light vs plain | light vs same-run unprofiled | verdict full | verdict light | expected |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    """Per workload and mode: window step time (median, runs), against plain and in-run, verdicts."""
+    out = ["| workload | mode | window ms median (runs) | vs plain median | in-run median (runs) | verdicts | expected |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
     for job in JOBS:
         by = {m: [r for r in rows if r["job"] == job and r["mode"] == m] for m in MODES}
         if not any(by.values()):
             continue
         pl = [r["plain_median_ms"] for r in by["plain"] if r.get("plain_median_ms")]
-        fu = [r["window_median_ms"] for r in by["full"] if r.get("window_median_ms")]
-        li = [r["window_median_ms"] for r in by["light"] if r.get("window_median_ms")]
-        same = [pct(r.get("window_median_ms"), r.get("same_run_unprofiled_median_ms")) for r in by["light"]]
-        same = [x for x in same if x is not None]
-        med = {k: statistics.median(v) if v else None for k, v in (("p", pl), ("f", fu), ("l", li))}
-
-        def runs(v):
-            return ", ".join(f"{x:.2f}" for x in v)
+        p_med = statistics.median(pl) if pl else None
 
         def fmt(x):
             return "-" if x is None else f"{x:+.1f}%"
 
-        vf = sorted({str(r.get("verdict")) for r in by["full"] if "verdict" in r})
-        vl = sorted({str(r.get("verdict")) for r in by["light"] if "verdict" in r})
-        out.append(f"| {job} | {med['p'] or 0:.2f} ({runs(pl)}) | {med['f'] or 0:.2f} ({runs(fu)}) | "
-                   f"{med['l'] or 0:.2f} ({runs(li)}) | {fmt(pct(med['f'], med['p']))} | {fmt(pct(med['l'], med['p']))} | "
-                   f"{fmt(statistics.median(same)) if same else '-'} ({', '.join(f'{x:+.1f}' for x in same)}) | "
-                   f"{'/'.join(vf) or '-'} | {'/'.join(vl) or '-'} | {JOBS[job][4] or '-'} |")
+        if pl:
+            out.append(f"| {job} | plain | {p_med:.2f} ({', '.join(f'{x:.2f}' for x in pl)}) | | | | "
+                       f"{JOBS[job][4] or '-'} |")
+        for m in MODES[1:]:
+            v = [r["window_median_ms"] for r in by[m] if r.get("window_median_ms")]
+            if not v:
+                continue
+            same = [pct(r.get("window_median_ms"), r.get("same_run_unprofiled_median_ms")) for r in by[m]]
+            same = [x for x in same if x is not None]
+            med = statistics.median(v)
+            verdicts = "/".join(str(r.get("verdict")) for r in by[m] if "verdict" in r) or "-"
+            out.append(f"| {job} | {m} | {med:.2f} ({', '.join(f'{x:.2f}' for x in v)}) | {fmt(pct(med, p_med))} | "
+                       f"{fmt(statistics.median(same)) if same else '-'} ({', '.join(f'{x:+.1f}' for x in same)}) | "
+                       f"{verdicts} | {JOBS[job][4] or '-'} |")
     return "\n".join(out)
+
+
+def recheck(src: Path, root: Path, out: Path) -> None:
+    """Check up again every run of a light_ab.json whose run directory is now under `root`."""
+    rows = json.loads(src.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        if not row.get("run_dir"):
+            continue
+        rd = Path(row["run_dir"])
+        moved = root / rd.parent.name / rd.name
+        if not moved.is_dir():
+            row["verdict_error"] = f"not brought back: {moved}"
+            continue
+        row["run_dir"] = str(moved)
+        try:
+            check(row)
+        except Exception as e:  # noqa: BLE001
+            row["verdict_error"] = f"{type(e).__name__}: {e}"
+        print(row["job"], row["mode"], row["round"], row.get("verdict"), row.get("gaps_source"), flush=True)
+    (out / "light_ab.json").write_text(json.dumps(rows, indent=1))
+    (out / "light_ab.md").write_text(table(rows) + "\n")
+    print(table(rows))
 
 
 def main() -> None:
@@ -127,7 +202,18 @@ def main() -> None:
     ap.add_argument("--deadline-s", type=float, default=540.0)
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--work", type=Path, default=Path("/tmp/light_ab"))
+    ap.add_argument("--modes", default="plain,full,light")
+    ap.add_argument("--cupti-site", default="", help="folder holding cupti-python, put on the cupti mode's PYTHONPATH")
+    ap.add_argument("--check-budget-s", type=float, default=150.0, help="time kept at the end for the check-ups")
+    ap.add_argument("--recheck", type=Path, help="check up the runs of this light_ab.json again (here, not on the "
+                    "device), their run directories moved under --runs-root; writes OUT/light_ab.json and .md")
+    ap.add_argument("--runs-root", type=Path, help="where the runs of --recheck now are (their job-mode-round folders)")
     a = ap.parse_args()
+    if a.recheck:
+        recheck(a.recheck, a.runs_root, a.out)
+        return
+    CUPTI_SITE[0] = a.cupti_site
+    modes = tuple(a.modes.split(","))
     t_end = time.time() + a.deadline_s
     a.out.mkdir(parents=True, exist_ok=True)
     a.work.mkdir(parents=True, exist_ok=True)
@@ -140,18 +226,19 @@ def main() -> None:
 
     for r in range(a.rounds):
         for job in jobs:
-            if time.time() > t_end - 150:  # keep time for the check-ups
+            if time.time() > t_end - a.check_budget_s:  # keep time for the check-ups
                 break
-            order = MODES[r % 3:] + MODES[: r % 3]
+            order = modes[r % len(modes):] + modes[: r % len(modes)]
             for m in order:
                 try:
                     row = run_once(job, m, a.work, r)
                 except Exception as e:  # noqa: BLE001
                     row = {"job": job, "mode": m, "round": r, "error": f"{type(e).__name__}: {e}"}
                 rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "stderr"}), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k not in ("stderr", "window_ms")}), flush=True)
             save()
-    for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: x["round"]):
+    first = {"cupti": 0, "light": 1, "full": 2}
+    for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: (x["round"], first.get(x["mode"], 3))):
         if time.time() > t_end:
             break
         try:

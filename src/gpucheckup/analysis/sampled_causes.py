@@ -29,11 +29,12 @@ from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.stack_samples import classify, frames_of
 from gpucheckup.trace.host_samples import HostSamples
-from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
+from gpucheckup.trace.tables import CPU_OP, RUNTIME, USER_ANNOTATION, Trace
 
 SOURCE_SAMPLES = "sampled stacks"  # the words every figure from here carries
 SOURCE_OPS = "profiler ops"  # the operator-based gap causes of a full window
 SOURCE_RUNTIME = "CUDA runtime calls (light window: no operators)"  # the same causes where no operator was recorded
+SOURCE_GPU_ONLY = "GPU records only (CUPTI light window: no operators, no runtime calls)"  # every gap reads other_host
 STEP_PREFIX = "ProfilerStep#"
 RANGES = {"dataloader": ("enumerate(DataLoader)#",), "optimizer": ("Optimizer.step#", "Optimizer.zero_grad#")}
 
@@ -79,8 +80,11 @@ class SampledCauses:
 
 
 def gap_source(trace: Trace) -> str:
-    """What the trace's gap causes (analysis/gap_causes.py) were attributed from: operators, or runtime calls only."""
-    return SOURCE_OPS if bool(np.any(trace.host.cat == CPU_OP)) else SOURCE_RUNTIME
+    """What the trace's gap causes (analysis/gap_causes.py) were attributed from: operators, runtime calls only, or
+    neither (a CUPTI light window's GPU records)."""
+    if bool(np.any(trace.host.cat == CPU_OP)):
+        return SOURCE_OPS
+    return SOURCE_RUNTIME if bool(np.any(trace.host.cat == RUNTIME)) else SOURCE_GPU_ONLY
 
 
 def state_intervals(samples: HostSamples, base_us: float) -> tuple[np.ndarray, np.ndarray, list[str]]:

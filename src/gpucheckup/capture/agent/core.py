@@ -385,6 +385,7 @@ class Agent:
                        last_step=first + steps - 1 if steps else None, seconds=seconds, request=request, auto=auto)
             if self.settings["light"]:
                 self._start_light(w)
+            prof = w.prof
             prof.start()
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
@@ -400,10 +401,11 @@ class Agent:
                 request.done.set()
 
     def _start_light(self, w: Window) -> None:
-        """A light window (agent/light.py): user-scope ranges only, and the launcher asked to sample stacks."""
-        from gpucheckup.capture.agent.light import UserScopes
+        """A light window (agent/light.py): CUPTI's activity records or user-scope ranges only, and the launcher
+        asked to sample stacks."""
+        from gpucheckup.capture.agent.light import light_recorder
 
-        w.light = UserScopes(self.torch)
+        w.prof, w.light = light_recorder(self.torch, w.prof, self.log)
         w.light.on()
         if not self.light_marked:
             self._mark_sampling(None)
@@ -429,6 +431,7 @@ class Agent:
 
         light.off()
         capture["light"] = True
+        capture["light_backend"] = getattr(light, "backend", "")
         try:
             mark(self.dir, self.files["sampling_stop"], self.pid)
         except OSError as e:

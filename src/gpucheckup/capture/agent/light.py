@@ -1,7 +1,13 @@
-"""The light window inside the job: a profiler that records CUDA activities and user ranges only, and the
+"""The light window inside the job: a recorder of CUDA activities and the cheap ranges only, and the
 marks that ask the launcher to sample the job's stacks from outside (capture/sampler.py).
 
-A light window is torch.profiler with the CPU activity restricted to the USER_SCOPE of RecordFunction:
+Two backends, chosen when the window starts (`light_recorder`):
+- CUPTI's activity API through NVIDIA's `cupti-python` (agent/cupti_window.py): kernels, copies and memsets
+  only, no runtime or driver API record, no torch.profiler; the cheap ranges from one clock read each. Used
+  where `cupti` imports, libcupti loads and torch sees a GPU.
+- Otherwise torch.profiler, as below, with one line in the agent log saying why.
+
+The torch.profiler light window is torch.profiler with the CPU activity restricted to the USER_SCOPE of RecordFunction:
 the ranges the job and torch name with `record_function` (ProfilerStep#N, the DataLoader's
 `enumerate(DataLoader)#...__next__`, `Optimizer.step#...`, `Optimizer.zero_grad#...`) are recorded; no
 operator (aten::) and no autograd node is, so their per-op callbacks never run. Where there is a GPU,
@@ -30,6 +36,28 @@ def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
     return (skip - 1 - n) * typical / 1000.0 <= LEAD_S
 
 
+BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
+
+
+def light_recorder(torch, prof, log):
+    """(recorder, scopes) of a light window: a CuptiWindow and its host ranges where cupti-python works and
+    torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets one line saying which and why."""
+    reason = None
+    try:
+        if not torch.cuda.is_available():
+            reason = "no CUDA device"
+        else:
+            from gpucheckup.capture.agent.cupti_window import CuptiWindow, load_cupti
+
+            window = CuptiWindow(torch, load_cupti(), log)
+            log(f"light window: {window.backend} (kernels, copies, memsets; no runtime calls)")
+            return window, window.host_scopes()
+    except Exception as e:  # noqa: BLE001 - ImportError, libcupti not found, CUPTI's own errors
+        reason = f"cupti-python is not usable ({type(e).__name__}: {str(e)[:200]})"
+    log(f"light window: {BACKEND_TORCH}, the fallback: {reason}")
+    return prof, UserScopes(torch)
+
+
 class UserScopes:
     """While on: torch.autograd.profiler enables RecordFunction callbacks for USER_SCOPE only."""
 
@@ -40,6 +68,7 @@ class UserScopes:
         self.module = ap
         self.original = ap._enable_profiler
         self.scopes = {RecordScope.USER_SCOPE}
+        self.backend = BACKEND_TORCH
 
     def on(self) -> None:
         original, scopes = self.original, self.scopes

@@ -1,0 +1,469 @@
+"""The light window's GPU timeline from CUPTI's activity API (NVIDIA's `cupti-python`), with no torch.profiler.
+
+Inside the job only this runs during the window: CUPTI's records of kernels (CONCURRENT_KERNEL), copies
+(MEMCPY) and memsets (MEMSET), written by CUPTI into its own buffers; no runtime or driver API record, no
+RecordFunction callback. The host side costs one clock read per step boundary and two per optimizer step and
+per DataLoader batch (`HostRanges`); the host's attribution comes from py-spy outside the job (capture/sampler.py).
+CUPTI's buffers are handed to Python (`_completed`) only when one fills (BUFFER_BYTES holds ~60,000 kernel
+records) or when the window stops, so the conversion happens after the window's last step.
+
+`CuptiWindow` has a profiler's methods (start, step, stop, export_chrome_trace) so the agent drives it as it
+drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
+start() after step n enables the activities (CUPTI's first-use cost falls in the
+warm-up step n+1), step() marks the end of each step, stop() after the last step synchronizes, disables the
+activities and flushes CUPTI's buffers.
+
+Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
+window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
+bracket); Unix ns = CUPTI ns + offset, the offset taken at the bracket's midpoint and interpolated linearly
+between the two readings (the trace says both offsets, their drift and the brackets' half-widths). Host
+ranges are time.time_ns(), Unix already; py-spy's samples are Unix time through the launcher's
+spawned_epoch_s (capture/sampler.py), so all three sources share the trace's clock:
+Unix us = baseTimeNanoseconds / 1000 + ts.
+
+The trace (docs/capture.md, "The light window's trace from CUPTI") is Kineto's JSON shape, restricted to
+what the reader uses: `kernel`, `gpu_memcpy`, `gpu_memset` events (pid = device, tid = stream, args device,
+stream, correlation, context, grid, block, registers per thread, shared memory, bytes) and
+`user_annotation` ranges (`ProfilerStep#N`, `Optimizer.step#<Class>.step`,
+`enumerate(DataLoader)#<Iter>.__next__`) on the main thread, plus `deviceProperties`, `distributedInfo`
+and `gpucheckup_light` (backend, activities, clock, record counts). Kernel names are demangled as Kineto
+does (the C++ runtime's __cxa_demangle).
+Standard library only at import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
+CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
+ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
+BACKEND = "cupti-python activity API"
+# CUPTI's enums (cupti_activity.h), as Kineto names them in a trace
+MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+                8: "DtoD", 9: "HtoH", 10: "PtoP"}
+MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
+                6: "Device Static", 7: "Managed Static"}
+
+
+def preload_libcupti() -> str | None:
+    """Where libcupti is not loaded yet and a CUDA wheel on sys.path carries it (site-packages/nvidia/*/lib, as
+    torch's CUDA wheels do), load it with RTLD_GLOBAL, so that cupti-python's load by name finds the library
+    torch's profiler uses; the path loaded, or None."""
+    import ctypes
+    import glob
+    import sys
+
+    try:
+        with open("/proc/self/maps") as f:
+            if "libcupti.so" in f.read():
+                return None
+    except OSError:
+        return None
+    for root in sys.path:
+        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libcupti.so*"))):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return path
+            except OSError:
+                continue
+    return None
+
+
+def load_cupti():
+    """The `cupti.cupti` module of cupti-python; ImportError (or CUPTI's own error) when it cannot be used."""
+    preload_libcupti()
+    from cupti import cupti  # noqa: PLC0415 - optional, imported only for a light window on a GPU
+
+    cupti.get_timestamp()  # loads libcupti: fails here, not inside the window, when it cannot be found
+    return cupti
+
+
+def clock_offset(cupti_now, wall_now=time.time_ns, reads: int = CLOCK_READS) -> tuple[int, int]:
+    """(Unix ns - CUPTI ns, half-width of the narrowest bracket in ns) from `reads` wall/CUPTI/wall readings."""
+    best = None
+    for _ in range(reads):
+        a = wall_now()
+        c = cupti_now()
+        b = wall_now()
+        if best is None or b - a < best[1] - best[0]:
+            best = (a, b, c)
+    a, b, c = best
+    return (a + b) // 2 - c, (b - a) // 2
+
+
+class Clock:
+    """CUPTI ns -> Unix ns, from the offsets read at the window's start and stop, interpolated between them."""
+
+    def __init__(self, start: tuple[int, int, int], stop: tuple[int, int, int] | None = None):
+        self.start = start  # (cupti ns, offset ns, half-width ns)
+        self.stop = stop if stop is not None else start
+
+    def unix_ns(self, t: int) -> int:
+        c0, o0, _ = self.start
+        c1, o1, _ = self.stop
+        if c1 <= c0:
+            return t + o0
+        return t + o0 + (o1 - o0) * (t - c0) // (c1 - c0)
+
+    def describe(self) -> dict:
+        return {"cupti_to_unix_offset_ns": [self.start[1], self.stop[1]],
+                "drift_ns": self.stop[1] - self.start[1],
+                "bracket_half_width_ns": [self.start[2], self.stop[2]],
+                "method": "time.time_ns() / cupti.get_timestamp() / time.time_ns(), narrowest of "
+                          f"{CLOCK_READS}, at the window's start and stop; interpolated linearly"}
+
+
+class HostRanges:
+    """The cheap host ranges, each one clock read, as (name, start Unix ns, end Unix ns): optimizer steps (a wrapper
+    on the `step` of each optimizer class torch has hooked, i.e. instantiated) and DataLoader batches (a wrapper on
+    `_BaseDataLoaderIter.__next__`). Class attributes are swapped, never torch's hook dictionaries: the agent turns
+    these on and off inside torch's optimizer post-step hooks, while torch iterates those dictionaries (adding or
+    removing a hook there ends the job with `OrderedDict mutated during iteration`, as seen on the H200). A step
+    still open when the ranges are turned off (the window's last one: the agent stops inside it) ends then."""
+
+    backend = BACKEND
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.ranges: list[tuple[str, int, int]] = []
+        self.open_steps: dict[int, tuple[str, int]] = {}
+        self.swapped: list[tuple[type, str, object]] = []  # (class, attribute, original)
+        self.active = False
+
+    def on(self) -> None:
+        opened, ranges = self.open_steps, self.ranges
+        self.active = True
+        for cls in _hooked_optimizers(self.torch):
+            real = cls.__dict__["step"]
+
+            def timed_step(opt, *args, _real=real, **kwargs):
+                key = id(opt)
+                opened[key] = (f"Optimizer.step#{type(opt).__name__}.step", time.time_ns())
+                try:
+                    return _real(opt, *args, **kwargs)
+                finally:
+                    got = opened.pop(key, None)
+                    if got is not None:
+                        ranges.append((got[0], got[1], time.time_ns()))
+
+            timed_step.hooked = True  # torch wraps a class's step once, where this is not set
+            self._swap(cls, "step", timed_step)
+        try:
+            from torch.utils.data.dataloader import _BaseDataLoaderIter
+        except ImportError:
+            return
+        real_next = _BaseDataLoaderIter.__dict__["__next__"]
+
+        def timed_next(it):
+            t0 = time.time_ns()
+            try:
+                return real_next(it)
+            finally:
+                ranges.append((f"enumerate(DataLoader)#{type(it).__name__}.__next__", t0, time.time_ns()))
+
+        self._swap(_BaseDataLoaderIter, "__next__", timed_next)
+
+    def _swap(self, cls: type, attr: str, fn) -> None:
+        self.swapped.append((cls, attr, cls.__dict__[attr]))
+        setattr(cls, attr, fn)
+
+    def off(self) -> None:
+        """Put the classes' attributes back; a step still open ends now."""
+        now = time.time_ns()
+        for cls, attr, original in reversed(self.swapped):
+            setattr(cls, attr, original)
+        self.swapped = []
+        for name, t0 in self.open_steps.values():
+            self.ranges.append((name, t0, now))
+        self.open_steps.clear()
+        self.active = False
+
+
+def _hooked_optimizers(torch) -> list[type]:
+    """The optimizer classes whose own `step` torch has wrapped for its hooks (every class instantiated so far)."""
+    out, todo, seen = [], [torch.optim.Optimizer], set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        todo.extend(cls.__subclasses__())
+        if getattr(cls.__dict__.get("step"), "hooked", False):
+            out.append(cls)
+    return out
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def _record(a, kinds) -> tuple | None:
+    """The fields kept of one CUPTI activity record (copied out: the record lives in CUPTI's buffer)."""
+    k = a.kind
+    g = getattr
+    if k == kinds["CONCURRENT_KERNEL"]:
+        return ("kernel", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
+                g(a, "context_id", 0), _text(a.name),
+                (g(a, "grid_x", 0), g(a, "grid_y", 0), g(a, "grid_z", 0)),
+                (g(a, "block_x", 0), g(a, "block_y", 0), g(a, "block_z", 0)),
+                g(a, "registers_per_thread", 0), g(a, "static_shared_memory", 0) + g(a, "dynamic_shared_memory", 0))
+    if k == kinds["MEMCPY"]:
+        return ("memcpy", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
+                g(a, "context_id", 0), int(g(a, "copy_kind", 0)), int(g(a, "src_kind", 0)), int(g(a, "dst_kind", 0)),
+                g(a, "bytes", 0))
+    if k == kinds["MEMSET"]:
+        return ("memset", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
+                g(a, "context_id", 0), int(g(a, "memory_kind", 3)), g(a, "bytes", 0))
+    return None
+
+
+class CuptiWindow:
+    """A light window's recorder with a profiler's methods: CUPTI activity records plus the cheap host ranges."""
+
+    backend = BACKEND
+
+    def __init__(self, torch, cupti, log=None):
+        self.torch = torch
+        self.cupti = cupti
+        self.log = log or (lambda msg: None)
+        self.kinds = {name: getattr(cupti.ActivityKind, name) for name in ACTIVITIES}
+        self.records: list[tuple] = []
+        self.other = 0  # records of other kinds (another tool's activities in the same buffers)
+        self.buffers = 0
+        self.lock = threading.Lock()
+        self.host = HostRanges(torch)
+        self.marks: list[int] = []  # Unix ns: start(), each step(), stop()
+        self.clock = None
+        self.enabled: list[str] = []
+        self.started = False
+        self.tid = threading.get_native_id()
+        self.pid = os.getpid()
+
+    def host_scopes(self) -> HostRanges:
+        """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
+        return self.host
+
+    # ---- the profiler's methods ------------------------------------------------------------------
+    def start(self) -> None:
+        """Enable the activities (the agent calls this after step n: warm-up step n+1) and the host ranges."""
+        cu = self.cupti
+        c0 = cu.get_timestamp()
+        off, half = clock_offset(cu.get_timestamp)
+        self.clock = Clock((c0, off, half))
+        cu.activity_register_callbacks(self._requested, self._completed)
+        for name in ACTIVITIES:
+            try:
+                cu.activity_enable(self.kinds[name])
+                self.enabled.append(name)
+            except Exception as e:  # noqa: BLE001 - a kind this CUPTI cannot record: the others still are
+                self.log(f"light window: CUPTI would not record {name}: {e}")
+        if "CONCURRENT_KERNEL" not in self.enabled:
+            self._disable()
+            raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
+        self.started = True
+        self.marks = [time.time_ns()]
+
+    def step(self) -> None:
+        """The end of a step (the agent's optimizer post-step hook)."""
+        self.marks.append(time.time_ns())
+
+    def stop(self) -> None:
+        """The end of the last step: wait for the GPU's queued work, stop recording, flush CUPTI's buffers."""
+        if not self.started:
+            return
+        self.marks.append(time.time_ns())
+        self.started = False
+        try:
+            if self.torch.cuda.is_available():
+                self.torch.cuda.synchronize()  # the last step's kernels finish, so their records are complete
+        finally:
+            self._disable()
+            self.cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: every buffer, now
+            c1 = self.cupti.get_timestamp()
+            off, half = clock_offset(self.cupti.get_timestamp)
+            self.clock = Clock(self.clock.start, (c1, off, half))
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Write the window as a Kineto-shaped JSON trace (see the module docstring)."""
+        trace = build_trace(self.records, self.host.ranges, self.marks, self.clock, self.pid, self.tid,
+                            device_properties(self.torch, {r[3] for r in self.records}),
+                            distributed_info(self.torch), self.summary())
+        with open(path, "w") as f:
+            json.dump(trace, f, separators=(",", ":"))
+
+    def summary(self) -> dict:
+        counts: dict[str, int] = {}
+        for r in self.records:
+            counts[r[0]] = counts.get(r[0], 0) + 1
+        return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
+                "other_records": self.other, "buffers": self.buffers, "cupti_python": _package_version()}
+
+    # ---- CUPTI's buffer callbacks ------------------------------------------------------------------
+    def _requested(self):
+        return BUFFER_BYTES, 0
+
+    def _completed(self, activities) -> None:
+        kinds = self.kinds
+        out = []
+        other = 0
+        for a in activities:
+            r = _record(a, kinds)
+            if r is None:
+                other += 1
+            else:
+                out.append(r)
+        with self.lock:
+            self.records.extend(out)
+            self.other += other
+            self.buffers += 1
+
+    def _disable(self) -> None:
+        for name in list(self.enabled):
+            try:
+                self.cupti.activity_disable(self.kinds[name])
+            except Exception:  # noqa: BLE001 - disabling what is off
+                pass
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("cupti-python")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def device_properties(torch, devices: set[int]) -> list[dict]:
+    """deviceProperties as Kineto writes them, for the devices the records name."""
+    out = []
+    for d in sorted(devices):
+        try:
+            p = torch.cuda.get_device_properties(d)
+        except Exception:  # noqa: BLE001 - a device torch does not see
+            continue
+        out.append({"id": d, "name": p.name, "totalGlobalMem": int(p.total_memory), "computeMajor": p.major,
+                    "computeMinor": p.minor, "numSms": p.multi_processor_count})
+    return out
+
+
+def distributed_info(torch) -> dict | None:
+    """distributedInfo as Kineto writes it, when torch.distributed is initialised."""
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+    except Exception:  # noqa: BLE001
+        pass
+    return None
+
+
+_DEMANGLED: dict[str, str] = {}
+_CXA = []  # [(__cxa_demangle, free)] once loaded; [None] where the C++ runtime cannot be loaded
+
+
+def _cxa():
+    if not _CXA:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL("libstdc++.so.6").__cxa_demangle
+            fn.restype = ctypes.c_void_p
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            free = ctypes.CDLL(None).free
+            free.argtypes = [ctypes.c_void_p]
+            _CXA.append((fn, free))
+        except (OSError, AttributeError):
+            _CXA.append(None)
+    return _CXA[0]
+
+
+def demangle(name: str) -> str:
+    """A C++ symbol as the C++ runtime demangles it (Kineto's kernel names); the name itself where it cannot."""
+    if not name.startswith("_Z"):
+        return name
+    got = _DEMANGLED.get(name)
+    if got is not None:
+        return got
+    out = name
+    cxa = _cxa()
+    if cxa is not None:
+        import ctypes
+
+        fn, free = cxa
+        status = ctypes.c_int(-1)
+        try:
+            ptr = fn(name.encode("utf-8", "replace"), None, None, ctypes.byref(status))
+        except (ValueError, ctypes.ArgumentError):
+            ptr = None
+        if ptr:
+            if status.value == 0:
+                out = ctypes.string_at(ptr).decode("utf-8", "replace")
+            free(ptr)
+    _DEMANGLED[name] = out
+    return out
+
+
+def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props: list[dict],
+                dist: dict | None, summary: dict) -> dict:
+    """The window's Kineto-shaped trace: records (CuptiWindow._completed's tuples, CUPTI ns), host ranges
+    (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time."""
+    lo = marks[0] if marks else min((clock.unix_ns(r[1]) for r in records), default=time.time_ns())
+    base = lo // 1_000_000_000 * 1_000_000_000
+
+    def us(unix_ns: int) -> float:
+        return (unix_ns - base) / 1000.0
+
+    lo_rec = marks[1] if len(marks) > 1 else lo  # the warm-up step's end: what ended before it is not kept
+    ev: list[dict] = []
+    streams: set[tuple[int, int]] = set()
+    for r in records:
+        kind, start, end, dev, stream, corr, ctx = r[:7]
+        t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
+        if t1 < t0 or t1 < lo_rec:
+            continue
+        streams.add((dev, stream))
+        args = {"device": dev, "context": ctx, "stream": stream, "correlation": corr}
+        if kind == "kernel":
+            name, grid, block, regs, smem = r[7:]
+            args.update({"registers per thread": regs, "shared memory": smem, "grid": list(grid), "block": list(block)})
+            ev.append({"ph": "X", "cat": "kernel", "name": demangle(name), "pid": dev, "tid": stream, "ts": us(t0),
+                       "dur": (t1 - t0) / 1000.0, "args": args})
+        elif kind == "memcpy":
+            ck, src, dst, nbytes = r[7:]
+            args["bytes"] = nbytes
+            name = f"Memcpy {MEMCPY_KINDS.get(ck, 'Unknown')} ({MEMORY_KINDS.get(src, 'Unknown')} -> " \
+                   f"{MEMORY_KINDS.get(dst, 'Unknown')})"
+            ev.append({"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": dev, "tid": stream, "ts": us(t0),
+                       "dur": (t1 - t0) / 1000.0, "args": args})
+        else:
+            mk, nbytes = r[7:]
+            args["bytes"] = nbytes
+            ev.append({"ph": "X", "cat": "gpu_memset", "name": f"Memset ({MEMORY_KINDS.get(mk, 'Unknown')})",
+                       "pid": dev, "tid": stream, "ts": us(t0), "dur": (t1 - t0) / 1000.0, "args": args})
+    host = []
+    # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; each later mark ends a recorded step
+    for i in range(2, len(marks)):
+        host.append((f"ProfilerStep#{i - 1}", marks[i - 1], marks[i]))
+    hi = marks[-1] if marks else float("inf")
+    host.extend(r for r in ranges if r[2] >= lo_rec and r[1] <= hi)
+    for ext, (name, t0, t1) in enumerate(sorted(host, key=lambda r: (r[1], -r[2])), start=1):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": us(t0),
+                   "dur": max(t1 - t0, 0) / 1000.0, "args": {"External id": ext}})
+    meta = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python3"}},
+            {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "thread " + str(tid) + " (python)"}}]
+    for dev in sorted({d for d, _ in streams}):
+        meta.append({"ph": "M", "name": "process_labels", "pid": dev, "tid": 0, "args": {"labels": f"GPU {dev}"}})
+    for dev, s in sorted(streams):
+        meta.append({"ph": "M", "name": "thread_name", "pid": dev, "tid": s, "args": {"name": f"stream {s}"}})
+    trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
+             "traceEvents": meta + ev,
+             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host)}}
+    if dist:
+        trace["distributedInfo"] = dist
+    return trace
