@@ -27,6 +27,15 @@ def outliers(table: list[dict], key: str) -> list[int]:
     return [r["rank"] for r, x in zip(table, v) if x - med > OUTLIER_MADS * floor]
 
 
+def _item(console: Console, mark: str, text: str) -> None:
+    """One indented list item whose wrapped lines stay indented under its text."""
+    g = Table.grid(padding=(0, 1))
+    g.add_column(width=len(mark) + 2, justify="right")
+    g.add_column()
+    g.add_row(mark, Text(text))
+    console.print(g)
+
+
 def render_job(d: dict, console: Console) -> None:
     """Print the job's verdict, its findings and the ranks side by side."""
     v, ranks, comm = d["verdict"], d["ranks"], d["communication"]
@@ -35,9 +44,9 @@ def render_job(d: dict, console: Console) -> None:
     for f in v["findings"]:
         console.print(Text(f"\n{f['title']}", style="bold yellow"))
         for e in f["evidence"]:
-            console.print(Text(f"  - {e}"))
+            _item(console, "-", e)
         for x in f["fix"]:
-            console.print(Text(f"  fix ({x['tier']}, up to {x['saving_ms']:.2f} ms per step): {x['action']}"))
+            _item(console, "fix", f"({x['tier']}, up to {x['saving_ms']:.2f} ms per step): {x['action']}")
     table = ranks["table"]
     t = Table(title=f"Ranks ({len(table)}; per step, ms: step, compute, transfer, wait, exposed wait, idle, late; "
                     "% of communication hidden)", title_justify="left", box=box.SIMPLE)
