@@ -116,7 +116,7 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
         primary = rank_rules.CAUSE_BOUND.get(cause or "") or verdicts.get(ra.straggler) or "unknown"
         why = rank_rules.CAUSE_TEXT.get(cause, "with no single cause") if cause else "with no single cause"
         reason = (f"rank {ra.straggler} is the straggler ({ra.straggler_late_ms:.2f} ms late per step, {why}); "
-                  f"the job runs at its pace, so it is what bounds the job: {primary.replace('_', ' ')}")
+                  f"the job runs at its pace, so its bottleneck is the job's: {primary.replace('_', ' ')}")
     elif slow:
         primary, reason = "communication_bound", slow.evidence[0]
     elif verdicts:
