@@ -344,29 +344,36 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
     if peak is None or not peak.peak("fp32") or not peak.peak(target):
         return Edit(g, "the GPU is not in the peak table: no peak ratio", 0)
     ratio = peak.peak("fp32") / peak.peak(target)
-    rows = _fp32_gemms(trace)
+    rows = _fp32_gemms(g)
     g.g_dur[rows] *= ratio
     return Edit(g, f"{len(rows)} fp32 GEMM kernels scaled by the {peak.id} peak ratio fp32/{target} = {ratio:.3f}",
                 len(rows))
 
 
-def _fp32_gemms(trace: Trace) -> np.ndarray:
-    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype)."""
+def _fp32_gemms(g: Graph) -> np.ndarray:
+    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype), classified once per trace and
+    once per (kernel name, launching op's dtypes)."""
+    if "fp32_gemms" in g.memo:
+        return g.memo["fp32_gemms"]
+    trace = g.trace
     gpu, host, names = trace.gpu, trace.host, trace.names
     cat = np.array([CATEGORIES.index(categorize(n)) for n in names], dtype=np.int8)
     rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(cat[gpu.name], GEMM_CATEGORIES))
     ops = launches.op_rows(trace, rows)
-    out = []
-    for r, op in zip(rows.tolist(), ops.tolist()):
+    raws = host.dtypes.take(np.maximum(ops, 0)) if len(host.dtypes) else [None] * len(ops)
+    keys = [(n, raw if op >= 0 else None) for n, op, raw in zip(gpu.name[rows].tolist(), ops.tolist(), raws)]
+    fp32 = {}
+    for name, raw in set(keys):
         dt = ""
-        if op >= 0 and host.dtypes[op] is not None:
+        if raw is not None:
             try:
-                dt = first_float_dtype(msgspec.json.decode(host.dtypes[op]))
+                dt = first_float_dtype(msgspec.json.decode(raw))
             except msgspec.DecodeError:
                 dt = ""
-        if kernel_dtype(names[gpu.name[r]], dt) == "fp32":
-            out.append(r)
-    return np.array(out, dtype=np.int64)
+        fp32[(name, raw)] = kernel_dtype(names[name], dt) == "fp32"
+    out = rows[np.fromiter((fp32[k] for k in keys), dtype=bool, count=len(keys))].astype(np.int64)
+    g.memo["fp32_gemms"] = out
+    return out
 
 
 def comm_overlap(g: Graph) -> Edit:
@@ -446,6 +453,5 @@ def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Pre
 def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:
     """Every transformation's prediction for one trace, keyed by fix key."""
     g = replay.build(trace)
-    replay.calibrate(g, unprofiled_step_ms)
-    before = replay.replay(g).median_ms
+    before = replay.calibrate(g, unprofiled_step_ms).replayed_ms  # the replay of g as calibrated
     return {k: predict(g, k, before) for k in TRANSFORMS}
