@@ -252,13 +252,10 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
         return np.zeros(len(start))
     iv = np.concatenate(intervals)
     iv = iv[np.argsort(iv[:, 0])]
-    merged = [list(iv[0])]
-    for s, e in iv[1:]:
-        if s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    mv = np.array(merged)
+    run_end = np.maximum.accumulate(iv[:, 1])  # merged: a new interval where a start passes every end before it
+    new = np.concatenate(([True], iv[1:, 0] > run_end[:-1]))
+    last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(iv) - 1]))
+    mv = np.stack([iv[new, 0], run_end[last]], axis=1)
     cum = np.concatenate(([0.0], np.cumsum(mv[:, 1] - mv[:, 0])))
 
     def covered(t):
