@@ -274,21 +274,24 @@ def cuda_graphs(g: Graph) -> Edit:
     launch = np.zeros(len(g.h_kind), dtype=bool)
     launch[_launch_nodes(g)] = True
     eager = _in_annotation(g, "Optimizer.")
-    breaks = (g.h_kind == SYNC) | (g.h_kind == MARK) | eager
+    breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
+    gap, dur, dispatch, kind = g.h_gap.tolist(), g.h_dur.tolist(), g.h_dispatch.tolist(), g.h_kind.tolist()
+    launch = launch.tolist()
     new_region, changed = True, 0
-    for j in range(len(g.h_kind)):
+    for j in range(len(kind)):
         if breaks[j]:
             new_region = True
             continue
-        if g.h_gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
-            g.h_gap[j] -= g.h_dispatch[j]
+        if gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
+            gap[j] -= dispatch[j]
         if launch[j] and not new_region:
-            g.h_dur[j] = 0.0
+            dur[j] = 0.0
             changed += 1
         elif launch[j]:
             new_region = False
-        elif g.h_kind[j] == CALL:
-            g.h_dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
+        elif kind[j] == CALL:
+            dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
+    g.h_gap[:], g.h_dur[:] = gap, dur
     captured = (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
     g.g_lat[captured] = np.minimum(g.g_lat[captured], g.typical_lat)
     return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed "
@@ -355,9 +358,13 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
 
 
 def _categories(g: Graph) -> np.ndarray:
-    """Per name of the trace: its kernel category's index in kernels.CATEGORIES (kernels.categorize), once per trace."""
+    """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
+    -1 for the names of host events), once per trace."""
     if "categories" not in g.memo:
-        g.memo["categories"] = np.array([CATEGORIES.index(categorize(n)) for n in g.trace.names], dtype=np.int8)
+        names, used = g.trace.names, np.unique(g.trace.gpu.name)
+        cat = np.full(len(names), -1, dtype=np.int8)
+        cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
+        g.memo["categories"] = cat
     return g.memo["categories"]
 
 
