@@ -30,9 +30,10 @@ is not modelled).
 **Profiler overhead.** The profiler slows the host, not the kernels (profiler_overhead.py). When
 the step time without the profiler is known and the trace is at least MIN_INFLATION_PCT slower,
 the host's own time (positive gaps and call durations; not the waits) is scaled by one factor k,
-the largest k in (0, 1] whose replayed median step is at most the unprofiled one (found to within
-SCALE_TOLERANCE below it by the ITP method, as the median is non-decreasing in k); when the GPU's
-work alone is longer, the k that brings the replay within CALIBRATION_FLOOR of its all-GPU floor.
+the largest k in (0, 1] whose replayed median step is at most the unprofiled one (on a grid of
+SCALE_TOLERANCE steps: at most that below it; found by the ITP method, as the median is
+non-decreasing in k); when the GPU's work alone is longer, the k that brings the replay within
+CALIBRATION_FLOOR of its all-GPU floor.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
 CALL, SYNC, MARK = 0, 1, 2  # host node kinds
 REPRODUCE_TOLERANCE = 0.05  # an unchanged replay must give each step's time within 5%
 CALIBRATION_FLOOR = 0.01  # with GPU work above the unprofiled step: within 1% of the replay's all-GPU floor
-SCALE_TOLERANCE = 2.0 ** -24  # calibration finds host_scale to within this (the bracket of 24 bisections of [0, 1])
+SCALE_TOLERANCE = 2.0 ** -24  # calibration's grid of host_scale values: the k 24 bisections of [0, 1] find
 ITP_K1, ITP_K2, ITP_N0 = 0.2, 2.0, 1  # the ITP method's truncation (k1 (b - a)^k2) and its slack over bisection
 NO_DEP = -1e18  # a latency or gap that never binds
 
@@ -450,36 +451,39 @@ def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
 
 
 def largest_within(f, target: float, f0: float, f1: float) -> tuple[float, float]:
-    """The largest k in [0, 1] with f(k) <= target, and f(k), for f non-decreasing with f(0) = f0 <= target and
-    f(1) = f1: k lies at most SCALE_TOLERANCE below the true one (the final bracket's width; 1 when f1 <= target).
-    The ITP method (Oliveira and Takahashi, ACM TOMS 2020) on f - target: a regula falsi point, truncated and
-    projected toward the bracket's midpoint, so never more than ITP_N0 evaluations beyond bisection's."""
+    """The largest k in [0, 1) on the grid of SCALE_TOLERANCE steps with f(k) <= target, and f(k), for f
+    non-decreasing with f(0) = f0 <= target and f(1) = f1 > target (k = 1 when f1 <= target): the k a bisection
+    of [0, 1] down to SCALE_TOLERANCE finds, at most SCALE_TOLERANCE below the true one. Found by the ITP method
+    (Oliveira and Takahashi, ACM TOMS 2020) on f - target with its points rounded to the grid: a regula falsi
+    point, truncated and projected toward the bracket's midpoint, so about bisection's evaluations at most
+    (ITP_N0 more) and far fewer where f is locally linear."""
     if f1 <= target:
         return 1.0, f1
-    a, b, fa, ya, yb = 0.0, 1.0, f0, f0 - target, f1 - target
-    eps = SCALE_TOLERANCE / 2
-    n_max = math.ceil(math.log2((b - a) / (2 * eps))) + ITP_N0
+    n = round(1 / SCALE_TOLERANCE)  # grid steps in [0, 1]
+    a, b, fa, ya, yb = 0, n, f0, f0 - target, f1 - target  # a, b: grid indices, f(a) <= target < f(b)
+    n_max = math.ceil(math.log2(n)) + ITP_N0
     j, probed = 0, False
-    while b - a > 2 * eps:
+    while b - a > 1:
         half = (a + b) / 2
-        r = eps * 2.0 ** (n_max - j) - (b - a) / 2  # how far from the midpoint the point may go
+        r = 2.0 ** (n_max - j - 1) - (b - a) / 2  # how far from the midpoint the point may go, in grid steps
         if ya == 0:  # f(a) is the target: f is flat there (in the float quantum, at least), the point sought is
-            # the top of the flat part: one tolerance above a (the bracket is done if f rises there), else bisection
-            x = a + 2 * eps if not probed and abs(a + 2 * eps - half) <= r else half
+            # the top of the flat part: one step above a (the bracket is done if f rises there), else bisection
+            x = a + 1 if not probed and abs(a + 1 - half) <= r else half
             probed = True
         else:
-            delta = ITP_K1 * (b - a) ** ITP_K2
+            delta = ITP_K1 * n * ((b - a) / n) ** ITP_K2
             xf = (yb * a - ya * b) / (yb - ya)
             sigma = 1.0 if half > xf else -1.0 if half < xf else 0.0
             xt = xf + sigma * delta if delta <= abs(half - xf) else half
             x = xt if abs(xt - half) <= r else half - sigma * r
-        fx = f(x)
+        i = min(max(round(x), a + 1), b - 1)
+        fx = f(i / n)
         if fx <= target:
-            a, fa, ya = x, fx, fx - target
+            a, fa, ya = i, fx, fx - target
         else:
-            b, yb = x, fx - target
+            b, yb = i, fx - target
         j += 1
-    return a, fa
+    return a / n, fa
 
 
 def copy_rows(g: Graph, direction: str) -> np.ndarray:
