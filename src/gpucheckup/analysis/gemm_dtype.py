@@ -15,6 +15,7 @@ Definitions (also in docs/mfu.md):
 
 from __future__ import annotations
 
+import functools
 import re
 
 import msgspec
@@ -54,6 +55,7 @@ def dtype_from_name(name: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a trace has few kernel names; each is matched against NAME_RULES once
 def kernel_dtype(name: str, op_dtype: str) -> str:
     """A GEMM kernel's dtype from its name, else from its launching op's input dtype."""
     dt = dtype_from_name(name)

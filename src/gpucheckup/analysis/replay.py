@@ -30,14 +30,16 @@ is not modelled).
 **Profiler overhead.** The profiler slows the host, not the kernels (profiler_overhead.py). When
 the step time without the profiler is known and the trace is at least MIN_INFLATION_PCT slower,
 the host's own time (positive gaps and call durations; not the waits) is scaled by one factor k,
-the largest k in (0, 1] whose replayed median step is at most the unprofiled one (found by
-bisection); when the GPU's work alone is longer, the k that brings the replay within
+the largest k in (0, 1] whose replayed median step is at most the unprofiled one (on a grid of
+SCALE_TOLERANCE steps: at most that below it; found by the ITP method, as the median is
+non-decreasing in k); when the GPU's work alone is longer, the k that brings the replay within
 CALIBRATION_FLOOR of its all-GPU floor.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,7 +52,8 @@ from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
 CALL, SYNC, MARK = 0, 1, 2  # host node kinds
 REPRODUCE_TOLERANCE = 0.05  # an unchanged replay must give each step's time within 5%
 CALIBRATION_FLOOR = 0.01  # with GPU work above the unprofiled step: within 1% of the replay's all-GPU floor
-BISECTION_STEPS = 24
+SCALE_TOLERANCE = 2.0 ** -24  # calibration's grid of host_scale values: the k 24 bisections of [0, 1] find
+ITP_K1, ITP_K2, ITP_N0 = 0.2, 2.0, 1  # the ITP method's truncation (k1 (b - a)^k2) and its slack over bisection
 NO_DEP = -1e18  # a latency or gap that never binds
 
 
@@ -88,6 +91,8 @@ class Graph:
     typical_lat: float = 0.0
     typical_gap: float = 0.0
     notes: list = field(default_factory=list)
+    order_cache: object = field(default=None, repr=False, compare=False)  # replay's _Order, checked against the arrays
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # facts of the (shared) trace, kept by copies
 
     def copy(self) -> "Graph":
         """An independent copy for a transformation to edit (the trace is shared)."""
@@ -248,13 +253,10 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
         return np.zeros(len(start))
     iv = np.concatenate(intervals)
     iv = iv[np.argsort(iv[:, 0])]
-    merged = [list(iv[0])]
-    for s, e in iv[1:]:
-        if s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    mv = np.array(merged)
+    run_end = np.maximum.accumulate(iv[:, 1])  # merged: a new interval where a start passes every end before it
+    new = np.concatenate(([True], iv[1:, 0] > run_end[:-1]))
+    last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(iv) - 1]))
+    mv = np.stack([iv[new, 0], run_end[last]], axis=1)
     cum = np.concatenate(([0.0], np.cumsum(mv[:, 1] - mv[:, 0])))
 
     def covered(t):
@@ -268,96 +270,138 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
 def replay(g: Graph) -> Replayed:
     """Run the graph: every node and op as early as its dependencies allow (see the module docstring)."""
     n, m = len(g.h_kind), len(g.g_dur)
+    order = _order(g)
     k = g.host_scale
     gap = np.where(g.h_gap > 0, g.h_gap * k, g.h_gap).tolist()
     dur = np.where(g.h_kind != MARK, g.h_dur * k, 0.0).tolist()
-    kind, ret = g.h_kind.tolist(), g.h_ret.tolist()
+    kind, ret, h_await = g.h_kind.tolist(), g.h_ret.tolist(), g.h_await
     ns, ne = [0.0] * n, [0.0] * n
-    os_, oe = [np.nan] * m, [np.nan] * m
-    launch, prev, lat, ggap = g.g_launch.tolist(), g.g_prev.tolist(), g.g_lat.tolist(), g.g_gap.tolist()
-    gdur, gabs, dep = g.g_dur.tolist(), g.g_abs.tolist(), g.g_dep.tolist()
-    # per stream, its ops in order; a pointer to the next op to place
-    streams: dict[int, list[int]] = {}
-    first = [i for i in range(m) if prev[i] < 0]
-    nxt = [-1] * m
-    for i in range(m):
-        if prev[i] >= 0:
-            nxt[prev[i]] = i
-    for f in first:
-        chain, o = [], f
-        while o >= 0:
-            chain.append(o)
-            o = nxt[o]
-        streams[f] = chain
-    ptr = {f: 0 for f in streams}
-    stream_of = {}
-    for f, chain in streams.items():
-        for o in chain:
-            stream_of[o] = f
+    nan = float("nan")
+    os_, oe = [nan] * m, [nan] * m
+    lat, ggap, gdur, gabs = g.g_lat.tolist(), g.g_gap.tolist(), g.g_dur.tolist(), g.g_abs.tolist()
+    chains, stream_of, after = order.chains, order.stream_of, order.after
+    ptr = [0] * len(chains)  # per stream: the next op to place
     done_node = -1
 
     def advance(f):
-        chain, p = streams[f], ptr[f]
-        while p < len(chain):
-            o = chain[p]
-            lo = launch[o]
+        chain, p = chains[f], ptr[f]
+        end = len(chain)
+        while p < end:
+            o, lo, pv, d = chain[p]
             if lo > done_node:
                 break
-            d = dep[o]
-            if d >= 0 and np.isnan(oe[d]):
-                break
+            if d >= 0:
+                s = oe[d]
+                if s != s:  # not placed yet
+                    break
             s = NO_DEP
             if lo >= 0:
                 s = ns[lo] + lat[o]
-            if prev[o] >= 0:
-                s = max(s, oe[prev[o]] + ggap[o])
+            if pv >= 0:
+                t = oe[pv] + ggap[o]
+                if t > s:
+                    s = t
             elif lo < 0:
                 s = gabs[o]
             if d >= 0:
-                s = max(s, oe[d])
-            os_[o], oe[o] = s, s + gdur[o]
+                t = oe[d]
+                if t > s:
+                    s = t
+            os_[o] = s
+            oe[o] = s + gdur[o]
             p += 1
         ptr[f] = p
 
-    for f in streams:
+    for f in range(len(chains)):
         advance(f)
-    ops_of_node: dict[int, list[int]] = {}
-    for o in range(m):
-        if launch[o] >= 0:
-            ops_of_node.setdefault(launch[o], []).append(o)
-    waiting_on: dict[int, list[int]] = {}  # op -> streams blocked by an extra dependency on it
-    for o in range(m):
-        if dep[o] >= 0:
-            waiting_on.setdefault(dep[o], []).append(stream_of[o])
     frontier = g.t0
     t_prev = -np.inf
     for j in range(n):
-        s = max(frontier + gap[j], t_prev) if j else g.t0
+        if j:
+            s = frontier + gap[j]
+            if t_prev > s:
+                s = t_prev
+        else:
+            s = g.t0
         ns[j] = s
         e = s + dur[j]
         if kind[j] == SYNC:
-            aw = g.h_await[j]
+            aw = h_await[j]
             if len(aw):
-                for o in aw.tolist():
-                    if np.isnan(oe[o]):
+                aw = aw.tolist()
+                for o in aw:
+                    x = oe[o]
+                    if x != x:
                         done_node = j
                         advance(stream_of[o])
-                e = max(e, max(oe[o] for o in aw.tolist()) + ret[j])
+                e = max(e, max([oe[o] for o in aw]) + ret[j])
         ne[j] = e
         done_node = j
-        for o in ops_of_node.get(j, ()):
-            advance(stream_of[o])
-            for f in waiting_on.get(o, ()):
+        streams = after[j]
+        if streams:
+            for f in streams:
                 advance(f)
-        frontier = max(frontier, e)
+        if e > frontier:
+            frontier = e
         t_prev = s
     done_node = n
     for _ in range(3):  # extra dependencies across streams may need a second pass
-        for f in streams:
+        for f in range(len(chains)):
             advance(f)
     node_start, node_end = np.array(ns), np.array(ne)
     op_start, op_end = np.array(os_, dtype=float), np.array(oe, dtype=float)
     return _windows(g, node_start, node_end, op_start, op_end)
+
+
+@dataclass
+class _Order:
+    """What replay() walks, from the graph's structure alone (g_prev, g_launch, g_dep and the node count)."""
+
+    key: tuple  # copies of the arrays it was built from, and the node count
+    chains: list  # per stream (by its first op, in op order): (op, launching node, predecessor, extra dep) in order
+    stream_of: list  # per op: its chain
+    after: list  # per node: the chains to advance once it ran (in order, no repeat in a row), or None
+
+
+def _order(g: Graph) -> _Order:
+    """The graph's _Order, cached on the graph and rebuilt whenever an edit changed its structure."""
+    c = g.order_cache
+    if (c is not None and c.key[3] == len(g.h_kind) and np.array_equal(c.key[0], g.g_prev)
+            and np.array_equal(c.key[1], g.g_launch) and np.array_equal(c.key[2], g.g_dep)):
+        return c
+    n, m = len(g.h_kind), len(g.g_dur)
+    launch, prev, dep = g.g_launch.tolist(), g.g_prev.tolist(), g.g_dep.tolist()
+    nxt = [-1] * m
+    for i in range(m):
+        if prev[i] >= 0:
+            nxt[prev[i]] = i
+    chains, stream_of = [], [-1] * m
+    for f in range(m):
+        if prev[f] >= 0:
+            continue
+        chain, o = [], f
+        while o >= 0:
+            chain.append((o, launch[o], prev[o], dep[o]))
+            stream_of[o] = len(chains)
+            o = nxt[o]
+        chains.append(chain)
+    waiting_on: dict[int, list[int]] = {}  # op -> streams blocked by an extra dependency on it
+    for o in range(m):
+        if dep[o] >= 0:
+            waiting_on.setdefault(dep[o], []).append(stream_of[o])
+    after: list = [None] * n
+    for o in range(m):
+        j = launch[o]
+        if j < 0:
+            continue
+        seq = after[j] if after[j] is not None else []
+        for f in [stream_of[o]] + waiting_on.get(o, []):
+            if not seq or seq[-1] != f:  # advancing a stream twice in a row: the second finds nothing new
+                seq.append(f)
+        after[j] = seq
+    c = _Order((g.g_prev.copy(), g.g_launch.copy(), g.g_dep.copy(), n), chains, stream_of, after)
+    g.order_cache = c
+    return c
 
 
 def _windows(g: Graph, ns, ne, os_, oe) -> Replayed:
@@ -401,15 +445,45 @@ def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
 
     floor = at(0.0)
     target = max(unprofiled_step_ms, floor * (1 + CALIBRATION_FLOOR))
-    lo, hi = 0.0, 1.0
-    for _ in range(BISECTION_STEPS):
-        mid = (lo + hi) / 2
-        if at(mid) <= target:
-            lo = mid
+    k, replayed = largest_within(at, target, floor, traced)
+    g.host_scale = k
+    return Calibration(k, traced, unprofiled_step_ms, replayed, True)
+
+
+def largest_within(f, target: float, f0: float, f1: float) -> tuple[float, float]:
+    """The largest k in [0, 1) on the grid of SCALE_TOLERANCE steps with f(k) <= target, and f(k), for f
+    non-decreasing with f(0) = f0 <= target and f(1) = f1 > target (k = 1 when f1 <= target): the k a bisection
+    of [0, 1] down to SCALE_TOLERANCE finds, at most SCALE_TOLERANCE below the true one. Found by the ITP method
+    (Oliveira and Takahashi, ACM TOMS 2020) on f - target with its points rounded to the grid: a regula falsi
+    point, truncated and projected toward the bracket's midpoint, so about bisection's evaluations at most
+    (ITP_N0 more) and far fewer where f is locally linear."""
+    if f1 <= target:
+        return 1.0, f1
+    n = round(1 / SCALE_TOLERANCE)  # grid steps in [0, 1]
+    a, b, fa, ya, yb = 0, n, f0, f0 - target, f1 - target  # a, b: grid indices, f(a) <= target < f(b)
+    n_max = math.ceil(math.log2(n)) + ITP_N0
+    j, probed = 0, False
+    while b - a > 1:
+        half = (a + b) / 2
+        r = 2.0 ** (n_max - j - 1) - (b - a) / 2  # how far from the midpoint the point may go, in grid steps
+        if ya == 0:  # f(a) is the target: f is flat there (in the float quantum, at least), the point sought is
+            # the top of the flat part: one step above a (the bracket is done if f rises there), else bisection
+            x = a + 1 if not probed and abs(a + 1 - half) <= r else half
+            probed = True
         else:
-            hi = mid
-    g.host_scale = lo
-    return Calibration(lo, traced, unprofiled_step_ms, at(lo), True)
+            delta = ITP_K1 * n * ((b - a) / n) ** ITP_K2
+            xf = (yb * a - ya * b) / (yb - ya)
+            sigma = 1.0 if half > xf else -1.0 if half < xf else 0.0
+            xt = xf + sigma * delta if delta <= abs(half - xf) else half
+            x = xt if abs(xt - half) <= r else half - sigma * r
+        i = min(max(round(x), a + 1), b - 1)
+        fx = f(i / n)
+        if fx <= target:
+            a, fa, ya = i, fx, fx - target
+        else:
+            b, yb = i, fx - target
+        j += 1
+    return a / n, fa
 
 
 def copy_rows(g: Graph, direction: str) -> np.ndarray:

@@ -274,21 +274,24 @@ def cuda_graphs(g: Graph) -> Edit:
     launch = np.zeros(len(g.h_kind), dtype=bool)
     launch[_launch_nodes(g)] = True
     eager = _in_annotation(g, "Optimizer.")
-    breaks = (g.h_kind == SYNC) | (g.h_kind == MARK) | eager
+    breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
+    gap, dur, dispatch, kind = g.h_gap.tolist(), g.h_dur.tolist(), g.h_dispatch.tolist(), g.h_kind.tolist()
+    launch = launch.tolist()
     new_region, changed = True, 0
-    for j in range(len(g.h_kind)):
+    for j in range(len(kind)):
         if breaks[j]:
             new_region = True
             continue
-        if g.h_gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
-            g.h_gap[j] -= g.h_dispatch[j]
+        if gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
+            gap[j] -= dispatch[j]
         if launch[j] and not new_region:
-            g.h_dur[j] = 0.0
+            dur[j] = 0.0
             changed += 1
         elif launch[j]:
             new_region = False
-        elif g.h_kind[j] == CALL:
-            g.h_dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
+        elif kind[j] == CALL:
+            dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
+    g.h_gap[:], g.h_dur[:] = gap, dur
     captured = (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
     g.g_lat[captured] = np.minimum(g.g_lat[captured], g.typical_lat)
     return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed "
@@ -306,31 +309,35 @@ def torch_compile(g: Graph) -> Edit:
     What compile adds per call (guards, the AOTAutograd wrapper, Triton's launcher) is not in the
     trace and not modelled: this is the most it saves."""
     g = g.copy()
-    names = g.trace.names
     gpu = g.trace.gpu
     eager = _in_annotation(g, "Optimizer.")
     tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
-    fusable = np.array([categorize(n) in COMPILE_FUSES for n in names], dtype=bool)
+    fusable = np.isin(_categories(g), [CATEGORIES.index(c) for c in COMPILE_FUSES])
     ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
+    # which of them join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
+    # by the same thread with no sync call from its launch to this one's
+    o = np.flatnonzero(ew)
+    p = g.g_prev[o]
+    pp = np.maximum(p, 0)
+    lo, lp = g.g_launch[o], g.g_launch[pp]
+    syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
+    joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
+             & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
+    lat, prev, gdur = g.g_lat.tolist(), g.g_prev.tolist(), g.g_dur.tolist()
     changed = 0
-    for o in np.flatnonzero(ew):
-        p = g.g_prev[o]
-        if p < 0 or not ew[p] or g.g_step[p] != g.g_step[o] or g.g_launch[o] < 0 or g.g_launch[p] < 0:
-            continue
-        between = g.h_kind[g.g_launch[p]:g.g_launch[o] + 1]
-        if (between == SYNC).any() or tid[g.g_launch[p]] != tid[g.g_launch[o]]:
-            continue
-        # o joins its predecessor's fused kernel
+    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: a chain's head is already found
         head = p
-        while g.g_lat[head] == NO_DEP and g.g_prev[head] >= 0:
-            head = g.g_prev[head]
-        g.g_dur[head] = max(g.g_dur[head], g.g_dur[o])
-        g.g_dur[o], g.g_gap[o], g.g_lat[o] = 0.0, 0.0, NO_DEP
+        while lat[head] == NO_DEP and prev[head] >= 0:
+            head = prev[head]
+        gdur[head] = max(gdur[head], gdur[o])
+        gdur[o], lat[o] = 0.0, NO_DEP
+        g.g_gap[o] = 0.0
         j = g.g_launch[o]
         g.h_dur[j] = 0.0
         if g.h_gap[j] > 0:
             g.h_gap[j] -= g.h_dispatch[j]
         changed += 1
+    g.g_lat[:], g.g_dur[:] = lat, gdur
     return Edit(g, f"{changed} elementwise/normalisation kernels fused into their chain's first", changed)
 
 
@@ -344,29 +351,46 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
     if peak is None or not peak.peak("fp32") or not peak.peak(target):
         return Edit(g, "the GPU is not in the peak table: no peak ratio", 0)
     ratio = peak.peak("fp32") / peak.peak(target)
-    rows = _fp32_gemms(trace)
+    rows = _fp32_gemms(g)
     g.g_dur[rows] *= ratio
     return Edit(g, f"{len(rows)} fp32 GEMM kernels scaled by the {peak.id} peak ratio fp32/{target} = {ratio:.3f}",
                 len(rows))
 
 
-def _fp32_gemms(trace: Trace) -> np.ndarray:
-    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype)."""
+def _categories(g: Graph) -> np.ndarray:
+    """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
+    -1 for the names of host events), once per trace."""
+    if "categories" not in g.memo:
+        names, used = g.trace.names, np.unique(g.trace.gpu.name)
+        cat = np.full(len(names), -1, dtype=np.int8)
+        cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
+        g.memo["categories"] = cat
+    return g.memo["categories"]
+
+
+def _fp32_gemms(g: Graph) -> np.ndarray:
+    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype), classified once per trace and
+    once per (kernel name, launching op's dtypes)."""
+    if "fp32_gemms" in g.memo:
+        return g.memo["fp32_gemms"]
+    trace = g.trace
     gpu, host, names = trace.gpu, trace.host, trace.names
-    cat = np.array([CATEGORIES.index(categorize(n)) for n in names], dtype=np.int8)
-    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(cat[gpu.name], GEMM_CATEGORIES))
+    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(_categories(g)[gpu.name], GEMM_CATEGORIES))
     ops = launches.op_rows(trace, rows)
-    out = []
-    for r, op in zip(rows.tolist(), ops.tolist()):
+    raws = host.dtypes.take(np.maximum(ops, 0)) if len(host.dtypes) else [None] * len(ops)
+    keys = [(n, raw if op >= 0 else None) for n, op, raw in zip(gpu.name[rows].tolist(), ops.tolist(), raws)]
+    fp32 = {}
+    for name, raw in set(keys):
         dt = ""
-        if op >= 0 and host.dtypes[op] is not None:
+        if raw is not None:
             try:
-                dt = first_float_dtype(msgspec.json.decode(host.dtypes[op]))
+                dt = first_float_dtype(msgspec.json.decode(raw))
             except msgspec.DecodeError:
                 dt = ""
-        if kernel_dtype(names[gpu.name[r]], dt) == "fp32":
-            out.append(r)
-    return np.array(out, dtype=np.int64)
+        fp32[(name, raw)] = kernel_dtype(names[name], dt) == "fp32"
+    out = rows[np.fromiter((fp32[k] for k in keys), dtype=bool, count=len(keys))].astype(np.int64)
+    g.memo["fp32_gemms"] = out
+    return out
 
 
 def comm_overlap(g: Graph) -> Edit:
@@ -375,34 +399,32 @@ def comm_overlap(g: Graph) -> Edit:
     first kernel launched in `Optimizer.step` (which reads the reduced gradients) waits for the
     step's last collective."""
     g = g.copy()
-    names = g.trace.names
-    comm = np.array([categorize(names[n]) == "communication" for n in g.trace.gpu.name], dtype=bool)
+    comm = _categories(g)[g.trace.gpu.name] == CATEGORIES.index("communication")
     if not comm.any():
         return Edit(g, "no collective kernels in the trace", 0)
     side = int(g.g_stream.max()) + 1
-    opt = _in_annotation(g, "Optimizer.step#")
-    for s in np.unique(g.g_stream[comm]):
-        chain = _stream_chain(g, np.flatnonzero(g.g_prev == -1)[g.g_stream[g.g_prev == -1] == s][0])
-        last_compute, last_comm = -1, -1
-        for o in chain:
-            if comm[o]:
-                g.g_prev[o], g.g_stream[o] = last_comm, side
+    opt = _in_annotation(g, "Optimizer.step#").tolist()
+    prev, stream, dep, launch = g.g_prev.tolist(), g.g_stream.tolist(), g.g_dep.tolist(), g.g_launch.tolist()
+    is_comm = comm.tolist()
+    nxt = [-1] * len(prev)
+    for i, p in enumerate(prev):
+        if p >= 0:
+            nxt[p] = i
+    for s in np.unique(g.g_stream[comm]).tolist():
+        o = int(np.flatnonzero((g.g_prev == -1) & (g.g_stream == s))[0])  # the stream's first op (its chain is
+        last_compute, last_comm = -1, -1  # not edited yet: each stream's chain is its own)
+        while o >= 0:
+            if is_comm[o]:
+                prev[o], stream[o] = last_comm, side
                 last_comm = o
             else:
-                g.g_prev[o] = last_compute
+                prev[o] = last_compute
                 last_compute = o
-                if last_comm >= 0 and g.g_launch[o] >= 0 and opt[g.g_launch[o]] and g.g_dep[o] < 0:
-                    g.g_dep[o] = last_comm
+                if last_comm >= 0 and launch[o] >= 0 and opt[launch[o]] and dep[o] < 0:
+                    dep[o] = last_comm
+            o = nxt[o]
+    g.g_prev[:], g.g_stream[:], g.g_dep[:] = prev, stream, dep
     return Edit(g, f"{int(comm.sum())} collective kernels moved off the compute stream", int(comm.sum()))
-
-
-def _stream_chain(g: Graph, first: int) -> list[int]:
-    nxt = {int(p): i for i, p in enumerate(g.g_prev) if p >= 0}
-    out, o = [], int(first)
-    while o >= 0:
-        out.append(o)
-        o = nxt.get(o, -1)
-    return out
 
 
 def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
@@ -446,6 +468,5 @@ def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Pre
 def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:
     """Every transformation's prediction for one trace, keyed by fix key."""
     g = replay.build(trace)
-    replay.calibrate(g, unprofiled_step_ms)
-    before = replay.replay(g).median_ms
+    before = replay.calibrate(g, unprofiled_step_ms).replayed_ms  # the replay of g as calibrated
     return {k: predict(g, k, before) for k in TRANSFORMS}

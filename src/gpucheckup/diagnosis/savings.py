@@ -55,7 +55,7 @@ def predict(a: TraceAnalysis) -> Predictions:
         g = replay.build(a.trace, a.steps, a.launch_rows)
         unprofiled = a.profiler.unprofiled_step_ms if a.profiler else None
         cal = replay.calibrate(g, unprofiled)
-        before = replay.replay(g).median_ms
+        before = cal.replayed_ms  # the replay of g as calibrated
         if not before > 0:
             return Predictions(note="no replay: the replayed step has no length")
         done: dict[tuple, whatif.Prediction] = {}
