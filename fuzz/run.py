@@ -151,7 +151,9 @@ def run_subprocess(argv: list[str]) -> dict:
                            timeout=SUBPROCESS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"rc": None, "ok": False, "s": SUBPROCESS_TIMEOUT_S}
-    ok = p.returncode in (0, 2) and not (UNSAFE & set(p.stderr.decode("utf-8", "replace").rstrip("\n")))
+    err = p.stderr.decode("utf-8", "replace").rstrip("\n")
+    written = p.returncode != 4 or len([ln for ln in err.splitlines() if "not written" in ln]) == 1  # as invoke()
+    ok = p.returncode in (0, 2, 4) and written and not (UNSAFE & set(err))
     return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2)}
 
 

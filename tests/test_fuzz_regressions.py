@@ -717,3 +717,31 @@ def test_gemms_inside_a_gemm_whose_shapes_cannot_be_read(tmp_path, n, nested):
     counted = 1 if nested else n  # the innermost readable op, or every one inside the unreadable one
     assert mfu["shape_flops"]["ops_counted"] == counted
     assert mfu["shape_flops"]["per_step"][0] == 48 * counted  # all in the first step
+
+
+# ---- found by the 100,000-case run over c34e8e8 (docs/reliability.md) ----
+
+def test_ranks_without_step_marks_and_a_thread_id_of_2_40(tmp_path):
+    """Fuzz case 25092 (seed 200): two ranks, ProfilerStep marks dropped, a tid of 2**40: the straggler's
+    activity took its step thread as a bincount over thread ids (8 TiB: MemoryError); now the thread with
+    the most events."""
+    src = ROOT / "tests" / "data" / "fuzz" / "ranks_tid_2_40"
+    tids = {e.get("tid") for e in json.loads((src / "rank0.json").read_text())["traceEvents"]}
+    assert 2**40 in tids  # the input still holds what made it crash
+    rc, _, err = analyze(src, "--quiet")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("workers", ["4", True, 10**30, -3, [4]])
+def test_dataloader_workers_that_are_not_a_count_in_env_json(tmp_path, workers):
+    """Fuzz case 39425 (seed 200): env.json's num_workers a string: `workers <= cores` compared str with
+    float (TypeError); a value that is not a count (0..10**6) is now no workers at all."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN_SEED, run)
+    env = json.loads((run / "env.json").read_text())
+    env["dataloaders"][0]["num_workers"] = workers
+    (run / "env.json").write_text(json.dumps(env))
+    rc, out, err = analyze(run, "--json", tmp_path / "r.json")
+    assert rc == 0, err
+    loaders = json.loads((tmp_path / "r.json").read_text())
+    assert "workers_exceed_cores" not in json.dumps(loaders)

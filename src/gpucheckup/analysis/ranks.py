@@ -304,7 +304,11 @@ def activity(trace: Trace, st: Steps, rows: np.ndarray, compute: float | None) -
     n = max(st.count, 1)
     steps_rows = trace.name_ids(lambda nm: nm.startswith("ProfilerStep#"))
     marks = np.flatnonzero(np.isin(host.name, steps_rows))
-    tid = host.tid[marks[0]] if len(marks) else (np.bincount(host.tid.clip(0)).argmax() if len(host) else 0)
+    if len(marks):
+        tid = host.tid[marks[0]]
+    else:  # the thread with the most events (a bincount over thread ids would be as large as the largest id)
+        ids, counts = np.unique(host.tid, return_counts=True)
+        tid = ids[counts.argmax()] if len(ids) else 0
     on = (host.tid == tid) & ~np.isin(host.name, steps_rows)
     out: dict[str, float] = {}
     rest = iv.clip(iv.union(np.array([lo]), np.array([hi])), lo, hi)
