@@ -20,6 +20,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls, launches, replay
 from gpucheckup.analysis.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
+from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.kernels import CATEGORIES, categorize
 from gpucheckup.analysis.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.analysis.shape_flops import first_float_dtype
@@ -170,10 +171,11 @@ def fused_optimizer(g: Graph) -> Edit:
         return Edit(g, "no Optimizer.step launches in the trace", 0)
     floor = _kernel_floor_us(g)
     changed = 0
-    for step in np.unique(g.g_step[launching]):
-        ops = np.flatnonzero(launching & (g.g_step == step))
-        region = np.flatnonzero(inside)
-        region = region[(region >= g.g_launch[ops].min()) & (region <= g.g_launch[ops].max())]
+    launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
+    for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
+        ops = launch_ops[at]
+        lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
+        region = region_all[lo:hi + 1]  # the optimizer's host nodes from its first launch to its last
         keep, rest = region[0], region[1:]
         g.h_dur[rest] = 0.0
         g.h_gap[rest] = np.minimum(g.h_gap[rest], 0.0)
