@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -171,29 +172,50 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
 
 
 MAX_SEARCHED_FRAMES = 1024  # frames outside a nested call tree searched one by one; more: the stack walk
-# (id of a trace's host table, thread) -> its frame tree; (id, None) -> frames by thread; (id, "library") -> names
-_TREES: dict[tuple, object] = {}
-_WATCHED: set[int] = set()  # host tables whose entries are dropped when they are
+
+
+@dataclass
+class _Frames:
+    """What the frame lookups keep per trace: its Python frame rows by thread (pid, tid), which names are
+    frames inside torch, and each thread's call tree once built."""
+
+    by_thread: dict[tuple[int, int], np.ndarray]
+    library: np.ndarray
+    trees: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
+
+
+_CACHE: dict[int, _Frames] = {}  # id of a trace's host table -> its frames; dropped with the table
+
+
+def _frames(trace: Trace, py: np.ndarray) -> _Frames:
+    """The trace's frames grouped by thread with one sort (a mask per thread was threads x frames) and its
+    torch-frame names, built once per trace and forgotten with its host table."""
+    host = trace.host
+    if id(host) not in _CACHE:
+        pid, tid = host.pid[py].astype(np.int64), host.tid[py].astype(np.int64)
+        by_thread = {(int(pid[rows[0]]), int(tid[rows[0]])): py[rows]
+                     for rows in by_key(pair_ids(pid, tid)).values()}
+        library = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
+        _CACHE[id(host)] = _Frames(by_thread, library)
+        weakref.finalize(host, _CACHE.pop, id(host), None)
+    return _CACHE[id(host)]
 
 
 def _frame_tree(trace: Trace, py: np.ndarray, thread: tuple[int, int]) -> tuple | None:
     """One thread's Python frames as a call tree (starts, ends, parent, name id, first frame outside torch),
     sorted by start, longest first on ties; None without frames. Built once per trace and thread (several
-    rules ask), and forgotten with the trace's host table."""
-    host = trace.host
-    if (id(host), thread) in _TREES:
-        return _TREES[(id(host), thread)]
-    if id(host) not in _WATCHED:
-        _WATCHED.add(id(host))
-        weakref.finalize(host, _forget, id(host))
-    frames = _thread_frames(trace, py).get(thread, py[:0])
+    rules ask)."""
+    host, cache = trace.host, _frames(trace, py)
+    if thread in cache.trees:
+        return cache.trees[thread]
+    frames = cache.by_thread.get(thread, py[:0])
     tree = None
     if len(frames):
         frames = frames[np.lexsort((-host.end[frames], host.start[frames]))]
         starts, ends = host.start[frames], host.end[frames]
         parent = frame_parents(starts, ends)
         name = host.name[frames]
-        lib = _library_names(trace)[name]
+        lib = cache.library[name]
         user = np.where(lib, parent, np.arange(len(frames)))  # itself, or a step up towards its first non-torch ancestor
         while True:
             up = (user >= 0) & lib[np.maximum(user, 0)]
@@ -202,34 +224,8 @@ def _frame_tree(trace: Trace, py: np.ndarray, thread: tuple[int, int]) -> tuple 
             user[up] = user[user[up]]  # pointer jumping: each pass doubles the steps taken
         user = np.where(user >= 0, user, np.arange(len(frames)))  # no frame outside torch: the frame itself
         tree = starts, ends, parent, name, user
-    _TREES[(id(host), thread)] = tree
+    cache.trees[thread] = tree
     return tree
-
-
-def _thread_frames(trace: Trace, py: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
-    """The Python frame rows of each thread (pid, tid), grouped with one sort (a mask per thread was threads x
-    frames); kept with the trees and forgotten with them."""
-    host = trace.host
-    key = (id(host), None)
-    if key not in _TREES:
-        pid, tid = host.pid[py].astype(np.int64), host.tid[py].astype(np.int64)
-        _TREES[key] = {(int(pid[rows[0]]), int(tid[rows[0]])): py[rows]
-                       for rows in by_key(pair_ids(pid, tid)).values()}
-    return _TREES[key]
-
-
-def _library_names(trace: Trace) -> np.ndarray:
-    """Per name id: whether it is a frame inside torch or the standard library (once per trace)."""
-    key = (id(trace.host), "library")
-    if key not in _TREES:
-        _TREES[key] = np.fromiter(map(_is_library_frame, trace.names), bool, len(trace.names))
-    return _TREES[key]
-
-
-def _forget(host_id: int) -> None:
-    _WATCHED.discard(host_id)
-    for k in [k for k in _TREES if k[0] == host_id]:
-        del _TREES[k]
 
 
 def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
