@@ -20,7 +20,9 @@ from gpucheckup.analysis.api_health import longest_overlapping
 
 
 def pairwise(host, rows, alloc) -> np.ndarray:
-    """The old definition: per slow call, a mask over every allocation."""
+    """The old definition, one slow call at a time (a mask over every allocation): the longest allocation
+    overlapping it on another thread, the first in `alloc` among equally long ones (tests/test_api_health.py
+    holds the segment tree to it)."""
     out = np.full(len(rows), -1, dtype=np.int64)
     for k, r in enumerate(rows):
         other = alloc[(host.start[alloc] < host.end[r]) & (host.end[alloc] > host.start[r])

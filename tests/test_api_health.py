@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 
 import numpy as np
@@ -16,17 +17,8 @@ from gpucheckup.analysis.api_health import api_health, longest_overlapping
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.trace import read_trace
 
-
-def pairwise(host, rows, alloc) -> np.ndarray:
-    """The old definition, one slow call at a time: the longest allocation overlapping it on another thread,
-    the first in `alloc` among equally long ones."""
-    out = np.full(len(rows), -1, dtype=np.int64)
-    for k, r in enumerate(rows):
-        other = alloc[(host.start[alloc] < host.end[r]) & (host.end[alloc] > host.start[r])
-                      & ((host.tid[alloc] != host.tid[r]) | (host.pid[alloc] != host.pid[r]))]
-        if len(other):
-            out[k] = other[np.argmax(host.end[other] - host.start[other])]
-    return out
+sys.path.insert(0, str(REPO / "bench"))
+from api_health_scale import pairwise  # noqa: E402  the old definition, one slow call at a time (one copy)
 
 
 def by_hand(events, rows, alloc) -> list[int]:
