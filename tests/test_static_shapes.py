@@ -106,8 +106,9 @@ def _ev(cat, name, ts, dur, tid=1, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
-def _moe_like(sizes: list[int], shapes: bool = True) -> list[dict]:
-    """Steps of 1000 us; step s's data-set size is sizes[s]; kernel times linear in it (GEMM 2 us per row)."""
+def _moe_like(sizes: list[int], shapes: bool = True, late_read: bool = False) -> list[dict]:
+    """Steps of 1000 us; step s's data-set size is sizes[s]; kernel times linear in it (GEMM 2 us per row); with
+    late_read the bincount (and its sync) comes after the other operators."""
     events, corr, ext = [], 1, 1
     for s, c in enumerate(sizes):
         t0 = s * 1000.0
@@ -134,7 +135,7 @@ def _moe_like(sizes: list[int], shapes: bool = True) -> list[dict]:
             ext += 1
 
         op("aten::mm", t0 + 5, 10, [[256, 64], [64, 8]], kernel=("gemm_gate", 5.0))
-        op("aten::bincount", t0 + 20, 40, [[512], [], []], kernel=("histogram", 30.0), sync=(6, 30))
+        op("aten::bincount", t0 + (180 if late_read else 20), 40, [[512], [], []], kernel=("histogram", 30.0), sync=(6, 30))
         op("aten::zeros", t0 + 70, 4, [[], [], [], [], []], concrete=["[8, %d, 64]" % c, "6", "", "", "False"])
         op("aten::fill_", t0 + 75, 10, [[8, c, 64], []], kernel=("fill", 0.1 * c))
         op("aten::bmm", t0 + 100, 10, [[8, c, 64], [8, 64, 32]], kernel=("gemm_expert", 2.0 * c))
@@ -144,8 +145,9 @@ def _moe_like(sizes: list[int], shapes: bool = True) -> list[dict]:
     return events
 
 
-def _synthetic(tmp_path, sizes, shapes=True, record=True) -> replay.Graph:
-    path = write_trace(tmp_path / "t.json", _moe_like(sizes, shapes), **({"record_shapes": 1} if record else {}))
+def _synthetic(tmp_path, sizes, shapes=True, record=True, late_read=False) -> replay.Graph:
+    path = write_trace(tmp_path / "t.json", _moe_like(sizes, shapes, late_read),
+                       **({"record_shapes": 1} if record else {}))
     return replay.build(read_trace(path))
 
 
@@ -199,6 +201,11 @@ def test_synthetic_without_shapes_or_with_one_step_is_the_sync_removal_alone(tmp
 def test_synthetic_no_data_dependent_read_and_constant_shapes_pads_nothing(tmp_path):
     g = _synthetic(tmp_path, [100, 100])
     e = whatif.static_shapes(g, ops=frozenset({"aten::nonzero"}), bound=200)  # no sync inside it: no read
-    assert "no data-sized shapes found" in e.what and e.changed == 0
+    assert "no data-dependent reads: nothing padded" in e.what and e.changed == 0
     assert np.array_equal(e.graph.g_dur, g.g_dur)
+    every = whatif.static_shapes(g)  # no operators named: every sync goes, nothing is taken as a size read
+    assert "no data-dependent operators named: nothing padded" in every.what and every.changed == 2
+    for sizes in ([100, 100], [100, 120]):  # the read comes after the buffer: nothing it read sized the buffer
+        late = whatif.static_shapes(_synthetic(tmp_path, sizes, late_read=True), ops=DATA_DEPENDENT_OPS, bound=200)
+        assert "no shapes set by the data-dependent reads: nothing padded" in late.what and late.changed == 2
     assert json.dumps(e.what)  # one plain sentence

@@ -167,24 +167,28 @@ class _DataSized:
 def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, bound: float | None = None,
                   bound_factor: float = BOUND_FACTOR) -> Edit:
     """A static bound instead of sizes read from the data (e.g. a fixed expert capacity instead of
-    int(counts.max())): the data-dependent syncs go as in remove_syncs(ops, reads), and the work whose
-    size the data set is padded to the bound. Which operators the data sized (needs record_shapes,
-    marked steps): those at the same position in every step (thread, name, occurrence) whose input
-    shapes change from step to step while most of the step's operators keep theirs (at most
-    MAX_VARYING_SHARE change); else, where the sizes do not vary (the same data every step), the size
-    the host read: the first integer of a size list the host passes after the step's first
-    data-dependent read that no operator of the step had before the read, taken where it is a
-    dimension of an operator's input shapes after the read. Operators in INDEXED_WORK are left: their
-    work is their index count. The bound B is `bound`, else `bound_factor` x the largest size seen at
-    that position in the window; each kernel those operators launch (by External id) keeps the
-    trace's per-kernel fixed cost (its shortest kernel) and scales the rest by B / size (GEMM and
-    elementwise work is linear in the rows). Without shapes the edit is the sync removal alone."""
+    int(counts.max())): the data-dependent syncs (those made inside `ops`) go as in remove_syncs, and
+    the work whose size the data set is padded to the bound. Which operators the data sized (needs
+    record_shapes and marked steps; only operators that start after their step's first data-dependent
+    read): those at the same position in every step (steps that ran the same operators in the same
+    order) whose input shapes change from step to step while most keep theirs (at most
+    MAX_VARYING_SHARE of the positions change); else, where the sizes do not vary (the same data every
+    step), the size the host read: the first integer of a size list the host passes after the read
+    that no operator of the step had before it and that is a dimension of an operator's inputs after
+    it; the operators with it in their first input's shape are sized by it. Operators in INDEXED_WORK
+    are left: their work is their index count. The bound B is `bound`, else `bound_factor` x the
+    largest size seen at that position in the window; each kernel those operators launch (by External
+    id) keeps the trace's per-kernel fixed cost (its shortest kernel) and scales the rest by B / size
+    (GEMM and elementwise work is linear in the rows). Without shapes, or without `ops`, the edit is
+    the sync removal alone, and says so."""
     base = remove_syncs(g, ops, reads)
     e = base.graph
     read_nodes = np.flatnonzero((g.h_kind == SYNC) & (e.h_kind == CALL))
-    sized = _data_sized(g, read_nodes)
+    sized = _data_sized(g, read_nodes) if ops is not None and g.trace.record_shapes else None
     if sized is None:
-        why = "no recorded shapes" if not g.trace.record_shapes else "no data-sized shapes found"
+        why = ("no recorded shapes" if not g.trace.record_shapes else "no data-dependent operators named"
+               if ops is None else "no data-dependent reads" if not len(read_nodes)
+               else "no shapes set by the data-dependent reads")
         return Edit(e, f"{base.what}; {why}: nothing padded (the sync removal alone)", base.changed)
     gpu = g.trace.gpu
     kernels = np.flatnonzero(gpu.kind == KERNEL)
@@ -259,11 +263,17 @@ def _passed_sizes(raw: bytes | None) -> tuple[list[int], list[int]]:
 
 
 def _data_sized(g: Graph, read_nodes: np.ndarray) -> _DataSized | None:
-    """The operators whose size the data set (see static_shapes), or None when none are found."""
+    """The operators whose size the data set (see static_shapes), or None when none are found: only operators
+    that start after their step's first data-dependent read (before it, nothing read can have sized them)."""
     rows, shapes, step = _op_table(g)
-    if not len(rows):
+    r = g.h_row[read_nodes]
+    r = r[r >= 0]
+    at = _host_step(g, g.trace.host.start[r])
+    first_read = np.full(g.steps.count, np.inf)
+    np.minimum.at(first_read, at[at >= 0], g.trace.host.start[r][at >= 0])
+    if not len(rows) or not np.isfinite(first_read).any():
         return None
-    return _varying(g, rows, shapes, step) or _read_size(g, rows, shapes, step, read_nodes)
+    return _varying(g, rows, shapes, step, first_read) or _read_size(g, rows, shapes, step, first_read)
 
 
 def _sized(rows: list, size: list, seen: list, how: str) -> _DataSized:
@@ -273,7 +283,8 @@ def _sized(rows: list, size: list, seen: list, how: str) -> _DataSized:
                       np.asarray(seen, dtype=float)[o], how)
 
 
-def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray) -> _DataSized | None:
+def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
+             first_read: np.ndarray) -> _DataSized | None:
     """Signature 1: operators at the same position in every step whose input shapes change from step to step,
     while at most MAX_VARYING_SHARE of the positions do. Steps are compared when they ran the same operators in
     the same order (the most common sequence; a first step with extra operators is left out), at least two."""
@@ -287,8 +298,11 @@ def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray) -> _Dat
         return None
     out_rows, out_size, out_seen = [], [], []
     varying = 0
+    start = g.trace.host.start[rows]
     for pos in range(len(common)):
         at = [idx[pos] for idx in same]
+        if any(start[i] < first_read[step[i]] for i in at):
+            continue
         flat = [_flat(shapes[i]) for i in at]
         if len(set(flat)) == 1 or len({len(f) for f in flat}) != 1:
             continue
@@ -309,17 +323,12 @@ def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray) -> _Dat
 
 
 def _read_size(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
-               read_nodes: np.ndarray) -> _DataSized | None:
+               first_read: np.ndarray) -> _DataSized | None:
     """Signature 2, sizes the same in every step: per step, the value the host read is the first integer of a
     size list passed (Concrete Inputs) after the step's first data-dependent read that no operator of the step had
     before it (as a dimension, a size or a scalar) and that is a dimension of an operator's inputs after it; the
     operators with it in their first input's shape are sized by it."""
     host, names = g.trace.host, g.trace.names
-    r = g.h_row[read_nodes]
-    r = r[r >= 0]
-    at = _host_step(g, host.start[r])
-    first_read = np.full(g.steps.count, np.inf)
-    np.minimum.at(first_read, at[at >= 0], host.start[r][at >= 0])
     concrete = host.concrete.take(rows) if len(host.concrete) else [None] * len(rows)
     start = host.start[rows]
     out_rows, out_size, values = [], [], []
