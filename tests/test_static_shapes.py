@@ -135,7 +135,8 @@ def _moe_like(sizes: list[int], shapes: bool = True, late_read: bool = False) ->
             ext += 1
 
         op("aten::mm", t0 + 5, 10, [[256, 64], [64, 8]], kernel=("gemm_gate", 5.0))
-        op("aten::bincount", t0 + (180 if late_read else 20), 40, [[512], [], []], kernel=("histogram", 30.0), sync=(6, 30))
+        op("aten::bincount", t0 + (180 if late_read else 20), 40, [[512], [], []], kernel=("histogram", 30.0),
+           sync=(6, 30))
         op("aten::zeros", t0 + 70, 4, [[], [], [], [], []], concrete=["[8, %d, 64]" % c, "6", "", "", "False"])
         op("aten::fill_", t0 + 75, 10, [[8, c, 64], []], kernel=("fill", 0.1 * c))
         op("aten::bmm", t0 + 100, 10, [[8, c, 64], [8, 64, 32]], kernel=("gemm_expert", 2.0 * c))
