@@ -172,7 +172,7 @@ def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, b
     record_shapes and marked steps; only operators that start after their step's first data-dependent
     read): those at the same position in every step (steps that ran the same operators in the same
     order) whose input shapes change from step to step while most keep theirs (at most
-    MAX_VARYING_SHARE of the positions change); else, where the sizes do not vary (the same data every
+    MAX_VARYING_SHARE of the positions change), sized by the largest of their changing dimensions; else, where the sizes do not vary (the same data every
     step), the size the host read: the first integer of a size list the host passes after the read
     that no operator of the step had before it and that is a dimension of an operator's inputs after
     it; the operators with it in their first input's shape are sized by it. Operators in INDEXED_WORK
@@ -184,9 +184,10 @@ def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, b
     base = remove_syncs(g, ops, reads)
     e = base.graph
     read_nodes = np.flatnonzero((g.h_kind == SYNC) & (e.h_kind == CALL))
-    sized = _data_sized(g, read_nodes) if ops is not None and g.trace.record_shapes else None
+    shapes = bool(len(g.trace.host.shapes)) and bool(g.trace.host.shapes.present().any())
+    sized = _data_sized(g, read_nodes) if ops is not None and shapes else None
     if sized is None:
-        why = ("no recorded shapes" if not g.trace.record_shapes else "no data-dependent operators named"
+        why = ("no recorded shapes" if not shapes else "no data-dependent operators named"
                if ops is None else "no data-dependent reads" if not len(read_nodes)
                else "no shapes set by the data-dependent reads")
         return Edit(e, f"{base.what}; {why}: nothing padded (the sync removal alone)", base.changed)
