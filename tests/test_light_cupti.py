@@ -430,3 +430,65 @@ def test_sync_events_name_each_type_and_leave_out_what_is_no_host_wait():
     from gpucheckup.analysis.host_calls import SYNC_CALLS
 
     assert set(cw.SYNC_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
+
+
+def _as_cupti_records(doc: dict) -> tuple[list, list, list]:
+    """A full torch.profiler trace's GPU work and sync calls as the CUPTI window's records (CUPTI ns = the trace's
+    ns, so the clock's offset is 0), its other ranges, and step marks (the first step's start twice, as start() and
+    a warm-up's end, then each step's end): what the CUPTI window would have recorded of the same job."""
+    sync_type = {v: k for k, v in cw.SYNC_CALLS.items()}
+    copy_kind = {v: k for k, v in cw.MEMCPY_KINDS.items()}
+    mem_kind = {v: k for k, v in cw.MEMORY_KINDS.items()}
+    recs, ranges, steps = [], [], []
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        cat, a = e.get("cat"), e.get("args", {})
+        t0, t1 = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+        head = (t0, t1, a.get("device"), a.get("stream"), a.get("correlation"), a.get("context"))
+        if cat == "kernel":
+            recs.append(("kernel", *head, e["name"], tuple(a["grid"]), tuple(a["block"]), a["registers per thread"],
+                         a["shared memory"]))
+        elif cat == "gpu_memcpy":  # "Memcpy DtoH (Device -> Pageable)"
+            direction, mem = e["name"].removeprefix("Memcpy ").split(" ", 1)
+            src, dst = mem.strip("()").split(" -> ")
+            recs.append(("memcpy", *head, copy_kind[direction], mem_kind[src], mem_kind[dst], a["bytes"]))
+        elif cat == "gpu_memset":
+            recs.append(("memset", *head, mem_kind[e["name"].removeprefix("Memset (").rstrip(")")], a.get("bytes", 0)))
+        elif cat == "cuda_runtime" and e["name"] in sync_type:
+            recs.append(("sync", t0, t1, -1, a.get("stream", cw.SYNC_INVALID), a["correlation"], 1,
+                         sync_type[e["name"]], cw.SYNC_INVALID))
+        elif cat == "user_annotation":
+            (steps if e["name"].startswith("ProfilerStep#") else ranges).append((e["name"], t0, t1))
+    steps.sort(key=lambda s: s[1])
+    return recs, ranges, [steps[0][1], steps[0][1]] + [s[2] for s in steps]
+
+
+def test_h200_sync_bound_job_through_the_cupti_path_reads_as_its_full_trace(tmp_path):
+    """The H200 sync-bound job (tests/data/h200/sync_bound: softmax copied to the host and `.item()` every step),
+    its kernels, copies, memsets and sync calls rebuilt as CUPTI's records and written by the CUPTI window's
+    build_trace: the check-up counts the syncs per step of the full trace and gives the same verdict with about
+    the same sync share; without the sync records it reads launch_bound, as the job's CUPTI light window did on the
+    H200 (docs/validation.md section 6b)."""
+    from gpucheckup.pipeline import check_path
+
+    full = Path(__file__).resolve().parent / "data" / "h200" / "sync_bound" / "trace.json.gz"
+    doc = raw_events(full)
+    recs, ranges, marks = _as_cupti_records(doc)
+    assert sum(r[0] == "sync" for r in recs) == 11  # 10 cudaStreamSynchronize + the profiler's cudaDeviceSynchronize
+
+    def checkup(records, name):
+        light = cw.build_trace(records, ranges, marks, cw.Clock((0, 0, 0)), 414, 414, doc["deviceProperties"], None,
+                               {})
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(json.dumps(light).encode()))
+        return check_path(path)[0].report
+
+    want = check_path(full)[0].report
+    got = checkup(recs, "light.json.gz")
+    assert want["sync"]["count_per_step"] == got["sync"]["count_per_step"] == 2.0
+    assert want["verdict"]["primary"] == got["verdict"]["primary"] == "sync_bound"
+    assert got["gaps"]["pct_of_step"]["sync"] == pytest.approx(want["gaps"]["pct_of_step"]["sync"], abs=3.0)
+    assert got["steps"]["median_ms"] == pytest.approx(want["steps"]["median_ms"], rel=1e-6)
+    without = checkup([r for r in recs if r[0] != "sync"], "nosync.json.gz")
+    assert without["sync"]["count_per_step"] == 0.0 and without["verdict"]["primary"] == "launch_bound"
