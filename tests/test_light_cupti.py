@@ -299,7 +299,7 @@ def test_h200_cupti_light_verdicts_and_sources():
 
 
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
-STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python 13.0.1)
+STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python)
 GPU_MS, HOST_MS = 3.0, 4.0  # per step: a kernel the host synchronizes on, then host work with the GPU idle
 
 
@@ -464,18 +464,21 @@ def _as_cupti_records(doc: dict) -> tuple[list, list, list]:
     return recs, ranges, [steps[0][1], steps[0][1]] + [s[2] for s in steps]
 
 
-def test_h200_sync_bound_job_through_the_cupti_path_reads_as_its_full_trace(tmp_path):
-    """The H200 sync-bound job (tests/data/h200/sync_bound: softmax copied to the host and `.item()` every step),
-    its kernels, copies, memsets and sync calls rebuilt as CUPTI's records and written by the CUPTI window's
-    build_trace: the check-up counts the syncs per step of the full trace and gives the same verdict with about
-    the same sync share; without the sync records it reads launch_bound, as the job's CUPTI light window did on the
-    H200 (docs/validation.md section 6b)."""
+@pytest.mark.parametrize("name, syncs, per_step, verdict", [("sync_bound", 11, 2.0, "sync_bound"),
+                                                              ("item_checks", 166, 33.0, "launch_bound")])
+def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, syncs, per_step, verdict, tmp_path):
+    """Two H200 jobs that read GPU values on the host (tests/data/h200/sync_bound: softmax copied to the host and
+    `.item()` every step; item_checks: 33 `.item()` per step, launch_bound as traced), their kernels, copies,
+    memsets and sync calls rebuilt as CUPTI's records and written by the CUPTI window's build_trace: the check-up
+    counts the syncs per step of the full trace and gives its verdict with about its sync share; without the sync
+    records syncs read 0 and the sync-bound job launch_bound, as its CUPTI light window did on the H200
+    (docs/validation.md section 6b)."""
     from gpucheckup.pipeline import check_path
 
-    full = Path(__file__).resolve().parent / "data" / "h200" / "sync_bound" / "trace.json.gz"
+    full = Path(__file__).resolve().parent / "data" / "h200" / name / "trace.json.gz"
     doc = raw_events(full)
     recs, ranges, marks = _as_cupti_records(doc)
-    assert sum(r[0] == "sync" for r in recs) == 11  # 10 cudaStreamSynchronize + the profiler's cudaDeviceSynchronize
+    assert sum(r[0] == "sync" for r in recs) == syncs  # the stream syncs in 5 steps + the profiler's device sync
 
     def checkup(records, name):
         light = cw.build_trace(records, ranges, marks, cw.Clock((0, 0, 0)), 414, 414, doc["deviceProperties"], None,
@@ -486,8 +489,8 @@ def test_h200_sync_bound_job_through_the_cupti_path_reads_as_its_full_trace(tmp_
 
     want = check_path(full)[0].report
     got = checkup(recs, "light.json.gz")
-    assert want["sync"]["count_per_step"] == got["sync"]["count_per_step"] == 2.0
-    assert want["verdict"]["primary"] == got["verdict"]["primary"] == "sync_bound"
+    assert want["sync"]["count_per_step"] == got["sync"]["count_per_step"] == per_step
+    assert want["verdict"]["primary"] == got["verdict"]["primary"] == verdict
     assert got["gaps"]["pct_of_step"]["sync"] == pytest.approx(want["gaps"]["pct_of_step"]["sync"], abs=3.0)
     assert got["steps"]["median_ms"] == pytest.approx(want["steps"]["median_ms"], rel=1e-6)
     without = checkup([r for r in recs if r[0] != "sync"], "nosync.json.gz")

@@ -7,6 +7,13 @@ per DataLoader batch (`HostRanges`); the host's attribution comes from py-spy ou
 CUPTI's buffers are handed to Python (`_completed`) only when one fills (BUFFER_BYTES holds ~60,000 kernel
 records) or when the window stops, so the conversion happens after the window's last step.
 
+Synchronizations (SYNCHRONIZATION, OPTIONAL_ACTIVITIES: left out with a log line where CUPTI or cupti-python
+refuses it): one record per host wait on the GPU (stream, event, context synchronize) and per stream wait event,
+none per kernel. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
+`cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_CALLS) on the window's main thread (CUPTI's record names no
+thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
+the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
+
 `CuptiWindow` has a profiler's methods (start, step, stop, export_chrome_trace) so the agent drives it as it
 drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
 start() after step n enables the activities (CUPTI's first-use cost falls in the
