@@ -20,6 +20,7 @@ inside the analysis window.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -108,6 +109,7 @@ def _inner_names(w: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=1 << 14)  # asked for the same names by several analyses of each trace
 def categorize(name: str) -> str:
     """The category of a kernel by its name alone."""
     for cat, pattern in CATEGORY_RULES:
