@@ -126,3 +126,22 @@ def test_frame_parents_far_back():
     got = host_calls.frame_parents(starts, ends).tolist()
     assert got == _parents_by_stack(starts.tolist(), ends.tolist())
     assert got[-1] == 1  # open at 100.2: only the second frame
+
+
+def _categorize_by_definition(name: str) -> str:
+    """The plain definition: the first of CATEGORY_RULES (re.IGNORECASE) found in the name."""
+    from gpucheckup.analysis.kernels import CATEGORY_RULES
+
+    return next((cat for cat, pattern in CATEGORY_RULES if pattern.search(name)), "other")
+
+
+def test_categorize_equals_its_definition():
+    from gpucheckup.analysis.kernels import categorize
+
+    names = {n for p in real_traces() for n in read_trace(p).names}
+    assert len(names) > 500
+    made = ["NCCL_AllReduce", "FlashAttn", "GEMM", "Adam", "CatArrayBatchedCopy", "cat_kernel", "with_index",
+            "WITH_INDEX", "xIndex", "Welford", "SCAN", "Triton_Poi", "Kelvin_\u212aernel", "\u017fort_kernel",
+            "splitKreduce", "SPLITKREDUCE", "concat", "no rule here", ""]
+    for name in sorted(names) + made + [n.upper() for n in made] + [n.swapcase() for n in sorted(names)[:300]]:
+        assert categorize(name) == _categorize_by_definition(name), name
