@@ -397,10 +397,10 @@ def cuda_graphs(g: Graph) -> Edit:
         g.h_dur[inside] = 0.0
         g.h_dur[entry] = unit * (CALL_FIXED_LAUNCHES + GRAPHED_INPUT_LAUNCHES[backward] * (params + 1)
                                  + GRAPH_NODE_LAUNCHES * kernels[nodes].sum())
-        changed += len(nodes) - 1
+        changed += len(nodes)
     ops = (g.g_launch >= 0) & captured[np.maximum(g.g_launch, 0)]
     g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
-    return Edit(g, f"{len(calls)} graph replays per trace in place of {changed + len(calls)} launches; operator "
+    return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
                    f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
                 changed)
 
