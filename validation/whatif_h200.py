@@ -36,6 +36,11 @@ from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.trace import rundir
 
 PY = [sys.executable, "-m"]
+# the MoE example's --capacity F bound at its defaults (examples/moe.py: F x tokens x topk / experts, tokens 8192,
+# topk 2, experts 8): the static_shapes edit pads the work the data sized to the flag's own bound
+MOE_CAPACITY_1_25 = max(1, int(1.25 * 8192 * 2 / 8))
+# gpucheckup run options per example: static_shapes finds the work the data sized from the operators' shapes
+RUN_OPTIONS = {"moe": ["--record-shapes"]}
 # (example, extra baseline args, [(flag args, catalogue fix key, edit parameters, kind)]); each fix is predicted by
 # its catalogue entry's edit (diagnosis/fixes.py `replay`), with these parameters on top (the flag's settings)
 CASES = [
@@ -50,7 +55,7 @@ CASES = [
     ("copies", [], [(["--pin-memory"], "pin_memory", {}, "configuration")]),
     ("input", [], [(["--workers", "4"], "dataloader_workers", {"workers": 4}, "configuration"),
                    (["--pin-memory"], "pin_memory", {}, "configuration")]),
-    ("moe", [], [(["--capacity", "1.25"], "static_shapes", {}, "code"),
+    ("moe", [], [(["--capacity", "1.25"], "static_shapes", {"bound": MOE_CAPACITY_1_25}, "code"),
                  (["--tf32"], "tf32", {}, "configuration"),
                  (["--compile"], "torch_compile", {}, "code")]),
 ]
@@ -69,7 +74,8 @@ def baseline(out: Path, example: str, args: list[str], gpus: int) -> tuple[Path,
     """Capture the baseline with `gpucheckup run`; its run directory and check-up JSON."""
     where = out / "runs" / example
     report = out / f"{example}-checkup.json"
-    subprocess.run(PY + ["gpucheckup", "run", "--out", str(where), "--json", str(report), "--no-report", "--",
+    subprocess.run(PY + ["gpucheckup", "run", "--out", str(where), "--json", str(report), "--no-report",
+                         *RUN_OPTIONS.get(example, []), "--",
                          *command(example, args, gpus)], check=True)
     run_dir = sorted(where.iterdir())[-1]
     return run_dir, json.loads(report.read_text())

@@ -10,7 +10,7 @@ for each fix `gpucheckup ab --rounds R -- BASE -- BASE FLAG` (separate processes
 Writes OUT/runs/EXAMPLE/<run dir>, OUT/EXAMPLE-FLAG-ab.json and OUT/measured.json (one row per
 fix: example, flag, fix key, kind, measured saving %, ab's verdict and medians).
 
-    python validation/whatif_measure.py OUT [--only launch,sync] [--rounds 3]
+    python validation/whatif_measure.py OUT [--only launch,sync] [--rounds 3] [--capture launch:--compile]
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ CASES = {
         (["--foreach"], "fused_optimizer", "configuration"),
         (["--cuda-graphs"], "cuda_graphs", "code"),
         (["--compile"], "torch_compile", "code")]),
-    "sync": (120, 20, 100, 40, 10, [(["--no-sync"], "remove_syncs", "code")]),
+    "sync": (120, 20, 100, 40, 10, [
+        (["--no-sync"], "remove_syncs", "code"),
+        (["--tf32"], "tf32", "configuration"),
+        (["--bf16"], "bf16_autocast", "code")]),
     "copies": (60, 10, 50, 20, 5, [(["--pin-memory"], "pin_memory", "configuration")]),
     "input": (40, 10, 30, 12, 5, [
         (["--workers", "4"], "dataloader_workers", "configuration"),
@@ -55,6 +58,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--fixes", help="comma-separated flags to measure (default: every fix of the examples)")
     p.add_argument("--no-baseline", action="store_true", help="measure the fixes only (the baseline was captured before)")
+    p.add_argument("--capture", default="", help="also capture runs WITH these flags, e.g. 'launch:--compile,"
+                   "launch:--cuda-graphs' (a trace of the fixed job, to see what the fix costs per call)")
     p.add_argument("--small", action="store_true", help="CPU-sized problems, 2 rounds of few steps (a dry run)")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -72,6 +77,15 @@ def main() -> None:
             subprocess.run(GC + ["run", "--out", str(where), "--skip", str(skip), "--steps", str(window), "--no-report",
                              "--", *example_cmd(example, steps, [])], check=False)
             print(f"{example}: baseline captured in {time.time() - t0:.0f} s", flush=True)
+        for spec in filter(None, a.capture.split(",")):
+            name, flag = spec.split(":", 1)
+            if name != example:
+                continue
+            t1 = time.time()
+            subprocess.run(GC + ["run", "--out", str(a.out / "runs" / f"{example}{flag.replace('-', '_')}"), "--skip",
+                                 str(skip), "--steps", str(window), "--no-report", "--",
+                                 *example_cmd(example, steps, flag.split())], check=False)
+            print(f"{example} {flag}: captured in {time.time() - t1:.0f} s", flush=True)
         for flag, key, kind in fixes:
             t1 = time.time()
             res = a.out / f"{example}-{'_'.join(f.strip('-') for f in flag)}-ab.json"

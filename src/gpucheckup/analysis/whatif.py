@@ -166,6 +166,222 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU", len(nodes))
 
 
+# static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
+# size of the buffer they index: a padded buffer does not make them do more
+INDEXED_WORK = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_select",
+                          "aten::gather", "aten::scatter", "aten::scatter_", "aten::scatter_add_", "aten::index_add_",
+                          "aten::take", "aten::masked_select", "aten::masked_scatter_"})
+MAX_VARYING_SHARE = 0.5  # more than this share of the step's operators changing shape is a changing input (e.g.
+# sequence length), not sizes read from the data
+BOUND_FACTOR = 1.0  # static_shapes' default bound: the largest data-set size the window saw (drops nothing it saw)
+
+
+@dataclass
+class _DataSized:
+    """Operators whose size along one dimension is set by data, and that size (per operator row)."""
+
+    rows: np.ndarray  # host rows of the operators
+    size: np.ndarray  # the data-set dimension's value for each
+    seen: np.ndarray  # the largest value seen at each one's position across the window's steps
+    how: str  # which signature found them
+
+
+def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, bound: float | None = None,
+                  bound_factor: float = BOUND_FACTOR) -> Edit:
+    """A static bound instead of sizes read from the data (e.g. a fixed expert capacity instead of
+    int(counts.max())): the data-dependent syncs (those made inside `ops`) go as in remove_syncs, and
+    the work whose size the data set is padded to the bound. Which operators the data sized (needs
+    record_shapes and marked steps; only operators that start after their step's first data-dependent
+    read): those at the same position in every step (steps that ran the same operators in the same
+    order) whose input shapes change from step to step while most keep theirs (at most
+    MAX_VARYING_SHARE of the positions change), sized by the largest of their changing dimensions; else, where the sizes do not vary (the same data every
+    step), the size the host read: the first integer of a size list the host passes after the read
+    that no operator of the step had before it and that is a dimension of an operator's inputs after
+    it; the operators with it in their first input's shape are sized by it. Operators in INDEXED_WORK
+    are left: their work is their index count. The bound B is `bound`, else `bound_factor` x the
+    largest size seen at that position in the window; each kernel those operators launch (by External
+    id) keeps the trace's per-kernel fixed cost (its shortest kernel) and scales the rest by B / size
+    (GEMM and elementwise work is linear in the rows). Without shapes, or without `ops`, the edit is
+    the sync removal alone, and says so."""
+    base = remove_syncs(g, ops, reads)
+    e = base.graph
+    read_nodes = np.flatnonzero((g.h_kind == SYNC) & (e.h_kind == CALL))
+    shapes = bool(len(g.trace.host.shapes)) and bool(g.trace.host.shapes.present().any())
+    sized = _data_sized(g, read_nodes) if ops is not None and shapes else None
+    if sized is None:
+        why = ("no recorded shapes" if not shapes else "no data-dependent operators named"
+               if ops is None else "no data-dependent reads" if not len(read_nodes)
+               else "no shapes set by the data-dependent reads")
+        return Edit(e, f"{base.what}; {why}: nothing padded (the sync removal alone)", base.changed)
+    gpu = g.trace.gpu
+    kernels = np.flatnonzero(gpu.kind == KERNEL)
+    op = launches.op_rows(g.trace, kernels)
+    at = np.searchsorted(sized.rows, op)
+    hit = (op >= 0) & (sized.rows[np.minimum(at, len(sized.rows) - 1)] == op)
+    kernels, at = kernels[hit], at[hit]
+    if not len(kernels):
+        return Edit(e, f"{base.what}; {sized.how}, but they launch no kernel: nothing padded", base.changed)
+    b = np.full(len(at), float(bound)) if bound else bound_factor * sized.seen[at]
+    factor = b / sized.size[at]
+    floor = _kernel_floor_us(g)
+    d = e.g_dur[kernels]
+    e.g_dur[kernels] = np.where(d > floor, floor + (d - floor) * factor, d)
+    bound_s = f"{bound:g}" if bound else f"{bound_factor:g} x the largest seen ({int(sized.seen.max())})"
+    return Edit(e, f"{base.what}; {len(kernels)} kernels of {len(np.unique(op[hit]))} operators sized by data "
+                   f"({sized.how}) padded to the static bound {bound_s}: time x{factor.min():.3f} to "
+                   f"x{factor.max():.3f} (median x{np.median(factor):.3f}), "
+                   f"{d.sum() / 1000:.2f} -> {e.g_dur[kernels].sum() / 1000:.2f} ms over the trace",
+                base.changed + len(kernels))
+
+
+def _op_table(g: Graph) -> tuple[np.ndarray, list, np.ndarray]:
+    """Operators with recorded input shapes inside a marked step, by start: rows, decoded input shapes (a list
+    per input), step index."""
+    host = g.trace.host
+    if not g.steps.marked or not len(host.shapes):
+        return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
+    rows = np.flatnonzero((host.cat == CPU_OP) & host.shapes.present())
+    step = _host_step(g, host.start[rows])
+    rows, step = rows[step >= 0], step[step >= 0]
+    o = np.argsort(host.start[rows], kind="stable")
+    rows, step = rows[o], step[o]
+    memo: dict = {}
+    shapes = [memo[r] if r in memo else memo.setdefault(r, _decoded(r) or []) for r in host.shapes.take(rows)]
+    return rows, shapes, step
+
+
+def _host_step(g: Graph, t: np.ndarray) -> np.ndarray:
+    """The step whose host window (its ProfilerStep# range) holds each time, or -1."""
+    i = np.searchsorted(g.steps.host_start, t, side="right") - 1
+    return np.where((i >= 0) & (t <= g.steps.host_end[np.maximum(i, 0)]), i, -1)
+
+
+def _decoded(raw: bytes | str | None):
+    """A JSON value decoded, or None."""
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _flat(shapes: list) -> tuple[int, ...]:
+    """Every dimension of an operator's input shapes, in order."""
+    return tuple(d for s in shapes if isinstance(s, list) for d in s if isinstance(d, int))
+
+
+def _passed_sizes(raw: bytes | None) -> tuple[list[int], list[int]]:
+    """From an operator's Concrete Inputs: the integers of the size lists the host passed, and its integer scalars."""
+    lists, scalars = [], []
+    for x in _decoded(raw) or []:
+        if not isinstance(x, str):
+            continue
+        if x.startswith("["):
+            v = _decoded(x)
+            lists += [d for d in (v if isinstance(v, list) else []) if isinstance(d, int)]
+        elif x.lstrip("-").isdigit():
+            scalars.append(int(x))
+    return lists, scalars
+
+
+def _data_sized(g: Graph, read_nodes: np.ndarray) -> _DataSized | None:
+    """The operators whose size the data set (see static_shapes), or None when none are found: only operators
+    that start after their step's first data-dependent read (before it, nothing read can have sized them)."""
+    rows, shapes, step = _op_table(g)
+    r = g.h_row[read_nodes]
+    r = r[r >= 0]
+    at = _host_step(g, g.trace.host.start[r])
+    first_read = np.full(g.steps.count, np.inf)
+    np.minimum.at(first_read, at[at >= 0], g.trace.host.start[r][at >= 0])
+    if not len(rows) or not np.isfinite(first_read).any():
+        return None
+    return _varying(g, rows, shapes, step, first_read) or _read_size(g, rows, shapes, step, first_read)
+
+
+def _sized(rows: list, size: list, seen: list, how: str) -> _DataSized:
+    """A _DataSized sorted by row."""
+    o = np.argsort(rows, kind="stable")
+    return _DataSized(np.asarray(rows, dtype=np.int64)[o], np.asarray(size, dtype=float)[o],
+                      np.asarray(seen, dtype=float)[o], how)
+
+
+def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
+             first_read: np.ndarray) -> _DataSized | None:
+    """Signature 1: operators at the same position in every step whose input shapes change from step to step,
+    while at most MAX_VARYING_SHARE of the positions do. Steps are compared when they ran the same operators in
+    the same order (the most common sequence; a first step with extra operators is left out), at least two."""
+    host, names = g.trace.host, g.trace.names
+    key = list(zip(host.pid[rows].tolist(), host.tid[rows].tolist(), host.name[rows].tolist()))
+    per_step = {s: np.flatnonzero(step == s) for s in np.unique(step).tolist()}
+    seqs = {s: tuple(key[i] for i in idx) for s, idx in per_step.items()}
+    common = max(set(seqs.values()), key=list(seqs.values()).count) if seqs else ()
+    same = [per_step[s] for s in sorted(seqs) if seqs[s] == common]
+    if len(same) < 2:
+        return None
+    out_rows, out_size, out_seen = [], [], []
+    varying = 0
+    start = g.trace.host.start[rows]
+    for pos in range(len(common)):
+        at = [idx[pos] for idx in same]
+        if any(start[i] < first_read[step[i]] for i in at):
+            continue
+        flat = [_flat(shapes[i]) for i in at]
+        if len(set(flat)) == 1 or len({len(f) for f in flat}) != 1:
+            continue
+        varying += 1
+        if names[common[pos][2]] in INDEXED_WORK:
+            continue
+        moving = [j for j in range(len(flat[0])) if len({f[j] for f in flat}) > 1]
+        size = [max(f[j] for j in moving) for f in flat]
+        if min(size) <= 0:
+            continue
+        out_rows += [int(rows[i]) for i in at]
+        out_size += size
+        out_seen += [max(size)] * len(size)
+    if not varying or varying > MAX_VARYING_SHARE * len(common) or not out_rows:
+        return None
+    return _sized(out_rows, out_size, out_seen, f"{varying} of {len(common)} operator positions change shape "
+                                                f"across {len(same)} steps")
+
+
+def _read_size(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
+               first_read: np.ndarray) -> _DataSized | None:
+    """Signature 2, sizes the same in every step: per step, the value the host read is the first integer of a
+    size list passed (Concrete Inputs) after the step's first data-dependent read that no operator of the step had
+    before it (as a dimension, a size or a scalar) and that is a dimension of an operator's inputs after it; the
+    operators with it in their first input's shape are sized by it."""
+    host, names = g.trace.host, g.trace.names
+    concrete = host.concrete.take(rows) if len(host.concrete) else [None] * len(rows)
+    start = host.start[rows]
+    out_rows, out_size, values = [], [], []
+    for s in np.flatnonzero(np.isfinite(first_read)).tolist():
+        idx = np.flatnonzero(step == s)
+        pre, post = idx[start[idx] < first_read[s]], idx[start[idx] >= first_read[s]]
+        before = set()
+        for i in pre:
+            lists, scalars = _passed_sizes(concrete[i])
+            before.update(_flat(shapes[i]), lists, scalars)
+        later = set()
+        for i in post:
+            later.update(_flat(shapes[i]))
+        value = next((v for i in post for v in _passed_sizes(concrete[i])[0]
+                      if v > 1 and v not in before and v in later), None)
+        if value is None:
+            continue
+        values.append(value)
+        for i in post:
+            first = shapes[i][0] if shapes[i] and isinstance(shapes[i][0], list) else []
+            if value in first and names[host.name[rows[i]]] not in INDEXED_WORK:
+                out_rows.append(int(rows[i]))
+                out_size.append(value)
+    if not out_rows:
+        return None
+    return _sized(out_rows, out_size, [max(values)] * len(out_rows),
+                  f"the size the host read, {'/'.join(str(v) for v in sorted(set(values)))}, in {len(values)} "
+                  "steps")
+
+
 def _enclosing_ops(g: Graph, j: int) -> set[str]:
     """Names of the CPU operators that enclose node j's call on its thread."""
     host = g.trace.host
@@ -532,6 +748,7 @@ def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
 
 TRANSFORMS = {
     "remove_syncs": remove_syncs,
+    "static_shapes": static_shapes,
     "fused_optimizer": fused_optimizer,
     "pin_memory": pin_memory,
     "dataloader_workers": dataloader_workers,

@@ -337,7 +337,7 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the sync idle that follows those syncs: with a static bound the host need not read the size back",
         applies=_never_on_run(lambda a: _has_sync_from(a, DATA_DEPENDENT_OPS)),
         saving=_trace(lambda a: _sync_saving(a, DATA_DEPENDENT_OPS)),
-        bottleneck="sync_bound", replay="remove_syncs", replay_params=(("ops", DATA_DEPENDENT_OPS),)),
+        bottleneck="sync_bound", replay="static_shapes", replay_params=(("ops", DATA_DEPENDENT_OPS),)),
     CatalogueFix(
         "sync_debug", "Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code",
         when="the trace has host-GPU synchronizations",

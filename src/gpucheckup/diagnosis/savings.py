@@ -66,7 +66,7 @@ def predict(a: TraceAnalysis) -> Predictions:
             if k not in done:
                 done[k] = whatif.predict(g, e.replay, before, **dict(e.replay_params))
             p = done[k]
-            pct = max(p.saving_pct, 0.0)  # the edits only remove time: a negative replayed saving is replay noise
+            pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (the fix does not pay)
             out.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct)
         return out
     except (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError) as err:
