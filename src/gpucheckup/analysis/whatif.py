@@ -501,12 +501,11 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
 
 def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
     """The calls into the compiled model, as (entry node, backward?, its launching nodes, its parameters): each
-    stretch of the
-    host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose launches are made by
-    one thread, from its first launch (a compiled graph cannot hold a sync; the forward runs on the calling
-    thread, the backward on autograd's, so each is its own call); backward when that thread runs autograd's
-    operators (AUTOGRAD_THREAD_OP). Its parameters: the trace's (PARAM_OP per step) shared among the calls of its
-    direction by their launches."""
+    stretch of the host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose
+    launches are made by one thread, from its first launch (a compiled graph cannot hold a sync; the forward runs
+    on the calling thread, the backward on autograd's, so each is its own call); backward when that thread runs
+    autograd's operators (AUTOGRAD_THREAD_OP). Its parameters: the trace's (PARAM_OP per step) shared among the
+    calls of its direction by their launches."""
     host = g.trace.host
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[_launch_nodes(g)] = True
@@ -586,13 +585,13 @@ def cuda_graphs(g: Graph) -> Edit:
     Inductor fuses them (`_inductor_fusion`), each call into the compiled model (`_compiled_calls`: the forward,
     the backward, each stretch between syncs and data waits, which a graph cannot hold) one graph replay: the
     host's launch calls, operator dispatch and other runtime calls in it cost nothing, and its first launch
-    becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES per
-    input) and the graph's
-    launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their durations and run back to
-    back (launch latency at the trace's typical one). The optimizer step (`Optimizer.*` ranges) is not part of
-    the compiled model and stays eager, launch by launch (the trace cannot tell whether a user would compile or
-    capture it too: that takes capturable=True and whole-step capture); host work outside operators (Python,
-    data loading, autograd's bookkeeping such as gradient accumulation) stays."""
+    becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES
+    per input) and the graph's launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their
+    durations and run back to back (launch latency at the trace's typical one). The optimizer step
+    (`Optimizer.*` ranges) is not part of the compiled model and stays eager, launch by launch (the trace cannot
+    tell whether a user would compile or capture it too: that takes capturable=True and whole-step capture);
+    host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
+    stays."""
     g = g.copy()
     eager = _in_annotation(g, "Optimizer.")
     _inductor_fusion(g, eager)
@@ -628,8 +627,8 @@ def torch_compile(g: Graph) -> Edit:
     a launcher per kernel in place of the operator: measured on the H200 at 2.9 launch calls per launch against
     eager's 2.7, its Python between kernels at 1.5 against eager's 2.4). Each call into the compiled model
     (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
-    CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The optimizer step (`Optimizer.*` ranges) is not
-    part of the compiled model: it stays as it is."""
+    CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
+    optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
     g = g.copy()
     eager = _in_annotation(g, "Optimizer.")
     unit = _typical_launch_us(g)
