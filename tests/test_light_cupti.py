@@ -30,7 +30,7 @@ class FakeCupti:
     """cupti-python's calls the window makes, over a clock FAKE_OFFSET_NS behind Unix time."""
 
     class ActivityKind:
-        CONCURRENT_KERNEL, MEMCPY, MEMSET = 10, 1, 2
+        CONCURRENT_KERNEL, MEMCPY, MEMSET, SYNCHRONIZATION = 10, 1, 2, 38
 
     def __init__(self):
         self.enabled, self.pending, self.callbacks = set(), [], None
@@ -54,10 +54,15 @@ class FakeCupti:
 
     def run(self, kind, dur_ns, **fields):
         """The GPU ran one piece of work just now (recorded only while its kind is enabled)."""
+        t = self.get_timestamp()
+        self.record(kind, t, t + dur_ns, **fields)
+
+    def record(self, kind, start, end, **fields):
+        """One activity record of the given kind and CUPTI times (kept only while its kind is enabled)."""
         if kind in self.enabled:
-            t = self.get_timestamp()
-            self.pending.append(types.SimpleNamespace(kind=kind, start=t, end=t + dur_ns, device_id=0, stream_id=7,
-                                                      correlation_id=len(self.pending), context_id=1, **fields))
+            fields = {"device_id": 0, "stream_id": 7, "context_id": 1, **fields}
+            self.pending.append(types.SimpleNamespace(kind=kind, start=start, end=end,
+                                                      correlation_id=len(self.pending), **fields))
 
 
 KERNEL = dict(name="_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_",
@@ -145,7 +150,7 @@ def test_cupti_window_trace_has_steps_ranges_and_gpu_work_on_unix_time(recorded)
     base_s = doc["baseTimeNanoseconds"] / 1e9
     assert abs(base_s + steps[0]["ts"] / 1e6 - time.time()) < 60
     assert doc["gpucheckup_light"]["records"] == {"kernel": 6, "memcpy": 6, "memset": 6}  # the warm-up's too
-    assert doc["gpucheckup_light"]["activities"] == list(cw.ACTIVITIES)
+    assert doc["gpucheckup_light"]["activities"] == list(cw.ACTIVITIES + cw.OPTIONAL_ACTIVITIES)
 
 
 def test_cupti_window_leaves_the_job_as_it_was(recorded):
@@ -291,3 +296,202 @@ def test_h200_cupti_light_verdicts_and_sources():
     assert dispatching >= 95.0
     assert hs["ranges"]["optimizer"]["pct"] > 0.0  # the agent's own Optimizer.step ranges
     assert _report("gpu_bound_cupti")["verdict"]["primary"] == "gpu_bound"
+
+
+# ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
+STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python)
+GPU_MS, HOST_MS = 3.0, 4.0  # per step: a kernel the host synchronizes on, then host work with the GPU idle
+
+
+def _sync_window(fake, steps=6):
+    """A CuptiWindow over `fake` around `steps` steps of a sync-bound job (the first is the warm-up): each step the GPU
+    runs a kernel for GPU_MS while the host waits in a stream synchronize, then the host works HOST_MS (the GPU idle);
+    a stream wait event is queued on the stream each step. Also returns the GPU's idle time after each recorded step's
+    sync (kernel end -> next kernel start, the last to the window's end), on the fake's own clock."""
+    torch = pytest.importorskip("torch")
+    kinds = fake.ActivityKind
+    sync_kind = getattr(kinds, "SYNCHRONIZATION", "no such kind")  # a kind never enabled: its records are never made
+    w = cw.CuptiWindow(torch, fake, log=(lines := []).append)
+    w.start()
+    idle_after_sync, last_end = [], None
+    for i in range(steps):
+        k0 = fake.get_timestamp()
+        if last_end is not None and i > 1:  # idle of the previous recorded step: its kernel's end to this kernel
+            idle_after_sync.append(k0 - last_end)
+        fake.record(sync_kind, k0, k0 + 5_000, type=WAIT_EVENT, stream_id=7, cuda_event_id=3)
+        k1 = k0 + int(GPU_MS * 1e6)
+        fake.record(kinds.CONCURRENT_KERNEL, k0, k1, **KERNEL)
+        s0 = fake.get_timestamp()
+        while fake.get_timestamp() < k1 + 50_000:  # the host blocks until the kernel is done
+            time.sleep(0.0002)
+        fake.record(sync_kind, s0, fake.get_timestamp(), type=STREAM_SYNC, stream_id=7,
+                    cuda_event_id=cw.SYNC_INVALID)
+        last_end = k1
+        time.sleep(HOST_MS / 1000)
+        if i < steps - 1:
+            w.step()
+    w.stop()
+    idle_after_sync.append(w.marks[-1] - FAKE_OFFSET_NS - last_end)  # the last step's idle runs to the window's end
+    w.lines = lines
+    return w, idle_after_sync
+
+
+def _checkup(w, tmp_path, name="trace.json.gz", keep=lambda r: True):
+    from gpucheckup.pipeline import check_path
+
+    doc = cw.build_trace([r for r in w.records if keep(r)], w.host.ranges, w.marks, w.clock, w.pid, w.tid, [], None,
+                         w.summary())
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return doc, check_path(path)[0].report, path
+
+
+def test_cupti_sync_records_are_counted_and_name_the_idle_they_drain(tmp_path):
+    """A fake sync-bound window: one stream synchronize per step, the GPU idle while the host works after it. The
+    check-up counts one sync per step and names that idle `sync` (the drain rule of analysis/gap_causes.py); the same
+    records without the sync ones read `launch_bound` (every gap `other_host`), as the H200 sync-bound job did."""
+    from gpucheckup.analysis.sampled_causes import SOURCE_GPU_SYNCS, gap_source
+    from gpucheckup.trace.reader import read_trace
+
+    w, idle = _sync_window(FakeCupti())
+    assert w.enabled == list(cw.ACTIVITIES + cw.OPTIONAL_ACTIVITIES) and not w.lines
+    doc, r, path = _checkup(w, tmp_path)
+    calls = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    assert [e["name"] for e in calls] == ["cudaStreamSynchronize"] * 5  # the warm-up's and the wait events: not kept
+    assert all((e["pid"], e["tid"], e["args"]["stream"]) == (w.pid, w.tid, 7) for e in calls)
+    assert all(e["dur"] >= GPU_MS * 1000 * 0.9 for e in calls)  # the host blocked about as long as the kernel ran
+    assert doc["gpucheckup_light"]["sync_calls"] == {"cudaStreamWaitEvent": 6, "cudaStreamSynchronize": 6}
+    assert doc["gpucheckup_light"]["records"]["sync"] == 12
+    assert r["sync"]["count_per_step"] == 1.0
+    assert r["verdict"]["primary"] == "sync_bound"
+    expected_ms = sum(idle) / 1e6  # the fake's own clock: kernel ends and starts, never the trace's figures
+    assert r["gaps"]["by_cause_ms"]["sync"] == pytest.approx(expected_ms, rel=0.03)
+    assert r["gaps"]["by_cause_ms"]["sync"] > 0.9 * sum(r["gaps"]["by_cause_ms"].values())
+    assert gap_source(read_trace(path)) == SOURCE_GPU_SYNCS
+
+    _, r0, _ = _checkup(w, tmp_path, "nosync.json.gz", keep=lambda rec: rec[0] != "sync")
+    assert r0["sync"]["count_per_step"] == 0.0 and r0["gaps"]["by_cause_ms"]["sync"] == 0.0
+    assert r0["verdict"]["primary"] == "launch_bound"
+
+
+class RefusingCupti(FakeCupti):
+    """A CUPTI that will not record synchronizations (an older or restricted libcupti)."""
+
+    def activity_enable(self, kind):
+        if kind == self.ActivityKind.SYNCHRONIZATION:
+            raise RuntimeError("CUPTI_ERROR_NOT_COMPATIBLE")
+        super().activity_enable(kind)
+
+
+class NoSyncKindCupti(FakeCupti):
+    """A cupti-python whose ActivityKind has no SYNCHRONIZATION."""
+
+    class ActivityKind:
+        CONCURRENT_KERNEL, MEMCPY, MEMSET = 10, 1, 2
+
+
+@pytest.mark.parametrize("fake, why", [(RefusingCupti, "CUPTI_ERROR_NOT_COMPATIBLE"),
+                                       (NoSyncKindCupti, "cupti-python has no ActivityKind.SYNCHRONIZATION")])
+def test_cupti_refusing_synchronization_still_records_the_gpu(fake, why, tmp_path):
+    w, _ = _sync_window(fake())
+    assert w.lines == [f"light window: CUPTI would not record SYNCHRONIZATION: {why}"]
+    assert w.enabled == list(cw.ACTIVITIES)
+    doc, r, _ = _checkup(w, tmp_path)
+    assert doc["gpucheckup_light"]["activities"] == list(cw.ACTIVITIES)
+    assert doc["gpucheckup_light"]["records"] == {"kernel": 6}
+    assert not [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
+    assert sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 5
+    assert r["sync"]["count_per_step"] == 0.0
+
+
+def test_sync_events_name_each_type_and_leave_out_what_is_no_host_wait():
+    clock = cw.Clock((0, 1_700_000_000_000_000_000, 50))
+    lo, hi = clock.unix_ns(1_000_000), clock.unix_ns(9_000_000)
+    inv = cw.SYNC_INVALID
+    syncs = [("sync", 2_000_000, 2_500_000, -1, 7, 11, 1, STREAM_SYNC, inv),
+             ("sync", 3_000_000, 3_100_000, -1, inv, 12, 1, EVENT_SYNC, 4),
+             ("sync", 4_000_000, 4_900_000, -1, inv, 13, 1, CONTEXT_SYNC, inv),
+             ("sync", 5_000_000, 5_001_000, -1, 7, 14, 1, WAIT_EVENT, 4),  # queued on the stream: no host wait
+             ("sync", 0, 0, -1, 7, 15, 1, STREAM_SYNC, inv),  # CUPTI could not time it
+             ("sync", 100, 900_000, -1, 7, 16, 1, STREAM_SYNC, inv),  # ended before the warm-up's end
+             ("sync", 9_500_000, 9_600_000, -1, 7, 17, 1, STREAM_SYNC, inv)]  # after the window
+    base = 1_700_000_000_000_000_000
+
+    def us(t):
+        return (t - base) / 1000.0
+
+    ev = cw.sync_events(syncs, clock, lo, hi, 42, 43, us)
+    assert [(e["name"], e["ts"], e["dur"], e["args"]["correlation"]) for e in ev] == [
+        ("cudaStreamSynchronize", 2000.0, 500.0, 11), ("cudaEventSynchronize", 3000.0, 100.0, 12),
+        ("cudaDeviceSynchronize", 4000.0, 900.0, 13)]
+    assert all(e["cat"] == "cuda_runtime" and (e["pid"], e["tid"]) == (42, 43) for e in ev)
+    assert ev[0]["args"]["stream"] == 7 and "cuda_event" not in ev[0]["args"]
+    assert "stream" not in ev[1]["args"] and ev[1]["args"]["cuda_event"] == 4
+    from gpucheckup.analysis.host_calls import SYNC_CALLS
+
+    assert set(cw.SYNC_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
+
+
+def _as_cupti_records(doc: dict) -> tuple[list, list, list]:
+    """A full torch.profiler trace's GPU work and sync calls as the CUPTI window's records (CUPTI ns = the trace's
+    ns, so the clock's offset is 0), its other ranges, and step marks (the first step's start twice, as start() and
+    a warm-up's end, then each step's end): what the CUPTI window would have recorded of the same job."""
+    sync_type = {v: k for k, v in cw.SYNC_CALLS.items()}
+    copy_kind = {v: k for k, v in cw.MEMCPY_KINDS.items()}
+    mem_kind = {v: k for k, v in cw.MEMORY_KINDS.items()}
+    recs, ranges, steps = [], [], []
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        cat, a = e.get("cat"), e.get("args", {})
+        t0, t1 = round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000)
+        head = (t0, t1, a.get("device"), a.get("stream"), a.get("correlation"), a.get("context"))
+        if cat == "kernel":
+            recs.append(("kernel", *head, e["name"], tuple(a["grid"]), tuple(a["block"]), a["registers per thread"],
+                         a["shared memory"]))
+        elif cat == "gpu_memcpy":  # "Memcpy DtoH (Device -> Pageable)"
+            direction, mem = e["name"].removeprefix("Memcpy ").split(" ", 1)
+            src, dst = mem.strip("()").split(" -> ")
+            recs.append(("memcpy", *head, copy_kind[direction], mem_kind[src], mem_kind[dst], a["bytes"]))
+        elif cat == "gpu_memset":
+            recs.append(("memset", *head, mem_kind[e["name"].removeprefix("Memset (").rstrip(")")], a.get("bytes", 0)))
+        elif cat == "cuda_runtime" and e["name"] in sync_type:
+            recs.append(("sync", t0, t1, -1, a.get("stream", cw.SYNC_INVALID), a["correlation"], 1,
+                         sync_type[e["name"]], cw.SYNC_INVALID))
+        elif cat == "user_annotation":
+            (steps if e["name"].startswith("ProfilerStep#") else ranges).append((e["name"], t0, t1))
+    steps.sort(key=lambda s: s[1])
+    return recs, ranges, [steps[0][1], steps[0][1]] + [s[2] for s in steps]
+
+
+@pytest.mark.parametrize("name, syncs, per_step, verdict", [("sync_bound", 11, 2.0, "sync_bound"),
+                                                              ("item_checks", 166, 33.0, "launch_bound")])
+def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, syncs, per_step, verdict, tmp_path):
+    """Two H200 jobs that read GPU values on the host (tests/data/h200/sync_bound: softmax copied to the host and
+    `.item()` every step; item_checks: 33 `.item()` per step, launch_bound as traced), their kernels, copies,
+    memsets and sync calls rebuilt as CUPTI's records and written by the CUPTI window's build_trace: the check-up
+    counts the syncs per step of the full trace and gives its verdict with about its sync share; without the sync
+    records syncs read 0 and the sync-bound job launch_bound, as its CUPTI light window did on the H200
+    (docs/validation.md section 6b)."""
+    from gpucheckup.pipeline import check_path
+
+    full = Path(__file__).resolve().parent / "data" / "h200" / name / "trace.json.gz"
+    doc = raw_events(full)
+    recs, ranges, marks = _as_cupti_records(doc)
+    assert sum(r[0] == "sync" for r in recs) == syncs  # the stream syncs in 5 steps + the profiler's device sync
+
+    def checkup(records, name):
+        light = cw.build_trace(records, ranges, marks, cw.Clock((0, 0, 0)), 414, 414, doc["deviceProperties"], None,
+                               {})
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(json.dumps(light).encode()))
+        return check_path(path)[0].report
+
+    want = check_path(full)[0].report
+    got = checkup(recs, "light.json.gz")
+    assert want["sync"]["count_per_step"] == got["sync"]["count_per_step"] == per_step
+    assert want["verdict"]["primary"] == got["verdict"]["primary"] == verdict
+    assert got["gaps"]["pct_of_step"]["sync"] == pytest.approx(want["gaps"]["pct_of_step"]["sync"], abs=3.0)
+    assert got["steps"]["median_ms"] == pytest.approx(want["steps"]["median_ms"], rel=1e-6)
+    without = checkup([r for r in recs if r[0] != "sync"], "nosync.json.gz")
+    assert without["sync"]["count_per_step"] == 0.0 and without["verdict"]["primary"] == "launch_bound"

@@ -27,6 +27,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
+from gpucheckup.analysis.host_calls import SYNC_CALLS
 from gpucheckup.analysis.stack_samples import classify, frames_of
 from gpucheckup.trace.host_samples import HostSamples
 from gpucheckup.trace.tables import CPU_OP, RUNTIME, USER_ANNOTATION, Trace
@@ -35,6 +36,8 @@ SOURCE_SAMPLES = "sampled stacks"  # the words every figure from here carries
 SOURCE_OPS = "profiler ops"  # the operator-based gap causes of a full window
 SOURCE_RUNTIME = "CUDA runtime calls (light window: no operators)"  # the same causes where no operator was recorded
 SOURCE_GPU_ONLY = "GPU records only (CUPTI light window: no operators, no runtime calls)"  # every gap reads other_host
+# a CUPTI light window with CUPTI's synchronization records: gaps a sync drained read `sync`, the others other_host
+SOURCE_GPU_SYNCS = "GPU records and sync calls (CUPTI light window: no operators, no launches)"
 STEP_PREFIX = "ProfilerStep#"
 RANGES = {"dataloader": ("enumerate(DataLoader)#",), "optimizer": ("Optimizer.step#", "Optimizer.zero_grad#")}
 
@@ -80,11 +83,15 @@ class SampledCauses:
 
 
 def gap_source(trace: Trace) -> str:
-    """What the trace's gap causes (analysis/gap_causes.py) were attributed from: operators, runtime calls only, or
-    neither (a CUPTI light window's GPU records)."""
+    """What the trace's gap causes (analysis/gap_causes.py) were attributed from: operators, runtime calls only,
+    sync calls only (a CUPTI light window with CUPTI's synchronization records), or neither (its GPU records)."""
     if bool(np.any(trace.host.cat == CPU_OP)):
         return SOURCE_OPS
-    return SOURCE_RUNTIME if bool(np.any(trace.host.cat == RUNTIME)) else SOURCE_GPU_ONLY
+    calls = trace.host.name[trace.host.cat == RUNTIME]
+    if not len(calls):
+        return SOURCE_GPU_ONLY
+    syncs_only = bool(np.all(np.isin(calls, trace.name_ids(lambda n: n in SYNC_CALLS))))
+    return SOURCE_GPU_SYNCS if syncs_only else SOURCE_RUNTIME
 
 
 def state_intervals(samples: HostSamples, base_us: float) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -7,6 +7,13 @@ per DataLoader batch (`HostRanges`); the host's attribution comes from py-spy ou
 CUPTI's buffers are handed to Python (`_completed`) only when one fills (BUFFER_BYTES holds ~60,000 kernel
 records) or when the window stops, so the conversion happens after the window's last step.
 
+Synchronizations (SYNCHRONIZATION, OPTIONAL_ACTIVITIES: left out with a log line where CUPTI or cupti-python
+refuses it): one record per host wait on the GPU (stream, event, context synchronize) and per stream wait event,
+none per kernel. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
+`cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_CALLS) on the window's main thread (CUPTI's record names no
+thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
+the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
+
 `CuptiWindow` has a profiler's methods (start, step, stop, export_chrome_trace) so the agent drives it as it
 drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
 start() after step n enables the activities (CUPTI's first-use cost falls in the
@@ -41,12 +48,19 @@ import time
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
+# Recorded where CUPTI agrees (else logged and left out): one record per host wait on the GPU, none per kernel
+OPTIONAL_ACTIVITIES = ("SYNCHRONIZATION",)
 BACKEND = "cupti-python activity API"
 # CUPTI's enums (cupti_activity.h), as Kineto names them in a trace
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
                 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
                 6: "Device Static", 7: "Managed Static"}
+# CUpti_ActivitySynchronizationType -> the CUDA runtime call the trace names (Kineto's `cuda_runtime` events)
+SYNC_CALLS = {1: "cudaEventSynchronize", 2: "cudaStreamWaitEvent", 3: "cudaStreamSynchronize",
+              4: "cudaDeviceSynchronize"}
+STREAM_WAIT_EVENT = 2  # a wait queued on a stream, not a host wait: counted in the summary, not written as a call
+SYNC_INVALID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: a stream or event id that does not apply
 
 
 def preload_libcupti() -> str | None:
@@ -218,7 +232,15 @@ def _record(a, kinds) -> tuple | None:
     if k == kinds["MEMSET"]:
         return ("memset", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
                 g(a, "context_id", 0), int(g(a, "memory_kind", 3)), g(a, "bytes", 0))
+    if k == kinds.get("SYNCHRONIZATION"):  # no device: the device slot holds -1 (host side, CUPTI clock)
+        return ("sync", a.start, a.end, -1, g(a, "stream_id", SYNC_INVALID), g(a, "correlation_id", -1),
+                g(a, "context_id", 0), int(g(a, "type", 0)), g(a, "cuda_event_id", SYNC_INVALID))
     return None
+
+
+def _optional_kinds(cupti) -> dict:
+    """The optional activity kinds (OPTIONAL_ACTIVITIES) this cupti-python names: name -> its ActivityKind."""
+    return {n: getattr(cupti.ActivityKind, n) for n in OPTIONAL_ACTIVITIES if hasattr(cupti.ActivityKind, n)}
 
 
 class CuptiWindow:
@@ -231,6 +253,7 @@ class CuptiWindow:
         self.cupti = cupti
         self.log = log or (lambda msg: None)
         self.kinds = {name: getattr(cupti.ActivityKind, name) for name in ACTIVITIES}
+        self.kinds.update(_optional_kinds(cupti))
         self.records: list[tuple] = []
         self.other = 0  # records of other kinds (another tool's activities in the same buffers)
         self.buffers = 0
@@ -261,6 +284,7 @@ class CuptiWindow:
                 self.enabled.append(name)
             except Exception as e:  # noqa: BLE001 - a kind this CUPTI cannot record: the others still are
                 self.log(f"light window: CUPTI would not record {name}: {e}")
+        self._enable_optional()
         if "CONCURRENT_KERNEL" not in self.enabled:
             self._disable()
             raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
@@ -290,7 +314,7 @@ class CuptiWindow:
     def export_chrome_trace(self, path: str) -> None:
         """Write the window as a Kineto-shaped JSON trace (see the module docstring)."""
         trace = build_trace(self.records, self.host.ranges, self.marks, self.clock, self.pid, self.tid,
-                            device_properties(self.torch, {r[3] for r in self.records}),
+                            device_properties(self.torch, {r[3] for r in self.records if r[3] >= 0}),
                             distributed_info(self.torch), self.summary())
         with open(path, "w") as f:
             json.dump(trace, f, separators=(",", ":"))
@@ -301,6 +325,18 @@ class CuptiWindow:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
                 "other_records": self.other, "buffers": self.buffers, "cupti_python": _package_version()}
+
+    def _enable_optional(self) -> None:
+        """Enable the optional kinds this cupti-python names and CUPTI agrees to record; log the others."""
+        for name in OPTIONAL_ACTIVITIES:
+            if name not in self.kinds:
+                self.log(f"light window: CUPTI would not record {name}: cupti-python has no ActivityKind.{name}")
+                continue
+            try:
+                self.cupti.activity_enable(self.kinds[name])
+                self.enabled.append(name)
+            except Exception as e:  # noqa: BLE001 - a kind this CUPTI cannot record: the others still are
+                self.log(f"light window: CUPTI would not record {name}: {e}")
 
     # ---- CUPTI's buffer callbacks ------------------------------------------------------------------
     def _requested(self):
@@ -421,8 +457,12 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
     lo_rec = marks[1] if len(marks) > 1 else lo  # the warm-up step's end: what ended before it is not kept
     ev: list[dict] = []
     streams: set[tuple[int, int]] = set()
+    syncs = []
     for r in records:
         kind, start, end, dev, stream, corr, ctx = r[:7]
+        if kind == "sync":
+            syncs.append(r)
+            continue
         t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
         if t1 < t0 or t1 < lo_rec:
             continue
@@ -451,6 +491,7 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         host.append((f"ProfilerStep#{i - 1}", marks[i - 1], marks[i]))
     hi = marks[-1] if marks else float("inf")
     host.extend(r for r in ranges if r[2] >= lo_rec and r[1] <= hi)
+    ev.extend(sync_events(syncs, clock, lo_rec, hi, pid, tid, us))
     for ext, (name, t0, t1) in enumerate(sorted(host, key=lambda r: (r[1], -r[2])), start=1):
         ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": us(t0),
                    "dur": max(t1 - t0, 0) / 1000.0, "args": {"External id": ext}})
@@ -463,7 +504,40 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         meta.append({"ph": "M", "name": "thread_name", "pid": dev, "tid": s, "args": {"name": f"stream {s}"}})
     trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
              "traceEvents": meta + ev,
-             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host)}}
+             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host),
+                                  "sync_calls": _sync_counts(syncs)}}
     if dist:
         trace["distributedInfo"] = dist
     return trace
+
+
+def sync_events(syncs, clock: Clock, lo: int, hi, pid: int, tid: int, us) -> list[dict]:
+    """CUPTI's synchronization records (CuptiWindow._completed's "sync" tuples, CUPTI ns) as the host's CUDA runtime
+    calls a full trace holds (`cuda_runtime`, named by SYNC_CALLS) on the window's main thread: CUPTI's record names
+    no thread, and the training loop's thread is the one that reads GPU values. Kept where the call ended after the
+    warm-up step's end (lo, Unix ns) and started by the window's end (hi); a stream wait event is a wait queued on a
+    stream, not a host wait, and a record CUPTI could not time (start = end = 0) says nothing: both left out."""
+    out = []
+    for _, start, end, _dev, stream, corr, ctx, typ, event in syncs:
+        if typ == STREAM_WAIT_EVENT or typ not in SYNC_CALLS or (start == 0 and end == 0):
+            continue
+        t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
+        if t1 < t0 or t1 < lo or t0 > hi:
+            continue
+        args = {"correlation": corr, "context": ctx, "source": "CUPTI synchronization record"}
+        if stream != SYNC_INVALID:
+            args["stream"] = stream
+        if event != SYNC_INVALID:
+            args["cuda_event"] = event
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": SYNC_CALLS[typ], "pid": pid, "tid": tid, "ts": us(t0),
+                    "dur": (t1 - t0) / 1000.0, "args": args})
+    return out
+
+
+def _sync_counts(syncs) -> dict[str, int]:
+    """CUPTI's synchronization records by the call they name (stream wait events too), over the whole recording."""
+    out: dict[str, int] = {}
+    for r in syncs:
+        name = SYNC_CALLS.get(r[7], "unknown")
+        out[name] = out.get(name, 0) + 1
+    return out

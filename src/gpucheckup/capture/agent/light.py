@@ -2,9 +2,9 @@
 marks that ask the launcher to sample the job's stacks from outside (capture/sampler.py).
 
 Two backends, chosen when the window starts (`light_recorder`):
-- CUPTI's activity API through NVIDIA's `cupti-python` (agent/cupti_window.py): kernels, copies and memsets
-  only, no runtime or driver API record, no torch.profiler; the cheap ranges from one clock read each. Used
-  where `cupti` imports, libcupti loads and torch sees a GPU.
+- CUPTI's activity API through NVIDIA's `cupti-python` (agent/cupti_window.py): kernels, copies, memsets and
+  synchronizations only, no runtime or driver API record, no torch.profiler; the cheap ranges from one clock
+  read each. Used where `cupti` imports, libcupti loads and torch sees a GPU.
 - Otherwise torch.profiler, as below, with one line in the agent log saying why.
 
 The torch.profiler light window is torch.profiler with the CPU activity restricted to the USER_SCOPE of RecordFunction:
