@@ -71,3 +71,116 @@ def test_bad_input_is_one_line(args, words, capsys):
     assert main(["ab", *args]) == 2
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1
+
+
+# A side as the agent would record it, without a GPU: steps.csv holds the host-side intervals, gpu-steps.csv (when
+# given) the GPU's, written into the run directory ab made for the process. A host that queues work without waiting
+# returns from its steps every HOST ms while the GPU takes GPU ms per step.
+FAKE = """
+import os, sys
+from pathlib import Path
+host, gpu, steps = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+run = Path(os.environ["GPUCHECKUP_RUN_DIR"])
+jitter = [1.0, 1.01, 0.99, 1.02, 0.98]
+t, rows, gpu_rows = 1000.0, ["step,t_end_s,ms,phase"], ["step,gpu_ms"]
+for n in range(1, steps + 1):
+    h = host * jitter[n % 5]
+    t += h / 1000
+    rows.append(f"{n},{t:.6f},{'' if n == 1 else f'{h:.4f}'},")
+    if n > 1:
+        gpu_rows.append(f"{n},{gpu * jitter[(n + 2) % 5]:.4f}")
+(run / "steps.csv").write_text("\\n".join(rows) + "\\n")
+if gpu > 0:
+    (run / "gpu-steps.csv").write_text("\\n".join(gpu_rows) + "\\n")
+"""
+
+
+def _fake(tmp_path, host, gpu, steps=12):
+    script = tmp_path / "fake_side.py"
+    script.write_text(FAKE)
+    return [sys.executable, str(script), str(host), str(gpu), str(steps)]
+
+
+def test_a_side_that_runs_ahead_of_its_gpu_is_timed_on_the_gpu(tmp_path):
+    # B queues its steps every 1 ms while its GPU needs 10 ms, as A's does: on the host B looks 90% faster
+    r = _ab(tmp_path, "--rounds", "2", "--", *_fake(tmp_path, 10, 10), "--", *_fake(tmp_path, 1, 10))
+    assert r["clock"] == "gpu"
+    assert r["verdict"] == "same", r["sentence"]
+    assert [x["label"] for x in r["ran_ahead"]] == ["B"]
+    assert abs(r["b"]["median_ms"] - 10) < 0.3 and abs(r["a"]["median_ms"] - 10) < 0.3
+    assert abs(r["ran_ahead"][0]["host_ms"] - 1) < 0.05 and r["ran_ahead"][0]["share"] > 0.85
+    assert "B ran ahead of its GPU" in r["sentence"] and "on the GPU" in r["sentence"]
+
+
+def test_a_real_gain_of_a_side_that_runs_ahead_is_measured_on_the_gpu(tmp_path):
+    # B runs ahead, and its GPU does a step in 5 ms against A's 10: 50% faster on the GPU (90% on the host)
+    r = _ab(tmp_path, "--rounds", "2", "--", *_fake(tmp_path, 10, 10), "--", *_fake(tmp_path, 1, 5))
+    assert r["clock"] == "gpu" and r["verdict"] == "faster", r["sentence"]
+    assert -52 < r["change_pct"] < -48
+
+
+def test_sides_that_keep_pace_with_their_gpu_are_timed_on_the_host(tmp_path):
+    # the GPU is as fast or faster than the host (the host waits, or the GPU waits for the host): host times
+    r = _ab(tmp_path, "--rounds", "2", "--", *_fake(tmp_path, 10, 9.5), "--", *_fake(tmp_path, 5, 2))
+    assert r["clock"] == "host" and r["ran_ahead"] == [], r["sentence"]
+    assert -52 < r["change_pct"] < -48 and r["verdict"] == "faster"
+
+
+def test_a_side_ahead_of_its_gpu_against_one_without_gpu_times_is_refused(tmp_path, capsys):
+    rc = main(["ab", "--rounds", "2", "--warmup", "3", "--measure", "7", "--",
+               *_fake(tmp_path, 1, 10), "--", *_fake(tmp_path, 10, 0)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "A ran ahead of its GPU" in err and "B has no GPU step times" in err
+
+
+def test_the_agent_in_an_ab_process_writes_no_gpu_times_without_cuda(tmp_path):
+    # ab turns the agent's GPU clock on; a job on the CPU has no CUDA stream to time: no file, no agent error
+    pytest.importorskip("torch")
+    out = tmp_path / "runs"
+    assert main(["ab", "--rounds", "2", "--warmup", "3", "--measure", "5", "--out", str(out), "--",
+                 *EX, "--", *EX]) == 0
+    dirs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(dirs) == 4 and all((d / "steps.csv").exists() and not (d / "gpu-steps.csv").exists() for d in dirs)
+    assert all(json.loads((d / "agent.json").read_text()).get("errors", []) == [] for d in dirs)
+    assert all("GPUCHECKUP_GPU_CLOCK" in (d / "agent.log").read_text() or "gpu_clock" in (d / "agent.log").read_text()
+               for d in dirs)
+
+
+def test_gpu_clock_reads_each_step_interval_once_its_events_are_done():
+    # the agent's GPU clock over a stand-in for torch.cuda whose GPU finishes step n's work at `stamp` (10 ms a step,
+    # 15 after step 20) and runs ten steps behind the host: events are read once done, never waited for before
+    # exit; the step recorded during a graph capture is skipped, and no interval spans it
+    from types import SimpleNamespace
+
+    from gpucheckup.capture.agent import gpu_clock
+
+    state = {"done_ms": 0.0, "capturing": False, "synced": 0, "stamp": 0.0}
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.t = state["stamp"]
+
+        def query(self):
+            return self.t <= state["done_ms"]
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    cuda = SimpleNamespace(is_initialized=lambda: True, is_current_stream_capturing=lambda: state["capturing"],
+                           Event=Event, synchronize=lambda: state.update(done_ms=1e9, synced=state["synced"] + 1))
+    clock = gpu_clock.GpuClock(SimpleNamespace(cuda=cuda))
+    for n in range(1, 81):
+        state["stamp"] = 10.0 * n + 5.0 * max(0, n - 20)
+        state["capturing"] = n == 30
+        clock.mark(n)
+        state["done_ms"] = state["stamp"] - 100  # ten steps behind
+    assert clock.rows and state["synced"] == 0  # read while running, without waiting
+    rows = [line.split(",") for line in clock.finish().splitlines()]
+    assert state["synced"] == 1 and rows[0] == ["step", "gpu_ms"]
+    got = {int(s): float(ms) for s, ms in rows[1:]}
+    want = {n: 10.0 if n <= 20 else 15.0 for n in range(2, 81) if n not in (30, 31)}
+    assert got == want

@@ -61,3 +61,21 @@ def test_too_little_data_is_refused():
         ab_stats.compare([np.ones(10)], [np.ones(10), np.ones(10)])
     with pytest.raises(ValueError, match="measured steps"):
         ab_stats.compare([np.ones(2), np.ones(10)], [np.ones(10), np.ones(10)])
+
+
+def test_a_side_runs_ahead_when_its_queue_grows_by_more_than_the_share_of_the_gpu_time():
+    # over a round the host's intervals sum to H, the GPU's to G: the queue grew by G - H
+    host = [np.full(20, 9.0), np.full(20, 10.0)]
+    kept_pace = [np.full(20, 9.0 / (1 - ab_stats.RUN_AHEAD_SHARE) - 0.01), np.full(20, 10.0)]  # G - H just under
+    ahead = [np.full(20, 9.0 / (1 - ab_stats.RUN_AHEAD_SHARE) + 0.01), np.full(20, 10.0)]  # just over, in round 1
+    assert ab_stats.ran_ahead("A", host, kept_pace) is None
+    r = ab_stats.ran_ahead("A", host, ahead)
+    assert r is not None and r.share == pytest.approx(1 - 9.0 / ahead[0][0])
+    assert ab_stats.ran_ahead("A", host, None) is None  # no GPU times: nothing to tell
+    assert ab_stats.ran_ahead("A", host, [h * 0.5 for h in host]) is None  # the GPU waits for the host
+    a, b, why = ab_stats.choose_clock("A", host, kept_pace, "B", host, ahead)
+    assert a is kept_pace and b is ahead and [x.label for x in why] == ["B"]
+    a, b, why = ab_stats.choose_clock("A", host, kept_pace, "B", host, kept_pace)
+    assert a is host and b is host and why == []
+    with pytest.raises(ValueError, match="B ran ahead of its GPU.*A has no GPU step times"):
+        ab_stats.choose_clock("A", host, None, "B", host, ahead)

@@ -99,8 +99,10 @@ def test_cuda_graphs_keeps_the_gpu_work():
     p = _predict("launch_bound", "cuda_graphs")
     assert p.saving_ms > 0
     assert p.step_ms_after >= np.median(_gpu_ms_per_step(g)) * 0.95  # the kernels still run
-    gpu_bound = _predict("compute_bound", "cuda_graphs")  # the GPU is busy: launches were hidden already
-    assert gpu_bound.saving_pct < 2
+    # the GPU is busy: launches were hidden already, and what graphs save there is the kernels' fusion by Inductor
+    # (mode="reduce-overhead" compiles too), no more
+    gpu_bound = _predict("compute_bound", "cuda_graphs")
+    assert gpu_bound.saving_pct <= _predict("compute_bound", "torch_compile").saving_pct + 0.5
 
 
 def test_torch_compile_keeps_the_other_kernels():

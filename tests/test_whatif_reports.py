@@ -227,3 +227,88 @@ def test_validation_predict_step_reads_baselines_and_joins_measured(tmp_path):
     ex = d["examples"][0]
     assert ex["verdict"] == "launch_bound" and ex["best_measured_fix"] == "fused_optimizer"
     assert "| launch | fused_optimizer (`--fused`) |" in (tmp_path / "res" / "whatif_h200.md").read_text()
+
+
+def test_compiled_calls_are_the_forward_and_the_backward_with_the_parameters_shared():
+    # launch_bound: no sync inside the model, so one forward (main thread) and one backward (autograd's thread) call
+    # per step; their inputs: the parameters, counted independently as the AccumulateGrad operators of the trace
+    g = _graph("launch_bound")
+    calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
+    host, names = g.trace.host, g.trace.names
+    params = sum(names[n] == "torch::autograd::AccumulateGrad" for n in host.name.tolist()) / g.steps.count
+    assert params > 10
+    assert [b for _, b, _, _ in calls].count(False) == g.steps.count == [b for _, b, _, _ in calls].count(True)
+    for entry, backward, nodes, p in calls:
+        assert p == pytest.approx(params)
+        tids = {int(host.tid[g.h_row[j]]) for j in nodes}
+        assert len(tids) == 1 and entry == nodes[0] and set(nodes.tolist()) <= set(g.g_launch.tolist())
+    # item_checks: .item() reads inside the forward cut it into calls (a graph cannot hold a sync)
+    g = _graph("item_checks")
+    calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
+    assert [b for _, b, _, _ in calls].count(False) > 2 * g.steps.count
+
+
+def test_compiled_calls_pay_their_wrappers_per_input():
+    # the edit's host time beyond the launches it drops: per call the fixed part and the per-input part, in launch
+    # calls (the trace's median launch call); summed over the calls: fixed x calls + per input x (parameters + 1)
+    g = _graph("launch_bound")
+    e = whatif.torch_compile(g).graph
+    calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
+    unit = whatif._typical_launch_us(g)
+    dropped = (e.h_dur == 0) & (g.h_dur > 0)
+    added = float(e.h_dur[~dropped].sum() - g.h_dur[~dropped].sum())
+    want = unit * sum(whatif.CALL_FIXED_LAUNCHES + whatif.COMPILED_INPUT_LAUNCHES[b] * (p + 1) for _, b, _, p in calls)
+    assert added == pytest.approx(want, rel=1e-9)
+    assert whatif.predict(g, "torch_compile").saving_ms < _without_wrappers(g, "torch_compile")
+
+
+def _without_wrappers(g, fix):
+    keep = whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES
+    try:
+        whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES = 0.0, (0, 0), (0, 0)
+        return whatif.predict(g, fix).saving_ms
+    finally:
+        whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES = keep
+
+
+def test_graph_replays_cost_their_wrappers_and_a_launch_per_kernel():
+    g = _graph("launch_bound")
+    e = whatif.cuda_graphs(g).graph
+    calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
+    unit = whatif._typical_launch_us(g)
+    gpu = g.trace.gpu
+    for entry, backward, nodes, p in calls[:4]:
+        kernels = int(((gpu.kind == KERNEL) & np.isin(g.g_launch, nodes) & (e.g_dur > 0)).sum())
+        assert kernels > 0
+        want = unit * (whatif.CALL_FIXED_LAUNCHES + whatif.GRAPHED_INPUT_LAUNCHES[backward] * (p + 1)
+                       + whatif.GRAPH_NODE_LAUNCHES * kernels)
+        assert e.h_dur[entry] == pytest.approx(want, rel=1e-9)
+        assert (e.h_dur[nodes[1:]] == 0).all()  # the graph's other launches cost the host nothing
+    assert whatif.predict(g, "cuda_graphs").saving_ms < _without_wrappers(g, "cuda_graphs")
+
+
+def test_inductor_fusion_puts_at_most_one_reduction_in_a_kernel():
+    # a fused kernel: a kept kernel and the kernels folded into it after it on its stream; of them at most one
+    # reduction (categorised independently from the kernel names), and folded kernels are elementwise or reductions
+    g = _graph("launch_bound")
+    e = whatif.torch_compile(g).graph
+    names, gpu = g.trace.names, g.trace.gpu
+    folded = (e.g_dur == 0) & (g.g_dur > 0) & (gpu.kind == KERNEL)
+    assert folded.sum() > 0
+    nxt = np.full(len(gpu), -1)
+    has_prev = g.g_prev >= 0
+    nxt[g.g_prev[has_prev]] = np.flatnonzero(has_prev)
+    heads = np.flatnonzero(~folded & (gpu.kind == KERNEL))
+    groups = 0
+    for h in heads.tolist():
+        members, o = [h], nxt[h]
+        while o >= 0 and folded[o]:
+            members.append(o)
+            o = nxt[o]
+        if len(members) == 1:
+            continue
+        groups += 1
+        cats = [categorize(names[gpu.name[m]]) for m in members]
+        assert all(c in whatif.COMPILE_FUSES for c in cats)
+        assert cats.count(whatif.COMPILE_REDUCES) <= 1, cats
+    assert groups > 0

@@ -27,7 +27,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
             side = ab.Side("AB"[i % 2], CMD)
-            ms = ab.run_once(side, Path(tmp), i // 2 + 1, WARMUP, MEASURE)
+            ms = ab.run_round(side, Path(tmp), i // 2 + 1, WARMUP, MEASURE).host_ms
             rounds.append({"side": side.label, "ms": [round(float(x), 4) for x in ms]})
             print(f"{i + 1}/{n} {side.label} median {sorted(ms)[len(ms) // 2]:.2f} ms", flush=True)
     out.write_text(json.dumps({"command": ["python"] + CMD[1:], "warmup": WARMUP, "measure": MEASURE,

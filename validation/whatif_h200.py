@@ -13,7 +13,8 @@ saved the most.
     python validation/whatif_h200.py predict OUT_DIR [--measured OUT_DIR/measured.json] [--to DIR]
 
 `predict` recomputes the predictions (and the check-up's verdict) from the baseline run
-directories under OUT_DIR/**/runs/<example>/ (the latest by name) with the code as it is now, without a GPU, and joins them
+directories under OUT_DIR/**/runs/<example>/ (the latest by name; give one call's folder, OUT/call1, to predict from
+the baselines captured with its measurements) with the code as it is now, without a GPU, and joins them
 with the measured savings (`measured.json`: this script's whatif_h200.json, or rows with example,
 flag or fix, and measured_saving_pct) when there are some.
 

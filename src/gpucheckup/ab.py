@@ -6,9 +6,11 @@ A measuring command, above capture (it runs jobs through capture's launcher piec
 Each side runs as its own process, with the capture agent injected for its step times only (no
 profiler: the profiled window is pushed past the end of any job, so no step is slowed); the
 sides alternate A B A B ... for `rounds` rounds; from each process's `steps.csv` the first
-`warmup` steps are dropped and the next `measure` are kept. The statistics are
-analysis/ab_stats.py's (the command line joins the two). `--vary ENV=v1,v2` runs one command
-with ENV=v1 (A) and ENV=v2 (B).
+`warmup` steps are dropped and the next `measure` are kept. The agent also times each step on the GPU
+(its `gpu_clock` setting: gpu-steps.csv, CUDA events at each step's end), so that a side whose
+host runs ahead of its GPU is found and both sides are compared on the GPU's clock (ab_stats,
+"clock"). The statistics are analysis/ab_stats.py's. `--vary ENV=v1,v2` runs one command with
+ENV=v1 (A) and ENV=v2 (B).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ NO_PROFILE = {  # the agent's settings for an A/B process: step times only
     "skip": LIMITS["skip"][1],  # the profiled window starts after this many steps: never
     "window_start_s": LIMITS["window_start_s"][1],  # no time-window capture either
     "control": False,
+    "gpu_clock": True,  # each step's GPU time too (gpu-steps.csv): a side that runs ahead of its GPU is found
 }
 
 
@@ -92,8 +95,16 @@ def process_env(side: Side, run_dir: Path, run_dir_id: str | None = None) -> dic
     return env
 
 
-def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> np.ndarray:
-    """Run one process of one side; its measured step times (ms)."""
+@dataclass
+class Round:
+    """One process's measured steps: host-side step times and, when the agent timed them, GPU-side ones (ms)."""
+
+    host_ms: np.ndarray
+    gpu_ms: np.ndarray | None  # the same steps on the GPU; None when a measured step has no GPU time
+
+
+def run_round(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> Round:
+    """Run one process of one side; its measured steps' times."""
     rd = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
     run_dir = Path(rd.path)
     log = run_dir / "output.log"
@@ -114,16 +125,27 @@ def run_once(side: Side, out: Path, round_no: int, warmup: int, measure: int) ->
     ms = np.asarray(cols["ms"], dtype=float)
     plain = np.isfinite(ms) & (np.asarray(cols.get("phase") or [""] * len(ms), dtype=object) == "")
     step_no = np.asarray(cols["step"])
-    kept = ms[plain & (step_no > warmup)][:measure]
-    if len(kept) < ab_stats.MIN_STEPS:
-        raise CheckupError(f"{side.label}: {int(plain.sum())} steps recorded, {len(kept)} after the {warmup} warm-up "
+    at = np.flatnonzero(plain & (step_no > warmup))[:measure]
+    if len(at) < ab_stats.MIN_STEPS:
+        raise CheckupError(f"{side.label}: {int(plain.sum())} steps recorded, {len(at)} after the {warmup} warm-up "
                            f"steps; at least {ab_stats.MIN_STEPS} are needed (run more steps or lower --warmup)")
-    return kept
+    return Round(ms[at], _gpu_ms(run_dir / layout.agent_files(layout.steps_key(steps_file.name))["gpu_steps"],
+                                 step_no[at]))
+
+
+def _gpu_ms(path: Path, steps: np.ndarray) -> np.ndarray | None:
+    """The GPU times of these steps from a gpu-steps file; None without the file or when one of them is missing."""
+    if not path.exists():
+        return None
+    cols = rundir.read_csv(path, set(), layout.GPU_STEP_COLUMNS, layout.GPU_STEP_COLUMNS)
+    got = dict(zip(np.asarray(cols["step"]).tolist(), np.asarray(cols["gpu_ms"], dtype=float).tolist()))
+    out = np.array([got.get(s, np.nan) for s in steps.tolist()], dtype=float)
+    return out if (np.isfinite(out) & (out >= 0)).all() else None
 
 
 def run_ab(a: Side, b: Side, rounds: int, warmup: int, measure: int,
-           out: Path | None = None, progress=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Interleave the two sides for `rounds` rounds; each side's measured step times per round."""
+           out: Path | None = None, progress=None) -> tuple[list[Round], list[Round]]:
+    """Interleave the two sides for `rounds` rounds; each side's measured steps per round."""
     if not ab_stats.MIN_ROUNDS <= rounds <= MAX_ROUNDS:
         raise CheckupError(f"--rounds must be from {ab_stats.MIN_ROUNDS} to {MAX_ROUNDS}, got {rounds}")
     if warmup < 0 or measure < ab_stats.MIN_STEPS:
@@ -131,13 +153,28 @@ def run_ab(a: Side, b: Side, rounds: int, warmup: int, measure: int,
     keep = out is not None
     where = Path(out) if keep else Path(tempfile.mkdtemp(prefix="gpucheckup-ab-"))
     try:
-        got: dict[str, list[np.ndarray]] = {a.label: [], b.label: []}
+        got: dict[str, list[Round]] = {a.label: [], b.label: []}
         for r in range(1, rounds + 1):
             for side in (a, b):
-                got[side.label].append(run_once(side, where, r, warmup, measure))
+                got[side.label].append(run_round(side, where, r, warmup, measure))
                 if progress:
                     progress(side, r)
     finally:
         if not keep:
             shutil.rmtree(where, ignore_errors=True)
     return got[a.label], got[b.label]
+
+
+def compare(a: Side, b: Side, a_rounds: list[Round], b_rounds: list[Round],
+            samples_per_step: float | None = None) -> ab_stats.AbResult:
+    """The statistics of the two sides on the clock ab_stats.choose_clock picks (host, or GPU when a side ran ahead of
+    its GPU); a CheckupError when a side ran ahead and cannot be timed on the GPU."""
+    def gpu(rounds):
+        return [r.gpu_ms for r in rounds] if all(r.gpu_ms is not None for r in rounds) else None
+
+    try:
+        at, bt, ahead = ab_stats.choose_clock(a.label, [r.host_ms for r in a_rounds], gpu(a_rounds),
+                                              b.label, [r.host_ms for r in b_rounds], gpu(b_rounds))
+    except ValueError as e:
+        raise CheckupError(str(e)) from None
+    return ab_stats.compare(at, bt, a.label, b.label, samples_per_step, ahead)

@@ -9,6 +9,8 @@ A run directory holds (docs/capture.md):
 - traces/<key>.json.gz: the profiled step window, one per process key (`trace.json.gz` for main);
   traces/time-window/ when no optimizer stepped; traces/attach/ for attach captures
 - steps.csv / steps-<key>.csv (STEP_COLUMNS), nvml.csv (NVML_COLUMNS), cpu.csv (CPU_COLUMNS)
+- gpu-steps.csv / gpu-steps-<key>.csv (GPU_STEP_COLUMNS): each step's time on the GPU, written at exit when the
+  agent's `gpu_clock` setting is on (`gpucheckup ab` turns it on; capture/agent/gpu_clock.py)
 - env.json, agent.json / agent-<key>.json, agent.log, agent-bootstrap.log, flops.json
 - out-of-process attach: samples.csv (SAMPLE_COLUMNS), stacks.txt, attach.json (ATTACH_KEYS)
 - light window (`run --light`): host-samples.json / host-samples-<key>.json (HOST_SAMPLES_KEYS), the py-spy
@@ -54,6 +56,7 @@ HOST_SAMPLES_KEYS = ("pid", "key", "rate_hz", "spawned_epoch_s", "ended_epoch_s"
 
 # CSV columns, in the order they are written.
 STEP_COLUMNS = ("step", "t_end_s", "ms", "phase")
+GPU_STEP_COLUMNS = ("step", "gpu_ms")
 NVML_COLUMNS = ("t_s", "gpu", "util_pct", "mem_util_pct", "mem_used_mb", "mem_total_mb", "power_w", "sm_clock_mhz",
                 "clock_reasons", "temp_c", "pcie_tx_mbs", "pcie_rx_mbs", "proc_sm_util_pct")
 CPU_COLUMNS = ("t_s", "pid", "ppid", "name", "cpu_pct", "rss_mb", "threads")
@@ -68,6 +71,7 @@ ARTEFACT_WHAT = (  # (name prefix, what it holds) for the manifest's artefact li
     (TIME_WINDOW_TRACES + "/", "time window profiled because no optimizer stepped (gzipped Kineto JSON)"),
     (TRACES + "/", "profiled window of the job (gzipped Kineto JSON, one per rank)"),
     ("steps", "wall time of every optimizer step of the whole run (CSV)"),
+    ("gpu-steps", "GPU time of every optimizer step, between CUDA events at the steps' ends (CSV)"),
     (NVML, "NVML GPU telemetry at 10 Hz, sampled outside the job (CSV)"),
     (CPU, "CPU use of the job's processes, 1 Hz (CSV)"),
     (ENV, "environment: GPUs, driver, CUDA/cuDNN/NCCL/torch versions, topology, CPU budget, variables"),
@@ -88,6 +92,7 @@ def agent_files(key: str) -> dict:
     sfx = "" if key == MAIN_KEY else f"-{key}"
     return {
         "steps": f"steps{sfx}.csv",
+        "gpu_steps": f"gpu-steps{sfx}.csv",
         "log": f"agent{sfx}.log",
         "info": f"agent{sfx}.json",
         "trace": f"{TRACES}/{'trace' if key == MAIN_KEY else key}.json.gz",

@@ -15,11 +15,20 @@ Definitions (also in docs/metrics.md, "A/B"):
 - verdict: B is faster (slower) when the change's interval lies wholly below (above) zero AND
   the ratio of the two sides' step times is larger than that within-side ratio; otherwise "no
   difference beyond noise".
+- clock: the step times are the host's (the interval between optimizer steps' returns) unless a
+  side ran ahead of its GPU: then both sides' GPU step times are used (the time between CUDA
+  events recorded at each step's end, the agent's gpu-steps.csv), and when a side has none the
+  comparison is refused. Over a round's measured steps the host intervals sum to H and the GPU
+  intervals to G; G - H is how much the queue of work the host had launched but the GPU had not
+  done grew over them (both sums telescope to end minus start). A side ran ahead when, in one of
+  its rounds, that growth is more than RUN_AHEAD_SHARE of G: its host-side intervals measure how
+  fast it queues work, not how fast steps are done. In a job that waits for its GPU, or one
+  the GPU waits for, the queue stays bounded and G = H up to the ends' jitter.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -28,6 +37,9 @@ BOOTSTRAP = 2000
 SEED = 0  # the resampling is seeded: the same step times always give the same sentence
 MIN_ROUNDS = 2
 MIN_STEPS = 3  # measured steps a round needs
+# the queue's growth over a round, as a share of the GPU's time, above which a side ran ahead of its GPU: a job
+# that keeps pace differs only by the ends' jitter (one step's variation over 50-100 steps: a few percent at most)
+RUN_AHEAD_SHARE = 0.10
 
 
 @dataclass
@@ -70,24 +82,78 @@ class AbResult:
     hi_pct: float
     noise_pct: float
     verdict: str  # "faster", "slower" or "same" (B relative to A)
+    clock: str = "host"  # whose step times: "host" or "gpu" (module docstring, clock)
+    ahead: list = field(default_factory=list)  # RunAhead of each side that ran ahead of its GPU
 
     @property
     def sentence(self) -> str:
         a, b = self.a.label, self.b.label
         ci = f"{CONFIDENCE:.0%} interval {self.lo_pct:+.1f}% to {self.hi_pct:+.1f}%"
+        clock = " on the GPU" if self.clock == "gpu" else ""
         if self.verdict == "faster":
-            return (f"{b} is faster than {a} by {-self.change_pct:.1f}% per step ({ci}; noise between rounds "
-                    f"{self.noise_pct:.1f}%).")
-        if self.verdict == "slower":
-            return (f"{b} is slower than {a} by {self.change_pct:.1f}% per step ({ci}; noise between rounds "
-                    f"{self.noise_pct:.1f}%).")
-        return (f"No difference beyond noise: {b} vs {a} {self.change_pct:+.1f}% per step ({ci}; noise between "
-                f"rounds {self.noise_pct:.1f}%).")
+            out = (f"{b} is faster than {a} by {-self.change_pct:.1f}% per step{clock} ({ci}; noise between rounds "
+                   f"{self.noise_pct:.1f}%).")
+        elif self.verdict == "slower":
+            out = (f"{b} is slower than {a} by {self.change_pct:.1f}% per step{clock} ({ci}; noise between rounds "
+                   f"{self.noise_pct:.1f}%).")
+        else:
+            out = (f"No difference beyond noise: {b} vs {a} {self.change_pct:+.1f}% per step{clock} ({ci}; noise "
+                   f"between rounds {self.noise_pct:.1f}%).")
+        return out + "".join(" " + r.sentence for r in self.ahead)
 
     def to_dict(self) -> dict:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "change_pct": self.change_pct,
                 "interval_pct": [self.lo_pct, self.hi_pct], "noise_pct": self.noise_pct, "verdict": self.verdict,
-                "sentence": self.sentence, "confidence": CONFIDENCE, "bootstrap": BOOTSTRAP}
+                "sentence": self.sentence, "confidence": CONFIDENCE, "bootstrap": BOOTSTRAP, "clock": self.clock,
+                "ran_ahead": [asdict(r) for r in self.ahead], "run_ahead_share": RUN_AHEAD_SHARE}
+
+
+@dataclass
+class RunAhead:
+    """A side whose host ran ahead of its GPU: its step times on either clock."""
+
+    label: str
+    host_ms: float  # median host-side step over its measured steps
+    gpu_ms: float  # median GPU-side step over the same steps
+    share: float  # the queue's largest growth in a round, as a share of that round's GPU time
+
+    @property
+    def sentence(self) -> str:
+        return (f"{self.label} ran ahead of its GPU (its steps returned every {self.host_ms:.3f} ms while the GPU "
+                f"took {self.gpu_ms:.3f} ms per step; {100 * self.share:.0f}% of the GPU's time was queued, not "
+                f"waited for): both sides are timed on the GPU, between CUDA events at each step's end.")
+
+
+def ran_ahead(label: str, host_rounds: list, gpu_rounds: list | None) -> RunAhead | None:
+    """The side's RunAhead when, in one of its rounds, the queue grew by more than RUN_AHEAD_SHARE of the GPU's
+    time (module docstring, clock); None when it kept pace or has no GPU step times."""
+    if not gpu_rounds:
+        return None
+    shares = []
+    for h, g in zip(host_rounds, gpu_rounds):
+        gs = float(np.sum(g))
+        shares.append(max(0.0, 1 - float(np.sum(h)) / gs) if gs > 0 else 0.0)
+    share = max(shares, default=0.0)
+    if share <= RUN_AHEAD_SHARE:
+        return None
+    return RunAhead(label, float(np.median(np.concatenate(host_rounds))), float(np.median(np.concatenate(gpu_rounds))),
+                    share)
+
+
+def choose_clock(a_label: str, a_host: list, a_gpu: list | None, b_label: str, b_host: list,
+                 b_gpu: list | None) -> tuple[list, list, list[RunAhead]]:
+    """The step times to compare (module docstring, clock): the host's, or both sides' GPU times when a side ran
+    ahead; each side's RunAhead. ValueError when a side ran ahead and the other has no GPU step times."""
+    ahead = [r for r in (ran_ahead(a_label, a_host, a_gpu), ran_ahead(b_label, b_host, b_gpu)) if r is not None]
+    if not ahead:
+        return a_host, b_host, []
+    missing = [lab for lab, g in ((a_label, a_gpu), (b_label, b_gpu)) if not g]
+    if missing:
+        raise ValueError(f"{ahead[0].label} ran ahead of its GPU (steps returned every {ahead[0].host_ms:.3f} ms, "
+                         f"the GPU took {ahead[0].gpu_ms:.3f} ms), so its host-side step times are not its "
+                         f"throughput, and {missing[0]} has no GPU step times to compare on the GPU's clock: "
+                         f"not compared")
+    return a_gpu, b_gpu, ahead
 
 
 def _boot(rounds: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
@@ -112,8 +178,9 @@ def _check(label: str, rounds: list) -> list[np.ndarray]:
 
 
 def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "B",
-            samples_per_step: float | None = None) -> AbResult:
-    """Both sides' figures, the change of B vs A with its interval, and the verdict (module docstring)."""
+            samples_per_step: float | None = None, ahead: list | None = None) -> AbResult:
+    """Both sides' figures, the change of B vs A with its interval, and the verdict (module docstring); `ahead`:
+    choose_clock's sides that ran ahead (the rounds are then GPU step times)."""
     ar, br = _check(a_label, a_rounds), _check(b_label, b_rounds)
     rng = np.random.default_rng(SEED)
     ab, bb = _boot(ar, rng), _boot(br, rng)
@@ -135,4 +202,4 @@ def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "
         verdict = "faster"
     elif lo > 0 and ratio > 1 + noise / 100:
         verdict = "slower"
-    return AbResult(a, b, change, float(lo), float(hi), noise, verdict)
+    return AbResult(a, b, change, float(lo), float(hi), noise, verdict, "gpu" if ahead else "host", list(ahead or []))

@@ -34,6 +34,28 @@ WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
 BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
 SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read of one value: no host work on arrays
 COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories torch.compile fuses into one another
+COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
+# What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
+# runtime launch call (`_typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
+# profiler calibration scales it with every host cost). Measured on the H200 (torch 2.11; docs/validation.md
+# section 7) in traces of the launch example run with --compile and with --cuda-graphs, each against that trace's
+# own median cudaLaunchKernel. A call into the compiled model (forward or backward) runs wrappers around the
+# generated code (`## Call CompiledFxGraph`): Dynamo's guards and pre-graph bytecode, AOTAutograd's runtime
+# wrapper, and with graphs cudagraph trees' replay bookkeeping (static input addresses checked, other inputs
+# copied in). Each of them walks the call's inputs (the pre-graph bytecode gathers the parameters, the guards
+# check each tensor), so the cost is taken per input: a call's inputs are its share of the parameters (the
+# trace's PARAM_OP count per step, shared among the calls of one direction by their launches) and the one
+# tensor it is called with, on top of a fixed part: what AOTAutograd's wrapper does before it touches them, as the
+# trace labels it (`AOTDispatcher Runtime Wrapper Prologue`: 34-42 us against a 7.45 us launch call compiled,
+# 26-37 us against 5.33 us graphed). On the launch example (144 parameters: 145 inputs per call) the wrappers took
+# 820 us (forward) and 538 us (backward) compiled, and 788 and 1041 us graphed less the graph launch: per input,
+# forward and backward, beyond the fixed part,
+CALL_FIXED_LAUNCHES = 5.0
+COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
+GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
+GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
+PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
+AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
 LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
 
 
@@ -477,62 +499,59 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
     return Edit(g, f"{len(g.loaders)} DataLoader waits cut to the loader's throughput with {how}", len(g.loaders))
 
 
-def cuda_graphs(g: Graph) -> Edit:
-    """CUDA graphs as `torch.compile(model, mode="reduce-overhead")` makes them: inside each
-    captured region (a step's stretch of the model's forward and backward between sync calls and
-    data waits, which a graph cannot hold) the host's launch calls and operator dispatch cost
-    nothing but one graph launch (the region's first launch, with its
-    operator's dispatch: the call into the compiled graph); the kernels keep their durations and run back to back (launch
-    latency at the trace's typical one). The optimizer step (`Optimizer.*` ranges) is not part of
-    the compiled model and stays eager, launch by launch (the trace cannot tell whether a user would
-    compile or capture it too: that takes capturable=True and whole-step capture); host work
-    outside operators (Python, data loading) stays. What a replay of a cudagraph-tree node costs
-    beyond one launch (its Python bookkeeping) is not in an eager trace: this is the most it saves."""
-    g = g.copy()
-    launch = np.zeros(len(g.h_kind), dtype=bool)
-    launch[_launch_nodes(g)] = True
-    eager = _in_annotation(g, "Optimizer.")
+def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
+    """The calls into the compiled model, as (entry node, backward?, its launching nodes, its parameters): each
+    stretch of the host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose
+    launches are made by one thread, from its first launch (a compiled graph cannot hold a sync; the forward runs
+    on the calling thread, the backward on autograd's, so each is its own call); backward when that thread runs
+    autograd's operators (AUTOGRAD_THREAD_OP). Its parameters: the trace's (PARAM_OP per step) shared among the
+    calls of its direction by their launches."""
+    host = g.trace.host
+    launching = np.zeros(len(g.h_kind), dtype=bool)
+    launching[_launch_nodes(g)] = True
+    tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
+    if "autograd_tids" not in g.memo:
+        ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
+        g.memo["autograd_tids"] = set(np.unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
+    backward_tids = g.memo["autograd_tids"]
     breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
-    gap, dur, dispatch, kind = g.h_gap.tolist(), g.h_dur.tolist(), g.h_dispatch.tolist(), g.h_kind.tolist()
-    launch = launch.tolist()
-    new_region, changed = True, 0
-    for j in range(len(kind)):
-        if breaks[j]:
-            new_region = True
-            continue
-        if gap[j] > 0 and not (launch[j] and new_region):  # the region's entry keeps its dispatch
-            gap[j] -= dispatch[j]
-        if launch[j] and not new_region:
-            dur[j] = 0.0
-            changed += 1
-        elif launch[j]:
-            new_region = False
-        elif kind[j] == CALL:
-            dur[j] = 0.0  # other runtime calls (attribute queries, capture checks) are captured too
-    g.h_gap[:], g.h_dur[:] = gap, dur
-    captured = (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
-    g.g_lat[captured] = np.minimum(g.g_lat[captured], g.typical_lat)
-    return Edit(g, f"{changed} launches per trace replaced by graph replays, operator dispatch removed "
-                   "(the optimizer stays eager)", changed)
+    out, cur, cur_tid = [], [], None
+    for j, (brk, ln, t) in enumerate(zip(breaks, launching.tolist(), tid.tolist())):
+        if brk or (ln and cur and t != cur_tid):
+            if cur:
+                out.append(cur)
+            cur, cur_tid = [], None
+            if brk:
+                continue
+        if ln:
+            cur.append(j)
+            cur_tid = t
+    if cur:
+        out.append(cur)
+    calls = [(c[0], int(tid[c[0]]) in backward_tids, np.asarray(c, dtype=np.int64)) for c in out]
+    if "params_per_step" not in g.memo:
+        ids = g.trace.name_ids(lambda n: n == PARAM_OP)
+        g.memo["params_per_step"] = float(np.isin(host.name[host.cat == CPU_OP], ids).sum()) / max(g.steps.count, 1)
+    total = {b: sum(len(n) for _, bb, n in calls if bb == b) for b in (False, True)}
+    params = g.memo["params_per_step"] * g.steps.count
+    return [(e, b, n, params * len(n) / total[b]) for e, b, n in calls]
 
 
-def torch_compile(g: Graph) -> Edit:
-    """torch.compile(model) fuses each chain of elementwise and normalisation/reduction kernels
-    (Inductor fuses pointwise producers and consumers into reductions) of the model's forward or
-    backward (consecutive on a stream, launched by one thread in one step with no sync between)
-    into one kernel: one launch, and memory-bound time taken as the chain's longest member (the
-    fused kernel still moves the largest operand). The dispatch and launch of the other members
-    go; every other kernel (GEMMs, data movement, copies) is kept with its launch. The optimizer
-    step (`Optimizer.*` ranges) is not part of the compiled model: its kernels stay as they are.
-    What compile adds per call (guards, the AOTAutograd wrapper, Triton's launcher) is not in the
-    trace and not modelled: this is the most it saves."""
-    g = g.copy()
+def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
+    """The GPU side of torch.compile (shared by the graphs edit: mode="reduce-overhead" compiles with Inductor
+    too): each chain of elementwise and normalisation/reduction kernels of the model (consecutive on a stream,
+    launched by one thread in one step with no sync between, not in `eager` ranges) becomes fused kernels, each
+    holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after it (Inductor fuses
+    pointwise producers and consumers into a reduction; two reductions make two kernels). A fused kernel takes
+    its longest member's time (it still moves the largest operand) at its first member's place; the others take
+    none. Edits g's GPU side; the launching nodes of the kernels folded into another, and their count."""
     gpu = g.trace.gpu
-    eager = _in_annotation(g, "Optimizer.")
     tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
-    fusable = np.isin(_categories(g), [CATEGORIES.index(c) for c in COMPILE_FUSES])
+    cats = _categories(g)
+    fusable = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
+    reduces = (cats == CATEGORIES.index(COMPILE_REDUCES))[gpu.name]
     ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
-    # which of them join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
+    # which of them may join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
     # by the same thread with no sync call from its launch to this one's
     o = np.flatnonzero(ew)
     p = g.g_prev[o]
@@ -541,22 +560,88 @@ def torch_compile(g: Graph) -> Edit:
     syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
     joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
              & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
-    lat, prev, gdur = g.g_lat.tolist(), g.g_prev.tolist(), g.g_dur.tolist()
-    changed = 0
-    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: a chain's head is already found
-        head = p
-        while lat[head] == NO_DEP and prev[head] >= 0:
-            head = prev[head]
+    head_of, has_reduction = {}, {}
+    gdur, red = g.g_dur.tolist(), reduces.tolist()
+    folded = []
+    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: the predecessor's group is known
+        head = head_of.get(p, p)
+        h_red = has_reduction.get(head, red[head])
+        if red[o] and h_red:
+            continue  # a second reduction starts a kernel of its own
+        head_of[o] = head
+        has_reduction[head] = h_red or red[o]
         gdur[head] = max(gdur[head], gdur[o])
-        gdur[o], lat[o] = 0.0, NO_DEP
-        g.g_gap[o] = 0.0
-        j = g.g_launch[o]
+        gdur[o] = 0.0
+        folded.append(o)
+    folded = np.asarray(folded, dtype=np.int64)
+    g.g_dur[:] = gdur
+    g.g_lat[folded] = NO_DEP
+    g.g_gap[folded] = 0.0
+    return g.g_launch[folded], len(folded)
+
+
+def cuda_graphs(g: Graph) -> Edit:
+    """CUDA graphs as `torch.compile(model, mode="reduce-overhead")` makes them: the model's kernels as
+    Inductor fuses them (`_inductor_fusion`), each call into the compiled model (`_compiled_calls`: the forward,
+    the backward, each stretch between syncs and data waits, which a graph cannot hold) one graph replay: the
+    host's launch calls, operator dispatch and other runtime calls in it cost nothing, and its first launch
+    becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES
+    per input) and the graph's launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their
+    durations and run back to back (launch latency at the trace's typical one). The optimizer step
+    (`Optimizer.*` ranges) is not part of the compiled model and stays eager, launch by launch (the trace cannot
+    tell whether a user would compile or capture it too: that takes capturable=True and whole-step capture);
+    host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
+    stays."""
+    g = g.copy()
+    eager = _in_annotation(g, "Optimizer.")
+    _inductor_fusion(g, eager)
+    unit = _typical_launch_us(g)
+    calls = _compiled_calls(g, eager)
+    gpu = g.trace.gpu
+    kernels = np.bincount(g.g_launch[(g.g_launch >= 0) & (gpu.kind == KERNEL) & (g.g_dur > 0)],
+                          minlength=len(g.h_kind))
+    captured = np.zeros(len(g.h_kind), dtype=bool)
+    changed = 0
+    for entry, backward, nodes, params in calls:
+        lo, hi = nodes[0], nodes[-1]
+        inside = np.arange(lo, hi + 1)
+        inside = inside[g.h_kind[inside] == CALL]
+        captured[inside] = True
+        pos = g.h_gap[inside] > 0
+        g.h_gap[inside[pos]] -= np.minimum(g.h_dispatch[inside[pos]], g.h_gap[inside[pos]])
+        g.h_dur[inside] = 0.0
+        g.h_dur[entry] = unit * (CALL_FIXED_LAUNCHES + GRAPHED_INPUT_LAUNCHES[backward] * (params + 1)
+                                 + GRAPH_NODE_LAUNCHES * kernels[nodes].sum())
+        changed += len(nodes)
+    ops = (g.g_launch >= 0) & captured[np.maximum(g.g_launch, 0)]
+    g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
+    return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
+                   f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
+                changed)
+
+
+def torch_compile(g: Graph) -> Edit:
+    """torch.compile(model): the model's kernels as Inductor fuses them (`_inductor_fusion`); the dispatch and
+    launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
+    kernels) keeps its launch, costing the host what its eager launch cost (Inductor's generated code calls
+    a launcher per kernel in place of the operator: measured on the H200 at 2.9 launch calls per launch against
+    eager's 2.7, its Python between kernels at 1.5 against eager's 2.4). Each call into the compiled model
+    (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
+    CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
+    optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
+    g = g.copy()
+    eager = _in_annotation(g, "Optimizer.")
+    unit = _typical_launch_us(g)
+    folded, n = _inductor_fusion(g, eager)
+    for j in folded.tolist():
         g.h_dur[j] = 0.0
         if g.h_gap[j] > 0:
-            g.h_gap[j] -= g.h_dispatch[j]
-        changed += 1
-    g.g_lat[:], g.g_dur[:] = lat, gdur
-    return Edit(g, f"{changed} elementwise/normalisation kernels fused into their chain's first", changed)
+            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+    calls = _compiled_calls(g, eager)
+    for entry, backward, _nodes, params in calls:
+        g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
+    return Edit(g, f"{n} elementwise/normalisation kernels fused into others (at most one reduction each); "
+                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
 
 
 def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:

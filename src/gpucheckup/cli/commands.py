@@ -283,7 +283,6 @@ def cmd_ab(args, console) -> int:
     import msgspec
 
     from gpucheckup import ab
-    from gpucheckup.analysis import ab_stats
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report import ab_text
 
@@ -299,7 +298,7 @@ def cmd_ab(args, console) -> int:
 
     a_rounds, b_rounds = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure,
                                    out=args.out, progress=progress)
-    result = ab_stats.compare(a_rounds, b_rounds, a.label, b.label, args.samples_per_step)
+    result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step)
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))

@@ -11,7 +11,8 @@ from gpucheckup.analysis.ab_stats import CONFIDENCE, AbResult
 def render(result: AbResult, console: Console) -> None:
     """Print both sides' figures and the verdict."""
     unit = "samples/s" if result.a.samples_per_step else "steps/s"
-    t = Table(title="A/B: median step time per side", title_justify="left")
+    clock = " (on the GPU: a side ran ahead of it)" if result.clock == "gpu" else ""
+    t = Table(title=f"A/B: median step time per side{clock}", title_justify="left")
     for col in ("side", "median step", f"{CONFIDENCE:.0%} interval", unit, "rounds (median step each)", "steps"):
         t.add_column(col)
     for s in (result.a, result.b):

@@ -11,6 +11,7 @@ import time
 from gpucheckup import layout
 from gpucheckup.capture import safe_dir
 from gpucheckup.capture.agent import loaders, server
+from gpucheckup.capture.agent.gpu_clock import GpuClock
 from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, parse_settings, process_key
 from gpucheckup.capture.agent.steplog import StepLog
 from gpucheckup.capture.agent.windows import (
@@ -129,6 +130,7 @@ class Agent:
         self.execs = 0  # images this process ran before this one (os.exec*), counting on from theirs
         self.faults: list[str] = []  # writes that failed, by their cause (ENOSPC, EACCES, ...)
         self.light_marked = False  # the light window's sampling was asked for (agent/light.py)
+        self.gpu_clock: GpuClock | None = None  # the `gpu_clock` setting's step events (agent/gpu_clock.py)
 
     # ---- logging -------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -181,6 +183,8 @@ class Agent:
 
             atexit.register(self.at_exit)
             self.steplog = StepLog(self.dir, self.files["steps"], resume=bool(previous))
+            if self.settings["gpu_clock"]:
+                self.gpu_clock = GpuClock(torch)
             if previous:
                 self._resume(previous)
             _wrap_exec(self)
@@ -309,6 +313,12 @@ class Agent:
                 self.steplog.add(n, now, ms, self.phase)  # rows a failed write could not take stay buffered
             except OSError as e:
                 self.error(f"writing {self.files['steps']} at step {n}", e)
+            if self.gpu_clock is not None:  # the stream's point at this step's end (no work queued since)
+                try:
+                    self.gpu_clock.mark(n)
+                except Exception as e:  # noqa: BLE001
+                    self.gpu_clock = None
+                    self.error(f"timing step {n} on the GPU (gpu-steps.csv: not written)", e)
             if n == 1:
                 self.info["torch"] = loaders.torch_info(self.torch, self.log)
                 self._write_info()
@@ -632,6 +642,12 @@ class Agent:
             self.steplog.publish()
         except Exception as e:  # noqa: BLE001
             self.error("publishing steps.csv", e)
+        try:
+            text = self.gpu_clock.finish() if self.gpu_clock is not None else ""
+            if text:
+                self.dir.write_atomic(self.files["gpu_steps"], text.encode())
+        except Exception as e:  # noqa: BLE001
+            self.error(f"writing {self.files['gpu_steps']}", e)
         if not self.captures:
             s = self.settings
             self.log(f"no trace: the job ran {self.step} optimizer steps; the window needed {s['skip'] + s['steps']}")

@@ -13,6 +13,7 @@ SETTINGS = {  # name: (environment variable, default, kind)
     "window_s": ("GPUCHECKUP_WINDOW_S", 10.0, "float"),
     "control": ("GPUCHECKUP_CONTROL", True, "bool"),
     "light": ("GPUCHECKUP_LIGHT", False, "bool"),
+    "gpu_clock": ("GPUCHECKUP_GPU_CLOCK", False, "bool"),  # gpu-steps.csv (agent/gpu_clock.py), for `gpucheckup ab`
 }
 LIMITS = {"skip": (2, 10**9), "steps": (1, 1000), "window_start_s": (0.0, 1e7), "window_s": (0.1, 3600.0)}
 DURATION_MAX_STEPS = 100  # a window asked for in seconds stops after this many steps: more adds only trace size
