@@ -211,11 +211,11 @@ def _record(a, kinds) -> tuple | None:
                 (g(a, "grid_x", 0), g(a, "grid_y", 0), g(a, "grid_z", 0)),
                 (g(a, "block_x", 0), g(a, "block_y", 0), g(a, "block_z", 0)),
                 g(a, "registers_per_thread", 0), g(a, "static_shared_memory", 0) + g(a, "dynamic_shared_memory", 0))
-    if k == kinds["MEMCPY"]:
+    if k == kinds.get("MEMCPY"):
         return ("memcpy", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
                 g(a, "context_id", 0), int(g(a, "copy_kind", 0)), int(g(a, "src_kind", 0)), int(g(a, "dst_kind", 0)),
                 g(a, "bytes", 0))
-    if k == kinds["MEMSET"]:
+    if k == kinds.get("MEMSET"):
         return ("memset", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
                 g(a, "context_id", 0), int(g(a, "memory_kind", 3)), g(a, "bytes", 0))
     return None

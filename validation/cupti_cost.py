@@ -1,0 +1,306 @@
+"""Where a CUPTI light window's cost comes from, by mechanism: the host's time per launched op, the GPU's time per
+kernel, the host's time per copy, before / inside / after a window, for each recorder configuration.
+
+Every configuration runs in a fresh process (a CUPTI or Kineto state left behind must not leak into the next one):
+  none        cupti-python loaded (CUPTI initialised: cupti.get_timestamp), nothing enabled
+  kmm         the light window as shipped: agent/cupti_window.CuptiWindow (CONCURRENT_KERNEL, MEMCPY, MEMSET)
+  kern        the same with CONCURRENT_KERNEL only
+  kmm_ovh     kmm plus CUPTI's OVERHEAD records (what CUPTI says it spent, by kind)
+  kmm_fin     kmm, then cupti.finalize() after each window (CUPTI detached; the next window attaches again)
+  kmm_shared  kmm with ATTR_PER_THREAD_BUFFER flipped from CUPTI's default (one buffer for all threads, or per thread)
+  kineto      torch.profiler with CUDA activities only (the torch.profiler light window's GPU side)
+  kineto_td   the same with TEARDOWN_CUPTI=1 in the process's environment (Kineto calls cuptiFinalize at stop)
+Phases: before (nothing loaded), w1 (first window), a1 (after it), w2 (a second window), a2 (after it).
+Measures in each phase (medians of REPS repetitions):
+  host_us     host time per `x.add_(1)` on a 256-float tensor: N_HOST ops timed after a synchronize, none at the
+              end (the launch queue never fills, so this is what one op costs the host: dispatch + launch)
+  copy_us     host time per 4 KiB device-to-device `copy_` (cudaMemcpyAsync: a MEMCPY record)
+  gpu_us      GPU time per tiny kernel: N_GPU `x.add_(1)` queued behind a ~25 ms `torch.cuda._sleep`, timed with CUDA
+              events, so the GPU runs them back to back (the host enqueued them all while it slept: checked)
+  gpu_mm_us   GPU time per 2048^2 bf16 matmul, queued the same way
+Usage (device machine; PYTHONPATH with gpucheckup's src and cupti-python):
+  python3 validation/cupti_cost.py OUT.json [--configs none,kmm,...] [--deadline-s S]
+Writes OUT.json (every figure) and prints one table row per configuration and phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = ("none", "kmm", "kern", "kmm_ovh", "kmm_fin", "kmm_shared", "kineto", "kineto_td")
+PHASES = ("before", "w1", "a1", "w2", "a2")
+N_HOST, N_COPY, N_GPU, N_MM = 600, 300, 600, 200
+REPS_HOST, REPS_GPU = 9, 5
+SLEEP_CYCLES = 50_000_000  # torch.cuda._sleep: ~25 ms at the H200's 1.98 GHz
+
+
+def measure(torch) -> dict:
+    """One phase's figures (see the module docstring)."""
+    dev = torch.device("cuda")
+    x = torch.zeros(256, device=dev)
+    src, dst = torch.ones(1024, device=dev), torch.empty(1024, device=dev)
+    a = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device=dev, dtype=torch.bfloat16)
+    c = torch.empty(2048, 2048, device=dev, dtype=torch.bfloat16)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def host(fn, n, reps):
+        out = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter_ns() - t0) / n / 1000.0)
+        torch.cuda.synchronize()
+        return statistics.median(out), out
+
+    def gpu(fn, n, reps):
+        out, enq = [], []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            e0.record()
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            enq.append((time.perf_counter_ns() - t0) / 1e6)
+            e1.record()
+            torch.cuda.synchronize()
+            out.append(e0.elapsed_time(e1) * 1000.0 / n)
+        return statistics.median(out), out, max(enq)
+
+    def tiny():
+        x.add_(1.0)
+
+    def copy():
+        dst.copy_(src)
+
+    def mm():
+        torch.mm(a, b, out=c)
+
+    torch.cuda.synchronize()
+    e0.record()
+    torch.cuda._sleep(SLEEP_CYCLES)
+    e1.record()
+    torch.cuda.synchronize()
+    sleep_ms = e0.elapsed_time(e1)
+    h, h_all = host(tiny, N_HOST, REPS_HOST)
+    cp, cp_all = host(copy, N_COPY, REPS_HOST)
+    g, g_all, g_enq = gpu(tiny, N_GPU, REPS_GPU)
+    m, m_all, m_enq = gpu(mm, N_MM, max(REPS_GPU - 2, 1))
+    return {"host_us": h, "copy_us": cp, "gpu_us": g, "gpu_mm_us": m, "host_all": h_all, "copy_all": cp_all,
+            "gpu_all": g_all, "mm_all": m_all, "sleep_ms": sleep_ms, "enqueue_ms_max": max(g_enq, m_enq),
+            "queued_behind_sleep": max(g_enq, m_enq) < sleep_ms}
+
+
+class Cupti:
+    """A window of the light window's own recorder (CuptiWindow), with the configuration's changes."""
+
+    def __init__(self, torch, config: str, log):
+        from gpucheckup.capture.agent import cupti_window as cw
+
+        self.cw = cw
+        self.torch = torch
+        self.config = config
+        self.log = log
+        self.cupti = cw.load_cupti()
+        self.overhead: dict[str, list[float]] = {}
+        self.windows: list[dict] = []
+        if config == "kern":
+            cw.ACTIVITIES = ("CONCURRENT_KERNEL",)
+        if config == "kmm_shared":
+            self.attribute_flip()
+
+    def attribute_flip(self) -> None:
+        """Flip ATTR_PER_THREAD_BUFFER (read first: its size and CUPTI's default)."""
+        import ctypes
+
+        cu = self.cupti
+        attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
+        val, size = ctypes.c_uint64(0), ctypes.c_size_t(8)
+        cu.activity_get_attribute(attr, ctypes.addressof(size), ctypes.addressof(val))
+        default = val.value
+        new = ctypes.c_uint64(0 if default else 1)
+        cu.activity_set_attribute(attr, ctypes.addressof(size), ctypes.addressof(new))
+        check, size2 = ctypes.c_uint64(0), ctypes.c_size_t(8)
+        cu.activity_get_attribute(attr, ctypes.addressof(size2), ctypes.addressof(check))
+        self.log(f"ATTR_PER_THREAD_BUFFER: default {default} (size {size.value}), set {new.value}, now {check.value}")
+
+    def start(self) -> None:
+        self.win = self.cw.CuptiWindow(self.torch, self.cupti, self.log)
+        if self.config == "kmm_ovh":
+            real = self.win._completed
+
+            def completed(activities, _real=real, _ovh=self.overhead, _k=self.cupti.ActivityKind.OVERHEAD):
+                rest = []
+                for act in activities:
+                    if act.kind == _k:
+                        name = self.cupti.ActivityOverheadKind(act.overhead_kind).name
+                        _ovh.setdefault(name, []).append((act.end - act.start) / 1000.0)
+                    else:
+                        rest.append(act)
+                _real(rest)
+
+            self.win._completed = completed
+        self.win.start()
+        if self.config == "kmm_ovh":
+            self.cupti.activity_enable(self.cupti.ActivityKind.OVERHEAD)
+
+    def stop(self) -> None:
+        if self.config == "kmm_ovh":
+            self.cupti.activity_disable(self.cupti.ActivityKind.OVERHEAD)
+        self.win.stop()
+        self.windows.append(self.win.summary())
+        if self.config == "kmm_fin":
+            t0 = time.perf_counter()
+            self.cupti.finalize()
+            self.log(f"cupti.finalize() took {1000 * (time.perf_counter() - t0):.1f} ms")
+
+
+class Kineto:
+    """A torch.profiler window of CUDA activities only."""
+
+    def __init__(self, torch, config: str, log):
+        self.torch = torch
+        self.windows: list[dict] = []
+        self.overhead: dict = {}
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.prof = profile(activities=[ProfilerActivity.CUDA])
+        self.prof.start()
+
+    def stop(self) -> None:
+        self.prof.stop()
+        try:
+            n = sum(1 for e in self.prof.events() if "CUDA" in str(e.device_type))
+        except Exception as e:  # noqa: BLE001 - the count is a check, not a figure
+            n = f"{type(e).__name__}: {e}"
+        self.windows.append({"cuda_events": n})
+
+
+def child(config: str, partial: str | None = None) -> dict:
+    """One configuration, in this process: the phases in order (each phase's figures written to `partial` as they
+    come, so a process that dies mid-way still leaves what it measured)."""
+    import torch
+
+    from gpucheckup.capture.agent.cupti_window import preload_libcupti
+
+    log_lines: list[str] = []
+    out = {"config": config, "phases": {}, "log": log_lines, "errors": []}
+    def keep(phase, figures):
+        out["phases"][phase] = figures
+        if partial:
+            with open(partial, "w") as f:
+                json.dump(out, f)
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    measure(torch)  # warm-up: kernels loaded, cuBLAS handle made
+    keep("before", measure(torch))
+    if config.startswith("kineto"):
+        preload_libcupti()
+        rec = Kineto(torch, config, log_lines.append)
+    else:
+        rec = Cupti(torch, config, log_lines.append)
+    for w, a in (("w1", "a1"), ("w2", "a2")):
+        try:
+            if config != "none":
+                rec.start()
+            keep(w, measure(torch))
+            if config != "none":
+                rec.stop()
+            keep(a, measure(torch))
+        except Exception as e:  # noqa: BLE001 - the phases measured so far still count
+            out["errors"].append(f"{w}: {type(e).__name__}: {e}")
+            break
+    out["windows"] = rec.windows
+    out["overhead_us"] = {k: {"n": len(v), "sum_ms": round(sum(v) / 1000.0, 3),
+                              "median_us": statistics.median(v)} for k, v in rec.overhead.items()}
+    return out
+
+
+def partial_of(path: str, config: str, error: str) -> dict:
+    """What a configuration's process measured before it failed, with the error."""
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except (OSError, ValueError):
+        r = {"config": config}
+    r["error"] = error
+    return r
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| config | phase | host us/op | copy us/op | GPU us/tiny kernel | GPU us/matmul | d host | d GPU |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        ph = r.get("phases") or {}
+        base = ph.get("before")
+        for name in PHASES:
+            p = ph.get(name)
+            if not p:
+                continue
+            dh = f"{p['host_us'] - base['host_us']:+.2f}" if base else "-"
+            dg = f"{p['gpu_us'] - base['gpu_us']:+.2f}" if base else "-"
+            rows.append(f"| {r['config']} | {name} | {p['host_us']:.2f} | {p['copy_us']:.2f} | {p['gpu_us']:.2f} | "
+                        f"{p['gpu_mm_us']:.1f} | {dh} | {dg} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--deadline-s", type=float, default=120.0)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(child(a.child, a.out)))
+        return
+    t_end = time.time() + a.deadline_s
+    results = []
+    for config in a.configs.split(","):
+        left = t_end - time.time()
+        if left < 10:
+            results.append({"config": config, "error": "not run: the deadline"})
+            continue
+        env = dict(os.environ)
+        if config == "kineto_td":
+            env["TEARDOWN_CUPTI"] = "1"
+        else:
+            env.pop("TEARDOWN_CUPTI", None)
+        t0 = time.time()
+        partial = f"{a.out}.{config}.part"
+        try:
+            p = subprocess.run([sys.executable, __file__, partial, "--child", config], capture_output=True, text=True,
+                               timeout=min(left, 90), env=env)
+            last = (p.stdout.strip().splitlines() or [""])[-1]
+            r = json.loads(last) if last.startswith("{") else partial_of(partial, config, f"rc {p.returncode}")
+            if p.returncode:
+                r["rc"] = p.returncode
+                r["stderr"] = p.stderr[-1500:]
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            r = partial_of(partial, config, f"{type(e).__name__}: {e}")
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
+        r["wall_s"] = round(time.time() - t0, 1)
+        results.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k != "phases"})[:600], flush=True)
+        with open(a.out, "w") as f:
+            json.dump(results, f, indent=1)
+    print(table(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()
