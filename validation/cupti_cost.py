@@ -142,7 +142,10 @@ class Cupti:
                 rest = []
                 for act in activities:
                     if act.kind == _k:
-                        name = self.cupti.ActivityOverheadKind(act.overhead_kind).name
+                        try:
+                            name = self.cupti.ActivityOverheadKind(act.overhead_kind).name
+                        except ValueError:
+                            name = str(act.overhead_kind)
                         _ovh.setdefault(name, []).append((act.end - act.start) / 1000.0)
                     else:
                         rest.append(act)

@@ -171,9 +171,9 @@ def pct(a, b):
 def table(rows: list[dict]) -> str:
     """Per workload and mode: window step time (median, runs), against plain, in-run (window / before it), after the
     window against before it, verdicts."""
-    out = ["| workload | mode | window ms median (runs) | vs plain median | in-run median (runs) | after/before median "
-           "(runs) | verdicts | expected |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| workload | mode | before ms median (runs) | window ms median (runs) | vs plain median | in-run median (runs) "
+           "| after/before median (runs) | verdicts | expected |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def fmt(x):
         return "-" if x is None else f"{x:+.1f}%"
@@ -188,7 +188,7 @@ def table(rows: list[dict]) -> str:
         pl = [r["plain_median_ms"] for r in by["plain"] if r.get("plain_median_ms")]
         p_med = statistics.median(pl) if pl else None
         if pl:
-            out.append(f"| {job} | plain | {p_med:.2f} ({', '.join(f'{x:.2f}' for x in pl)}) | | | | | "
+            out.append(f"| {job} | plain | | {p_med:.2f} ({', '.join(f'{x:.2f}' for x in pl)}) | | | | | "
                        f"{JOBS[job][4] or '-'} |")
         for m in MODES[1:]:
             v = [r["window_median_ms"] for r in by[m] if r.get("window_median_ms")]
@@ -197,8 +197,10 @@ def table(rows: list[dict]) -> str:
             same = [pct(r.get("window_median_ms"), r.get("before_window_median_ms")) for r in by[m]]
             after = [pct(r.get("after_window_median_ms"), r.get("before_window_median_ms")) for r in by[m]]
             med = statistics.median(v)
+            b = [r["before_window_median_ms"] for r in by[m] if r.get("before_window_median_ms")]
+            b_txt = f"{statistics.median(b):.2f} ({', '.join(f'{x:.2f}' for x in b)})" if b else "-"
             verdicts = "/".join(str(r.get("verdict")) for r in by[m] if "verdict" in r) or "-"
-            out.append(f"| {job} | {m} | {med:.2f} ({', '.join(f'{x:.2f}' for x in v)}) | {fmt(pct(med, p_med))} | "
+            out.append(f"| {job} | {m} | {b_txt} | {med:.2f} ({', '.join(f'{x:.2f}' for x in v)}) | {fmt(pct(med, p_med))} | "
                        f"{runs([x for x in same if x is not None])} | {runs([x for x in after if x is not None])} | "
                        f"{verdicts} | {JOBS[job][4] or '-'} |")
     return "\n".join(out)
