@@ -18,6 +18,9 @@ Measures in each phase (medians of REPS repetitions):
   gpu_us      GPU time per tiny kernel: N_GPU `x.add_(1)` queued behind a ~25 ms `torch.cuda._sleep`, timed with CUDA
               events, so the GPU runs them back to back (the host enqueued them all while it slept: checked)
   gpu_mm_us   GPU time per 2048^2 bf16 matmul, queued the same way
+  mlp_ms      one training step of light_ab's launch-bound job (train_launch_bound.py's model: 24 fp32 MLP blocks,
+              AdamW; backward on autograd's own thread): STEPS_MLP steps between two synchronizes, per step
+  tf_ms       one step of its GPU-bound job (train_gpu_bound.py's 4-layer bf16 transformer, fused AdamW), the same way
 Usage (device machine; PYTHONPATH with gpucheckup's src and cupti-python):
   python3 validation/cupti_cost.py OUT.json [--configs none,kmm,...] [--deadline-s S]
 Writes OUT.json (every figure) and prints one table row per configuration and phase.
@@ -33,14 +36,58 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ("none", "kmm", "kern", "kmm_ovh", "kmm_fin", "kmm_shared", "kineto", "kineto_td")
+CONFIGS = ("none", "kmm", "kmm_fin", "kineto", "kineto_td", "kern", "kmm_ovh", "kmm_shared")  # by priority
 PHASES = ("before", "w1", "a1", "w2", "a2")
 N_HOST, N_COPY, N_GPU, N_MM = 600, 300, 600, 200
 REPS_HOST, REPS_GPU = 9, 5
+STEPS_MLP, STEPS_TF, REPS_STEP = 10, 6, 3
 SLEEP_CYCLES = 50_000_000  # torch.cuda._sleep: ~25 ms at the H200's 1.98 GHz
 
 
-def measure(torch) -> dict:
+def jobs(torch) -> dict:
+    """The two validation jobs' training steps (their models, made once per process), as functions."""
+    from torch import nn
+
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.fc = nn.Linear(d, d)
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, x):
+            return x + nn.functional.gelu(self.norm(self.fc(x)))
+
+    mlp = nn.Sequential(*[Block(512) for _ in range(24)], nn.Linear(512, 10)).to(dev)
+    mlp_opt = torch.optim.AdamW(mlp.parameters(), lr=1e-3)
+
+    def mlp_step():
+        x = torch.randn(64, 512, device=dev)
+        y = torch.randint(0, 10, (64,), device=dev)
+        loss = nn.functional.cross_entropy(mlp(x), y)
+        mlp_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        mlp_opt.step()
+
+    layer = nn.TransformerEncoderLayer(1024, 8, 4096, dropout=0.0, batch_first=True)
+    tf = nn.Sequential(nn.TransformerEncoder(layer, 4, enable_nested_tensor=False),
+                       nn.Linear(1024, 8192, bias=False)).to(dev)
+    tf_opt = torch.optim.AdamW(tf.parameters(), lr=1e-4, fused=True)
+    xt = torch.randn(8, 1024, 1024, device=dev)
+
+    def tf_step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = tf(xt).float().square().mean()
+        loss.backward()
+        tf_opt.step()
+        tf_opt.zero_grad(set_to_none=True)
+
+    return {"mlp": mlp_step, "tf": tf_step}
+
+
+def measure(torch, steps: dict | None = None) -> dict:
     """One phase's figures (see the module docstring)."""
     dev = torch.device("cuda")
     x = torch.zeros(256, device=dev)
@@ -95,9 +142,27 @@ def measure(torch) -> dict:
     cp, cp_all = host(copy, N_COPY, REPS_HOST)
     g, g_all, g_enq = gpu(tiny, N_GPU, REPS_GPU)
     m, m_all, m_enq = gpu(mm, N_MM, max(REPS_GPU - 2, 1))
-    return {"host_us": h, "copy_us": cp, "gpu_us": g, "gpu_mm_us": m, "host_all": h_all, "copy_all": cp_all,
-            "gpu_all": g_all, "mm_all": m_all, "sleep_ms": sleep_ms, "enqueue_ms_max": max(g_enq, m_enq),
-            "queued_behind_sleep": max(g_enq, m_enq) < sleep_ms}
+    out = {"host_us": h, "copy_us": cp, "gpu_us": g, "gpu_mm_us": m, "host_all": h_all, "copy_all": cp_all,
+           "gpu_all": g_all, "mm_all": m_all, "sleep_ms": sleep_ms, "enqueue_ms_max": max(g_enq, m_enq),
+           "queued_behind_sleep": max(g_enq, m_enq) < sleep_ms}
+    for name, n in (("mlp", STEPS_MLP), ("tf", STEPS_TF)):
+        if steps and name in steps:
+            out[f"{name}_ms"] = sync_steps(torch, steps[name], n, REPS_STEP, out, name)
+    return out
+
+
+def sync_steps(torch, fn, n: int, reps: int, out: dict, name: str) -> float:
+    """ms per step of `fn`: n steps between two synchronizes, median of reps."""
+    per = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        per.append((time.perf_counter_ns() - t0) / n / 1e6)
+    out[f"{name}_all"] = per
+    return statistics.median(per)
 
 
 class Cupti:
@@ -207,8 +272,12 @@ def child(config: str, partial: str | None = None) -> dict:
 
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    measure(torch)  # warm-up: kernels loaded, cuBLAS handle made
-    keep("before", measure(torch))
+    steps = jobs(torch)
+    for fn in steps.values():
+        for _ in range(3):
+            fn()
+    measure(torch, steps)  # warm-up: kernels loaded, cuBLAS handle made, allocator warm
+    keep("before", measure(torch, steps))
     if config.startswith("kineto"):
         preload_libcupti()
         rec = Kineto(torch, config, log_lines.append)
@@ -218,10 +287,10 @@ def child(config: str, partial: str | None = None) -> dict:
         try:
             if config != "none":
                 rec.start()
-            keep(w, measure(torch))
+            keep(w, measure(torch, steps))
             if config != "none":
                 rec.stop()
-            keep(a, measure(torch))
+            keep(a, measure(torch, steps))
         except Exception as e:  # noqa: BLE001 - the phases measured so far still count
             out["errors"].append(f"{w}: {type(e).__name__}: {e}")
             break
@@ -243,8 +312,9 @@ def partial_of(path: str, config: str, error: str) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| config | phase | host us/op | copy us/op | GPU us/tiny kernel | GPU us/matmul | d host | d GPU |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = ["| config | phase | host us/op | copy us/op | GPU us/tiny kernel | GPU us/matmul | MLP step ms | TF step ms "
+            "| d host us | d GPU us | d MLP | d TF |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         ph = r.get("phases") or {}
         base = ph.get("before")
@@ -254,8 +324,16 @@ def table(results: list[dict]) -> str:
                 continue
             dh = f"{p['host_us'] - base['host_us']:+.2f}" if base else "-"
             dg = f"{p['gpu_us'] - base['gpu_us']:+.2f}" if base else "-"
+
+            def rel(k, p=p):
+                return f"{100 * (p[k] / base[k] - 1):+.1f}%" if base and p.get(k) and base.get(k) else "-"
+
+            def ms(k, p=p):
+                return f"{p[k]:.2f}" if p.get(k) else "-"
+
             rows.append(f"| {r['config']} | {name} | {p['host_us']:.2f} | {p['copy_us']:.2f} | {p['gpu_us']:.2f} | "
-                        f"{p['gpu_mm_us']:.1f} | {dh} | {dg} |")
+                        f"{p['gpu_mm_us']:.1f} | {ms('mlp_ms')} | {ms('tf_ms')} | {dh} | {dg} | {rel('mlp_ms')} | "
+                        f"{rel('tf_ms')} |")
     return "\n".join(rows)
 
 
