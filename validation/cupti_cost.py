@@ -10,6 +10,10 @@ Every configuration runs in a fresh process (a CUPTI or Kineto state left behind
   kmm_shared  kmm with ATTR_PER_THREAD_BUFFER flipped from CUPTI's default (one buffer for all threads, or per thread)
   kineto      torch.profiler with CUDA activities only (the torch.profiler light window's GPU side)
   kineto_td   the same with TEARDOWN_CUPTI=1 in the process's environment (Kineto calls cuptiFinalize at stop)
+  paired      windows of ~0.1 s opened and closed CYCLES times in one process, three kinds in turn: A (kmm), B (kmm,
+              then cupti.finalize()), C (kern); in each cycle the same work runs inside the window and just after it,
+              so a slow drift of the host's speed (seen on the H200: +-30% between phases a second apart) cancels in
+              the pairs: host us per op and per copy, the MLP's and the transformer's step, on and off
 Phases: before (nothing loaded), w1 (first window), a1 (after it), w2 (a second window), a2 (after it).
 Measures in each phase (medians of REPS repetitions):
   host_us     host time per `x.add_(1)` on a 256-float tensor: N_HOST ops timed after a synchronize, none at the
@@ -36,7 +40,8 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ("none", "kmm", "kmm_fin", "kineto", "kineto_td", "kern", "kmm_ovh", "kmm_shared")  # by priority
+CONFIGS = ("paired", "none", "kmm", "kmm_fin", "kineto", "kineto_td", "kern", "kmm_ovh", "kmm_shared")  # by priority
+CYCLES = 45  # paired: windows opened and closed, kinds A, B, C in turn
 PHASES = ("before", "w1", "a1", "w2", "a2")
 N_HOST, N_COPY, N_GPU, N_MM = 600, 300, 600, 200
 REPS_HOST, REPS_GPU = 9, 5
@@ -255,6 +260,94 @@ class Kineto:
         self.windows.append({"cuda_events": n})
 
 
+def paired(torch, partial: str | None) -> dict:
+    """The `paired` configuration: short windows of kinds A, B, C in turn, the same work inside and just after each."""
+    from gpucheckup.capture.agent import cupti_window as cw
+
+    cupti = cw.load_cupti()
+    dev = torch.device("cuda")
+    x = torch.zeros(256, device=dev)
+    src, dst = torch.ones(1024, device=dev), torch.empty(1024, device=dev)
+    steps = jobs(torch)
+    for fn in steps.values():
+        for _ in range(3):
+            fn()
+
+    def ops(fn, n):
+        for _ in range(30):  # not timed: the first ops after a window opens or closes
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        us = (time.perf_counter_ns() - t0) / n / 1000.0
+        torch.cuda.synchronize()
+        return us
+
+    def run():
+        fig = {"host_us": ops(lambda: x.add_(1.0), 400), "copy_us": ops(lambda: dst.copy_(src), 200)}
+        for name, n in (("mlp", 2), ("tf", 2)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                steps[name]()
+            torch.cuda.synchronize()
+            fig[f"{name}_ms"] = (time.perf_counter_ns() - t0) / n / 1e6
+        return fig
+
+    kinds = {"A": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET"), "B": ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET"),
+             "C": ("CONCURRENT_KERNEL",)}
+    out = {"config": "paired", "cycles": [], "errors": [], "log": []}
+    for i in range(CYCLES):
+        kind = "ABC"[i % 3]
+        try:
+            cw.ACTIVITIES = kinds[kind]
+            w = cw.CuptiWindow(torch, cupti, out["log"].append)
+            w.start()
+            on = run()
+            w.stop()
+            if kind == "B":
+                cupti.finalize()
+            off = run()
+            out["cycles"].append({"kind": kind, "on": on, "off": off, "records": w.summary()["records"]})
+        except Exception as e:  # noqa: BLE001 - the cycles measured so far still count
+            out["errors"].append(f"cycle {i} ({kind}): {type(e).__name__}: {e}")
+            break
+        if partial and i % 6 == 5:
+            with open(partial, "w") as f:
+                json.dump(out, f)
+    out["summary"] = paired_summary(out["cycles"])
+    return out
+
+
+def paired_summary(cycles: list[dict]) -> dict:
+    """Per kind: medians of on - off (host us per op, per copy) and on / off - 1 (steps, %), with their quartiles;
+    and the off figures after A (CUPTI left attached) against those after B (detached), cycle by neighbouring cycle."""
+    def q(v):
+        v = sorted(v)
+        if not v:
+            return None
+        return {"median": round(statistics.median(v), 3), "q1": round(v[len(v) // 4], 3),
+                "q3": round(v[(3 * len(v)) // 4], 3), "n": len(v)}
+
+    out = {}
+    for kind in "ABC":
+        cs = [c for c in cycles if c["kind"] == kind]
+        out[kind] = {"host_us_on_minus_off": q([c["on"]["host_us"] - c["off"]["host_us"] for c in cs]),
+                     "copy_us_on_minus_off": q([c["on"]["copy_us"] - c["off"]["copy_us"] for c in cs]),
+                     "host_us_off": q([c["off"]["host_us"] for c in cs]),
+                     "mlp_pct": q([100 * (c["on"]["mlp_ms"] / c["off"]["mlp_ms"] - 1) for c in cs]),
+                     "tf_pct": q([100 * (c["on"]["tf_ms"] / c["off"]["tf_ms"] - 1) for c in cs]),
+                     "mlp_ms_off": q([c["off"]["mlp_ms"] for c in cs]), "tf_ms_off": q([c["off"]["tf_ms"] for c in cs])}
+    # A's off phase (attached, nothing enabled) against the next B's off phase (detached): neighbours in time
+    pairs = [(a, b) for a, b in zip(cycles, cycles[1:]) if a["kind"] == "A" and b["kind"] == "B"]
+    out["attached_vs_detached"] = {
+        "host_us": q([a["off"]["host_us"] - b["off"]["host_us"] for a, b in pairs]),
+        "mlp_pct": q([100 * (a["off"]["mlp_ms"] / b["off"]["mlp_ms"] - 1) for a, b in pairs]),
+        "tf_pct": q([100 * (a["off"]["tf_ms"] / b["off"]["tf_ms"] - 1) for a, b in pairs])}
+    return out
+
+
 def child(config: str, partial: str | None = None) -> dict:
     """One configuration, in this process: the phases in order (each phase's figures written to `partial` as they
     come, so a process that dies mid-way still leaves what it measured)."""
@@ -262,6 +355,8 @@ def child(config: str, partial: str | None = None) -> dict:
 
     from gpucheckup.capture.agent.cupti_window import preload_libcupti
 
+    if config == "paired":
+        return paired(torch, partial)
     log_lines: list[str] = []
     out = {"config": config, "phases": {}, "log": log_lines, "errors": []}
     def keep(phase, figures):
@@ -381,6 +476,9 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=1)
     print(table(results), flush=True)
+    for r in results:
+        if r.get("summary"):
+            print(json.dumps(r["summary"], indent=1), flush=True)
 
 
 if __name__ == "__main__":
