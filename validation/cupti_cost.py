@@ -3,17 +3,20 @@ kernel, the host's time per copy, before / inside / after a window, for each rec
 
 Every configuration runs in a fresh process (a CUPTI or Kineto state left behind must not leak into the next one):
   none        cupti-python loaded (CUPTI initialised: cupti.get_timestamp), nothing enabled
-  kmm         the light window as shipped: agent/cupti_window.CuptiWindow (CONCURRENT_KERNEL, MEMCPY, MEMSET)
+  kmm         agent/cupti_window.CuptiWindow (CONCURRENT_KERNEL, MEMCPY, MEMSET), CUPTI left attached after it (the
+              window's stop() detaches since docs/validation.md 6c: here that detach is skipped)
   kern        the same with CONCURRENT_KERNEL only
   kmm_ovh     kmm plus CUPTI's OVERHEAD records (what CUPTI says it spent, by kind)
-  kmm_fin     kmm, then cupti.finalize() after each window (CUPTI detached; the next window attaches again)
+  kmm_fin     kmm, then cupti.finalize() after each window (CUPTI detached; the next window attaches again): the
+              light window as shipped since 6c
   kmm_shared  kmm with ATTR_PER_THREAD_BUFFER flipped from CUPTI's default (one buffer for all threads, or per thread)
   kineto      torch.profiler with CUDA activities only (the torch.profiler light window's GPU side)
   kineto_td   the same with TEARDOWN_CUPTI=1 in the process's environment (Kineto calls cuptiFinalize at stop)
   paired      windows of ~0.1 s opened and closed CYCLES times in one process, three kinds in turn: A (kmm), B (kmm,
               then cupti.finalize()), C (kern); in each cycle the same work runs inside the window and just after it,
               so a slow drift of the host's speed (seen on the H200: +-30% between phases a second apart) cancels in
-              the pairs: host us per op and per copy, the MLP's and the transformer's step, on and off
+              the pairs: host us per op and per copy, the MLP's and the transformer's step, on and off (A and C skip
+              the window's own detach, B is the window as shipped since 6c)
 Phases: before (nothing loaded), w1 (first window), a1 (after it), w2 (a second window), a2 (after it).
 Measures in each phase (medians of REPS repetitions):
   host_us     host time per `x.add_(1)` on a 256-float tensor: N_HOST ops timed after a synchronize, none at the
@@ -170,6 +173,28 @@ def sync_steps(torch, fn, n: int, reps: int, out: dict, name: str) -> float:
     return statistics.median(per)
 
 
+DETACH = []  # CuptiWindow's own _detach (cuptiFinalize after the window), kept before a configuration replaces it
+
+
+def stay_attached(window) -> None:
+    """A window's stop() that leaves CUPTI attached (the backend before docs/validation.md 6c)."""
+
+
+def timed_detach(log):
+    """A window's stop() that detaches CUPTI as shipped, and logs how long cuptiFinalize took."""
+    from gpucheckup.capture.agent import cupti_window as cw
+
+    if not DETACH:
+        DETACH.append(cw.CuptiWindow._detach)
+
+    def detach(window):
+        t0 = time.perf_counter()
+        DETACH[0](window)
+        log(f"cupti.finalize() took {1000 * (time.perf_counter() - t0):.1f} ms (detached: {window.detached})")
+
+    return detach
+
+
 class Cupti:
     """A window of the light window's own recorder (CuptiWindow), with the configuration's changes."""
 
@@ -183,6 +208,7 @@ class Cupti:
         self.cupti = cw.load_cupti()
         self.overhead: dict[str, list[float]] = {}
         self.windows: list[dict] = []
+        cw.CuptiWindow._detach = timed_detach(log) if config == "kmm_fin" else stay_attached
         if config == "kern":
             cw.ACTIVITIES = ("CONCURRENT_KERNEL",)
         if config == "kmm_shared":
@@ -231,10 +257,6 @@ class Cupti:
             self.cupti.activity_disable(self.cupti.ActivityKind.OVERHEAD)
         self.win.stop()
         self.windows.append(self.win.summary())
-        if self.config == "kmm_fin":
-            t0 = time.perf_counter()
-            self.cupti.finalize()
-            self.log(f"cupti.finalize() took {1000 * (time.perf_counter() - t0):.1f} ms")
 
 
 class Kineto:
@@ -265,6 +287,7 @@ def paired(torch, partial: str | None) -> dict:
     from gpucheckup.capture.agent import cupti_window as cw
 
     cupti = cw.load_cupti()
+    detach = timed_detach(lambda msg: None)
     dev = torch.device("cuda")
     x = torch.zeros(256, device=dev)
     src, dst = torch.ones(1024, device=dev), torch.empty(1024, device=dev)
@@ -302,12 +325,11 @@ def paired(torch, partial: str | None) -> dict:
         kind = "ABC"[i % 3]
         try:
             cw.ACTIVITIES = kinds[kind]
+            cw.CuptiWindow._detach = detach if kind == "B" else stay_attached
             w = cw.CuptiWindow(torch, cupti, out["log"].append)
             w.start()
             on = run()
             w.stop()
-            if kind == "B":
-                cupti.finalize()
             off = run()
             out["cycles"].append({"kind": kind, "on": on, "off": off, "records": w.summary()["records"]})
         except Exception as e:  # noqa: BLE001 - the cycles measured so far still count

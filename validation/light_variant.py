@@ -1,10 +1,10 @@
-"""Run a validation job with a variant of the CUPTI light window's recorder (light_ab.py's `fin` and `kern` modes).
+"""Run a validation job with a variant of the CUPTI light window's recorder (light_ab.py's `attached` and `kern` modes).
 
   python3 validation/light_variant.py VARIANT JOB.py [job args...]
 
 Under `gpucheckup run --light`, in the job's own process, before the job starts:
-- fin:  CuptiWindow.stop() is followed by cupti.finalize() (CUPTI detached from the process after the window)
-- kern: the window records CONCURRENT_KERNEL only (no MEMCPY, no MEMSET)
+- attached: CUPTI stays attached after the window (no cupti.finalize(): the backend's behaviour before 6c)
+- kern:     the window records CONCURRENT_KERNEL only (no MEMCPY, no MEMSET)
 then the job script runs as __main__. Validation only: the variant measured, never shipped this way.
 """
 
@@ -18,17 +18,13 @@ def main() -> None:
 
     if variant == "kern":
         cw.ACTIVITIES = ("CONCURRENT_KERNEL",)
-    elif variant == "fin":
-        real_stop = cw.CuptiWindow.stop
+    elif variant == "attached":
+        def stay_attached(self):
+            self.log("light window: CUPTI left attached after the window (validation variant 'attached')")
 
-        def stop(self):
-            real_stop(self)
-            self.cupti.finalize()
-            self.log("light window: cupti.finalize() after the window (validation variant 'fin')")
-
-        cw.CuptiWindow.stop = stop
+        cw.CuptiWindow._detach = stay_attached
     else:
-        sys.exit(f"light_variant: unknown variant {variant!r} (fin, kern)")
+        sys.exit(f"light_variant: unknown variant {variant!r} (attached, kern)")
     sys.argv = [script, *sys.argv[3:]]
     runpy.run_path(script, run_name="__main__")
 

@@ -11,7 +11,8 @@ records) or when the window stops, so the conversion happens after the window's 
 drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
 start() after step n enables the activities (CUPTI's first-use cost falls in the
 warm-up step n+1), step() marks the end of each step, stop() after the last step synchronizes, disables the
-activities and flushes CUPTI's buffers.
+activities, flushes CUPTI's buffers and detaches CUPTI from the process (cuptiFinalize: a disabled but attached
+CUPTI still costs every launch; a later window attaches it again).
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
@@ -240,6 +241,7 @@ class CuptiWindow:
         self.clock = None
         self.enabled: list[str] = []
         self.started = False
+        self.detached = False  # CUPTI detached after the window (cuptiFinalize)
         self.tid = threading.get_native_id()
         self.pid = os.getpid()
 
@@ -286,6 +288,17 @@ class CuptiWindow:
             c1 = self.cupti.get_timestamp()
             off, half = clock_offset(self.cupti.get_timestamp)
             self.clock = Clock(self.clock.start, (c1, off, half))
+            self._detach()
+
+    def _detach(self) -> None:
+        """Detach CUPTI from the process (cuptiFinalize), the window's records all in (synchronized, flushed): with
+        its activities disabled CUPTI stays attached and still costs every launch and copy about 1 us (H200,
+        docs/validation.md section 6c); detaching took 2.5 ms, and the next window attaches it again."""
+        try:
+            self.cupti.finalize()
+            self.detached = True
+        except Exception as e:  # noqa: BLE001 - CUPTI stays attached: the job goes on, a little slower
+            self.log(f"light window: CUPTI stays attached after the window ({type(e).__name__}: {e})")
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the window as a Kineto-shaped JSON trace (see the module docstring)."""
@@ -300,7 +313,8 @@ class CuptiWindow:
         for r in self.records:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
-                "other_records": self.other, "buffers": self.buffers, "cupti_python": _package_version()}
+                "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
+                "cupti_python": _package_version()}
 
     # ---- CUPTI's buffer callbacks ------------------------------------------------------------------
     def _requested(self):
