@@ -334,3 +334,17 @@ def test_cupti_window_that_cannot_detach_says_so_and_the_job_goes_on():
     w.stop()
     assert w.summary()["detached_after"] is False
     assert lines == ["light window: CUPTI stays attached after the window (RuntimeError: CUPTI_ERROR_NOT_SUPPORTED)"]
+
+
+def test_kernels_only_window_counts_other_kinds_as_other(monkeypatch):
+    """A window recording kernels only (light_variant.py's `kern`) that is handed a copy record (another tool's, in
+    the same buffers) counts it as other, and keeps its kernels."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(cw, "ACTIVITIES", ("CONCURRENT_KERNEL",))
+    fake = FakeCupti()
+    w = cw.CuptiWindow(torch, fake)
+    kinds = fake.ActivityKind
+    w._completed([types.SimpleNamespace(kind=kinds.MEMCPY, start=1, end=2, copy_kind=1, src_kind=2, dst_kind=3,
+                                        bytes=8),
+                  types.SimpleNamespace(kind=kinds.CONCURRENT_KERNEL, start=1, end=2, **KERNEL)])
+    assert w.other == 1 and [r[0] for r in w.records] == ["kernel"]
