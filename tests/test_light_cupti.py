@@ -34,8 +34,11 @@ class FakeCupti:
 
     def __init__(self):
         self.enabled, self.pending, self.callbacks = set(), [], None
+        self.calls = []  # flushes, clock readings after a flush, detaches, in order
 
     def get_timestamp(self):
+        if self.calls and self.calls[-1] != "clock":
+            self.calls.append("clock")
         return time.time_ns() - FAKE_OFFSET_NS
 
     def activity_register_callbacks(self, requested, completed):
@@ -47,7 +50,13 @@ class FakeCupti:
     def activity_disable(self, kind):
         self.enabled.discard(kind)
 
+    def finalize(self):
+        """cuptiFinalize: CUPTI detached; its callbacks and activities are gone until it is used again."""
+        self.calls.append("finalize")
+        self.enabled, self.callbacks = set(), None
+
     def activity_flush_all(self, flag):
+        self.calls.append("flush")
         if self.pending:
             self.callbacks[1](self.pending)
         self.pending = []
@@ -495,3 +504,51 @@ def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, s
     assert got["steps"]["median_ms"] == pytest.approx(want["steps"]["median_ms"], rel=1e-6)
     without = checkup([r for r in recs if r[0] != "sync"], "nosync.json.gz")
     assert without["sync"]["count_per_step"] == 0.0 and without["verdict"]["primary"] == "launch_bound"
+
+
+def test_cupti_window_detaches_cupti_once_its_records_are_in_and_attaches_again():
+    """After the window CUPTI is detached (cuptiFinalize: a disabled but attached CUPTI still cost every launch about
+    1 us on the H200, docs/validation.md section 6c), only after the forced flush and the stop's clock reading; a
+    later window (an attach request) attaches it again and records."""
+    torch = pytest.importorskip("torch")
+    fake = FakeCupti()
+    for window in range(2):
+        w = cw.CuptiWindow(torch, fake)
+        w.start()
+        fake.run(fake.ActivityKind.CONCURRENT_KERNEL, 1000, **KERNEL)
+        fake.calls.clear()
+        w.stop()
+        assert fake.calls == ["flush", "clock", "finalize"], window
+        assert fake.enabled == set() and fake.callbacks is None
+        assert w.summary()["detached_after"] is True
+        assert w.summary()["records"] == {"kernel": 1}, window
+
+
+def test_cupti_window_that_cannot_detach_says_so_and_the_job_goes_on():
+    torch = pytest.importorskip("torch")
+    fake = FakeCupti()
+
+    def finalize():
+        raise RuntimeError("CUPTI_ERROR_NOT_SUPPORTED")
+
+    fake.finalize = finalize
+    lines = []
+    w = cw.CuptiWindow(torch, fake, lines.append)
+    w.start()
+    w.stop()
+    assert w.summary()["detached_after"] is False
+    assert lines == ["light window: CUPTI stays attached after the window (RuntimeError: CUPTI_ERROR_NOT_SUPPORTED)"]
+
+
+def test_kernels_only_window_counts_other_kinds_as_other(monkeypatch):
+    """A window recording kernels only (light_variant.py's `kern`) that is handed a copy record (another tool's, in
+    the same buffers) counts it as other, and keeps its kernels."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(cw, "ACTIVITIES", ("CONCURRENT_KERNEL",))
+    fake = FakeCupti()
+    w = cw.CuptiWindow(torch, fake)
+    kinds = fake.ActivityKind
+    w._completed([types.SimpleNamespace(kind=kinds.MEMCPY, start=1, end=2, copy_kind=1, src_kind=2, dst_kind=3,
+                                        bytes=8),
+                  types.SimpleNamespace(kind=kinds.CONCURRENT_KERNEL, start=1, end=2, **KERNEL)])
+    assert w.other == 1 and [r[0] for r in w.records] == ["kernel"]

@@ -8,12 +8,20 @@ in a fresh process each, their order rotated every round:
   sampled outside the job): the job's PYTHONPATH has no cupti-python, so the agent falls back (agent/light.py)
 - cupti: `--light` with cupti-python on the job's PYTHONPATH (--cupti-site): CUPTI's activity API, kernels,
   copies and memsets only (agent/cupti_window.py)
-Step time inside a window: the median of steps.csv's `profiled` rows; plain: the median step after warm-up.
+- nospy: cupti with no py-spy on the launcher's PATH (no host sampling: the in-job recorder's cost alone)
+- attached, kern: cupti with a variant of the recorder (validation/light_variant.py): CUPTI left attached after
+  the window (the backend before docs/validation.md 6c; the H200 call of 6c ran it as `cupti`, and the detach as a
+  variant `fin`), or kernels only (no MEMCPY, MEMSET)
+- full_td: full with TEARDOWN_CUPTI=1 in the job's environment (Kineto calls cuptiFinalize when its window stops)
+Step time inside a window: the median of steps.csv's `profiled` rows; plain: the median step after warm-up. Each
+captured run also gives its steps before the window (skip/2 .. skip-1: py-spy already sampling in the light modes)
+and after it (from skip+K+AFTER_GAP: the trace written, py-spy stopped), so the in-run cost (window / before) and
+the recovery (after / before) come from one process.
 Then every captured run is checked up (`gpucheckup analyze RUN --json`) for its verdict, gap-cause source and
 the light window's sampled host states, until the deadline.
 Usage (device machine, repo root, PYTHONPATH with gpucheckup, py-spy on PATH):
   python3 validation/light_ab.py OUT [--rounds N] [--deadline-s S] [--jobs launch,gpu,...] [--modes plain,light,cupti]
-      [--cupti-site DIR]
+      [--plan 'launch:plain,cupti,nospy;gpu:plain,cupti'] [--cupti-site DIR]
 Writes OUT/light_ab.json (every figure) and OUT/light_ab.md (the tables).
 """
 
@@ -38,18 +46,30 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "input": ("train_input_bound.py", ["--steps", "45"], 20, 10, "input_bound"),
     "gpu": ("train_gpu_bound.py", ["--steps", "130"], 60, 30, "gpu_bound"),
     "moe": ("train_moe.py", ["--steps", "90"], 40, 20, None),
+    # the bf16 transformer at twice the batch: twice the GPU work for the same launches (host slack)
+    "gpu16": ("train_gpu_bound.py", ["--steps", "130", "--batch", "16"], 60, 30, "gpu_bound"),
 }
-MODES = ("plain", "full", "light", "cupti")
+MODES = ("plain", "full", "full_td", "light", "cupti", "nospy", "attached", "kern")
+CUPTI_MODES = ("cupti", "nospy", "attached", "kern")  # the CUPTI backend: cupti-python on the job's PYTHONPATH
+VARIANTS = ("attached", "kern")  # run through validation/light_variant.py
+AFTER_GAP = 4  # steps after the window's last one left out of "after": the export step and py-spy's stop
 CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
 
 
 def job_env(mode: str) -> dict:
-    """The job's environment: cupti-python on PYTHONPATH for the cupti mode only."""
+    """The job's environment: cupti-python on PYTHONPATH for the CUPTI modes only; no py-spy on PATH for nospy;
+    TEARDOWN_CUPTI=1 for full_td only."""
     env = dict(os.environ)
     parts = [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x and x != CUPTI_SITE[0]]
-    if mode == "cupti" and CUPTI_SITE[0]:
+    if mode in CUPTI_MODES and CUPTI_SITE[0]:
         parts.insert(0, CUPTI_SITE[0])
     env["PYTHONPATH"] = os.pathsep.join(parts)
+    if mode == "nospy":
+        env["PATH"] = os.pathsep.join(x for x in env.get("PATH", "").split(os.pathsep)
+                                      if x and not os.path.exists(os.path.join(x, "py-spy")))
+    env.pop("TEARDOWN_CUPTI", None)
+    if mode == "full_td":
+        env["TEARDOWN_CUPTI"] = "1"
     return env
 
 
@@ -68,6 +88,7 @@ def backend_of(run_dir: Path) -> dict:
                             if "light window:" in ln][:2]
     except OSError:
         pass
+    out["host_samples"] = sorted(p.name for p in run_dir.glob("host-samples*.json"))
     tr = run_dir / "traces" / "trace.json.gz"
     if tr.exists():
         try:
@@ -79,17 +100,20 @@ def backend_of(run_dir: Path) -> dict:
     return out
 
 
-def run_once(job: str, mode: str, work: Path, r: int) -> dict:
+def run_once(job: str, mode: str, work: Path, r: int, timeout_s: float = 240.0) -> dict:
     script, extra, skip, steps_k, _ = JOBS[job]
     rep = work / f"{job}-{mode}-{r}.json"
     cmd = [PY, str(HERE / script), *extra, "--report", str(rep)]
+    if mode in VARIANTS:
+        cmd = [PY, str(HERE / "light_variant.py"), mode, *cmd[1:]]
     row = {"job": job, "mode": mode, "round": r}
     if mode != "plain":
         out = work / "runs" / f"{job}-{mode}-{r}"
+        light = mode == "light" or mode in CUPTI_MODES
         cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps_k),
-               "--no-report", *(["--light"] if mode in ("light", "cupti") else []), "--", *cmd]
+               "--no-report", *(["--light"] if light else []), "--", *cmd]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=job_env(mode))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=job_env(mode))
     row["wall_s"] = round(time.time() - t0, 2)
     row["rc"] = p.returncode
     if p.returncode:
@@ -111,10 +135,14 @@ def run_once(job: str, mode: str, work: Path, r: int) -> dict:
             row["window_ms"] = prof
             steps = [(int(x["step"]), float(x["ms"])) for x in rows if x["phase"] == "" and x["ms"]]
             before = [ms for n, ms in steps if skip // 2 <= n < skip]
-            after = [ms for n, ms in steps if n > skip + steps_k + 1]
+            after = [ms for n, ms in steps if n >= skip + steps_k + AFTER_GAP]
             row["before_window_median_ms"] = statistics.median(before) if before else None
             row["after_window_median_ms"] = statistics.median(after) if after else None
-            if mode in ("light", "cupti"):
+            row["before_ms"], row["after_ms"] = before, after
+            row["phases"] = {}
+            for x in rows:
+                row["phases"][x["phase"]] = row["phases"].get(x["phase"], 0) + 1
+            if light:
                 row.update(backend_of(dirs[-1]))
     return row
 
@@ -142,32 +170,39 @@ def pct(a, b):
 
 
 def table(rows: list[dict]) -> str:
-    """Per workload and mode: window step time (median, runs), against plain and in-run, verdicts."""
-    out = ["| workload | mode | window ms median (runs) | vs plain median | in-run median (runs) | verdicts | expected |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+    """Per workload and mode: window step time (median, runs), against plain, in-run (window / before it), after the
+    window against before it, verdicts."""
+    out = ["| workload | mode | before ms median (runs) | window ms median (runs) | vs plain median | in-run median (runs) "
+           "| after/before median (runs) | verdicts | expected |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def fmt(x):
+        return "-" if x is None else f"{x:+.1f}%"
+
+    def runs(xs):
+        return f"{fmt(statistics.median(xs)) if xs else '-'} ({', '.join(f'{x:+.1f}' for x in xs)})"
+
     for job in JOBS:
         by = {m: [r for r in rows if r["job"] == job and r["mode"] == m] for m in MODES}
         if not any(by.values()):
             continue
         pl = [r["plain_median_ms"] for r in by["plain"] if r.get("plain_median_ms")]
         p_med = statistics.median(pl) if pl else None
-
-        def fmt(x):
-            return "-" if x is None else f"{x:+.1f}%"
-
         if pl:
-            out.append(f"| {job} | plain | {p_med:.2f} ({', '.join(f'{x:.2f}' for x in pl)}) | | | | "
+            out.append(f"| {job} | plain | | {p_med:.2f} ({', '.join(f'{x:.2f}' for x in pl)}) | | | | | "
                        f"{JOBS[job][4] or '-'} |")
         for m in MODES[1:]:
             v = [r["window_median_ms"] for r in by[m] if r.get("window_median_ms")]
             if not v:
                 continue
-            same = [pct(r.get("window_median_ms"), r.get("same_run_unprofiled_median_ms")) for r in by[m]]
-            same = [x for x in same if x is not None]
+            same = [pct(r.get("window_median_ms"), r.get("before_window_median_ms")) for r in by[m]]
+            after = [pct(r.get("after_window_median_ms"), r.get("before_window_median_ms")) for r in by[m]]
             med = statistics.median(v)
+            b = [r["before_window_median_ms"] for r in by[m] if r.get("before_window_median_ms")]
+            b_txt = f"{statistics.median(b):.2f} ({', '.join(f'{x:.2f}' for x in b)})" if b else "-"
             verdicts = "/".join(str(r.get("verdict")) for r in by[m] if "verdict" in r) or "-"
-            out.append(f"| {job} | {m} | {med:.2f} ({', '.join(f'{x:.2f}' for x in v)}) | {fmt(pct(med, p_med))} | "
-                       f"{fmt(statistics.median(same)) if same else '-'} ({', '.join(f'{x:+.1f}' for x in same)}) | "
+            out.append(f"| {job} | {m} | {b_txt} | {med:.2f} ({', '.join(f'{x:.2f}' for x in v)}) | {fmt(pct(med, p_med))} | "
+                       f"{runs([x for x in same if x is not None])} | {runs([x for x in after if x is not None])} | "
                        f"{verdicts} | {JOBS[job][4] or '-'} |")
     return "\n".join(out)
 
@@ -203,6 +238,9 @@ def main() -> None:
     ap.add_argument("--jobs", default=",".join(JOBS))
     ap.add_argument("--work", type=Path, default=Path("/tmp/light_ab"))
     ap.add_argument("--modes", default="plain,full,light")
+    ap.add_argument("--plan", default="", help="modes by job, overriding --jobs and --modes: "
+                    "'launch:plain,cupti,full;gpu:plain,cupti'")
+    ap.add_argument("--run-s", type=float, default=20.0, help="no run is started with less than this left")
     ap.add_argument("--cupti-site", default="", help="folder holding cupti-python, put on the cupti mode's PYTHONPATH")
     ap.add_argument("--check-budget-s", type=float, default=150.0, help="time kept at the end for the check-ups")
     ap.add_argument("--recheck", type=Path, help="check up the runs of this light_ab.json again (here, not on the "
@@ -213,11 +251,15 @@ def main() -> None:
         recheck(a.recheck, a.runs_root, a.out)
         return
     CUPTI_SITE[0] = a.cupti_site
-    modes = tuple(a.modes.split(","))
+    plan = {job: tuple(a.modes.split(",")) for job in a.jobs.split(",")}
+    if a.plan:
+        plan = {job: tuple(ms.split(",")) for job, ms in (part.split(":", 1) for part in a.plan.split(";"))}
+    bad = [f"{j}:{m}" for j, ms in plan.items() for m in ms if j not in JOBS or m not in MODES]
+    if bad:
+        sys.exit(f"light_ab: unknown job or mode: {', '.join(bad)}")
     t_end = time.time() + a.deadline_s
     a.out.mkdir(parents=True, exist_ok=True)
     a.work.mkdir(parents=True, exist_ok=True)
-    jobs = a.jobs.split(",")
     rows: list[dict] = []
 
     def save():
@@ -225,17 +267,19 @@ def main() -> None:
         (a.out / "light_ab.md").write_text(table(rows) + "\n")
 
     for r in range(a.rounds):
-        for job in jobs:
-            if time.time() > t_end - a.check_budget_s:  # keep time for the check-ups
-                break
+        for job, modes in plan.items():
             order = modes[r % len(modes):] + modes[: r % len(modes)]
             for m in order:
+                left = t_end - a.check_budget_s - time.time()  # keep time for the check-ups
+                if left < a.run_s:
+                    break
                 try:
-                    row = run_once(job, m, a.work, r)
+                    row = run_once(job, m, a.work, r, timeout_s=min(240.0, left + 30.0))
                 except Exception as e:  # noqa: BLE001
                     row = {"job": job, "mode": m, "round": r, "error": f"{type(e).__name__}: {e}"}
                 rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k not in ("stderr", "window_ms")}), flush=True)
+                print(json.dumps({k: v for k, v in row.items()
+                                  if k not in ("stderr", "window_ms", "before_ms", "after_ms")}), flush=True)
             save()
     first = {"cupti": 0, "light": 1, "full": 2}
     for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: (x["round"], first.get(x["mode"], 3))):

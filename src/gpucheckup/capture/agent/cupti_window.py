@@ -18,7 +18,8 @@ the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written 
 drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
 start() after step n enables the activities (CUPTI's first-use cost falls in the
 warm-up step n+1), step() marks the end of each step, stop() after the last step synchronizes, disables the
-activities and flushes CUPTI's buffers.
+activities, flushes CUPTI's buffers and detaches CUPTI from the process (cuptiFinalize: a disabled but attached
+CUPTI still costs every launch; a later window attaches it again).
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
@@ -225,11 +226,11 @@ def _record(a, kinds) -> tuple | None:
                 (g(a, "grid_x", 0), g(a, "grid_y", 0), g(a, "grid_z", 0)),
                 (g(a, "block_x", 0), g(a, "block_y", 0), g(a, "block_z", 0)),
                 g(a, "registers_per_thread", 0), g(a, "static_shared_memory", 0) + g(a, "dynamic_shared_memory", 0))
-    if k == kinds["MEMCPY"]:
+    if k == kinds.get("MEMCPY"):
         return ("memcpy", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
                 g(a, "context_id", 0), int(g(a, "copy_kind", 0)), int(g(a, "src_kind", 0)), int(g(a, "dst_kind", 0)),
                 g(a, "bytes", 0))
-    if k == kinds["MEMSET"]:
+    if k == kinds.get("MEMSET"):
         return ("memset", a.start, a.end, g(a, "device_id", 0), g(a, "stream_id", 0), g(a, "correlation_id", -1),
                 g(a, "context_id", 0), int(g(a, "memory_kind", 3)), g(a, "bytes", 0))
     if k == kinds.get("SYNCHRONIZATION"):  # no device: the device slot holds -1 (host side, CUPTI clock)
@@ -263,6 +264,7 @@ class CuptiWindow:
         self.clock = None
         self.enabled: list[str] = []
         self.started = False
+        self.detached = False  # CUPTI detached after the window (cuptiFinalize)
         self.tid = threading.get_native_id()
         self.pid = os.getpid()
 
@@ -310,6 +312,17 @@ class CuptiWindow:
             c1 = self.cupti.get_timestamp()
             off, half = clock_offset(self.cupti.get_timestamp)
             self.clock = Clock(self.clock.start, (c1, off, half))
+            self._detach()
+
+    def _detach(self) -> None:
+        """Detach CUPTI from the process (cuptiFinalize), the window's records all in (synchronized, flushed): with
+        its activities disabled CUPTI stays attached and still costs every launch and copy about 1 us (H200,
+        docs/validation.md section 6c); detaching took 2.5 ms, and the next window attaches it again."""
+        try:
+            self.cupti.finalize()
+            self.detached = True
+        except Exception as e:  # noqa: BLE001 - CUPTI stays attached: the job goes on, a little slower
+            self.log(f"light window: CUPTI stays attached after the window ({type(e).__name__}: {e})")
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the window as a Kineto-shaped JSON trace (see the module docstring)."""
@@ -324,7 +337,8 @@ class CuptiWindow:
         for r in self.records:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
-                "other_records": self.other, "buffers": self.buffers, "cupti_python": _package_version()}
+                "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
+                "cupti_python": _package_version()}
 
     def _enable_optional(self) -> None:
         """Enable the optional kinds this cupti-python names and CUPTI agrees to record; log the others."""

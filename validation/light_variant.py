@@ -1,0 +1,33 @@
+"""Run a validation job with a variant of the CUPTI light window's recorder (light_ab.py's `attached` and `kern` modes).
+
+  python3 validation/light_variant.py VARIANT JOB.py [job args...]
+
+Under `gpucheckup run --light`, in the job's own process, before the job starts:
+- attached: CUPTI stays attached after the window (no cupti.finalize(): the backend's behaviour before 6c)
+- kern:     the window records CONCURRENT_KERNEL only (no MEMCPY, no MEMSET)
+then the job script runs as __main__. Validation only: the variant measured, never shipped this way.
+"""
+
+import runpy
+import sys
+
+
+def main() -> None:
+    variant, script = sys.argv[1], sys.argv[2]
+    from gpucheckup.capture.agent import cupti_window as cw
+
+    if variant == "kern":
+        cw.ACTIVITIES = ("CONCURRENT_KERNEL",)
+    elif variant == "attached":
+        def stay_attached(self):
+            self.log("light window: CUPTI left attached after the window (validation variant 'attached')")
+
+        cw.CuptiWindow._detach = stay_attached
+    else:
+        sys.exit(f"light_variant: unknown variant {variant!r} (attached, kern)")
+    sys.argv = [script, *sys.argv[3:]]
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
