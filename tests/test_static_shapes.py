@@ -17,6 +17,7 @@ from gpucheckup.trace.reader import read_trace
 
 SEED = DEMO / "moe_seed" / "trace.json.gz"
 EXAMPLE = REPO / "tests/data/whatif_h200/moe/20261130-172136-python3/traces/trace.json.gz"  # no record_shapes
+SHAPES = REPO / "tests/data/whatif_h200/moe_shapes/20261130-210532-python3"  # the same example, with record_shapes
 INDEXING = {"aten::index", "aten::index_put_", "aten::_index_put_impl_"}  # the seed's ops that index the buffer
 
 
@@ -34,10 +35,10 @@ def _floor(events) -> float:
     return min(e["dur"] for e in events if e.get("cat") == "kernel" and e["dur"] > 0)
 
 
-def _seed_padded_kernels(size: int) -> list[dict]:
+def _seed_padded_kernels(size: int, path=SEED) -> list[dict]:
     """The seed's kernels whose operator (same External id) has `size` in its first input's shape and does not
     index: counted from the raw JSON, inside the ProfilerStep# windows."""
-    events = raw_events(SEED)["traceEvents"]
+    events = raw_events(path)["traceEvents"]
     steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")
              and e.get("cat") == "user_annotation"]
     ops = {}
@@ -83,6 +84,30 @@ def test_seed_default_bound_is_the_largest_seen_so_constant_sizes_pad_nothing():
         whatif.predict(g, "remove_syncs", ops=DATA_DEPENDENT_OPS).step_ms_after)
     half = _edit(SEED, bound_factor=0.5)  # a bound below the size seen drops rows: the kernels shrink
     assert half.graph.g_dur.sum() < sync_only.graph.g_dur.sum()
+
+
+def test_example_baseline_with_shapes_pads_the_expert_work_to_the_flags_bound():
+    """The MoE example's H200 baseline captured with --record-shapes (docs/validation.md section 7, call 6): the
+    expert size is the bmm operators' dimension that is none of the layer's widths (experts 8, d 2048, hidden 1024);
+    the padded kernels and their time at the flag's bound are counted here from the raw JSON."""
+    trace = SHAPES / "traces" / "trace.json.gz"
+    events = raw_events(trace)["traceEvents"]
+    dims = {x for e in events if e.get("name") == "aten::bmm" for shape in e["args"]["Input Dims"] for x in shape}
+    (size,) = dims - {8, 2048, 1024}
+    kernels = _seed_padded_kernels(size, trace)
+    floor = _floor(events)
+    before = sum(k["dur"] for k in kernels)
+    after = sum(floor + (k["dur"] - floor) * 2560 / size for k in kernels)
+    e = _edit(trace, bound=2560)
+    assert f"{len(kernels)} kernels" in e.what and f"the size the host read, {size}" in e.what
+    assert f"{before / 1000:.2f} -> {after / 1000:.2f} ms" in e.what
+    # the check-up's own graph (calibrated on the run's unprofiled steps): the padding costs more than the syncs save
+    from gpucheckup import pipeline
+    a = pipeline.check(SHAPES).checkups[0].analysis
+    g = replay.build(a.trace, a.steps, a.launch_rows)
+    replay.calibrate(g, a.profiler.unprofiled_step_ms)
+    assert whatif.predict(g, "static_shapes", ops=DATA_DEPENDENT_OPS, bound=2560).saving_ms < 0
+    assert whatif.predict(g, "remove_syncs", ops=DATA_DEPENDENT_OPS).saving_ms > 0
 
 
 def test_example_baseline_without_shapes_is_the_sync_removal_alone():
