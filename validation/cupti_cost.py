@@ -56,17 +56,11 @@ def jobs(torch) -> dict:
     """The two validation jobs' training steps (their models, made once per process), as functions."""
     from torch import nn
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from train_launch_bound import Block  # the launch-bound job's own block
+
     dev = torch.device("cuda")
     torch.manual_seed(0)
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.fc = nn.Linear(d, d)
-            self.norm = nn.LayerNorm(d)
-
-        def forward(self, x):
-            return x + nn.functional.gelu(self.norm(self.fc(x)))
 
     mlp = nn.Sequential(*[Block(512) for _ in range(24)], nn.Linear(512, 10)).to(dev)
     mlp_opt = torch.optim.AdamW(mlp.parameters(), lr=1e-3)
