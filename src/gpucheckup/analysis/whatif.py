@@ -633,10 +633,9 @@ def torch_compile(g: Graph) -> Edit:
     eager = _in_annotation(g, "Optimizer.")
     unit = _typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
-    for j in folded.tolist():
-        g.h_dur[j] = 0.0
-        if g.h_gap[j] > 0:
-            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+    j = np.unique(folded)
+    g.h_dur[j] = 0.0
+    g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
     calls = _compiled_calls(g, eager)
     for entry, backward, _nodes, params in calls:
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
