@@ -438,14 +438,14 @@ def test_sync_events_name_each_type_and_leave_out_what_is_no_host_wait():
     assert "stream" not in ev[1]["args"] and ev[1]["args"]["cuda_event"] == 4
     from gpucheckup.analysis.host_calls import SYNC_CALLS
 
-    assert set(cw.SYNC_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
+    assert set(cw.SYNC_TYPE_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
 
 
 def _as_cupti_records(doc: dict) -> tuple[list, list, list]:
     """A full torch.profiler trace's GPU work and sync calls as the CUPTI window's records (CUPTI ns = the trace's
     ns, so the clock's offset is 0), its other ranges, and step marks (the first step's start twice, as start() and
     a warm-up's end, then each step's end): what the CUPTI window would have recorded of the same job."""
-    sync_type = {v: k for k, v in cw.SYNC_CALLS.items()}
+    sync_type = {v: k for k, v in cw.SYNC_TYPE_CALLS.items()}
     copy_kind = {v: k for k, v in cw.MEMCPY_KINDS.items()}
     mem_kind = {v: k for k, v in cw.MEMORY_KINDS.items()}
     recs, ranges, steps = [], [], []

@@ -10,7 +10,7 @@ records) or when the window stops, so the conversion happens after the window's 
 Synchronizations (SYNCHRONIZATION, OPTIONAL_ACTIVITIES: left out with a log line where CUPTI or cupti-python
 refuses it): one record per host wait on the GPU (stream, event, context synchronize) and per stream wait event,
 none per kernel. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
-`cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_CALLS) on the window's main thread (CUPTI's record names no
+`cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no
 thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
 the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
 
@@ -58,7 +58,7 @@ MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "At
 MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array", 5: "Managed",
                 6: "Device Static", 7: "Managed Static"}
 # CUpti_ActivitySynchronizationType -> the CUDA runtime call the trace names (Kineto's `cuda_runtime` events)
-SYNC_CALLS = {1: "cudaEventSynchronize", 2: "cudaStreamWaitEvent", 3: "cudaStreamSynchronize",
+SYNC_TYPE_CALLS = {1: "cudaEventSynchronize", 2: "cudaStreamWaitEvent", 3: "cudaStreamSynchronize",
               4: "cudaDeviceSynchronize"}
 STREAM_WAIT_EVENT = 2  # a wait queued on a stream, not a host wait: counted in the summary, not written as a call
 SYNC_INVALID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: a stream or event id that does not apply
@@ -527,13 +527,13 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
 
 def sync_events(syncs, clock: Clock, lo: int, hi, pid: int, tid: int, us) -> list[dict]:
     """CUPTI's synchronization records (CuptiWindow._completed's "sync" tuples, CUPTI ns) as the host's CUDA runtime
-    calls a full trace holds (`cuda_runtime`, named by SYNC_CALLS) on the window's main thread: CUPTI's record names
+    calls a full trace holds (`cuda_runtime`, named by SYNC_TYPE_CALLS) on the window's main thread: CUPTI's record names
     no thread, and the training loop's thread is the one that reads GPU values. Kept where the call ended after the
     warm-up step's end (lo, Unix ns) and started by the window's end (hi); a stream wait event is a wait queued on a
     stream, not a host wait, and a record CUPTI could not time (start = end = 0) says nothing: both left out."""
     out = []
     for _, start, end, _dev, stream, corr, ctx, typ, event in syncs:
-        if typ == STREAM_WAIT_EVENT or typ not in SYNC_CALLS or (start == 0 and end == 0):
+        if typ == STREAM_WAIT_EVENT or typ not in SYNC_TYPE_CALLS or (start == 0 and end == 0):
             continue
         t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
         if t1 < t0 or t1 < lo or t0 > hi:
@@ -543,7 +543,7 @@ def sync_events(syncs, clock: Clock, lo: int, hi, pid: int, tid: int, us) -> lis
             args["stream"] = stream
         if event != SYNC_INVALID:
             args["cuda_event"] = event
-        out.append({"ph": "X", "cat": "cuda_runtime", "name": SYNC_CALLS[typ], "pid": pid, "tid": tid, "ts": us(t0),
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": SYNC_TYPE_CALLS[typ], "pid": pid, "tid": tid, "ts": us(t0),
                     "dur": (t1 - t0) / 1000.0, "args": args})
     return out
 
@@ -552,6 +552,6 @@ def _sync_counts(syncs) -> dict[str, int]:
     """CUPTI's synchronization records by the call they name (stream wait events too), over the whole recording."""
     out: dict[str, int] = {}
     for r in syncs:
-        name = SYNC_CALLS.get(r[7], "unknown")
+        name = SYNC_TYPE_CALLS.get(r[7], "unknown")
         out[name] = out.get(name, 0) + 1
     return out
