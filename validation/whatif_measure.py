@@ -4,9 +4,9 @@ Run on the GPU (one device call per group of examples); the predictions are comp
 off the machine, from the baseline run directories this writes (validation/whatif_h200.py
 predict OUT), so the prediction code can change without measuring again.
 
-For every example in CASES: `gpucheckup run --skip S --steps K -- python -m gpucheckup.examples.X`
+For every example in CASES: `gpucheckup run --skip S --steps K [its RUN_OPTIONS] -- python -m gpucheckup.examples.X`
 (the baseline: agent, profiled window after warm-up, steps.csv for the unprofiled step time), then
-for each fix `gpucheckup ab --rounds R -- BASE -- BASE FLAG` (separate processes, interleaved).
+for each fix of whatif_h200.py's CASES `gpucheckup ab --rounds R -- BASE -- BASE FLAG` (separate processes, interleaved).
 Writes OUT/runs/EXAMPLE/<run dir>, OUT/EXAMPLE-FLAG-ab.json and OUT/measured.json (one row per
 fix: example, flag, fix key, kind, measured saving %, ab's verdict and medians).
 
@@ -22,28 +22,20 @@ import sys
 import time
 from pathlib import Path
 
+from whatif_h200 import CASES as FIXES  # noqa: E402 - this folder's sibling: the one list of fixes and flags
+from whatif_h200 import RUN_OPTIONS  # noqa: E402
+
 GC = [sys.executable, "-m", "gpucheckup"]
-# example -> (steps per process, ab warm-up, ab measured, window skip, window steps, fixes)
-# a fix: (flag args, fix key in the catalogue, kind: "configuration" or "code")
+# example -> (steps per process, ab warm-up, ab measured, window skip, window steps); the fixes measured are
+# whatif_h200.py's (flag, catalogue fix key, edit parameters, kind), its baselines' run options too
 CASES = {
-    "launch": (120, 20, 100, 40, 10, [
-        (["--fused"], "fused_optimizer", "configuration"),
-        (["--foreach"], "fused_optimizer", "configuration"),
-        (["--cuda-graphs"], "cuda_graphs", "code"),
-        (["--compile"], "torch_compile", "code")]),
-    "sync": (120, 20, 100, 40, 10, [
-        (["--no-sync"], "remove_syncs", "code"),
-        (["--tf32"], "tf32", "configuration"),
-        (["--bf16"], "bf16_autocast", "code")]),
-    "copies": (60, 10, 50, 20, 5, [(["--pin-memory"], "pin_memory", "configuration")]),
-    "input": (40, 10, 30, 12, 5, [
-        (["--workers", "4"], "dataloader_workers", "configuration"),
-        (["--pin-memory"], "pin_memory", "configuration")]),
-    "moe": (60, 10, 50, 20, 5, [
-        (["--capacity", "1.25"], "remove_syncs", "code"),
-        (["--tf32"], "tf32", "configuration"),
-        (["--compile"], "torch_compile", "code")]),
+    "launch": (120, 20, 100, 40, 10),
+    "sync": (120, 20, 100, 40, 10),
+    "copies": (60, 10, 50, 20, 5),
+    "input": (40, 10, 30, 12, 5),
+    "moe": (60, 10, 50, 20, 5),
 }
+FIXES_OF = {example: [(flag, key, kind) for flag, key, _params, kind in fixes] for example, _args, fixes in FIXES}
 
 
 def example_cmd(example: str, steps: int, flag: list[str]) -> list[str]:
@@ -66,7 +58,8 @@ def main() -> None:
     names = a.only.split(",") if a.only else list(CASES)
     rows = []
     for example in names:
-        steps, warm, meas, skip, window, fixes = CASES[example]
+        steps, warm, meas, skip, window = CASES[example]
+        fixes = FIXES_OF[example]
         if a.small:
             steps, warm, meas, skip, window = 12, 2, 10, 4, 3
         t0 = time.time()
@@ -75,7 +68,7 @@ def main() -> None:
             fixes = [f for f in fixes if f[0][0] in a.fixes.split(",")]
         if not a.no_baseline:
             subprocess.run(GC + ["run", "--out", str(where), "--skip", str(skip), "--steps", str(window), "--no-report",
-                             "--", *example_cmd(example, steps, [])], check=False)
+                                 *RUN_OPTIONS.get(example, []), "--", *example_cmd(example, steps, [])], check=False)
             print(f"{example}: baseline captured in {time.time() - t0:.0f} s", flush=True)
         for spec in filter(None, a.capture.split(",")):
             name, flag = spec.split(":", 1)

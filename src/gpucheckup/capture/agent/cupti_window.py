@@ -59,7 +59,7 @@ MEMORY_KINDS = {0: "Unknown", 1: "Pageable", 2: "Pinned", 3: "Device", 4: "Array
                 6: "Device Static", 7: "Managed Static"}
 # CUpti_ActivitySynchronizationType -> the CUDA runtime call the trace names (Kineto's `cuda_runtime` events)
 SYNC_TYPE_CALLS = {1: "cudaEventSynchronize", 2: "cudaStreamWaitEvent", 3: "cudaStreamSynchronize",
-              4: "cudaDeviceSynchronize"}
+                   4: "cudaDeviceSynchronize"}
 STREAM_WAIT_EVENT = 2  # a wait queued on a stream, not a host wait: counted in the summary, not written as a call
 SYNC_INVALID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: a stream or event id that does not apply
 
