@@ -113,14 +113,14 @@ class RunAhead:
     """A side whose host ran ahead of its GPU: its step times on either clock."""
 
     label: str
-    host_ms: float  # median host-side step over its measured steps
-    gpu_ms: float  # median GPU-side step over the same steps
+    host_ms: float  # mean host-side step (H / steps) in the round where the queue grew most
+    gpu_ms: float  # mean GPU-side step (G / steps) over the same round's steps: share = 1 - host_ms / gpu_ms
     share: float  # the queue's largest growth in a round, as a share of that round's GPU time
 
     @property
     def sentence(self) -> str:
-        return (f"{self.label} ran ahead of its GPU (its steps returned every {self.host_ms:.3f} ms while the GPU "
-                f"took {self.gpu_ms:.3f} ms per step; {100 * self.share:.0f}% of the GPU's time was queued, not "
+        return (f"{self.label} ran ahead of its GPU (in its worst round its steps returned every {self.host_ms:.3f} "
+                f"ms on average while the GPU took {self.gpu_ms:.3f} ms per step; {100 * self.share:.0f}% of the GPU's time was queued, not "
                 f"waited for): both sides are timed on the GPU, between CUDA events at each step's end.")
 
 
@@ -129,15 +129,16 @@ def ran_ahead(label: str, host_rounds: list, gpu_rounds: list | None) -> RunAhea
     time (module docstring, clock); None when it kept pace or has no GPU step times."""
     if not gpu_rounds:
         return None
-    shares = []
+    share, worst = 0.0, None
     for h, g in zip(host_rounds, gpu_rounds):
         gs = float(np.sum(g))
-        shares.append(max(0.0, 1 - float(np.sum(h)) / gs) if gs > 0 else 0.0)
-    share = max(shares, default=0.0)
+        s = max(0.0, 1 - float(np.sum(h)) / gs) if gs > 0 else 0.0
+        if worst is None or s > share:
+            share, worst = s, (h, g)
     if share <= RUN_AHEAD_SHARE:
         return None
-    return RunAhead(label, float(np.median(np.concatenate(host_rounds))), float(np.median(np.concatenate(gpu_rounds))),
-                    share)
+    # the figures the sentence prints are the round's own means, so that they check against its share
+    return RunAhead(label, float(np.mean(worst[0])), float(np.mean(worst[1])), share)
 
 
 def choose_clock(a_label: str, a_host: list, a_gpu: list | None, b_label: str, b_host: list,
