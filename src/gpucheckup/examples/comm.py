@@ -8,7 +8,6 @@ Fix: --ddp (DistributedDataParallel: gradients bucketed and all-reduced during b
 from __future__ import annotations
 
 import os
-import tempfile
 
 from gpucheckup.examples import common
 
@@ -36,8 +35,9 @@ def main(argv=None) -> None:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     else:
         rank = 0
-        store = tempfile.NamedTemporaryFile(prefix="gpucheckup-comm-", delete=False).name
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{store}",
+        # One rank alone: an in-memory store (a FileStore of world size 1 can hang a re-initialised group,
+        # pytorch/pytorch#31467, #55967, and leaves its file behind).
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
                                 rank=0, world_size=1)
     layers, width, batch = args.layers or (4 if small else 16), args.width or (128 if small else 4096), \
         args.batch or (16 if small else 64)
