@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpucheckup import layout
 from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
@@ -34,6 +33,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
+from gpucheckup.report.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
@@ -249,8 +249,7 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
     results, skipped = [], []
     console = console or Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with progress_bar(console) as progress:  # drawn on a terminal only
         task = progress.add_task("reading traces", total=len(files))
         in_process = files
         if parallel.worth_it(files, jobs):  # one trace per worker at a time; reports come back
