@@ -11,7 +11,7 @@ def progress_bar(console: Console):
     """A transient bar (spinner, what is being done, bar, time elapsed) on `console` where it can be seen (a
     terminal or a notebook); elsewhere a stand-in with the same calls that draws nothing, as the bar would."""
     if not (console.is_terminal or console.is_jupyter):
-        return _Unseen()
+        return _Unseen(console)
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
@@ -19,13 +19,16 @@ def progress_bar(console: Console):
 
 
 class _Unseen:
-    """What a transient rich Progress shows off a terminal: nothing (its calls, doing nothing)."""
+    """What a transient rich Progress shows off a terminal: nothing, then the empty line its stop() prints there."""
+
+    def __init__(self, console: Console):
+        self.console = console
 
     def __enter__(self) -> _Unseen:
         return self
 
     def __exit__(self, *exc) -> None:
-        return None
+        self.console.print()
 
     def add_task(self, description: str, total: float | None = None, **fields) -> int:
         return 0
