@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
         from rich.console import Console
 
         to_stderr = str(getattr(args, "json", None)) == "-"  # `--json -`: stdout holds the JSON alone
-        rc = args.func(args, Console(highlight=False, stderr=to_stderr))
+        # emoji=False: no `:name:` in a report is an emoji code (and rich's table of them, read on the first
+        # string it prints, costs ~0.6% of a 1 MB check-up; docs/performance.md)
+        rc = args.func(args, Console(highlight=False, emoji=False, stderr=to_stderr))
         sys.stdout.flush()  # a closed pipe shows here, not as an "Exception ignored" at exit
         return rc
     except BrokenPipeError:  # `gpucheckup ... | head`: stop quietly (the Python docs' recipe, signal module)

@@ -105,7 +105,7 @@ def _verdict(r: dict) -> Panel:
     caveat = profiler_caveat(r)
     if caveat:
         body.append("\n" + caveat, style="yellow")
-    return Panel(body, title="Verdict", title_align="left", box=box.ROUNDED)
+    return Panel(body, title=Text("Verdict"), title_align="left", box=box.ROUNDED)
 
 
 def _bullets(items: list[Text], indent: int = 0, mark: str = "•") -> Table:

@@ -18,7 +18,7 @@ def render(report: dict, console: Console) -> None:
     c, v = r["cpu"], r["verdict"]
     console.print()
     console.print(Text(f"gpucheckup {r['trace']['path']}", style="bold"), soft_wrap=True)
-    console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title="CPU-side check-up", title_align="left"))
+    console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title=Text("CPU-side check-up"), title_align="left"))
     for f in v["findings"]:  # a run directory's run-level findings
         console.print(terminal._finding(f))
     if r["fixes"]:
