@@ -91,7 +91,9 @@ def test_constant_lies_among_the_calibrated_traces():
     assert min(costs) <= replay.PROFILER_EVENT_LAUNCHES <= max(costs)
 
 
-def test_no_unprofiled_step_leaves_the_host_as_traced():
+def test_no_unprofiled_step_takes_the_per_event_cost_too():
+    """A trace with no unprofiled step: the profiler's per-event cost is there all the same."""
     a, g = _checked(SYNC["call2"])
+    with_step = replay.calibrate(g, a.profiler.unprofiled_step_ms).host_scale
     c = replay.calibrate(g, None)
-    assert c.host_scale == 1.0 and c.how == "none" and c.replayed_ms == c.traced_ms
+    assert c.how == "per event" and c.host_scale == with_step < 1.0 and c.replayed_ms < c.traced_ms

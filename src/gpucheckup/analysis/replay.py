@@ -35,8 +35,10 @@ SCALE_TOLERANCE steps: at most that below it; found by the ITP method, as the me
 non-decreasing in k); when the GPU's work alone is longer, the k that brings the replay within
 CALIBRATION_FLOOR of its all-GPU floor.
 
-**Per-event cost** (a trace within MIN_INFLATION_PCT of its known unprofiled step: a job the GPU
-paces, whose step the profiler's host cost does not reach, so the step cannot calibrate it). The
+**Per-event cost** (a trace whose step cannot calibrate it: within MIN_INFLATION_PCT of its known
+unprofiled step, a job the GPU paces, whose step the profiler's host cost does not reach; or with
+no unprofiled step at all; not a trace without `ProfilerStep#`, which has no step to count in, nor
+one without operator records, a CUPTI or CUDA-only window, whose per-event cost is smaller). The
 profiler costs the host a roughly fixed time per event it records (each operator, runtime call,
 annotation), so the host time it added per step is about events per step x that cost, whatever the
 step shows; a fix that makes such a job host-bound (faster GEMMs) would otherwise replay the host
@@ -454,17 +456,17 @@ class Calibration:
 
 def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
     """Scale the graph's host time so the replay matches the unprofiled step, or by the profiler's per-event cost
-    when the trace is within MIN_INFLATION_PCT of it (see the module docstring)."""
+    when that step is unknown or the trace is within MIN_INFLATION_PCT of it (see the module docstring)."""
     g.host_scale = 1.0
     traced = replay(g).median_ms
-    if not unprofiled_step_ms or not g.steps.marked:  # one window over several steps: not comparable
+    if not g.steps.marked:  # one window over several steps: not comparable
         return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
 
     def at(k):
         g.host_scale = k
         return replay(g).median_ms
 
-    if 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT:
+    if not unprofiled_step_ms or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT:
         k = event_scale(g)
         if k >= 1.0:
             g.host_scale = 1.0
@@ -491,7 +493,10 @@ def host_per_step(g: Graph) -> tuple[float, float]:
 
 def event_scale(g: Graph) -> float:
     """1 - the profiler's host cost per step (events x PROFILER_EVENT_LAUNCHES launch calls) / host time per step,
-    in [0, 1]; 1 when the trace has no launch call to measure the cost by."""
+    in [0, 1]; 1 when the trace has no launch call to measure the cost by, or records no operators (a CUPTI or
+    CUDA-only window: the cost was measured on full torch.profiler windows, whose operator records are most of it)."""
+    if not (g.trace.host.cat == CPU_OP).any():
+        return 1.0
     time, events = host_per_step(g)
     launch = typical_launch_us(g)
     if not launch > 0 or not time > 0:

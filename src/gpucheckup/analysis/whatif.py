@@ -2,8 +2,8 @@
 
 Definitions (also in docs/metrics.md, "What-if"):
 - predicted step = median replayed step with the edit; before = median replayed step unchanged
-  (both with the profiler-overhead calibration when the unprofiled step is known: replay.calibrate,
-  on that step or, where it cannot calibrate, by the profiler's per-event cost).
+  (both with replay.calibrate's correction of the profiler's host cost: on the unprofiled step
+  when it is known and can calibrate, else by the profiler's per-event cost).
 - saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
 Each transformation is keyed in TRANSFORMS and states its mechanism in its docstring; what it
 does not change is held as measured. The fix catalogue (diagnosis/fixes.py) names, per fix, the
