@@ -97,3 +97,16 @@ def test_no_unprofiled_step_takes_the_per_event_cost_too():
     with_step = replay.calibrate(g, a.profiler.unprofiled_step_ms).host_scale
     c = replay.calibrate(g, None)
     assert c.how == "per event" and c.host_scale == with_step < 1.0 and c.replayed_ms < c.traced_ms
+
+
+def test_bare_moe_trace_replays_tf32_as_measured_on_its_example():
+    """The bundled moe_seed H200 trace (the MoE example's layer and sizes; no unprofiled step) replayed tf32 to 38.8%
+    with its host as traced; with the per-event cost about the 58.1% the example's --tf32 measured."""
+    from conftest import DEMO
+    from gpucheckup.trace.reader import read_trace
+    g = replay.build(read_trace(DEMO / "moe_seed" / "trace.json.gz"))
+    c = replay.calibrate(g, None)
+    assert c.how == "per event" and 0 < c.host_scale < 1
+    e = BY_KEY["tf32"]
+    saving = whatif.predict(g, e.replay, c.replayed_ms, **dict(e.replay_params)).saving_pct
+    assert abs(saving - 58.1) / 58.1 < 0.10, saving
