@@ -473,15 +473,19 @@ def _as_cupti_records(doc: dict) -> tuple[list, list, list]:
     return recs, ranges, [steps[0][1], steps[0][1]] + [s[2] for s in steps]
 
 
-@pytest.mark.parametrize("name, syncs, per_step, verdict", [("sync_bound", 11, 2.0, "sync_bound"),
-                                                              ("item_checks", 166, 33.0, "launch_bound")])
-def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, syncs, per_step, verdict, tmp_path):
+@pytest.mark.parametrize("name, syncs, per_step, verdict, light_verdict",
+                         [("sync_bound", 11, 2.0, "sync_bound", "sync_bound"),
+                          ("item_checks", 166, 33.0, "sync_bound", "launch_bound")])
+def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, syncs, per_step, verdict,
+                                                                         light_verdict, tmp_path):
     """Two H200 jobs that read GPU values on the host (tests/data/h200/sync_bound: softmax copied to the host and
-    `.item()` every step; item_checks: 33 `.item()` per step, launch_bound as traced), their kernels, copies,
-    memsets and sync calls rebuilt as CUPTI's records and written by the CUPTI window's build_trace: the check-up
-    counts the syncs per step of the full trace and gives its verdict with about its sync share; without the sync
-    records syncs read 0 and the sync-bound job launch_bound, as its CUPTI light window did on the H200
-    (docs/validation.md section 6b)."""
+    `.item()` every step; item_checks: 33 `.item()` per step), their kernels, copies, memsets and sync calls
+    rebuilt as CUPTI's records and written by the CUPTI window's build_trace: the check-up counts the syncs per
+    step of the full trace and gives about its sync share; without the sync records syncs read 0 and the
+    sync-bound job launch_bound, as its CUPTI light window did on the H200 (docs/validation.md section 6b).
+    item_checks' full trace reads sync_bound once the profiler's per-event cost is taken out of its host time
+    (analysis/replay.py), as it does calibrated on its measured unprofiled step; the rebuilt records keep
+    torch.profiler's host timings but hold no operators, so they get no per-event cost and read launch_bound."""
     from gpucheckup.pipeline import check_path
 
     full = Path(__file__).resolve().parent / "data" / "h200" / name / "trace.json.gz"
@@ -499,7 +503,7 @@ def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, s
     want = check_path(full)[0].report
     got = checkup(recs, "light.json.gz")
     assert want["sync"]["count_per_step"] == got["sync"]["count_per_step"] == per_step
-    assert want["verdict"]["primary"] == got["verdict"]["primary"] == verdict
+    assert want["verdict"]["primary"] == verdict and got["verdict"]["primary"] == light_verdict
     assert got["gaps"]["pct_of_step"]["sync"] == pytest.approx(want["gaps"]["pct_of_step"]["sync"], abs=3.0)
     assert got["steps"]["median_ms"] == pytest.approx(want["steps"]["median_ms"], rel=1e-6)
     without = checkup([r for r in recs if r[0] != "sync"], "nosync.json.gz")

@@ -111,6 +111,7 @@ def predict_example(run_dir: Path, fixes: list) -> tuple[dict, dict]:
                                "replayed_step_ms": before, "transform": pred.transform,
                                "offered": offered is not None}
     ex = {"verdict": c.diagnosis.primary, "reason": c.diagnosis.reason, "host_scale": cal.host_scale,
+          "host_scale_from": cal.how, "unprofiled_from": a.profiler.source if a.profiler else None,
           "step_ms": a.window.step_ms, "traced_step_ms": a.window.traced_step_ms,
           "unprofiled_step_ms": a.profiler.unprofiled_step_ms if a.profiler else None,
           "run_dir": str(run_dir)}

@@ -305,11 +305,12 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     run = read_run(path)
     ra = analyze_run(run)
     st = ra.steps or {}
-    if inputs.unprofiled_step_ms is None and st.get("steady_median_ms") and st.get("profiled_median_ms"):
+    if inputs.unprofiled_step_ms is None and st.get("unprofiled_ms") and st.get("profiled_median_ms"):
         steps_file = layout.steps_file(ra.steps_key)
-        inputs = replace(inputs, unprofiled_step_ms=st["steady_median_ms"],
-                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steady-state steps "
-                                         f"({ra.steps_key})")
+        first, last = st["unprofiled_steps"]
+        inputs = replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
+                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steps {first}-{last} "
+                                         f"({st['unprofiled_basis']}; {ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
     if run.samples is not None:

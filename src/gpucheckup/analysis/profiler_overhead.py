@@ -3,7 +3,8 @@
 torch.profiler slows the host: +33% to +69% step time on a launch-bound job on the H200, 1-2% on
 GPU-bound ones (docs/validation.md). The GPU's kernels run at the same speed, so a job that is
 GPU-bound without the profiler can look launch-bound in its trace. When the step time without
-the profiler is known (the run directory's steps.csv steady median, or --unprofiled-step-ms):
+the profiler is known (the run directory's unprofiled step, analysis/step_history.py: its steps
+before the profiled window; or --unprofiled-step-ms):
 
 - inflation % = traced step / unprofiled step - 1, the traced step being the window's step time
   (the median step window, analysis/window.py), as every per-step figure is.

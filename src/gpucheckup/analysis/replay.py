@@ -34,6 +34,20 @@ the largest k in (0, 1] whose replayed median step is at most the unprofiled one
 SCALE_TOLERANCE steps: at most that below it; found by the ITP method, as the median is
 non-decreasing in k); when the GPU's work alone is longer, the k that brings the replay within
 CALIBRATION_FLOOR of its all-GPU floor.
+
+**Per-event cost** (a trace whose step cannot calibrate it: within MIN_INFLATION_PCT of its known
+unprofiled step, a job the GPU paces, whose step the profiler's host cost does not reach; or with
+no unprofiled step at all; not a trace without `ProfilerStep#`, which has no step to count in, nor
+one without operator records, a CUPTI or CUDA-only window, whose per-event cost is smaller). The
+profiler costs the host a roughly fixed time per event it records (each operator, runtime call,
+annotation), so the host time it added per step is about events per step x that cost, whatever the
+step shows; a fix that makes such a job host-bound (faster GEMMs) would otherwise replay the host
+at its profiled speed. The cost, in launch calls of the trace (the median duration of the calls
+that launch GPU work: a yardstick of the host's speed, as whatif.py's compile costs are), is
+PROFILER_EVENT_LAUNCHES; host_scale = 1 - events x cost / host time (per step, medians over the
+steps). The unprofiled step is not used as a bound on it: where the GPU paces the step, the step
+hardly moves with k (the reason such a trace is not calibrated), so a step 1-2% off (the noise
+between steps) would move k by a quarter or more. `Calibration.how` says which correction was made.
 """
 
 from __future__ import annotations
@@ -55,6 +69,14 @@ CALIBRATION_FLOOR = 0.01  # with GPU work above the unprofiled step: within 1% o
 SCALE_TOLERANCE = 2.0 ** -24  # calibration's grid of host_scale values: the k 24 bisections of [0, 1] find
 ITP_K1, ITP_K2, ITP_N0 = 0.2, 2.0, 1  # the ITP method's truncation (k1 (b - a)^k2) and its slack over bisection
 NO_DEP = -1e18  # a latency or gap that never binds
+# The profiler's host cost per recorded event, in launch calls of the trace: (1 - host_scale) x host time per step /
+# events per step, over the calibrated H200 traces of docs/validation.md section 7 (full torch.profiler windows, the
+# unprofiled step as analysis/step_history.py takes it), each against its median launch call: launch_bound 5.33 us / 8.57 (0.62),
+# launch call1 2.48 / 5.72 (0.43), call5 5.23 / 8.02 (0.65), launch --compile 6.10 / 7.43 (0.82), --cuda-graphs
+# 1.89 / 5.33 (0.35), input 6.79 / 8.92 (0.76), moe call2 5.32 / 5.87 (0.91), call6 6.75 / 7.65 (0.88); the
+# median, 0.70 (1.9-6.8 us per event; docs/validation.md 6c measured 1.9-5.5 us per op for a CUDA-only window).
+# Left out: the copies example (its host time is mostly pageable copies' own duration, not the profiler's).
+PROFILER_EVENT_LAUNCHES = 0.70
 
 
 @dataclass
@@ -428,26 +450,65 @@ class Calibration:
     traced_ms: float  # median replayed step at scale 1 (= the trace's)
     unprofiled_ms: float | None
     replayed_ms: float  # median replayed step at host_scale
-    applied: bool
+    applied: bool  # host_scale from the unprofiled step
+    how: str = "none"  # "unprofiled step", "per event" (PROFILER_EVENT_LAUNCHES), or "none" (host as traced)
 
 
 def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
-    """Scale the graph's host time so the replay matches the unprofiled step (see the module docstring)."""
+    """Scale the graph's host time so the replay matches the unprofiled step, or by the profiler's per-event cost
+    when that step is unknown or the trace is within MIN_INFLATION_PCT of it (see the module docstring)."""
     g.host_scale = 1.0
     traced = replay(g).median_ms
-    if (not unprofiled_step_ms or not g.steps.marked  # one window over several steps: not comparable
-            or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT):
+    if not g.steps.marked:  # one window over several steps: not comparable
         return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
 
     def at(k):
         g.host_scale = k
         return replay(g).median_ms
 
+    if not unprofiled_step_ms or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT:
+        k = event_scale(g)
+        if k >= 1.0:
+            g.host_scale = 1.0
+            return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
+        return Calibration(k, traced, unprofiled_step_ms, at(k), False, "per event")
     floor = at(0.0)
     target = max(unprofiled_step_ms, floor * (1 + CALIBRATION_FLOOR))
     k, replayed = largest_within(at, target, floor, traced)
     g.host_scale = k
-    return Calibration(k, traced, unprofiled_step_ms, replayed, True)
+    return Calibration(k, traced, unprofiled_step_ms, replayed, True, "unprofiled step")
+
+
+def host_per_step(g: Graph) -> tuple[float, float]:
+    """(host time the calibration scales, host events recorded) per step, medians over the steps: positive gaps and
+    call durations between each step's start and end markers; host rows that start inside its host window."""
+    own = np.where(g.h_gap > 0, g.h_gap, 0.0) + np.where(g.h_kind != MARK, g.h_dur, 0.0)
+    cum = np.concatenate(([0.0], np.cumsum(own)))
+    time = cum[g.step_end_node + 1] - cum[g.step_start_node]
+    starts = np.sort(g.trace.host.start)
+    events = np.searchsorted(starts, g.steps.host_end, side="left") - np.searchsorted(starts, g.steps.host_start,
+                                                                                      side="left")
+    return float(np.median(time)), float(np.median(events))
+
+
+def event_scale(g: Graph) -> float:
+    """1 - the profiler's host cost per step (events x PROFILER_EVENT_LAUNCHES launch calls) / host time per step,
+    in [0, 1]; 1 when the trace has no launch call to measure the cost by, or records no operators (a CUPTI or
+    CUDA-only window: the cost was measured on full torch.profiler windows, whose operator records are most of it)."""
+    if not (g.trace.host.cat == CPU_OP).any():
+        return 1.0
+    time, events = host_per_step(g)
+    launch = typical_launch_us(g)
+    if not launch > 0 or not time > 0:
+        return 1.0
+    return min(max(1.0 - events * PROFILER_EVENT_LAUNCHES * launch / time, 0.0), 1.0)
+
+
+def typical_launch_us(g: Graph) -> float:
+    """Median duration of the calls that launch GPU work (the cost of one launch); 0 when there are none."""
+    nodes = np.unique(g.g_launch[g.g_launch >= 0])
+    nodes = nodes[g.h_kind[nodes] == CALL]
+    return float(np.median(g.h_dur[nodes])) if len(nodes) else 0.0
 
 
 def largest_within(f, target: float, f0: float, f1: float) -> tuple[float, float]:

@@ -16,8 +16,23 @@ Definitions (docs/capture.md):
   time beyond the median as a share of all plain post-warm-up time; `period` = the most common
   gap (in steps) between consecutive slow steps when at least half the gaps are within one
   step of it (a checkpoint, evaluation or logging every N steps).
-- profiler overhead: median profiled step / steady median - 1, in percent.
-Figures need at least MIN_PLAIN (8) plain steps; with fewer they are None.
+- unprofiled step (`unprofiled_ms`, the basis of the profiler-overhead correction and of the
+  replay's calibration): the median of the plain steps before the run's first instrumented step
+  (FLOP-counted, profiler warm-up or profiled), after their own warm-up (the WARMUP_RUN rule
+  against the median of those steps: a first step pays one-time costs, the CUDA context's
+  libraries, the allocator's first blocks, the optimizer's state, autotuning and compilation),
+  when at least MIN_PLAIN of them remain and their median is at most the steady median; else the
+  steady median's steps (the second half). A profiled window leaves the steps after it slower:
+  Kineto keeps CUPTI subscribed after a full window (+44.7% step time after it on the H200's
+  launch-bound job, -2.2% with TEARDOWN_CUPTI=1; docs/validation.md 6c), so steps after a window
+  are not the job without the profiler. Both effects only add time (the residue to the steps after
+  the window, a warm-up that outlasts the first steps to those before it: the input example's 702
+  ms before its window against 420 ms later on the H200), so of the two the faster is taken.
+  `unprofiled_steps`: the
+  first and last step it took, `unprofiled_basis`: "before the window" or "second half".
+- profiler overhead: median profiled step / unprofiled step - 1, in percent.
+Figures need at least MIN_PLAIN (8) plain steps (the fewest a median stands on when a few steps
+are slow for reasons of their own: a checkpoint, the garbage collector); with fewer they are None.
 """
 
 from __future__ import annotations
@@ -51,6 +66,7 @@ def step_stats(steps: dict) -> dict:
         "late_median_ms": None,
         "settled": False, "steady_median_ms": None, "warmup_steps": None, "cv_pct": None, "slow": None,
         "profiler_overhead_pct": None,
+        "unprofiled_ms": None, "unprofiled_steps": None, "unprofiled_basis": None,
     }
     if plain.sum() < MIN_PLAIN:
         return out
@@ -67,9 +83,39 @@ def step_stats(steps: dict) -> dict:
     after_n, after = pn[first:], pms[first:]
     out["cv_pct"] = float(100 * np.std(after) / np.mean(after)) if len(after) > 1 and np.mean(after) > 0 else None
     out["slow"] = slow_steps(after_n, after, steady)
-    if out["profiled_median_ms"] is not None and steady > 0:
-        out["profiler_overhead_pct"] = 100 * (out["profiled_median_ms"] / steady - 1)
+    instrumented = has & (phase != "")
+    first_instr = int(n[instrumented].min()) if instrumented.any() else None
+    basis = before_window(pn, pms, first_instr)
+    if basis is not None and np.median(basis[1]) <= steady:
+        out["unprofiled_basis"] = "before the window"
+    else:
+        basis = (pn[len(pn) // 2:], pms[len(pms) // 2:])
+        out["unprofiled_basis"] = "second half"
+    out["unprofiled_ms"] = float(np.median(basis[1]))
+    out["unprofiled_steps"] = [int(basis[0][0]), int(basis[0][-1])]
+    if out["profiled_median_ms"] is not None and out["unprofiled_ms"] > 0:
+        out["profiler_overhead_pct"] = 100 * (out["profiled_median_ms"] / out["unprofiled_ms"] - 1)
     return out
+
+
+def before_window(n: np.ndarray, ms: np.ndarray, first_instrumented: int | None):
+    """(steps, ms) of the plain steps before the first instrumented step after their own warm-up (the WARMUP_RUN
+    rule against their median), or None when there is no such step or fewer than MIN_PLAIN remain."""
+    if first_instrumented is None:
+        return None
+    pre = n < first_instrumented
+    n, ms = n[pre], ms[pre]
+    if len(ms) < MIN_PLAIN:
+        return None
+    ref = float(np.median(ms))
+    inside = np.abs(ms - ref) <= WARMUP_TOL_PCT / 100 * ref
+    run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
+    if not run.any():
+        return None
+    first = int(np.argmax(run))
+    if len(ms) - first < MIN_PLAIN:
+        return None
+    return n[first:], ms[first:]
 
 
 def slow_steps(n: np.ndarray, ms: np.ndarray, median: float) -> dict:

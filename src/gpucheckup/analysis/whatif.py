@@ -2,7 +2,8 @@
 
 Definitions (also in docs/metrics.md, "What-if"):
 - predicted step = median replayed step with the edit; before = median replayed step unchanged
-  (both with the profiler-overhead calibration when the unprofiled step is known).
+  (both with replay.calibrate's correction of the profiler's host cost: on the unprofiled step
+  when it is known and can calibrate, else by the profiler's per-event cost).
 - saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
 Each transformation is keyed in TRANSFORMS and states its mechanism in its docstring; what it
 does not change is held as measured. The fix catalogue (diagnosis/fixes.py) names, per fix, the
@@ -100,9 +101,7 @@ def _launch_nodes(g: Graph) -> np.ndarray:
 
 def _typical_launch_us(g: Graph) -> float:
     """Median duration of the calls that launch GPU work: the cost of one launch."""
-    nodes = _launch_nodes(g)
-    nodes = nodes[g.h_kind[nodes] == CALL]
-    return float(np.median(g.h_dur[nodes])) if len(nodes) else 0.0
+    return replay.typical_launch_us(g)
 
 
 def _in_annotation(g: Graph, prefix: str) -> np.ndarray:

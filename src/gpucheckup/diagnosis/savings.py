@@ -1,8 +1,9 @@
 """What each fix is predicted to save: its catalogue entry's graph edit, replayed (analysis/whatif.py).
 
 Definitions (also in docs/metrics.md, "What-if"):
-- The trace's graph is built and calibrated once (replay.calibrate on the step without the
-  profiler when it is known); each graph edit (a fix's `replay` and `replay_params` in
+- The trace's graph is built and calibrated once (replay.calibrate: on the step without the
+  profiler when it is known and the trace is at least 5% slower, else by the profiler's
+  per-event cost); each graph edit (a fix's `replay` and `replay_params` in
   diagnosis/fixes.py) is replayed once, however many fixes share it.
 - predicted saving % = 100 x (replayed step - replayed step with the edit) / replayed step;
   in the report's step time (analysis/window.py): saving ms = % x step / 100, predicted step =
