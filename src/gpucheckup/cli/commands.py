@@ -242,8 +242,8 @@ def cmd_scaling(args, console) -> int:
     def step_and_compute(res):
         st = res.run.analysis.steps or {}
         traces = [c.analysis.trace for c in res.checkups]
-        step = st.get("steady_median_ms")
-        how = "median of unprofiled steady-state steps (steps*.csv)"
+        step = st.get("unprofiled_ms")  # the job without the profiler (steps after a window can run slower)
+        how = f"median of unprofiled steady-state steps, {st.get('unprofiled_basis')} (steps*.csv)"
         if not step and res.checkups:
             step, how = float(np.median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
         if not step:
