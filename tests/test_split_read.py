@@ -50,6 +50,7 @@ def splits(monkeypatch) -> list[bool]:
     """Split every file, however small; the list records, per read asked to split, whether it did."""
     monkeypatch.setattr(reader, "SPLIT_BYTES", 0)
     monkeypatch.setattr(reader.parallel, "cores", lambda: 2)
+    monkeypatch.setattr(reader.parallel, "idle_cores", lambda: 2.0)
     done: list[bool] = []
     real = reader._read_split
 
@@ -183,7 +184,7 @@ def test_no_fork_is_read_in_one_process(splits, monkeypatch):
     assert splits == [False]
 
 
-def test_not_split_when_small_or_on_one_core(monkeypatch):
+def test_not_split_when_small_on_one_core_or_a_busy_machine(monkeypatch):
     started = []
     monkeypatch.setattr(child, "start", lambda fn: started.append(fn))
     path = trace_path("launch_bound")  # 6 MB of JSON
@@ -191,5 +192,8 @@ def test_not_split_when_small_or_on_one_core(monkeypatch):
     reader.read_trace(path, split=True)
     monkeypatch.setattr(reader, "SPLIT_BYTES", 0)
     monkeypatch.setattr(reader.parallel, "cores", lambda: 1)
+    reader.read_trace(path, split=True)
+    monkeypatch.setattr(reader.parallel, "cores", lambda: 2)
+    monkeypatch.setattr(reader.parallel, "idle_cores", lambda: 0.4)  # the machine busy with other work
     reader.read_trace(path, split=True)
     assert started == []

@@ -28,6 +28,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def idle_cores() -> float:
+    """The processors this process may run on less the 1-minute load average (what other work keeps busy)."""
+    try:
+        return cores() - os.getloadavg()[0]
+    except OSError:  # no load average on this platform
+        return float(cores())
+
+
 def worth_it(paths: list[Path], jobs: int | None = None) -> bool:
     """Whether reading these files in workers pays: several files, several cores, enough bytes."""
     if (jobs if jobs is not None else cores()) < 2 or len(paths) < 2:
