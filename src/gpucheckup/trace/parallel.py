@@ -29,11 +29,17 @@ def cores() -> int:
 
 
 def idle_cores() -> float:
-    """The processors this process may run on less the 1-minute load average (what other work keeps busy)."""
+    """The processors this process may run on less those other work keeps busy now: the runnable tasks besides
+    this one (Linux's /proc/loadavg), else the 1-minute load average."""
     try:
-        return cores() - os.getloadavg()[0]
-    except OSError:  # no load average on this platform
-        return float(cores())
+        with open("/proc/loadavg") as f:
+            busy = int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:  # no load average on this platform
+            busy = 0
+    return cores() - busy
 
 
 def worth_it(paths: list[Path], jobs: int | None = None) -> bool:

@@ -108,8 +108,8 @@ SPLIT_BYTES = 16 << 20  # JSON at least this large is read in two processes when
 SPLIT_AT = 0.46  # the share of the JSON the forked child reads (the first part; this process reads the rest): a bit
 # under half, as the child also pays the fork and sends its columns (launch_bound_stacks split at half: the
 # child's part took 0.21 s of CPU, this process's 0.19 s with the skipped half gunzipped; docs/performance.md)
-SPLIT_IDLE_CORES = 0.5  # split only where the load average leaves this much of a processor idle (counting this
-# command's): a second process on cores other work keeps busy costs ~20% more CPU for no gain in wall time
+SPLIT_IDLE_CORES = 1.5  # split only where this many processors are idle now (this process's own counted as idle):
+# beside other work that keeps a core busy the second process gains no wall time and costs ~10-20% more CPU
 SPLIT_WAIT_S = 30.0  # how long the child may take beyond 5x this process's own part before it is given up on
 
 
