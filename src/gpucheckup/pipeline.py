@@ -265,7 +265,7 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
             size_mb = f.stat().st_size / 1e6
             progress.update(task, description=f"reading {escape(safe(f.name))} ({size_mb:.1f} MB)")
             try:
-                trace = read_trace(f)
+                trace = read_trace(f, split=jobs != 1)  # a large trace's events on two cores (not under --jobs 1)
                 progress.update(task, description=f"analyzing {escape(safe(f.name))}")
                 if cpu is not None and not trace.has_gpu:
                     cpu.append(cpu_checkup(trace))

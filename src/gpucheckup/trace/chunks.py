@@ -213,22 +213,34 @@ class EventChunks:
         self._drop(m.end() - 2)
         self.buf[0] = 0x5B  # `[`
 
-    def feed(self, consume: Callable[[memoryview], None]) -> None:
-        """Consume each chunk of whole events; then set `top`."""
+    def feed(self, consume: Callable[[memoryview], None], start: int | None = None, stop: int | None = None) -> bool:
+        """Consume each chunk of whole events; then set `top`. With `start` (an offset into the decompressed
+        stream), begin at the split point `start` names instead (the events before it are skipped undecoded,
+        and another reader must prove the cut: `stop`); with `stop`, end at the split point `stop` names,
+        proven by decoding the chunk that ends there, and leave the rest and `top` unread: True when that
+        chunk decoded, False when it did not (the point lies inside an event: nothing is read after it).
+        The split point of an offset is the first `}` `,` `{` at or after it (and after the array's first event)."""
         self._find_array()
+        if start is not None:
+            self._skip_to(start)
         tail_search = min(TAIL_SEARCH, self.chunk_bytes)
         while True:  # buf[0] is `[`, the next event follows it (after whitespace)
             while not self.done and len(self.buf) < self.chunk_bytes + READ_BYTES:
                 self._read()
-            if self.done and len(self.buf) <= self.chunk_bytes + tail_search:
+            if self.done and len(self.buf) <= self.chunk_bytes + tail_search and stop is None:
                 break  # what is left is the last chunk or two
             search, tries = self.chunk_bytes, 0
+            until = None if stop is None else max(stop - self.dropped, 1)  # the split point, in buf
+            if until is not None and until < search:
+                search = until
             while True:
                 m = _BETWEEN.search(self.buf, search)
                 if m is None:
                     if self._read():
                         continue  # no cut within reach yet (a very long event): read on
                     raise StreamError("no place to cut between events")
+                if until is not None and m.start() >= until:  # the first cut at or after the split point
+                    return self._try(m, consume)
                 if self._try(m, consume):
                     break
                 tries += 1
@@ -237,6 +249,20 @@ class EventChunks:
                 search = m.start() + 1
             self._next_at(m)
         self._last(consume, tail_search)
+        return True
+
+    def _skip_to(self, at: int) -> None:
+        """Drop the events before the split point of offset `at` (see feed), undecoded."""
+        at = max(at, self.dropped + 1)
+        while self.dropped + len(self.buf) <= at:
+            self._drop(len(self.buf))
+            if not self._read():
+                raise StreamError("the split point lies past the end")
+        self._drop(at - self.dropped)
+        while (m := _BETWEEN.search(self.buf)) is None:
+            if not self._read():
+                raise StreamError("no cut after the split point")
+        self._next_at(m)
 
     def _last(self, consume: Callable[[memoryview], None], tail_search: int) -> None:
         """The events left (cut once more near the end to keep the search short), then the top level."""

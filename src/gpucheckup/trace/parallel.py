@@ -28,6 +28,20 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def idle_cores() -> float:
+    """The processors this process may run on less those other work keeps busy now: the runnable tasks besides
+    this one (Linux's /proc/loadavg), else the 1-minute load average."""
+    try:
+        with open("/proc/loadavg") as f:
+            busy = int(f.read().split()[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:  # no load average on this platform
+            busy = 0
+    return cores() - busy
+
+
 def worth_it(paths: list[Path], jobs: int | None = None) -> bool:
     """Whether reading these files in workers pays: several files, several cores, enough bytes."""
     if (jobs if jobs is not None else cores()) < 2 or len(paths) < 2:

@@ -17,6 +17,7 @@ import gc
 import gzip
 import re
 import sys
+import time
 import zlib
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -26,7 +27,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace import chunks, schema
+from gpucheckup.trace import child, chunks, parallel, schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
@@ -103,6 +104,13 @@ _TS, _DUR, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "name", "pi
 _ARGS, _DEVICE, _STREAM = attrgetter("args"), attrgetter("device"), attrgetter("stream")  # device, stream: of args
 _COLLECTIVE = attrgetter("collective_name")
 EVENTS_PER_PASS = 1 << 16  # events turned into columns at a time when a file is read whole
+SPLIT_BYTES = 16 << 20  # JSON at least this large is read in two processes when the caller allows it
+SPLIT_AT = 0.46  # the share of the JSON the forked child reads (the first part; this process reads the rest): a bit
+# under half, as the child also pays the fork and sends its columns (launch_bound_stacks split at half: the
+# child's part took 0.21 s of CPU, this process's 0.19 s with the skipped half gunzipped; docs/performance.md)
+SPLIT_IDLE_CORES = 1.5  # split only where this many processors are idle now (this process's own counted as idle):
+# beside other work that keeps a core busy the second process gains no wall time and costs ~10-20% more CPU
+SPLIT_WAIT_S = 30.0  # how long the child may take beyond 5x this process's own part before it is given up on
 
 
 def is_trace_file(path: Path) -> bool:
@@ -180,6 +188,27 @@ class _Ids(dict):
         return code
 
 
+class NotSplit(Exception):
+    """A trace read in two processes cannot be joined into exactly what one read gives: read it in one."""
+
+
+@dataclass
+class Part:
+    """The first part of a trace's events as another process read it: its column pieces joined, and what
+    numbers them (names and string ids in order of first sight), for `_Builder.after`."""
+
+    gpu: list[dict]
+    host: list[dict]
+    names: list[str]
+    str_ids: dict[str, int]
+    thread_names: dict[tuple[int, int], str]
+    bad_time: int
+    cbf_count: int
+    cbf_us: float
+    host_rows: int
+    comm: list[tuple]
+
+
 class _Builder:
     """Accumulates the columns of a trace's events, chunk by chunk, in file order."""
 
@@ -196,6 +225,7 @@ class _Builder:
         self.bad_time = 0
         self.dropped = 0
         self.cbf_count, self.cbf_us = 0, 0.0
+        self.cbf_durations: list[float] = []  # each one, in order: a part read after another adds them to its sum
         self.host_rows = 0  # host rows so far: the row of a chunk's event i is host_rows + i
         self.comm: list[tuple] = []  # collective calls: host row, collective, pg, group size, in, out, dtype
 
@@ -250,6 +280,7 @@ class _Builder:
         elif ev.name == "Command Buffer Full":
             self.cbf_count += 1
             self.cbf_us += float(ev.dur)
+            self.cbf_durations.append(float(ev.dur))
 
     def _gpu(self, evs: list, codes, names, start, end) -> dict:
         args = list(map(_ARGS, evs))
@@ -282,6 +313,38 @@ class _Builder:
                                   a.in_msg_nelems, a.out_msg_nelems, a.dtype or ""))
         self.host_rows += len(evs)
         return cols
+
+    def part(self) -> Part:
+        """What this builder read, to be joined before the rest of the trace (read by another builder)."""
+        return Part(_joined(self.gpu), _joined(self.host), self.names, self.str_ids, self.thread_names,
+                    self.bad_time, self.cbf_count, self.cbf_us, self.host_rows, self.comm)
+
+    def after(self, p: Part) -> None:
+        """Put part p (the events before this builder's) first, as one read of both gives: p's names and
+        string ids keep their numbers, this builder's are renumbered after them (NotSplit where a string id
+        would move: its pid/tid values could not all be told from numbers)."""
+        str_ids = dict(p.str_ids)
+        for v, old in self.str_ids.items():
+            if str_ids.setdefault(v, -1 - len(str_ids)) != old:
+                raise NotSplit("string ids first seen in a different order")
+        name_id = _NameIds(list(p.names))
+        name_id.update(zip(p.names, range(len(p.names))))
+        rename = np.fromiter(map(name_id.__getitem__, self.names), np.int32, len(self.names))
+        if np.any(rename != np.arange(len(rename))):
+            for piece in self.gpu + self.host:
+                piece["name"] = rename[piece["name"]]
+        self.names[:] = name_id.names
+        self.str_ids = str_ids
+        self.thread_names = {**p.thread_names, **self.thread_names}
+        self.gpu, self.host = p.gpu + self.gpu, p.host + self.host
+        self.bad_time += p.bad_time
+        self.cbf_count += p.cbf_count
+        us = p.cbf_us
+        for d in self.cbf_durations:  # in file order, as one read adds them
+            us += d
+        self.cbf_us = us
+        self.comm = p.comm + [(row + p.host_rows, *rest) for row, *rest in self.comm]
+        self.host_rows += p.host_rows
 
     def gpu_table(self) -> GpuOps:
         """The GPU columns, sorted by start."""
@@ -353,6 +416,14 @@ def _concat(pieces: list[dict], numeric: tuple[str, ...], raw: tuple[str, ...]) 
         lengths = np.concatenate([[0]] + [lens for _, lens in parts]).astype(np.int64)
         cols[f] = RawColumn(b"".join(data for data, _ in parts), np.cumsum(lengths))
     return cols
+
+
+def _joined(pieces: list[dict]) -> list[dict]:
+    """The chunks' column pieces as one piece (fewer, larger buffers to send to another process)."""
+    if len(pieces) < 2:
+        return pieces
+    return [{f: (b"".join(p[f][0] for p in pieces), np.concatenate([p[f][1] for p in pieces]))
+             if isinstance(v, tuple) else np.concatenate([p[f] for p in pieces]) for f, v in pieces[0].items()}]
 
 
 def _decode_events(data: bytes) -> tuple[list[schema.Event], int]:
@@ -438,10 +509,76 @@ def _read_whole(path: Path, b: _Builder) -> schema.KinetoTrace:
     return kt
 
 
-def read_tables(path: Path) -> tuple[_Builder, schema.KinetoTrace]:
-    """Stream the file into column pieces and its top-level fields."""
+def _add_strict(b: _Builder, chunk: memoryview) -> None:
+    """One chunk of a split read: a chunk that only reads loosely makes NotSplit (dropped events and raw
+    arguments written again depend on where the chunks were cut: the one-process read decides those)."""
+    try:
+        events = _EVENTS.decode(chunk)
+    except msgspec.ValidationError:
+        raise NotSplit("a chunk with fields of unexpected types") from None
+    b.add(events)
+
+
+def _first_part(path: Path, at: int) -> Part | None:
+    """In the forked child: the events before the split point of offset `at` (chunks.EventChunks.feed)."""
+    b = _Builder(path)
+    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    return b.part() if stream.feed(functools.partial(_add_strict, b), stop=at) else None
+
+
+def json_bytes(path: Path) -> int:
+    """The file's JSON size (a gzip file's, from its trailer: exact below 4 GiB, else at least the file's size)."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            if f.read(2) != b"\x1f\x8b" or size < 18:
+                return size
+            f.seek(-4, 2)
+            isize = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return 0
+    while isize < size:  # the trailer holds the size modulo 4 GiB
+        isize += 1 << 32
+    return isize
+
+
+def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
+    """Read a large file in two processes: a forked child the events before the middle, this process the rest,
+    joined into exactly what one read gives. None (read it in one) when it is small, there is one core, the
+    child cannot start or fails, or anything is unusual (bad JSON or types, a cut the child cannot prove)."""
+    size = json_bytes(path)
+    if size < SPLIT_BYTES or parallel.cores() < 2 or parallel.idle_cores() < SPLIT_IDLE_CORES:
+        return None
+    at = int(size * SPLIT_AT)
+    first = child.start(functools.partial(_first_part, path, at))
+    if first is None:
+        return None
+    try:
+        t0 = time.monotonic()
+        b = _Builder(path)
+        stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+        stream.feed(functools.partial(_add_strict, b), start=at)
+        kt, events = _decode_top(path, stream.top)
+        if kt.traceEvents != [] or events not in (None, []):
+            return None
+        part = first.result(SPLIT_WAIT_S + 5 * (time.monotonic() - t0))
+        if part is None:
+            return None
+        b.after(part)
+        return b, kt
+    except Exception:  # noqa: BLE001 - whatever it is, the one-process read says it (or reads the file)
+        return None
+    finally:
+        first.close()
+
+
+def read_tables(path: Path, split: bool = False) -> tuple[_Builder, schema.KinetoTrace]:
+    """Stream the file into column pieces and its top-level fields (`split`: a large file in two processes)."""
     try:
         try:
+            if split and (got := _read_split(path)) is not None:
+                return got
             b = _Builder(path)
             return b, _read_streaming(path, b)
         except chunks.StreamError:
@@ -513,13 +650,14 @@ def _comm_args(rows: list[tuple]) -> CommArgs | None:
                     dtype=[r[6] for r in rows])
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Read one trace file into a `Trace`."""
+def read_trace(path: str | Path, split: bool = False) -> Trace:
+    """Read one trace file into a `Trace` (`split`: a large file in two processes, where this process is not
+    itself one of several workers)."""
     path = Path(path)
     gc_was_on = gc.isenabled()
     gc.disable()  # hundreds of thousands of acyclic objects: the cycle collector only costs time here
     try:
-        trace = build_trace(path, *read_tables(path))
+        trace = build_trace(path, *read_tables(path, split))
     finally:
         if gc_was_on:
             gc.enable()
