@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from gpucheckup.analysis.distinct import median
 from gpucheckup.errors import CheckupError, say
 
 DEMO_HTML = Path("gpucheckup-demo.html")
@@ -245,7 +246,7 @@ def cmd_scaling(args, console) -> int:
         step = st.get("steady_median_ms")
         how = "median of unprofiled steady-state steps (steps*.csv)"
         if not step and res.checkups:
-            step, how = float(np.median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
+            step, how = float(median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
         if not step:
             raise CheckupError(f"{res.path}: no step times (no steps*.csv and no GPU trace)")
         comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]
