@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpucheckup.analysis.distinct import median
 from gpucheckup.errors import CheckupError, say
 
 DEMO_HTML = Path("gpucheckup-demo.html")
@@ -235,6 +234,7 @@ def cmd_scaling(args, console) -> int:
     import numpy as np
     from rich.table import Table
 
+    from gpucheckup.analysis.distinct import median
     from gpucheckup.analysis.ranks import _gpu_shares, rank_input
     from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
     from gpucheckup.atomic import write_atomic
