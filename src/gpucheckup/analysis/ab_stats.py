@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median
+
 CONFIDENCE = 0.95
 BOOTSTRAP = 2000
 SEED = 0  # the resampling is seeded: the same step times always give the same sentence
@@ -188,9 +190,9 @@ def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "
     q = [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100]
 
     def side(label, rounds, boot):
-        med = [float(np.median(r)) for r in rounds]
+        med = [float(median(r)) for r in rounds]
         lo, hi = np.percentile(boot, q)
-        return SideStats(label, med, int(sum(len(r) for r in rounds)), float(np.median(med)), float(lo), float(hi),
+        return SideStats(label, med, int(sum(len(r) for r in rounds)), float(median(med)), float(lo), float(hi),
                          samples_per_step)
 
     a, b = side(a_label, ar, ab), side(b_label, br, bb)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import host_calls
+from gpucheckup.analysis.distinct import union1d, unique
 from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.trace.tables import DRIVER, RUNTIME, Trace
 
@@ -90,7 +91,7 @@ def api_health(trace: Trace, launch_rows: np.ndarray) -> ApiHealth:
         trace.names[n]: CallStats(count=int(count[i]), median_us=float(median[i]), total_ms=float(total[i]) / 1000)
         for i, n in enumerate(uniq)
     }
-    exempt = np.union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.alloc_rows(trace))
+    exempt = union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.alloc_rows(trace))
     slow = (dur >= SLOW_FACTOR * median[inv]) & (dur >= SLOW_FLOOR_US) & ~np.isin(rows, exempt)
     slow_rows = rows[slow]
 
@@ -140,7 +141,7 @@ def longest_overlapping(host, rows: np.ndarray, alloc: np.ndarray) -> np.ndarray
     by_rank = order[::-1]  # by_rank[k]: the allocation of rank k
     # Leaves: 2i is the time xs[i], 2i+1 the open gap (xs[i], xs[i+1]). An allocation covers the open interval
     # (start, end), or its one time when it lasts 0; a row, the open interval (start, end).
-    xs = np.unique(np.concatenate([a_start, a_end]))
+    xs = unique(np.concatenate([a_start, a_end]))
     size = 1 << max(0, int(2 * len(xs) - 2).bit_length())
     i, j = np.searchsorted(xs, a_start), np.searchsorted(xs, a_end)
     lo, hi = np.where(j > i, 2 * i + 1, 2 * i), np.where(j > i, 2 * j - 1, 2 * i)

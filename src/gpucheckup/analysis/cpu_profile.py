@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.steps import STEP_NAME
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
@@ -144,7 +145,7 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
         ops_count=int(len(ops)), self_ms=total_self / 1e3, span_ms=span / 1e3, main_thread=main,
         python_between_ms=between / 1e3, python_between_pct=100 * between / span,
         dataloader_ms=dl_us / 1e3, dataloader_pct=100 * dl_us / span,
-        steps=int(st.sum()), step_median_ms=float(np.median(step_len)) / 1e3 if st.any() else None,
+        steps=int(st.sum()), step_median_ms=float(median(step_len)) / 1e3 if st.any() else None,
         top_ops=top_ops, threads=rows[:TOP_THREADS], summary="")
     prof.summary = summary_line(prof)
     return prof

@@ -16,6 +16,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
@@ -47,7 +48,7 @@ def dataloader_stats(trace: Trace, steps: Steps, window: Window) -> DataLoaderSt
         count=int(len(rows)),
         iterators=names,
         per_step_ms=[float(x) / 1000 for x in per_step],
-        median_ms=float(np.median(per_step)) / 1000 if len(per_step) else 0.0,
+        median_ms=float(median(per_step)) / 1000 if len(per_step) else 0.0,
         ms_per_step=ms,
         pct_of_step=window.pct(ms),
     )

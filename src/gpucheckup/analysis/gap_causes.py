@@ -25,6 +25,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
+from gpucheckup.analysis.distinct import union1d
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
@@ -147,7 +148,7 @@ def _cause_rows(trace: Trace, launch_rows: np.ndarray) -> list[tuple[int, np.nda
     """Host rows of each cause, in priority order."""
     return [
         (INPUT, host_calls.dataloader_rows(trace)),
-        (SYNC, np.union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.sync_op_rows(trace))),
+        (SYNC, union1d(host_calls.sync_call_rows(trace, launch_rows), host_calls.sync_op_rows(trace))),
         (COMM, host_calls.comm_rows(trace)),
         (ALLOC, host_calls.alloc_rows(trace)),
         (LAUNCH, host_calls.op_rows(trace)),

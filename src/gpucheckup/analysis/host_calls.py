@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis.copies import is_pageable
+from gpucheckup.analysis.distinct import union1d, unique
 from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
 
@@ -66,13 +67,13 @@ def blocking_copy_rows(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
     gpu = trace.gpu
     pageable_ids = trace.name_ids(is_pageable)
     m = (gpu.kind == MEMCPY) & np.isin(gpu.name, pageable_ids) & (launch_rows >= 0)
-    return np.unique(launch_rows[m])
+    return unique(launch_rows[m])
 
 
 def sync_call_rows(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
     """CUDA calls that make the host wait for the GPU (sync APIs and blocking copies)."""
     api = _rows(trace, (RUNTIME, DRIVER), lambda n: n in SYNC_CALLS)
-    return np.union1d(api, blocking_copy_rows(trace, launch_rows))
+    return union1d(api, blocking_copy_rows(trace, launch_rows))
 
 
 def sync_op_rows(trace: Trace) -> np.ndarray:

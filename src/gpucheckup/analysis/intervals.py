@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import unique
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 EMPTY: Intervals = (np.zeros(0), np.zeros(0))
@@ -83,7 +85,7 @@ def subtract(a: Intervals, b: Intervals) -> Intervals:
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
     # Boundaries of a and b, then keep the elementary pieces inside a and outside b.
-    cuts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    cuts = unique(np.concatenate([a[0], a[1], b[0], b[1]]))
     lo, hi = cuts[:-1], cuts[1:]
     mid = (lo + hi) / 2
     in_a = _contains(a, mid)

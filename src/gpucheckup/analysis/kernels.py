@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
 
@@ -215,15 +216,15 @@ def kernel_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray) -> KernelS
         count=int(len(rows)),
         total_us=total,
         mean_us=float(dur.mean()) if len(rows) else 0.0,
-        median_us=float(np.median(dur)) if len(rows) else 0.0,
+        median_us=float(median(dur)) if len(rows) else 0.0,
         small_pct=float(100 * np.mean(dur < SMALL_KERNEL_US)) if len(rows) else 0.0,
         categories_pct=cat_pct,
         categories_us=cat_us,
         top=per_name[:TOP_N],
         per_name=per_name,
         data_movement=data_movement,
-        launch_delay_median_us=float(np.median(delay)) if len(delay) else None,
-        launch_delay_p90_us=float(np.percentile(delay, 90)) if len(delay) else None,
+        launch_delay_median_us=float(median(delay)) if len(delay) else None,
+        launch_delay_p90_us=float(percentile(delay, 90)) if len(delay) else None,
         rows=rows,
         category_of_row=cat,
     )

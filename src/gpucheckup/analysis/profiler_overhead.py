@@ -42,6 +42,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.collectives import Calls
+from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.gap_causes import GapSummary
 from gpucheckup.analysis.kernels import categorize
 from gpucheckup.trace.tables import KERNEL, Trace
@@ -90,7 +91,7 @@ def gpu_work_us(trace: Trace, window: tuple[float, float], calls: Calls,
         waits = np.where(np.isfinite(matched), matched, waits)
     moving_start = calls.start + waits if len(rows) else np.zeros(0)
     work = busy = 0.0
-    for d in np.unique(g.device):
+    for d in unique(g.device):
         on = g.device == d
         mine = g.device[rows] == d if len(rows) else np.zeros(0, dtype=bool)
         keep = on & ~is_comm

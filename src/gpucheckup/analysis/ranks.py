@@ -34,6 +34,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.collectives import Calls, collective_calls
+from gpucheckup.analysis.distinct import median, union1d, unique
 from gpucheckup.analysis.kernels import categorize
 from gpucheckup.analysis.launches import launch_rows
 from gpucheckup.analysis.steps import Steps, find_steps
@@ -179,7 +180,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
             per_step[ri][k[2]][2] += ex[j]
         last = int(np.argmax(start))
         others = np.delete(start, last)
-        lateness = float(start[last] - np.median(others))
+        lateness = float(start[last] - median(others))
         if lateness >= MIN_LATE_US:
             late[ris[last]] += lateness
             last_count[ris[last]] += 1
@@ -191,14 +192,14 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         if nbytes > 0 and tr > 0:
             bytes_total += nbytes * links.bus_factor(k[1], size)
             bytes_time += tr
-    steps_ms = np.array([float(np.median(r.steps.duration)) / 1e3 for r in inputs])
+    steps_ms = np.array([float(median(r.steps.duration)) / 1e3 for r in inputs])
     table = []
     for ri, r in enumerate(inputs):
         tr, wt, ex = np.array([per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
         compute, idle = r.step_compute_ms, r.step_idle_ms
         if compute is None:  # CPU traces: the step less its collectives
             compute, idle = np.maximum(r.steps.duration / 1e3 - tr - wt, 0.0), np.zeros(len(tr))
-        med = lambda x: float(np.median(x))  # noqa: E731
+        med = lambda x: float(median(x))  # noqa: E731
         table.append(RankRow(rank=r.rank, step_ms=steps_ms[ri], compute_ms=med(compute), transfer_ms=med(tr),
                              wait_ms=med(wt), exposed_wait_ms=med(ex), idle_ms=med(idle),
                              late_ms=late[ri] / 1e3 / n_steps,
@@ -210,13 +211,13 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         bws = [b for b in bws if b is not None]
         colls.append(CollectiveRow(name=name, bytes=nbytes, count=len(vals), transfer_ms=float(trs.sum()) / 1e3 / n_steps,
                                    wait_ms=float(sum(v[1] for v in vals)) / 1e3 / n_steps,
-                                   busbw_gb_s=float(np.median(bws)) if bws else None, group_size=size))
+                                   busbw_gb_s=float(median(bws)) if bws else None, group_size=size))
     straggler, s_late, s_last, waited = None, 0.0, 0.0, 0.0
     total_caused = caused.sum()
     if total_caused > 0:
         top = int(np.argmax(caused))
         per_step = caused[top] / 1e3 / n_steps
-        if caused[top] >= STRAGGLER_SHARE * total_caused and per_step >= STRAGGLER_STEP_PCT / 100 * float(np.median(steps_ms)):
+        if caused[top] >= STRAGGLER_SHARE * total_caused and per_step >= STRAGGLER_STEP_PCT / 100 * float(median(steps_ms)):
             straggler, s_late = inputs[top].rank, late[top] / 1e3 / n_steps
             s_last = table[top].last_pct
             waited = float(np.mean([t.exposed_wait_ms for i, t in enumerate(table) if i != top]))
@@ -242,7 +243,7 @@ def _offsets(inputs: list[RankInput], matched: list) -> np.ndarray:
         e0 = inputs[0].calls.end[who[0]]
         for ri, ci in who.items():
             diffs[ri].append(inputs[ri].calls.end[ci] - e0)
-    return np.array([float(np.median(diffs[ri])) if diffs.get(ri) else 0.0 for ri in range(len(inputs))])
+    return np.array([float(median(diffs[ri])) if diffs.get(ri) else 0.0 for ri in range(len(inputs))])
 
 
 def _compute_intervals(trace: Trace, comm: np.ndarray) -> iv.Intervals:
@@ -263,7 +264,7 @@ def _gpu_per_step(trace: Trace, st: Steps, comm: np.ndarray) -> tuple[np.ndarray
     is_comm = (g.kind == KERNEL) & comm[g.name]
     s0, e0 = st.start, st.end
     compute, busy = np.zeros(len(s0)), np.zeros(len(s0))
-    devs = np.unique(g.device)
+    devs = unique(g.device)
     for d in devs:
         on = g.device == d
         compute += iv.covered_between(iv.union(g.start[on & ~is_comm], g.end[on & ~is_comm]), s0, e0)
@@ -282,7 +283,7 @@ def _gpu_shares(r, st: Steps | None = None, comm: np.ndarray | None = None) -> t
         return None, None
     lo, hi = st.window
     is_comm = (g.kind == KERNEL) & comm[g.name]
-    devs = np.unique(g.device)
+    devs = unique(g.device)
     compute = busy = 0.0
     for d in devs:
         on = g.device == d
@@ -313,7 +314,7 @@ def activity(trace: Trace, st: Steps, rows: np.ndarray, compute: float | None) -
     out: dict[str, float] = {}
     rest = iv.clip(iv.union(np.array([lo]), np.array([hi])), lo, hi)
     for name, sel in (("input", host_calls.dataloader_rows(trace)),
-                      ("sync", np.union1d(host_calls.sync_call_rows(trace, rows), host_calls.sync_op_rows(trace)))):
+                      ("sync", union1d(host_calls.sync_call_rows(trace, rows), host_calls.sync_op_rows(trace)))):
         sel = sel[on[sel]] if len(sel) else sel
         cover = iv.clip(iv.union(host.start[sel], host.end[sel]), lo, hi) if len(sel) else iv.EMPTY
         out[name] = iv.total(iv.intersect(rest, cover)) / 1e3 / n
@@ -343,6 +344,6 @@ def straggler_cause(inputs: list[RankInput], straggler: int,
     excess = {}
     for k, v in mine.items():
         others = [a.get(k, 0.0) for rk, a in acts.items() if rk != straggler]
-        excess[k] = v - float(np.median(others)) if others else 0.0
+        excess[k] = v - float(median(others)) if others else 0.0
     best = max(excess, key=excess.get) if excess else "unknown"
     return best, excess.get(best, 0.0), excess

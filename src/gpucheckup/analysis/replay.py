@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import host_calls, launches
+from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.analysis.steps import Steps, find_steps
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
@@ -147,7 +148,7 @@ class Replayed:
 
     @property
     def median_ms(self) -> float:
-        return float(np.median(self.duration)) / 1000.0
+        return float(median(self.duration)) / 1000.0
 
 
 def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | None = None) -> Graph:
@@ -187,7 +188,7 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     m = len(gpu)
     g_launch = np.where(lr >= 0, node_of_row[np.maximum(lr, 0)], -1)
     g_prev = np.full(m, -1, dtype=np.int64)
-    for s in np.unique(gpu.stream):
+    for s in unique(gpu.stream):
         ops = np.flatnonzero(gpu.stream == s)
         ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
         g_prev[ops[1:]] = ops[:-1]
@@ -197,8 +198,8 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     linked = g_launch >= 0
     queued = linked & has_prev & (gap_m < lat_m)  # the predecessor still ran when the call was made
     host_bound = linked & ~queued
-    typical_lat = float(np.median(lat_m[host_bound & has_prev])) if (host_bound & has_prev).any() else 0.0
-    typical_gap = float(np.median(np.maximum(gap_m[queued], 0))) if queued.any() else 0.0
+    typical_lat = float(median(lat_m[host_bound & has_prev])) if (host_bound & has_prev).any() else 0.0
+    typical_gap = float(median(np.maximum(gap_m[queued], 0))) if queued.any() else 0.0
     g_lat = np.where(queued, np.minimum(lat_m, typical_lat), lat_m)
     g_gap = np.where(host_bound & has_prev, np.minimum(gap_m, typical_gap), gap_m)
     g_abs = np.where(~linked & ~has_prev, gpu.start, np.nan)
@@ -219,7 +220,7 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     if len(sync_nodes):
         # per stream, its ops by start: the last op launched up to the call that started before it ended
         per_stream = []
-        for s in np.unique(gpu.stream):
+        for s in unique(gpu.stream):
             ops = np.flatnonzero(gpu.stream == s)
             ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
             per_stream.append((ops, gpu.start[ops], np.where(linked[ops], g_launch[ops], -1)))
@@ -488,7 +489,7 @@ def host_per_step(g: Graph) -> tuple[float, float]:
     starts = np.sort(g.trace.host.start)
     events = np.searchsorted(starts, g.steps.host_end, side="left") - np.searchsorted(starts, g.steps.host_start,
                                                                                       side="left")
-    return float(np.median(time)), float(np.median(events))
+    return float(median(time)), float(median(events))
 
 
 def event_scale(g: Graph) -> float:
@@ -506,9 +507,9 @@ def event_scale(g: Graph) -> float:
 
 def typical_launch_us(g: Graph) -> float:
     """Median duration of the calls that launch GPU work (the cost of one launch); 0 when there are none."""
-    nodes = np.unique(g.g_launch[g.g_launch >= 0])
+    nodes = unique(g.g_launch[g.g_launch >= 0])
     nodes = nodes[g.h_kind[nodes] == CALL]
-    return float(np.median(g.h_dur[nodes])) if len(nodes) else 0.0
+    return float(median(g.h_dur[nodes])) if len(nodes) else 0.0
 
 
 def largest_within(f, target: float, f0: float, f1: float) -> tuple[float, float]:

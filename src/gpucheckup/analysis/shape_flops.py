@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis import launches
+from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, KERNEL, Trace
@@ -381,7 +382,7 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     return FlopCount(
         source="shapes",
         per_step=[float(x) for x in per_step],
-        flops_per_step=float(np.median(per_step)),
+        flops_per_step=float(median(per_step)),
         ops_counted=counted,
         ops_skipped=skipped,
         by_kind={k: v / n_steps for k, v in by_kind.items()},
@@ -457,8 +458,8 @@ def annotated_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     ok = is_root & (step >= 0)
     with np.errstate(over="ignore"):  # a sum (or median) past 1.8e308 is inf, refused below
         np.add.at(per_step, step[ok], host.flops[rows[ok]])
-        median = float(np.median(per_step)) if ok.any() else math.inf
-    if not math.isfinite(median) or not np.isfinite(per_step).all():  # annotations that sum past 1.8e308
+        mid = float(median(per_step)) if ok.any() else math.inf
+    if not math.isfinite(mid) or not np.isfinite(per_step).all():  # annotations that sum past 1.8e308
         return None
     return FlopCount(source="annotations", per_step=[float(x) for x in per_step],
-                     flops_per_step=median, ops_counted=int(ok.sum()), ops_skipped=0)
+                     flops_per_step=mid, ops_counted=int(ok.sum()), ops_skipped=0)

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median
+
 WARMUP_RUN = 5
 WARMUP_TOL_PCT = 20.0
 SLOW_FACTOR = 2.0
@@ -59,7 +61,7 @@ def step_stats(steps: dict) -> dict:
         "last_step": int(n.max()) if len(n) else 0,
         "plain_count": int(plain.sum()),
         "profiled_steps": [int(n[prof].min()), int(n[prof].max())] if prof.any() else None,
-        "profiled_median_ms": float(np.median(ms[prof])) if prof.any() else None,
+        "profiled_median_ms": float(median(ms[prof])) if prof.any() else None,
         "instrumented_steps": {p: [int(x) for x in n[has & (phase == p)]]
                                for p in ("profile-warmup", "flops") if (phase == p).any()},
         "total_s": float(np.nansum(ms) / 1000),
@@ -71,7 +73,7 @@ def step_stats(steps: dict) -> dict:
     if plain.sum() < MIN_PLAIN:
         return out
     pn, pms = n[plain], ms[plain]
-    steady = float(np.median(pms[len(pms) // 2:]))
+    steady = float(median(pms[len(pms) // 2:]))
     out["late_median_ms"] = steady  # the second half's median: a step time even when the run never settles
     inside = np.abs(pms - steady) <= WARMUP_TOL_PCT / 100 * steady
     run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
@@ -86,12 +88,12 @@ def step_stats(steps: dict) -> dict:
     instrumented = has & (phase != "")
     first_instr = int(n[instrumented].min()) if instrumented.any() else None
     basis = before_window(pn, pms, first_instr)
-    if basis is not None and np.median(basis[1]) <= steady:
+    if basis is not None and median(basis[1]) <= steady:
         out["unprofiled_basis"] = "before the window"
     else:
         basis = (pn[len(pn) // 2:], pms[len(pms) // 2:])
         out["unprofiled_basis"] = "second half"
-    out["unprofiled_ms"] = float(np.median(basis[1]))
+    out["unprofiled_ms"] = float(median(basis[1]))
     out["unprofiled_steps"] = [int(basis[0][0]), int(basis[0][-1])]
     if out["profiled_median_ms"] is not None and out["unprofiled_ms"] > 0:
         out["profiler_overhead_pct"] = 100 * (out["profiled_median_ms"] / out["unprofiled_ms"] - 1)
@@ -107,7 +109,7 @@ def before_window(n: np.ndarray, ms: np.ndarray, first_instrumented: int | None)
     n, ms = n[pre], ms[pre]
     if len(ms) < MIN_PLAIN:
         return None
-    ref = float(np.median(ms))
+    ref = float(median(ms))
     inside = np.abs(ms - ref) <= WARMUP_TOL_PCT / 100 * ref
     run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
     if not run.any():
@@ -118,10 +120,10 @@ def before_window(n: np.ndarray, ms: np.ndarray, first_instrumented: int | None)
     return n[first:], ms[first:]
 
 
-def slow_steps(n: np.ndarray, ms: np.ndarray, median: float) -> dict:
-    """Steps over SLOW_FACTOR x median: how many, what they cost, and whether they recur every N steps."""
-    slow = ms > SLOW_FACTOR * median
-    extra = float(np.sum(ms[slow] - median))
+def slow_steps(n: np.ndarray, ms: np.ndarray, steady: float) -> dict:
+    """Steps over SLOW_FACTOR x the steady median: how many, what they cost, and whether they recur every N steps."""
+    slow = ms > SLOW_FACTOR * steady
+    extra = float(np.sum(ms[slow] - steady))
     total = float(np.sum(ms))
     steps = n[slow].astype(int)
     period = None
@@ -136,7 +138,7 @@ def slow_steps(n: np.ndarray, ms: np.ndarray, median: float) -> dict:
         "steps": [int(x) for x in steps[:50]],
         "extra_ms": extra,
         "extra_pct": 100 * extra / total if total > 0 else 0.0,
-        "median_slow_ms": float(np.median(ms[slow])) if slow.any() else None,
+        "median_slow_ms": float(median(ms[slow])) if slow.any() else None,
         "period": period,
     }
 
@@ -149,6 +151,6 @@ def history_series(steps: dict, max_points: int = MAX_POINTS) -> dict:
     n, ms = n[ok], ms[ok]
     if len(n) > max_points:
         edges = np.linspace(0, len(n), max_points + 1).astype(int)
-        n = np.array([np.median(n[a:b]) for a, b in zip(edges[:-1], edges[1:])])
-        ms = np.array([np.median(ms[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+        n = np.array([median(n[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+        ms = np.array([median(ms[a:b]) for a, b in zip(edges[:-1], edges[1:])])
     return {"step": [int(x) for x in n], "time_ms": [round(float(x), 3) for x in ms]}

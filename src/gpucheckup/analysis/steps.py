@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median
 from gpucheckup.trace.tables import USER_ANNOTATION, Trace
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -130,12 +131,12 @@ def summary(steps: Steps) -> StepSummary:
     return StepSummary(
         count=steps.count,
         marked=steps.marked,
-        median_ms=float(np.median(d)),
+        median_ms=float(median(d)),
         mean_ms=float(np.mean(d)),
         min_ms=float(np.min(d)),
         max_ms=float(np.max(d)),
         cv_pct=float(100 * np.std(d) / np.mean(d)) if np.mean(d) > 0 else 0.0,
         per_step_ms=[round(float(x), 3) for x in d],
-        host_median_ms=float(np.median(host)),
+        host_median_ms=float(median(host)),
         labels=steps.labels,
     )

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median, percentile, unique
+
 JOB_MEMORY_MB = 256
 HEARTBEAT_FLOOR_PCT = 5.0
 HEARTBEAT_PULSES = 3
@@ -101,11 +103,11 @@ def heartbeat(t: np.ndarray, util: np.ndarray) -> dict:
     u = np.nan_to_num(util)
     if len(u) == 0:
         return {"heartbeat": False, "pulses": 0, "low_pct": 0.0, "period_s": None, "threshold_pct": None}
-    level = max(HEARTBEAT_FLOOR_PCT, float(np.percentile(u, 90)) / 2)
+    level = max(HEARTBEAT_FLOOR_PCT, float(percentile(u, 90)) / 2)
     high = u > level
     starts = np.flatnonzero(high & ~np.concatenate(([False], high[:-1])))
     low_pct = 100 * float(np.mean(~high))
-    period = float(np.median(np.diff(t[starts]))) if len(starts) >= 2 else None
+    period = float(median(np.diff(t[starts]))) if len(starts) >= 2 else None
     return {
         "heartbeat": bool(len(starts) >= HEARTBEAT_PULSES and low_pct >= HEARTBEAT_LOW_PCT),
         "pulses": int(len(starts)),
@@ -133,7 +135,7 @@ def memory_growth(mem: np.ndarray, total: np.ndarray) -> dict:
     if len(m) < 10:
         return {"start_mb": None, "end_mb": None, "growth_mb": None, "growth_pct_of_total": None, "peak_mb": None}
     k = max(len(m) // MEMORY_TENTHS, 1)
-    start, end = float(np.median(m[:k])), float(np.median(m[-k:]))
+    start, end = float(median(m[:k])), float(median(m[-k:]))
     tot = float(np.nanmax(total)) if np.isfinite(total).any() else None
     return {"start_mb": start, "end_mb": end, "growth_mb": end - start,
             "growth_pct_of_total": 100 * (end - start) / tot if tot else None, "peak_mb": float(m.max()),
@@ -145,7 +147,7 @@ def since(nvml: dict, start_s: float | None, end_s: float | None = None) -> tupl
     if start_s is None:
         return nvml, False
     keep = (nvml["t_s"] >= start_s) & (nvml["t_s"] <= (end_s if end_s is not None else np.inf))
-    if len(np.unique(nvml["t_s"][keep])) < MIN_STEADY_SAMPLES:
+    if len(unique(nvml["t_s"][keep])) < MIN_STEADY_SAMPLES:
         return nvml, False
     return {k: (v[keep] if isinstance(v, np.ndarray) else [x for x, m in zip(v, keep) if m]) for k, v in nvml.items()}, True
 
@@ -226,10 +228,10 @@ def cpu_summary(cpu: dict, root_pid: int | None) -> dict:
         per_tick[ti] = per_tick.get(ti, 0.0) + p
     procs_per_tick = np.unique(t, return_counts=True)[1]
     return {
-        "samples": int(len(np.unique(t))),
+        "samples": int(len(unique(t))),
         "main_pid": root,
         "main_median_pct": _nanmedian(pct[main]),
-        "others_median_pct": float(np.median(list(per_tick.values()))) if per_tick else 0.0,
+        "others_median_pct": float(median(list(per_tick.values()))) if per_tick else 0.0,
         "max_processes": int(procs_per_tick.max()),
     }
 

@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls, launches, replay
+from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.kernels import CATEGORIES, categorize
@@ -96,7 +97,7 @@ class Edit:
 
 def _launch_nodes(g: Graph) -> np.ndarray:
     """Nodes that launch at least one GPU op."""
-    return np.unique(g.g_launch[g.g_launch >= 0])
+    return unique(g.g_launch[g.g_launch >= 0])
 
 
 def _typical_launch_us(g: Graph) -> float:
@@ -226,9 +227,9 @@ def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, b
     d = e.g_dur[kernels]
     e.g_dur[kernels] = np.where(d > floor, floor + (d - floor) * factor, d)
     bound_s = f"{bound:g}" if bound else f"{bound_factor:g} x the largest seen ({int(sized.seen.max())})"
-    return Edit(e, f"{base.what}; {len(kernels)} kernels of {len(np.unique(op[hit]))} operators sized by data "
+    return Edit(e, f"{base.what}; {len(kernels)} kernels of {len(unique(op[hit]))} operators sized by data "
                    f"({sized.how}) padded to the static bound {bound_s}: time x{factor.min():.3f} to "
-                   f"x{factor.max():.3f} (median x{np.median(factor):.3f}), "
+                   f"x{factor.max():.3f} (median x{median(factor):.3f}), "
                    f"{d.sum() / 1000:.2f} -> {e.g_dur[kernels].sum() / 1000:.2f} ms over the trace",
                 base.changed + len(kernels))
 
@@ -312,7 +313,7 @@ def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
     the same order (the most common sequence; a first step with extra operators is left out), at least two."""
     host, names = g.trace.host, g.trace.names
     key = list(zip(host.pid[rows].tolist(), host.tid[rows].tolist(), host.name[rows].tolist()))
-    per_step = {s: np.flatnonzero(step == s) for s in np.unique(step).tolist()}
+    per_step = {s: np.flatnonzero(step == s) for s in unique(step).tolist()}
     seqs = {s: tuple(key[i] for i in idx) for s, idx in per_step.items()}
     common = max(set(seqs.values()), key=list(seqs.values()).count) if seqs else ()
     same = [per_step[s] for s in sorted(seqs) if seqs[s] == common]
@@ -389,7 +390,7 @@ def _enclosing_ops(g: Graph, j: int) -> set[str]:
         return set()
     m = ((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
          & (host.start <= host.start[r]) & (host.end >= host.end[r]))
-    return {g.trace.names[int(i)] for i in np.unique(host.name[m])}
+    return {g.trace.names[int(i)] for i in unique(host.name[m])}
 
 
 def fused_optimizer(g: Graph) -> Edit:
@@ -452,7 +453,7 @@ def pin_memory(g: Graph, pinned_gb_s: float | None = None) -> Edit:
     at_rate = np.where(np.isnan(nbytes), g.g_dur[ops], nbytes / (rate * 1e3))  # bytes / (GB/s) in us
     g.g_dur[ops] = np.minimum(g.g_dur[ops], at_rate)
     cost = _typical_launch_us(g)
-    for j in np.unique(g.g_launch[h2d][g.g_launch[h2d] >= 0]):
+    for j in unique(g.g_launch[h2d][g.g_launch[h2d] >= 0]):
         g.h_kind[j] = CALL
         g.h_dur[j] = min(g.h_dur[j], cost)
         g.h_await[j] = np.zeros(0, dtype=np.int64)
@@ -511,7 +512,7 @@ def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.nda
     tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
     if "autograd_tids" not in g.memo:
         ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
-        g.memo["autograd_tids"] = set(np.unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
+        g.memo["autograd_tids"] = set(unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
     backward_tids = g.memo["autograd_tids"]
     breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
     out, cur, cur_tid = [], [], None
@@ -632,7 +633,7 @@ def torch_compile(g: Graph) -> Edit:
     eager = _in_annotation(g, "Optimizer.")
     unit = _typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
-    j = np.unique(folded)
+    j = unique(folded)
     g.h_dur[j] = 0.0
     g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
     calls = _compiled_calls(g, eager)
@@ -662,7 +663,7 @@ def _categories(g: Graph) -> np.ndarray:
     """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
     -1 for the names of host events), once per trace."""
     if "categories" not in g.memo:
-        names, used = g.trace.names, np.unique(g.trace.gpu.name)
+        names, used = g.trace.names, unique(g.trace.gpu.name)
         cat = np.full(len(names), -1, dtype=np.int8)
         cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
         g.memo["categories"] = cat
@@ -711,7 +712,7 @@ def comm_overlap(g: Graph) -> Edit:
     for i, p in enumerate(prev):
         if p >= 0:
             nxt[p] = i
-    for s in np.unique(g.g_stream[comm]).tolist():
+    for s in unique(g.g_stream[comm]).tolist():
         o = int(np.flatnonzero((g.g_prev == -1) & (g.g_stream == s))[0])  # the stream's first op (its chain is
         last_compute, last_comm = -1, -1  # not edited yet: each stream's chain is its own)
         while o >= 0:

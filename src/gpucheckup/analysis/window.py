@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.steps import Steps
 
 
@@ -64,7 +65,7 @@ class Window:
 
 def traced_window(steps: Steps, devices: int) -> Window:
     """The window of a trace as profiled: the median step window is the step time."""
-    med = float(np.median(steps.duration)) / 1000
+    med = float(median(steps.duration)) / 1000
     basis = (f"median of {steps.count} step windows" if steps.marked
              else "the whole trace (no ProfilerStep markers)")
     return Window(med, basis, med, float(steps.duration.sum()), max(devices, 1), steps.count)

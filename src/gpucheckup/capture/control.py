@@ -21,8 +21,8 @@ import stat
 import struct
 from pathlib import Path
 
-STEPS_MAX = 1000  # a profile request's steps: 1..STEPS_MAX
-SECONDS_MAX = 3600.0  # a profile request's seconds: 0.1..SECONDS_MAX
+from gpucheckup.capture.limits import SECONDS_MAX, STEPS_MAX
+
 REQUEST_MAX_BYTES = 1024
 
 

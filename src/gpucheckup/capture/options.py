@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucheckup.capture.agent.settings import LIMITS
-from gpucheckup.capture.control import SECONDS_MAX, STEPS_MAX
+from gpucheckup.capture.limits import SECONDS_MAX, STEPS_MAX
 from gpucheckup.errors import CheckupError
 
 DEFAULT_OUT = Path("gpucheckup-runs")

@@ -234,6 +234,7 @@ def cmd_scaling(args, console) -> int:
     import numpy as np
     from rich.table import Table
 
+    from gpucheckup.analysis.distinct import median
     from gpucheckup.analysis.ranks import _gpu_shares, rank_input
     from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
     from gpucheckup.atomic import write_atomic
@@ -245,7 +246,7 @@ def cmd_scaling(args, console) -> int:
         step = st.get("unprofiled_ms")  # the job without the profiler (steps after a window can run slower)
         how = f"median of unprofiled steady-state steps, {st.get('unprofiled_basis')} (steps*.csv)"
         if not step and res.checkups:
-            step, how = float(np.median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
+            step, how = float(median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
         if not step:
             raise CheckupError(f"{res.path}: no step times (no steps*.csv and no GPU trace)")
         comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]

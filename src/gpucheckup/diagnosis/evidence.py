@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.kernels import kernel_label
 from gpucheckup.diagnosis.findings import Event
@@ -79,7 +80,7 @@ def kernels_where(a: TraceAnalysis, keep, n: int = MAX_EVENTS) -> list[Event]:
     """The longest counted kernels whose name passes keep(name)."""
     k = a.kernels
     names = a.trace.names
-    ids = np.unique(a.trace.gpu.name[k.rows])
+    ids = unique(a.trace.gpu.name[k.rows])
     ok = np.array([i for i in ids if keep(names[i])], dtype=np.int64)
     return gpu_rows(a, k.rows[np.isin(a.trace.gpu.name[k.rows], ok)], n)
 
@@ -138,6 +139,6 @@ def run_stretches(ra, t_s: np.ndarray, mask: np.ndarray, name: str, n: int = MAX
         return []
     edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(int), [0]))))
     spans = list(zip(edges[::2], edges[1::2] - 1))
-    step = float(np.median(np.diff(t_s))) if len(t_s) > 1 else 0.0
+    step = float(median(np.diff(t_s))) if len(t_s) > 1 else 0.0
     spans.sort(key=lambda ab: -(t_s[ab[1]] - t_s[ab[0]]))
     return [run_event(ra, name, "nvml.csv", float(t_s[a]), float(t_s[b] - t_s[a]) + step) for a, b in spans[:n]]

@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import CATEGORIES
 from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
@@ -85,7 +86,7 @@ def _launch_idle(a: TraceAnalysis) -> float:
 
 def _host_ops(a: TraceAnalysis) -> set[str]:
     """Names of the CPU ops in the trace."""
-    ids = np.unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
+    ids = unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
     return {a.trace.names[int(i)] for i in ids}
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpucheckup.analysis import copies, host_calls
 from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
+from gpucheckup.analysis.distinct import union1d
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
@@ -213,7 +214,7 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         evidence.append(f"{c['op']}{inner}{where}: {per_step(c['count'], a.steps.count, a.steps.marked)}, host blocked "
                         f"{c['blocked_ms']:.2f} ms, GPU idle {c['gpu_idle_ms']:.2f} ms in total "
                         f"({' + '.join(c['calls'])})")
-    rows = np.union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
+    rows = union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
     events = ev.gaps(a, ("sync",), 2) + ev.host_rows(a, rows, 3)
     return _finding(
         a, ms, id="synchronizations", severity="critical" if pct >= SYNC_CRITICAL_PCT else "warning",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.report.html import _finding, _table, esc
 from gpucheckup.report.lines import cost_line
 from gpucheckup.report.markdown import md, table
@@ -41,8 +42,8 @@ def rank_rows(job: dict) -> tuple[list[str], list[list[str]]]:
         vals = np.array([r[c] or 0.0 for r in table], dtype=float)
         out = outliers(table, c)
         named = ", ".join(map(str, out[:8])) + (f" (+{len(out) - 8})" if len(out) > 8 else "")
-        rows.append([c.replace("_ms", " ms")] + [_f(float(x)) for x in (vals.min(), np.median(vals),
-                                                                          np.percentile(vals, 90), vals.max())]
+        rows.append([c.replace("_ms", " ms")] + [_f(float(x)) for x in (vals.min(), median(vals),
+                                                                          percentile(vals, 90), vals.max())]
                     + [named or "-"])
     return DIST_HEADERS, rows
 

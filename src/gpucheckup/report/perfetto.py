@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace.reader import read_bytes
@@ -43,7 +44,7 @@ COUNTER = "GPU busy per step"
 
 def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
     """gpucheckup's events for one trace: metadata, steps, gaps, syncs, busy counter, findings."""
-    used = set(np.unique(a.trace.host.pid).tolist()) | set(np.unique(a.trace.gpu.device).tolist())
+    used = set(unique(a.trace.host.pid).tolist()) | set(unique(a.trace.gpu.device).tolist())
     pid = PID_BASE
     while pid in used:
         pid += 1

@@ -8,6 +8,8 @@ deviations from the median), not hundreds of rows.
 from __future__ import annotations
 
 import numpy as np
+
+from gpucheckup.analysis.distinct import median, percentile
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -21,8 +23,8 @@ COLUMNS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_m
 def outliers(table: list[dict], key: str) -> list[int]:
     """Ranks whose `key` lies more than OUTLIER_MADS median absolute deviations above the median."""
     v = np.array([r[key] or 0.0 for r in table], dtype=float)
-    med = float(np.median(v))
-    mad = float(np.median(np.abs(v - med)))
+    med = float(median(v))
+    mad = float(median(np.abs(v - med)))
     floor = max(mad, 0.01 * abs(med), 1e-3)
     return [r["rank"] for r, x in zip(table, v) if x - med > OUTLIER_MADS * floor]
 
@@ -65,8 +67,8 @@ def render_job(d: dict, console: Console) -> None:
         for c in COLUMNS:
             vals = np.array([r[c] or 0.0 for r in table], dtype=float)
             out = outliers(table, c)
-            t.add_row(c.replace("_ms", ""), *[f"{x:.2f}" for x in (vals.min(), np.median(vals),
-                                                                     np.percentile(vals, 90), vals.max())],
+            t.add_row(c.replace("_ms", ""), *[f"{x:.2f}" for x in (vals.min(), median(vals),
+                                                                     percentile(vals, 90), vals.max())],
                       ", ".join(map(str, out[:8])) + (f" (+{len(out) - 8})" if len(out) > 8 else "") or "-")
     console.print(t)
     if comm["collectives"]:
