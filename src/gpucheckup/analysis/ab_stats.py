@@ -122,8 +122,9 @@ class RunAhead:
     @property
     def sentence(self) -> str:
         return (f"{self.label} ran ahead of its GPU (in its worst round its steps returned every {self.host_ms:.3f} "
-                f"ms on average while the GPU took {self.gpu_ms:.3f} ms per step; {100 * self.share:.0f}% of the GPU's time was queued, not "
-                f"waited for): both sides are timed on the GPU, between CUDA events at each step's end.")
+                f"ms on average while the GPU took {self.gpu_ms:.3f} ms per step; {100 * self.share:.0f}% of the "
+                f"GPU's time was queued, not waited for): both sides are timed on the GPU, between CUDA events at "
+                f"each step's end.")
 
 
 def ran_ahead(label: str, host_rounds: list, gpu_rounds: list | None) -> RunAhead | None:

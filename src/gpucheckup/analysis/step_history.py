@@ -75,11 +75,9 @@ def step_stats(steps: dict) -> dict:
     pn, pms = n[plain], ms[plain]
     steady = float(median(pms[len(pms) // 2:]))
     out["late_median_ms"] = steady  # the second half's median: a step time even when the run never settles
-    inside = np.abs(pms - steady) <= WARMUP_TOL_PCT / 100 * steady
-    run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
-    if not run.any():
+    first = settled_from(pms, steady)
+    if first is None:
         return out
-    first = int(np.argmax(run))
     out["settled"], out["steady_median_ms"] = True, steady
     out["warmup_steps"] = int(pn[first]) - 1
     after_n, after = pn[first:], pms[first:]
@@ -109,15 +107,18 @@ def before_window(n: np.ndarray, ms: np.ndarray, first_instrumented: int | None)
     n, ms = n[pre], ms[pre]
     if len(ms) < MIN_PLAIN:
         return None
-    ref = float(median(ms))
-    inside = np.abs(ms - ref) <= WARMUP_TOL_PCT / 100 * ref
-    run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
-    if not run.any():
-        return None
-    first = int(np.argmax(run))
-    if len(ms) - first < MIN_PLAIN:
+    first = settled_from(ms, float(median(ms)))
+    if first is None or len(ms) - first < MIN_PLAIN:
         return None
     return n[first:], ms[first:]
+
+
+def settled_from(ms: np.ndarray, ref: float) -> int | None:
+    """The index of the first of WARMUP_RUN steps in a row within WARMUP_TOL_PCT of ref (the end of the warm-up);
+    None when the steps never settle so."""
+    inside = np.abs(ms - ref) <= WARMUP_TOL_PCT / 100 * ref
+    run = np.convolve(inside.astype(int), np.ones(WARMUP_RUN, dtype=int), mode="valid") == WARMUP_RUN
+    return int(np.argmax(run)) if run.any() else None
 
 
 def slow_steps(n: np.ndarray, ms: np.ndarray, steady: float) -> dict:

@@ -8,12 +8,12 @@ deviations from the median), not hundreds of rows.
 from __future__ import annotations
 
 import numpy as np
-
-from gpucheckup.analysis.distinct import median, percentile
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from gpucheckup.analysis.distinct import median, percentile
 
 MAX_ROWS = 16
 OUTLIER_MADS = 5.0
