@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,13 @@ def write_trace(path: Path, events: list[dict], **top) -> Path:
     data = json.dumps(doc).encode()
     path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
     return path
+
+
+def modules_loaded(code: str, packages: tuple[str, ...]) -> list[str]:
+    """The modules of these packages (a name, or a name and what lies under it) that a fresh interpreter has
+    loaded after running `code`, sorted; the code must run without error."""
+    probe = (f"{code}\nimport sys\npk = {packages!r}\n"
+             "print(sorted(m for m in sys.modules if m in pk or m.startswith(tuple(p + '.' for p in pk))))\n")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return ast.literal_eval(res.stdout.strip().splitlines()[-1])

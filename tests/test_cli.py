@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import trace_path, write_trace
+from conftest import modules_loaded, trace_path, write_trace
 
 REQUIRED_KEYS = [
     "verdict.primary", "verdict.findings", "gpu.busy_pct", "steps.count", "steps.median_ms", "kernels.count",
@@ -94,15 +94,12 @@ def test_debug_is_taken_before_or_after_the_command():
 
 def test_the_command_line_imports_no_analysis_at_start():
     """`gpucheckup --help` and the parsing of every command import the standard library only."""
-    code = ("import sys\nfrom gpucheckup.cli import build_parser\n"
+    code = ("from gpucheckup.cli import build_parser\n"
             "for argv in (['analyze', 'x'], ['demo'], ['run', '--', 'true'], ['attach', '--pid', '1'], ['ncu-cmd', 'x'],"
-            " ['ceilings']):\n    build_parser().parse_args(argv)\n"
-            "heavy = ('numpy', 'rich', 'msgspec', 'torch', 'gpucheckup.analysis', 'gpucheckup.diagnosis', "
-            "'gpucheckup.report', 'gpucheckup.pipeline', 'gpucheckup.trace')\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "[]"
+            " ['ceilings']):\n    build_parser().parse_args(argv)\n")
+    heavy = ("numpy", "rich", "msgspec", "torch", "gpucheckup.analysis", "gpucheckup.diagnosis", "gpucheckup.report",
+             "gpucheckup.pipeline", "gpucheckup.trace")
+    assert modules_loaded(code, heavy) == []
 
 
 def test_an_out_of_process_attach_is_judged_when_checked_up(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import modules_loaded
 
 from gpucheckup.analysis import step_history
 
@@ -170,9 +171,7 @@ def test_api_returns_the_checkup_the_cli_writes(tmp_path):
 
 
 def test_import_gpucheckup_stays_light():
-    code = "import sys, gpucheckup; print(sorted(m for m in sys.modules if m.startswith(('gpucheckup', 'numpy'))))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['gpucheckup']"
+    assert modules_loaded("import gpucheckup", ("gpucheckup", "numpy")) == ["gpucheckup"]
 
 
 # ---- attach in py-spy mode writes a speedscope file ---------------------------------------------------------
