@@ -254,7 +254,7 @@ def test_compiled_calls_pay_their_wrappers_per_input():
     g = _graph("launch_bound")
     e = whatif.torch_compile(g).graph
     calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
-    unit = whatif._typical_launch_us(g)
+    unit = replay.typical_launch_us(g)
     dropped = (e.h_dur == 0) & (g.h_dur > 0)
     added = float(e.h_dur[~dropped].sum() - g.h_dur[~dropped].sum())
     want = unit * sum(whatif.CALL_FIXED_LAUNCHES + whatif.COMPILED_INPUT_LAUNCHES[b] * (p + 1) for _, b, _, p in calls)
@@ -275,7 +275,7 @@ def test_graph_replays_cost_their_wrappers_and_a_launch_per_kernel():
     g = _graph("launch_bound")
     e = whatif.cuda_graphs(g).graph
     calls = whatif._compiled_calls(g, whatif._in_annotation(g, "Optimizer."))
-    unit = whatif._typical_launch_us(g)
+    unit = replay.typical_launch_us(g)
     gpu = g.trace.gpu
     for entry, backward, nodes, p in calls[:4]:
         kernels = int(((gpu.kind == KERNEL) & np.isin(g.g_launch, nodes) & (e.g_dur > 0)).sum())

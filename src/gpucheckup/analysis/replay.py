@@ -505,9 +505,14 @@ def event_scale(g: Graph) -> float:
     return min(max(1.0 - events * PROFILER_EVENT_LAUNCHES * launch / time, 0.0), 1.0)
 
 
+def launch_nodes(g: Graph) -> np.ndarray:
+    """Nodes that launch at least one GPU op."""
+    return unique(g.g_launch[g.g_launch >= 0])
+
+
 def typical_launch_us(g: Graph) -> float:
     """Median duration of the calls that launch GPU work (the cost of one launch); 0 when there are none."""
-    nodes = unique(g.g_launch[g.g_launch >= 0])
+    nodes = launch_nodes(g)
     nodes = nodes[g.h_kind[nodes] == CALL]
     return float(median(g.h_dur[nodes])) if len(nodes) else 0.0
 

@@ -38,7 +38,7 @@ SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read 
 COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories torch.compile fuses into one another
 COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
 # What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
-# runtime launch call (`_typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
+# runtime launch call (`replay.typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
 # profiler calibration scales it with every host cost). Measured on the H200 (torch 2.11; docs/validation.md
 # section 7) in traces of the launch example run with --compile and with --cuda-graphs, each against that trace's
 # own median cudaLaunchKernel. A call into the compiled model (forward or backward) runs wrappers around the
@@ -93,16 +93,6 @@ class Edit:
     what: str
     changed: int
     per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
-
-
-def _launch_nodes(g: Graph) -> np.ndarray:
-    """Nodes that launch at least one GPU op."""
-    return unique(g.g_launch[g.g_launch >= 0])
-
-
-def _typical_launch_us(g: Graph) -> float:
-    """Median duration of the calls that launch GPU work: the cost of one launch."""
-    return replay.typical_launch_us(g)
 
 
 def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
@@ -452,7 +442,7 @@ def pin_memory(g: Graph, pinned_gb_s: float | None = None) -> Edit:
     nbytes = g.trace.gpu.bytes[ops]
     at_rate = np.where(np.isnan(nbytes), g.g_dur[ops], nbytes / (rate * 1e3))  # bytes / (GB/s) in us
     g.g_dur[ops] = np.minimum(g.g_dur[ops], at_rate)
-    cost = _typical_launch_us(g)
+    cost = replay.typical_launch_us(g)
     for j in unique(g.g_launch[h2d][g.g_launch[h2d] >= 0]):
         g.h_kind[j] = CALL
         g.h_dur[j] = min(g.h_dur[j], cost)
@@ -508,7 +498,7 @@ def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.nda
     calls of its direction by their launches."""
     host = g.trace.host
     launching = np.zeros(len(g.h_kind), dtype=bool)
-    launching[_launch_nodes(g)] = True
+    launching[replay.launch_nodes(g)] = True
     tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
     if "autograd_tids" not in g.memo:
         ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
@@ -595,7 +585,7 @@ def cuda_graphs(g: Graph) -> Edit:
     g = g.copy()
     eager = _in_annotation(g, "Optimizer.")
     _inductor_fusion(g, eager)
-    unit = _typical_launch_us(g)
+    unit = replay.typical_launch_us(g)
     calls = _compiled_calls(g, eager)
     gpu = g.trace.gpu
     kernels = np.bincount(g.g_launch[(g.g_launch >= 0) & (gpu.kind == KERNEL) & (g.g_dur > 0)],
@@ -631,7 +621,7 @@ def torch_compile(g: Graph) -> Edit:
     optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
     g = g.copy()
     eager = _in_annotation(g, "Optimizer.")
-    unit = _typical_launch_us(g)
+    unit = replay.typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
     j = unique(folded)
     g.h_dur[j] = 0.0
