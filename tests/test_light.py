@@ -140,3 +140,20 @@ def test_h200_light_launch_bound_idle_is_the_host_dispatching():
     assert hs["gap_covered_pct"] >= 90.0
     dispatching = sum(_state_pct(hs["gap_by_state"], s) for s in ("forward", "backward", "optimizer", "python"))
     assert dispatching >= 95.0 and _state_pct(hs["gap_by_state"], "dataloader") == 0.0
+
+
+def test_light_syncs_needs_light_and_reaches_the_agent(tmp_path):
+    """`--light-syncs` adds CUPTI's synchronization records to a light window: alone it is a one-line error before any
+    job runs; with --light the agent's settings get it."""
+    from gpucheckup.capture.agent.settings import parse_settings
+    from gpucheckup.capture.launcher import agent_environment
+    from gpucheckup.capture.options import RunOptions
+
+    p = subprocess.run([PY, "-m", "gpucheckup", "run", "--light-syncs", "--out", str(tmp_path),
+                        "--", PY, "-c", "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert p.stderr.strip().count("\n") == 0 and "--light-syncs needs --light" in p.stderr
+    env = agent_environment(RunOptions(light=True, light_syncs=True))
+    assert env["GPUCHECKUP_LIGHT"] == env["GPUCHECKUP_LIGHT_SYNCS"] == "1"
+    assert parse_settings(env)[0]["light_syncs"] is True
+    assert parse_settings({})[0]["light_syncs"] is False

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -159,7 +161,7 @@ def test_cupti_window_trace_has_steps_ranges_and_gpu_work_on_unix_time(recorded)
     base_s = doc["baseTimeNanoseconds"] / 1e9
     assert abs(base_s + steps[0]["ts"] / 1e6 - time.time()) < 60
     assert doc["gpucheckup_light"]["records"] == {"kernel": 6, "memcpy": 6, "memset": 6}  # the warm-up's too
-    assert doc["gpucheckup_light"]["activities"] == list(cw.ACTIVITIES + cw.OPTIONAL_ACTIVITIES)
+    assert doc["gpucheckup_light"]["activities"] == list(cw.ACTIVITIES)  # no synchronizations unless asked
 
 
 def test_cupti_window_leaves_the_job_as_it_was(recorded):
@@ -267,6 +269,44 @@ def _x(name: str) -> list[dict]:
     return [e for e in raw_events(H200_LIGHT / name / "traces" / "trace.json.gz")["traceEvents"] if e.get("ph") == "X"]
 
 
+def test_h200_cupti_light_trace_without_sync_records_says_syncs_are_not_recorded(tmp_path):
+    """The H200 CUPTI window recorded kernels, copies and memsets only (its `gpucheckup_light.activities`): a sync there
+    could not have been seen, so every format says syncs are not recorded instead of "0 per step"; the full window of
+    the same job records runtime calls, so its count stands."""
+    from gpucheckup.pipeline import check_run
+    from gpucheckup.report.lines import SYNCS_NOT_RECORDED
+    from gpucheckup.trace.reader import read_trace
+
+    trace = read_trace(H200_LIGHT / "launch_bound_cupti" / "traces" / "trace.json.gz")
+    assert trace.light_activities == ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET") and not trace.syncs_recorded
+    assert read_trace(H200_LIGHT / "launch_bound" / "traces" / "trace.json.gz").syncs_recorded
+    r = _report("launch_bound_cupti")
+    assert r["sync"]["recorded"] is False and r["sync"]["count"] == 0
+    assert _report("launch_bound")["sync"]["recorded"] is True
+    out = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(H200_LIGHT / "launch_bound_cupti"),
+                          "--markdown", str(tmp_path / "r.md"), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.replace("│", " ").split())  # rich wraps lines inside its boxes
+    assert f"syncs {SYNCS_NOT_RECORDED}" in text and "syncs 0.0 per step" not in text
+    assert "Not recorded (light window without --light-syncs): this trace cannot show them." in \
+        (tmp_path / "r.md").read_text()
+    assert "this trace cannot show them" in (tmp_path / "r.html").read_text()
+
+
+def test_cupti_window_records_no_synchronizations_unless_asked():
+    """Enabling CUPTI's SYNCHRONIZATION kind costs every launch, not every sync (an H200 launch-bound step +33% with it,
+    +9% without, paired in one process: docs/validation.md 6e), so the window enables it only when asked."""
+    torch = pytest.importorskip("torch")
+    for syncs, kinds in ((False, cw.ACTIVITIES), (True, cw.ACTIVITIES + cw.SYNC_ACTIVITIES)):
+        fake = FakeCupti()
+        w = cw.CuptiWindow(torch, fake, syncs=syncs)
+        w.start()
+        assert w.enabled == list(kinds)
+        assert (fake.ActivityKind.SYNCHRONIZATION in fake.enabled) is syncs
+        w.stop()
+
+
 def test_h200_cupti_trace_holds_the_same_gpu_work_as_torch_profilers():
     cupti_ev, torch_ev = _x("launch_bound_cupti"), _x("launch_bound")  # the same job and window, two backends
     cats = {e["cat"] for e in cupti_ev}
@@ -320,7 +360,7 @@ def _sync_window(fake, steps=6):
     torch = pytest.importorskip("torch")
     kinds = fake.ActivityKind
     sync_kind = getattr(kinds, "SYNCHRONIZATION", "no such kind")  # a kind never enabled: its records are never made
-    w = cw.CuptiWindow(torch, fake, log=(lines := []).append)
+    w = cw.CuptiWindow(torch, fake, log=(lines := []).append, syncs=True)
     w.start()
     idle_after_sync, last_end = [], None
     for i in range(steps):
@@ -363,7 +403,7 @@ def test_cupti_sync_records_are_counted_and_name_the_idle_they_drain(tmp_path):
     from gpucheckup.trace.reader import read_trace
 
     w, idle = _sync_window(FakeCupti())
-    assert w.enabled == list(cw.ACTIVITIES + cw.OPTIONAL_ACTIVITIES) and not w.lines
+    assert w.enabled == list(cw.ACTIVITIES + cw.SYNC_ACTIVITIES) and not w.lines
     doc, r, path = _checkup(w, tmp_path)
     calls = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"]
     assert [e["name"] for e in calls] == ["cudaStreamSynchronize"] * 5  # the warm-up's and the wait events: not kept

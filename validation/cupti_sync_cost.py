@@ -51,22 +51,19 @@ def main() -> None:
     cupti = cw.load_cupti()
     x = torch.zeros(256, device="cuda")
     per_op_us(x), per_read_us(x)  # warm-up
-    kinds = {"off": None, "kmm": (), "sync": cw.OPTIONAL_ACTIVITIES}
+    kinds = {"off": None, "kmm": False, "sync": True}  # no window; the window without, with synchronization records
     got = {k: {"op_us": [], "read_us": [], "sync_records": []} for k in kinds}
-    real_optional = cw.OPTIONAL_ACTIVITIES
     for _ in range(a.cycles):
-        for kind, optional in kinds.items():
+        for kind, syncs in kinds.items():
             w = None
-            if optional is not None:
-                cw.OPTIONAL_ACTIVITIES = optional
-                w = cw.CuptiWindow(torch, cupti)
+            if syncs is not None:
+                w = cw.CuptiWindow(torch, cupti, syncs=syncs)
                 w.start()
             got[kind]["op_us"].append(per_op_us(x))
             got[kind]["read_us"].append(per_read_us(x))
             if w is not None:
                 w.stop()
                 got[kind]["sync_records"].append(sum(1 for r in w.records if r[0] == "sync"))
-            cw.OPTIONAL_ACTIVITIES = real_optional
     out = {"cycles": a.cycles, "n_ops": N_OPS, "n_reads": N_READS}
     for kind, v in got.items():
         out[kind] = {"op_us": statistics.median(v["op_us"]), "read_us": statistics.median(v["read_us"]),

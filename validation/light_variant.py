@@ -4,7 +4,7 @@
 
 Under `gpucheckup run --light`, in the job's own process, before the job starts:
 - attached: CUPTI stays attached after the window (no cupti.finalize(): the backend's behaviour before 6c)
-- kern:     the window records CONCURRENT_KERNEL only (no MEMCPY, no MEMSET)
+- kern:     the window records CONCURRENT_KERNEL only (no MEMCPY, no MEMSET, no SYNCHRONIZATION)
 then the job script runs as __main__. Validation only: the variant measured, never shipped this way.
 """
 

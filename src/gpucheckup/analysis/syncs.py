@@ -13,6 +13,9 @@ Definitions (also in docs/metrics.md).
 - cause: the innermost operator around the sync call (e.g. `aten::_local_scalar_dense`), the
   outermost one (e.g. `aten::item`), and, where the trace has Python stacks, the innermost
   Python frame outside torch (the user's line).
+- recorded: whether the trace could hold a sync call at all (`Trace.syncs_recorded`): a CUPTI light
+  window records none unless asked (`--light-syncs`); there the count is 0 and `recorded` false,
+  and every report says "not recorded", never "0 per step".
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
         g["per_step"] = g["count"] / steps.count
     n = len(points)
     return {
+        "recorded": trace.syncs_recorded,
         "count": n,
         "count_per_step": n / steps.count,
         "blocked_ms": sum(p["blocked_us"] for p in points.values()) / 1000,

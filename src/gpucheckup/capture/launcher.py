@@ -62,7 +62,8 @@ def agent_environment(args: RunOptions) -> dict[str, str]:
     """GPUCHECKUP_* variables for the options given on the command line."""
     given = {"skip": args.skip, "steps": args.steps, "window_start_s": args.window_start, "window_s": args.window,
              "record_shapes": args.record_shapes or None, "with_stack": args.with_stack or None,
-             "flops": args.flops or None, "light": args.light or None}
+             "flops": args.flops or None, "light": args.light or None,
+             "light_syncs": args.light_syncs or None}
     out = {}
     for name, value in given.items():
         if value is None:

@@ -46,6 +46,7 @@ class RunOptions:
     nvml_hz: float = DEFAULT_NVML_HZ
     no_nvml: bool = False
     light: bool = False
+    light_syncs: bool = False
     sample_hz: float = DEFAULT_SAMPLE_HZ
 
     def check(self) -> None:
@@ -56,6 +57,8 @@ class RunOptions:
             lo, hi = LIMITS[name]
             if v is not None and not (math.isfinite(v) and lo <= v <= hi):
                 raise CheckupError(f"{flag} must be from {_num(lo)} to {_num(hi)}, got {_num(v)}")
+        if self.light_syncs and not self.light:
+            raise CheckupError("--light-syncs needs --light (it adds to the light window's records)")
         if not (math.isfinite(self.nvml_hz) and 0 < self.nvml_hz <= NVML_HZ_MAX):
             raise CheckupError(f"--nvml-hz must be above 0 and at most {_num(NVML_HZ_MAX)}, got {_num(self.nvml_hz)}")
         if not (math.isfinite(self.sample_hz) and 1 <= self.sample_hz <= LIGHT_HZ_MAX):

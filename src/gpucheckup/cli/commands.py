@@ -111,7 +111,8 @@ def cmd_run(args, console) -> int:
     opts = RunOptions(out=args.out, name=args.name, skip=args.skip, steps=args.steps,
                                record_shapes=args.record_shapes, with_stack=args.with_stack, flops=args.flops,
                                window_start=args.window_start, window=args.window, nvml_hz=args.nvml_hz,
-                               no_nvml=args.no_nvml, light=args.light, sample_hz=args.sample_hz)
+                               no_nvml=args.no_nvml, light=args.light,
+                      light_syncs=args.light_syncs, sample_hz=args.sample_hz)
     inputs = mfu_inputs(args)  # every option is checked before the job starts
     job = launcher.run_job(list(args.cmd), opts)
     if job.started:

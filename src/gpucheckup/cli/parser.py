@@ -142,6 +142,9 @@ def _run(sub, common) -> None:
     g.add_argument("--light", action="store_true",
                    help="light window: CUDA activities and the cheap ranges (ProfilerStep, DataLoader, optimizer) "
                         "only, host causes from py-spy stacks sampled outside the job (docs/capture.md)")
+    g.add_argument("--light-syncs", action="store_true",
+                   help="with --light: also record CUPTI's host synchronization records, so syncs are counted; they "
+                        "cost a launch-bound job about a fifth of its step (docs/validation.md 6e)")
     g.add_argument("--sample-hz", type=float, default=capture.DEFAULT_SAMPLE_HZ, metavar="HZ",
                    help=f"py-spy sampling rate of the light window (default {capture.DEFAULT_SAMPLE_HZ:g})")
     output_options(p, quiet=False)

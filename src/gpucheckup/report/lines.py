@@ -27,8 +27,13 @@ def busy_line(r: dict) -> str:
     return f"GPU busy {g['busy_pct']:.1f}%{unprof}"
 
 
+SYNCS_NOT_RECORDED = "not recorded (light window without --light-syncs)"
+
+
 def sync_rate(r: dict) -> str:
-    """Synchronizations counted honestly: "2.0 per step", or "1 in 30 steps" (diagnosis/rates.py)."""
+    """Synchronizations counted honestly: "2.0 per step", "1 in 30 steps" (diagnosis/rates.py), or not recorded."""
+    if not r["sync"].get("recorded", True):
+        return SYNCS_NOT_RECORDED
     return per_step(r["sync"]["count"], r["steps"]["count"], r["steps"]["marked"])
 
 

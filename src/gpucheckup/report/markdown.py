@@ -16,7 +16,7 @@ from gpucheckup.report.hardware_text import (
 )
 from gpucheckup.report.html import environment_rows, nvml_summary, step_rows
 from gpucheckup.report.lines import (
-    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, saving_text, step_line,
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, saving_text, step_line, sync_rate,
 )
 from gpucheckup.safe_text import safe
 
@@ -171,6 +171,8 @@ def _copies(r: dict, h: str) -> str:
 
 def _syncs(r: dict, h: str) -> str:
     s = r["sync"]
+    if not s.get("recorded", True):
+        return f"{h}# Synchronizations\n\n{sync_rate(r).capitalize()}: this trace cannot show them.\n"
     if not s.get("by_cause"):
         return f"{h}# Synchronizations\n\nNo host-GPU synchronization in the analysis window.\n"
     rows = [[g["op"], g.get("inner_op") or "-", g.get("frame") or "-", ", ".join(g["calls"]), g["count"],

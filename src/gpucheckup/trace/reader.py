@@ -637,7 +637,15 @@ def build_trace(path: Path, b: _Builder, kt: schema.KinetoTrace) -> Trace:
         command_buffer_full_us=b.cbf_us,
         warnings=warnings,
         comms=_comm_args(b.comm),
+        light_activities=_light_activities(kt.gpucheckup_light),
     )
+
+
+def _light_activities(info: schema.LightInfo | None) -> tuple[str, ...] | None:
+    """A CUPTI light window's recorded kinds, from its `gpucheckup_light` block (None: not such a trace)."""
+    if info is None or info.activities is None:
+        return None
+    return tuple(info.activities)
 
 
 def _comm_args(rows: list[tuple]) -> CommArgs | None:

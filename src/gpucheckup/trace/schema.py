@@ -80,6 +80,13 @@ class DistributedInfo(msgspec.Struct):
     backend: str | None = None
 
 
+class LightInfo(msgspec.Struct):
+    """The `gpucheckup_light` block of a CUPTI light window's trace (capture/agent/cupti_window.py): what it recorded."""
+
+    backend: str | None = None
+    activities: list[str] | None = None  # CUPTI activity kinds enabled, e.g. CONCURRENT_KERNEL, SYNCHRONIZATION
+
+
 class KinetoTrace(msgspec.Struct):
     """The top level of a Kineto JSON trace."""
 
@@ -96,3 +103,4 @@ class KinetoTrace(msgspec.Struct):
     cuda_runtime_version: Int64 | None = None
     cupti_version: Int64 | None = None
     trace_id: str | None = None
+    gpucheckup_light: LightInfo | None = None

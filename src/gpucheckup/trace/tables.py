@@ -152,10 +152,18 @@ class Trace:
     command_buffer_full_us: float = 0.0
     warnings: list[str] = field(default_factory=list)
     comms: CommArgs | None = None  # many GPUs (issue 9): collective calls' arguments, None when none
+    # a CUPTI light window's recorded activity kinds (its `gpucheckup_light` block); None for every other trace
+    light_activities: tuple[str, ...] | None = None
 
     def name_ids(self, predicate) -> np.ndarray:
         """Indices into `names` of the names for which predicate(name) is true."""
         return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+
+    @property
+    def syncs_recorded(self) -> bool:
+        """Whether a host synchronization would be in this trace: torch.profiler records every CUDA runtime call; a
+        CUPTI light window only with CUPTI's SYNCHRONIZATION records (`gpucheckup run --light --light-syncs`)."""
+        return self.light_activities is None or "SYNCHRONIZATION" in self.light_activities
 
     @property
     def has_gpu(self) -> bool:

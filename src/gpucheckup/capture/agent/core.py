@@ -415,7 +415,7 @@ class Agent:
         asked to sample stacks."""
         from gpucheckup.capture.agent.light import light_recorder
 
-        w.prof, w.light = light_recorder(self.torch, w.prof, self.log)
+        w.prof, w.light = light_recorder(self.torch, w.prof, self.log, syncs=self.settings["light_syncs"])
         w.light.on()
         if not self.light_marked:
             self._mark_sampling(None)

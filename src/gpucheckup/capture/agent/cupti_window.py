@@ -7,9 +7,12 @@ per DataLoader batch (`HostRanges`); the host's attribution comes from py-spy ou
 CUPTI's buffers are handed to Python (`_completed`) only when one fills (BUFFER_BYTES holds ~60,000 kernel
 records) or when the window stops, so the conversion happens after the window's last step.
 
-Synchronizations (SYNCHRONIZATION, OPTIONAL_ACTIVITIES: left out with a log line where CUPTI or cupti-python
-refuses it): one record per host wait on the GPU (stream, event, context synchronize) and per stream wait event,
-none per kernel. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
+Synchronizations (SYNC_ACTIVITIES, recorded only when asked: `gpucheckup run --light --light-syncs`; left out with a
+log line where CUPTI or cupti-python refuses it): one record per host wait on the GPU (stream, event, context
+synchronize) and per stream wait event, none per kernel. Not by default, because enabling the kind costs every launch,
+not every sync: on an H200 the launch-bound MLP's step took +33% in a window with it and +9% without it, paired in one
+process with 3 sync records per 41 steps (docs/validation.md 6e); a trace without them says so
+(`gpucheckup_light.activities`), and the check-up then reads syncs as not recorded. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
 `cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no
 thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
 the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
@@ -49,8 +52,9 @@ import time
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
-# Recorded where CUPTI agrees (else logged and left out): one record per host wait on the GPU, none per kernel
-OPTIONAL_ACTIVITIES = ("SYNCHRONIZATION",)
+# Recorded when asked (syncs=True) and CUPTI agrees (else logged and left out): one record per host wait on the GPU,
+# none per kernel; enabling it costs a launch-bound job about 5 us per launch on an H200 (docs/validation.md 6e)
+SYNC_ACTIVITIES = ("SYNCHRONIZATION",)
 BACKEND = "cupti-python activity API"
 # CUPTI's enums (cupti_activity.h), as Kineto names them in a trace
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
@@ -239,22 +243,25 @@ def _record(a, kinds) -> tuple | None:
     return None
 
 
-def _optional_kinds(cupti) -> dict:
-    """The optional activity kinds (OPTIONAL_ACTIVITIES) this cupti-python names: name -> its ActivityKind."""
-    return {n: getattr(cupti.ActivityKind, n) for n in OPTIONAL_ACTIVITIES if hasattr(cupti.ActivityKind, n)}
+def _sync_kinds(cupti) -> dict:
+    """The synchronization kinds (SYNC_ACTIVITIES) this cupti-python names: name -> its ActivityKind."""
+    return {n: getattr(cupti.ActivityKind, n) for n in SYNC_ACTIVITIES if hasattr(cupti.ActivityKind, n)}
 
 
 class CuptiWindow:
-    """A light window's recorder with a profiler's methods: CUPTI activity records plus the cheap host ranges."""
+    """A light window's recorder with a profiler's methods: CUPTI activity records (synchronizations too when `syncs`)
+    plus the cheap host ranges."""
 
     backend = BACKEND
 
-    def __init__(self, torch, cupti, log=None):
+    def __init__(self, torch, cupti, log=None, syncs: bool = False):
         self.torch = torch
         self.cupti = cupti
         self.log = log or (lambda msg: None)
+        self.syncs = syncs
         self.kinds = {name: getattr(cupti.ActivityKind, name) for name in ACTIVITIES}
-        self.kinds.update(_optional_kinds(cupti))
+        if syncs:
+            self.kinds.update(_sync_kinds(cupti))
         self.records: list[tuple] = []
         self.other = 0  # records of other kinds (another tool's activities in the same buffers)
         self.buffers = 0
@@ -286,7 +293,8 @@ class CuptiWindow:
                 self.enabled.append(name)
             except Exception as e:  # noqa: BLE001 - a kind this CUPTI cannot record: the others still are
                 self.log(f"light window: CUPTI would not record {name}: {e}")
-        self._enable_optional()
+        if self.syncs:
+            self._enable_syncs()
         if "CONCURRENT_KERNEL" not in self.enabled:
             self._disable()
             raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
@@ -340,9 +348,9 @@ class CuptiWindow:
                 "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
                 "cupti_python": _package_version()}
 
-    def _enable_optional(self) -> None:
-        """Enable the optional kinds this cupti-python names and CUPTI agrees to record; log the others."""
-        for name in OPTIONAL_ACTIVITIES:
+    def _enable_syncs(self) -> None:
+        """Enable the synchronization kinds this cupti-python names and CUPTI agrees to record; log the others."""
+        for name in SYNC_ACTIVITIES:
             if name not in self.kinds:
                 self.log(f"light window: CUPTI would not record {name}: cupti-python has no ActivityKind.{name}")
                 continue

@@ -2,9 +2,9 @@
 marks that ask the launcher to sample the job's stacks from outside (capture/sampler.py).
 
 Two backends, chosen when the window starts (`light_recorder`):
-- CUPTI's activity API through NVIDIA's `cupti-python` (agent/cupti_window.py): kernels, copies, memsets and
-  synchronizations only, no runtime or driver API record, no torch.profiler; the cheap ranges from one clock
-  read each. Used where `cupti` imports, libcupti loads and torch sees a GPU.
+- CUPTI's activity API through NVIDIA's `cupti-python` (agent/cupti_window.py): kernels, copies and memsets
+  (and host synchronizations where `--light-syncs` asks), no runtime or driver API record, no torch.profiler;
+  the cheap ranges from one clock read each. Used where `cupti` imports, libcupti loads and torch sees a GPU.
 - Otherwise torch.profiler, as below, with one line in the agent log saying why.
 
 The torch.profiler light window is torch.profiler with the CPU activity restricted to the USER_SCOPE of RecordFunction:
@@ -39,9 +39,10 @@ def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
 BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
 
 
-def light_recorder(torch, prof, log):
-    """(recorder, scopes) of a light window: a CuptiWindow and its host ranges where cupti-python works and
-    torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets one line saying which and why."""
+def light_recorder(torch, prof, log, syncs: bool = False):
+    """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`) and
+    its host ranges where cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes;
+    `log` gets one line saying which and why."""
     reason = None
     try:
         if not torch.cuda.is_available():
@@ -49,8 +50,9 @@ def light_recorder(torch, prof, log):
         else:
             from gpucheckup.capture.agent.cupti_window import CuptiWindow, load_cupti
 
-            window = CuptiWindow(torch, load_cupti(), log)
-            log(f"light window: {window.backend} (kernels, copies, memsets; no runtime calls)")
+            window = CuptiWindow(torch, load_cupti(), log, syncs=syncs)
+            what = "kernels, copies, memsets, synchronizations" if syncs else "kernels, copies, memsets"
+            log(f"light window: {window.backend} ({what}; no runtime calls)")
             return window, window.host_scopes()
     except Exception as e:  # noqa: BLE001 - ImportError, libcupti not found, CUPTI's own errors
         reason = f"cupti-python is not usable ({type(e).__name__}: {str(e)[:200]})"

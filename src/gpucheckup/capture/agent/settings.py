@@ -13,6 +13,8 @@ SETTINGS = {  # name: (environment variable, default, kind)
     "window_s": ("GPUCHECKUP_WINDOW_S", 10.0, "float"),
     "control": ("GPUCHECKUP_CONTROL", True, "bool"),
     "light": ("GPUCHECKUP_LIGHT", False, "bool"),
+    # the CUPTI light window also records host synchronizations (agent/cupti_window.py SYNC_ACTIVITIES): costs more
+    "light_syncs": ("GPUCHECKUP_LIGHT_SYNCS", False, "bool"),
     "gpu_clock": ("GPUCHECKUP_GPU_CLOCK", False, "bool"),  # gpu-steps.csv (agent/gpu_clock.py), for `gpucheckup ab`
 }
 LIMITS = {"skip": (2, 10**9), "steps": (1, 1000), "window_start_s": (0.0, 1e7), "window_s": (0.1, 3600.0)}
