@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import re
+
 import msgspec
 import numpy as np
 
@@ -23,7 +25,7 @@ from gpucheckup.analysis import host_calls, launches, replay
 from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
 from gpucheckup.analysis.groups import by_key
-from gpucheckup.analysis.kernels import CATEGORIES, categorize
+from gpucheckup.analysis.kernels import CATEGORIES, categorize, data_movement_family
 from gpucheckup.analysis.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.analysis.shape_flops import first_float_dtype
 from gpucheckup.hardware import peaks
@@ -35,7 +37,17 @@ DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
 WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
 BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
 SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read of one value: no host work on arrays
-COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories torch.compile fuses into one another
+# Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
+# reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
+# lookups: pointwise loads and stores at computed addresses). Measured on the H200 MoE example: its data-movement
+# kernels took 1.42 ms per step eager and 0.58 ms compiled, GEMMs unchanged (docs/validation.md section 7c).
+COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/kernels.py)
+COMPILE_FUSES_MOVES = ("gather", "scatter", "index", "embedding")  # data-movement families (kernels.py) it fuses too
+# Copies, casts, cat and transposes are left as they are: a copy the trace cannot tie to its producer may be a weight
+# cast (autocast), which Inductor leaves a kernel of its own (its only consumer is the GEMM library call).
+# Never fused, whatever the category: library algorithms Inductor calls rather than generates (CUB's sorts, scans,
+# selects and device reductions, top-k), and kernels Inductor already generated (a compiled trace's `triton_*`)
+COMPILE_KEEPS = re.compile(r"cub::|sort|topk|^triton_", re.I)
 COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
 # What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
 # runtime launch call (`replay.typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
@@ -529,7 +541,8 @@ def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.nda
 
 def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
     """The GPU side of torch.compile (shared by the graphs edit: mode="reduce-overhead" compiles with Inductor
-    too): each chain of elementwise and normalisation/reduction kernels of the model (consecutive on a stream,
+    too): each chain of elementwise, normalisation/reduction and indexing kernels of the model (`_fusable`;
+    consecutive on a stream,
     launched by one thread in one step with no sync between, not in `eager` ranges) becomes fused kernels, each
     holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after it (Inductor fuses
     pointwise producers and consumers into a reduction; two reductions make two kernels). A fused kernel takes
@@ -538,7 +551,7 @@ def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
     gpu = g.trace.gpu
     tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
     cats = _categories(g)
-    fusable = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
+    fusable = _fusable(g)
     reduces = (cats == CATEGORIES.index(COMPILE_REDUCES))[gpu.name]
     ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
     # which of them may join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
@@ -629,7 +642,7 @@ def torch_compile(g: Graph) -> Edit:
     calls = _compiled_calls(g, eager)
     for entry, backward, _nodes, params in calls:
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
-    return Edit(g, f"{n} elementwise/normalisation kernels fused into others (at most one reduction each); "
+    return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
                    f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
 
 
@@ -658,6 +671,20 @@ def _categories(g: Graph) -> np.ndarray:
         cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
         g.memo["categories"] = cat
     return g.memo["categories"]
+
+
+def _fusable(g: Graph) -> np.ndarray:
+    """Per name of the trace: whether torch.compile fuses that kernel with its neighbours: a category of
+    COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
+    if "fusable" not in g.memo:
+        cats, names = _categories(g), g.trace.names
+        ok = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
+        for i in np.flatnonzero(cats == CATEGORIES.index("data_movement")).tolist():
+            ok[i] = data_movement_family(names[i]) in COMPILE_FUSES_MOVES
+        for i in np.flatnonzero(ok).tolist():
+            ok[i] = not COMPILE_KEEPS.search(names[i])
+        g.memo["fusable"] = ok
+    return g.memo["fusable"]
 
 
 def _fp32_gemms(g: Graph) -> np.ndarray:

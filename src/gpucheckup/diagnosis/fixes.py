@@ -24,6 +24,7 @@ from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.kernels import CATEGORIES
 from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.analysis.whatif import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import CPU_OP
@@ -33,9 +34,6 @@ from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for
 # output; fusing a producer into its consumer drops the intermediate's write and read, two of the
 # four memory passes of a two-kernel chain. Longer chains save more, so half is the floor.
 FUSION_KEEP = 0.5
-# A gather/scatter fused into its consumer (or producer) still reads its source once; the standalone
-# kernel reads and writes it: fusing removes the write and the consumer's re-read, half the passes.
-FUSED_GATHER_KEEP = 0.5
 # Ops whose output size depends on tensor values, so the host must read the GPU to allocate it.
 DATA_DEPENDENT_OPS = frozenset({
     "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive",
@@ -101,6 +99,12 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
 
 def _kernel_ms(a: TraceAnalysis, *cats: str) -> float:
     return a.window.ms(sum(a.kernels.categories_us[c] for c in cats))
+
+
+def _indexing_ms(a: TraceAnalysis) -> float:
+    """Kernel ms per step of the data-movement families torch.compile fuses (whatif.COMPILE_FUSES_MOVES)."""
+    fams = a.kernels.data_movement
+    return a.window.ms(1000.0 * sum(f["total_ms"] for f in fams if f["family"] in COMPILE_FUSES_MOVES))
 
 
 def _sync_share(a: TraceAnalysis, ops: frozenset) -> float:
@@ -285,16 +289,16 @@ CATALOGUE: list[CatalogueFix] = [
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "optimizer")),
         bottleneck="launch_bound", replay="fused_optimizer"),
     CatalogueFix(
-        "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise and normalisation "
-        "kernels", "code",
-        when="the trace has elementwise or normalisation kernels",
+        "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise, normalisation and "
+        "indexing (gather, scatter, index_put) kernels", "code",
+        when="the trace has elementwise, normalisation or indexing kernels",
         saves="the launch idle times the elementwise and normalisation kernels' share of launches (fused kernels "
-              f"are not launched), plus {1 - FUSION_KEEP:g} of those kernels' time: they are memory-bound, and "
-              "fusing a producer into its consumer drops the intermediate's write and read, two of the four memory "
-              "passes of a two-kernel chain",
-        applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") > 0),
+              f"are not launched), plus {1 - FUSION_KEEP:g} of those kernels' and the indexing kernels' time: they "
+              "are memory-bound, and fusing a producer into its consumer drops the intermediate's write and read, "
+              "two of the four memory passes of a two-kernel chain (a fused gather still reads its source once)",
+        applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a) > 0),
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
-                      + (1 - FUSION_KEEP) * _kernel_ms(a, "elementwise", "reduction_norm")),
+                      + (1 - FUSION_KEEP) * (_kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a))),
         replay="torch_compile"),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
@@ -385,15 +389,6 @@ CATALOGUE: list[CatalogueFix] = [
           ("reduce_traffic", "Reduce traffic: sharding strategy, compression, or a topology-aware placement",
            "refactor", "less traffic takes proportionally less time"),
       ]],
-    CatalogueFix(
-        "compile_routing", "Compile the routing code (torch.compile) so gathers and scatters fuse into their "
-        "consumers", "code",
-        when="data-movement kernels run (index, gather, scatter, sort, copy-like)",
-        saves=f"{1 - FUSED_GATHER_KEEP:g} of the data-movement kernel time: a gather fused into its consumer still "
-              "reads its source once, but the standalone kernel's write and the consumer's re-read go",
-        applies=_never_on_run(lambda a: _kernel_ms(a, "data_movement") > 0),
-        saving=_trace(lambda a: (1 - FUSED_GATHER_KEEP) * _kernel_ms(a, "data_movement")),
-        bottleneck="gpu_bound"),
     CatalogueFix(
         "moe_dispatch", "Avoid the argsort/index_select/index_add round trip: a fused MoE dispatch (grouped GEMM with "
         "the permutation inside, e.g. megablocks-style kernels)", "refactor",

@@ -317,7 +317,7 @@ def data_movement(a: TraceAnalysis) -> Finding | None:
         a, ms, id="data_movement", severity="warning",
         title="Much GPU time moves data rather than computing",
         rule=f"data-movement kernels >= {DATA_MOVEMENT_PCT:g}% of kernel time",
-        evidence=evidence, events=events, fixes=offer(a, "compile_routing", "moe_dispatch", cap_ms=ms),
+        evidence=evidence, events=events, fixes=offer(a, "torch_compile", "moe_dispatch", cap_ms=ms),
     )
 
 
