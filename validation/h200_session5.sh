@@ -9,6 +9,7 @@
 #         3. `ab` of the launch example's --compile with many rounds, pinned where 2 said pinning steadies it.
 #  call2: which part of the CUPTI window costs the launch-bound job (validation/cupti_attach.py); `ab` of the launch
 #         example's --cuda-graphs and of the moe example's --compile with more rounds.
+#  residue (not run yet): validation/cupti_residue.py, the next measurement of docs/validation.md 6e.
 #  call4: the shipped window (synchronization records off by default since call3) paired on the MLP and transformer;
 #         one `gpucheckup run --light` of the launch-bound job end to end.
 #  call3: the window's activity kinds paired (light_paired.py --modes plain,cupti,nosync,kern) on the MLP; the moe
@@ -47,6 +48,10 @@ if [ "$PART" = call1 ]; then
   echo "== 3. launch --compile, many rounds"
   timeout 250 $GC ab --rounds 8 --warmup 20 --measure 100 --json "$OUT/compile-ab.json" -- \
     $P $EX.launch --steps 120 -- $P $EX.launch --steps 120 --compile 2>&1 | tail -4
+elif [ "$PART" = residue ]; then
+  echo "== does the window leave a cost behind after cupti.finalize()? fresh processes, pristine first"
+  PYTHONPATH=/tmp/cupti_site:$PYTHONPATH timeout 280 python3 validation/cupti_residue.py "$OUT/residue.json" \
+    --processes 16 --deadline-s 250 2>&1 | grep -v "USDT\|Warn\|warn" | tail -30
 elif [ "$PART" = call4 ]; then
   echo "== 1. the shipped light window (no synchronization records by default), paired in one process"
   PYTHONPATH=/tmp/cupti_site:$PYTHONPATH timeout 200 python3 validation/light_paired.py "$OUT/light_shipped.json" \
