@@ -3,8 +3,12 @@
 Each step: the DataLoader's __getitem__ sleeps LOAD_S (num_workers=0, so on the main thread), a small MLP
 trains, and `log_metrics` sleeps PY_S in plain Python. The job writes, per step, the wall time spent
 in each phase (time.perf_counter around them) and the step's end in Unix time, to report.json.
+Each sleep is longer by a random part of up to JITTER_S (one period of 100 Hz sampling): with fixed lengths the
+step (~51 ms) is close to a multiple of the sampler's 10 ms, so every step's phase changes fall at the same place
+between two samples and the lateness of each change (up to 10 ms) adds up in one direction instead of averaging out.
 """
 import json
+import random
 import sys
 import time
 
@@ -13,6 +17,8 @@ from torch.utils.data import DataLoader, Dataset
 
 LOAD_S = 0.030
 PY_S = 0.020
+JITTER_S = 0.010
+rng = random.Random(0)
 
 
 class SlowData(Dataset):
@@ -20,12 +26,12 @@ class SlowData(Dataset):
         return 10**6
 
     def __getitem__(self, i):
-        time.sleep(LOAD_S)
+        time.sleep(LOAD_S + rng.uniform(0.0, JITTER_S))
         return torch.randn(32)
 
 
 def log_metrics():
-    time.sleep(PY_S)
+    time.sleep(PY_S + rng.uniform(0.0, JITTER_S))
 
 
 steps = int(sys.argv[1])
