@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import DEMO
+from conftest import DEMO, REPO
 from gpucheckup.analysis import compare
 from gpucheckup.cli import main
 
@@ -83,3 +83,15 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "nope"), str(LAUNCH)]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["compare", str(LAUNCH), str(LAUNCH), "--fail-if-slower", "-1"]) == 2
+
+
+def test_syncs_a_light_window_did_not_record_are_missing_not_zero(tmp_path):
+    """The H200 launch-bound job through the full window's torch.profiler light fallback (runtime calls recorded) and
+    through the CUPTI window (no synchronization records): B's sync figures are missing, not 0 syncs per step."""
+    light = REPO / "tests/data/h200/light"
+    (_, a), (_, b) = _report(light / "launch_bound", tmp_path, "a"), _report(light / "launch_bound_cupti", tmp_path, "b")
+    assert a["sync"]["recorded"] is True and b["sync"]["recorded"] is False
+    rows = {f.key: f for f in compare.compare(a, b).figures}
+    row = rows["sync.count_per_step"]
+    assert row.a == a["sync"]["count_per_step"] and row.b is None and row.beyond_noise
+    assert not any(k.startswith("sync.") and f.b is not None for k, f in rows.items())

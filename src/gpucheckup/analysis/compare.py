@@ -3,7 +3,8 @@ figure side by side, its change, and whether the change is beyond noise.
 
 Definitions (also in docs/metrics.md, "Compare"):
 - figures: every number in the report outside the descriptive parts (SKIP_PREFIXES: paths,
-  times of day, process ids, environment, plot data), by its dotted key.
+  times of day, process ids, environment, plot data), by its dotted key; a check-up that could not
+  record syncs (`sync.recorded` false: a light window without --light-syncs) has no `sync.*` figures.
 - headline: the step time: the run's steady median (`run_figures.steps.steady_median_ms`,
   unprofiled, all steps) when both reports have it, else the median of the second half of the
   unprofiled steps (`run_figures.steps.late_median_ms`: runs whose steps never settle), else the
@@ -96,6 +97,8 @@ def figures(report: dict) -> dict[str, float]:
             out[key] = float(x)
 
     walk(report, "")
+    if isinstance(report.get("sync"), dict) and report["sync"].get("recorded") is False:
+        out = {k: v for k, v in out.items() if not k.startswith("sync.")}  # not recorded, not zero
     return out
 
 
