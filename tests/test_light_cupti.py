@@ -596,3 +596,21 @@ def test_kernels_only_window_counts_other_kinds_as_other(monkeypatch):
                                         bytes=8),
                   types.SimpleNamespace(kind=kinds.CONCURRENT_KERNEL, start=1, end=2, **KERNEL)])
     assert w.other == 1 and [r[0] for r in w.records] == ["kernel"]
+
+
+@pytest.mark.parametrize("block, activities", [
+    ({"backend": cw.BACKEND, "activities": ["CONCURRENT_KERNEL", "SYNCHRONIZATION"]}, ("CONCURRENT_KERNEL", "SYNCHRONIZATION")),
+    ({"activities": ["CONCURRENT_KERNEL"]}, ("CONCURRENT_KERNEL",)),
+    ("not an object", None), ({"activities": "CONCURRENT_KERNEL"}, None), ({"activities": [1, 2]}, None),
+    ({"backend": cw.BACKEND}, None)])
+def test_light_block_read_or_dropped_when_malformed(block, activities, tmp_path):
+    """The reader keeps a well-formed `gpucheckup_light.activities`; a malformed block is dropped (the trace still
+    reads) and the trace is then taken as one that records syncs, as every trace without the block is."""
+    from conftest import write_trace
+    from gpucheckup.trace.reader import read_trace
+
+    ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,
+           "args": {"device": 0, "stream": 7, "correlation": 1}}]
+    t = read_trace(write_trace(tmp_path / "t.json", ev, gpucheckup_light=block))
+    assert t.light_activities == activities
+    assert t.syncs_recorded is (activities is None or "SYNCHRONIZATION" in activities)
