@@ -9,6 +9,7 @@
 #         3. `ab` of the launch example's --compile with many rounds, pinned where 2 said pinning steadies it.
 #  call2: which part of the CUPTI window costs the launch-bound job (validation/cupti_attach.py); `ab` of the launch
 #         example's --cuda-graphs and of the moe example's --compile with more rounds.
+#  x2comm (not run yet; the two-GPU kind): issue 10's last example, the communication overlap fix.
 #  residue (not run yet): validation/cupti_residue.py, the next measurement of docs/validation.md 6e.
 #  call4: the shipped window (synchronization records off by default since call3) paired on the MLP and transformer;
 #         one `gpucheckup run --light` of the launch-bound job end to end.
@@ -48,6 +49,10 @@ if [ "$PART" = call1 ]; then
   echo "== 3. launch --compile, many rounds"
   timeout 250 $GC ab --rounds 8 --warmup 20 --measure 100 --json "$OUT/compile-ab.json" -- \
     $P $EX.launch --steps 120 -- $P $EX.launch --steps 120 --compile 2>&1 | tail -4
+elif [ "$PART" = x2comm ]; then  # the two-GPU kind (run's kind nvidia-h200-x2), NVLink multicast off
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  echo "== the communication example on 2 GPUs: baseline checked up, --ddp (overlap) predicted and measured with ab"
+  timeout 560 python3 validation/whatif_h200.py "$OUT/comm" --only comm --gpus 2 --rounds 5 2>&1 | tail -20
 elif [ "$PART" = residue ]; then
   echo "== does the window leave a cost behind after cupti.finalize()? fresh processes, pristine first"
   PYTHONPATH=/tmp/cupti_site:$PYTHONPATH timeout 280 python3 validation/cupti_residue.py "$OUT/residue.json" \
