@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import (
@@ -19,8 +18,7 @@ from gpucheckup.trace.ncu_csv import NcuLaunch
 from gpucheckup.trace.tables import Trace
 
 
-@dataclass
-class TraceAnalysis:
+class TraceAnalysis(msgspec.Struct):
     """The figures of one trace, each from its own analysis module."""
 
     trace: Trace

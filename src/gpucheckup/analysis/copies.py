@@ -20,8 +20,8 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
@@ -46,8 +46,7 @@ def parse_copy_name(name: str) -> tuple[str, str, str]:
     return "other", "?", "?"
 
 
-@dataclass
-class DirectionStats:
+class DirectionStats(msgspec.Struct):
     """Copies of one direction (HtoD, DtoH, ...)."""
 
     count: int = 0
@@ -58,8 +57,7 @@ class DirectionStats:
     mb: float = 0.0
 
 
-@dataclass
-class CopyStats:
+class CopyStats(msgspec.Struct):
     """Copy figures of the analysis window (the report's `copies`)."""
 
     count: int

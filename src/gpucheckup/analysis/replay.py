@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls, launches
@@ -80,8 +80,7 @@ NO_DEP = -1e18  # a latency or gap that never binds
 PROFILER_EVENT_LAUNCHES = 0.70
 
 
-@dataclass
-class Graph:
+class Graph(msgspec.Struct):
     """The dependency graph of one trace (see the module docstring); arrays indexed by node or GPU op."""
 
     trace: Trace
@@ -113,14 +112,15 @@ class Graph:
     host_scale: float = 1.0
     typical_lat: float = 0.0
     typical_gap: float = 0.0
-    notes: list = field(default_factory=list)
-    order_cache: object = field(default=None, repr=False, compare=False)  # replay's _Order, checked against the arrays
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # facts of the (shared) trace, kept by copies
+    notes: list = msgspec.field(default_factory=list)
+    order_cache: object = None  # replay's _Order, checked against the arrays
+    memo: dict = msgspec.field(default_factory=dict)  # facts of the (shared) trace, kept by copies
 
     def copy(self) -> "Graph":
         """An independent copy for a transformation to edit (the trace is shared)."""
         g = copy.copy(self)
-        for k, v in self.__dict__.items():
+        for k in self.__struct_fields__:
+            v = getattr(self, k)
             if isinstance(v, np.ndarray):
                 setattr(g, k, v.copy())
         g.h_await = list(self.h_await)
@@ -129,8 +129,7 @@ class Graph:
         return g
 
 
-@dataclass
-class Replayed:
+class Replayed(msgspec.Struct):
     """Step windows of one replay, in microseconds."""
 
     start: np.ndarray
@@ -376,8 +375,7 @@ def replay(g: Graph) -> Replayed:
     return _windows(g, node_start, node_end, op_start, op_end)
 
 
-@dataclass
-class _Order:
+class _Order(msgspec.Struct):
     """What replay() walks, from the graph's structure alone (g_prev, g_launch, g_dep and the node count)."""
 
     key: tuple  # copies of the arrays it was built from, and the node count
@@ -443,8 +441,7 @@ def _windows(g: Graph, ns, ne, os_, oe) -> Replayed:
     return Replayed(start, end, he, ge, ns, ne, os_, oe)
 
 
-@dataclass
-class Calibration:
+class Calibration(msgspec.Struct):
     """The profiler-overhead correction of a graph's host time."""
 
     host_scale: float

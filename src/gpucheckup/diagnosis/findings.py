@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import msgspec
+
 VERDICT_TITLES = {
     "input_bound": "Input-bound: the GPU waits for the DataLoader",
     "launch_bound": "Launch-bound: the CPU cannot issue kernels fast enough",
@@ -74,15 +76,14 @@ class Finding:
         return d
 
 
-@dataclass
-class Diagnosis:
+class Diagnosis(msgspec.Struct):
     """The primary verdict, the findings that support or qualify it, and notes on data quality."""
 
     primary: str  # a key of VERDICT_TITLES
     reason: str
     scores: dict[str, float]  # percent of step time each bound explains
     findings: list[Finding]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def title(self) -> str:

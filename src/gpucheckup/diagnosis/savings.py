@@ -15,7 +15,9 @@ Definitions (also in docs/metrics.md, "What-if"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from gpucheckup.analysis import replay, whatif
 from gpucheckup.analysis.checkup import TraceAnalysis
@@ -36,11 +38,10 @@ class FixPrediction:
     saving_pct: float  # of the report's step time
 
 
-@dataclass
-class Predictions:
+class Predictions(msgspec.Struct):
     """Every applicable fix's prediction by catalogue key; `note` says why there are none when so."""
 
-    by_key: dict[str, FixPrediction] = field(default_factory=dict)
+    by_key: dict[str, FixPrediction] = msgspec.field(default_factory=dict)
     note: str = ""
     host_scale: float = 1.0  # the profiler-overhead calibration applied to host time (replay.calibrate)
 
