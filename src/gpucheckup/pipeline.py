@@ -36,7 +36,6 @@ from gpucheckup.report.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
-from gpucheckup.trace.ncu_csv import read_ncu_csv
 from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
 
 if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
@@ -116,7 +115,7 @@ def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tup
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
         inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
-    return inputs, (read_ncu_csv(ncu_csv) if ncu_csv else None)
+    return inputs, _ncu_launches(ncu_csv)
 
 
 def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | None, jobs: int | None,
@@ -243,7 +242,7 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
         inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
-    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+    ncu = _ncu_launches(ncu_csv)
     results, skipped = [], []
     console = console or Console(stderr=True)
     with progress_bar(console) as progress:  # drawn on a terminal only
@@ -298,7 +297,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
         inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
-    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+    ncu = _ncu_launches(ncu_csv)
     run = read_run(path)
     ra = analyze_run(run)
     st = ra.steps or {}
@@ -423,3 +422,12 @@ def _note_stragglers(results: list[Checkup]) -> None:
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
             c.report["notes"].append(note)
+
+
+def _ncu_launches(ncu_csv: Path | None) -> list | None:
+    """The launches of an Nsight Compute CSV (--ncu), or None when none was given (trace/ncu_csv.py, imported then)."""
+    if not ncu_csv:
+        return None
+    from gpucheckup.trace.ncu_csv import read_ncu_csv
+
+    return read_ncu_csv(ncu_csv)

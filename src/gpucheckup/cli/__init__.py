@@ -69,8 +69,9 @@ def _exit_now(rc: int) -> None:
     """End the process with status rc after the atexit handlers and a flush of stdout and stderr, skipping the
     interpreter's teardown (freeing every module and object: ~3% of a 1 MB check-up, docs/performance.md). Only
     where this thread is the last one (else the interpreter's exit joins the others); a flush that fails (the
-    reader of stdout went away) leaves the exit to the interpreter, as before."""
-    if threading.active_count() > 1:
+    reader of stdout went away) leaves the exit to the interpreter, as before; so does a profiler or tracer
+    (cProfile, coverage), which writes its results after the program returns."""
+    if threading.active_count() > 1 or sys.getprofile() is not None or sys.gettrace() is not None:
         return
     atexit._run_exitfuncs()
     try:

@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace import child, chunks, parallel, schema
+from gpucheckup.trace import chunks, parallel, schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
@@ -547,6 +547,8 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
     size = json_bytes(path)
     if size < SPLIT_BYTES or parallel.cores() < 2 or parallel.idle_cores() < SPLIT_IDLE_CORES:
         return None
+    from gpucheckup.trace import child  # the fork and the pipe: only for a split read
+
     at = int(size * SPLIT_AT)
     first = child.start(functools.partial(_first_part, path, at))
     if first is None:
