@@ -15,8 +15,6 @@ Definitions (also in docs/metrics.md, "What-if"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
 from gpucheckup.analysis import replay, whatif
@@ -27,8 +25,7 @@ NO_EDIT = "not replayed: no graph edit models this fix"
 NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
 
 
-@dataclass
-class FixPrediction:
+class FixPrediction(msgspec.Struct):
     """One fix's predicted step time and saving, in the report's step time, and the edit that made it."""
 
     transform: str  # the analysis/whatif.py TRANSFORMS key

@@ -30,7 +30,6 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 
 from msgspec.structs import asdict as fields_of  # the analyses' result records (msgspec Structs), one level
 
@@ -126,7 +125,7 @@ def fix_dicts(d: Diagnosis) -> list[dict]:
     and its replayed prediction (diagnosis/savings.py; null, with `predicted_note` saying why, when none)."""
     return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "key": f.key,
              "reason": f.reason, "finding": fd.id,
-             "predicted": asdict(f.predicted) if f.predicted is not None else None,
+             "predicted": fields_of(f.predicted) if f.predicted is not None else None,
              "predicted_note": None if f.predicted is not None else _not_replayed(f.key)}
             for f, fd in d.ranked_fixes()]
 
