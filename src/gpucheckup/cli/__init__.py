@@ -89,6 +89,7 @@ def _load_libraries() -> None:
     was_on = gc.isenabled()
     gc.disable()
     try:
+        _keep_freed_memory()
         _import_numpy_single_threaded()
         import rich.console  # noqa: F401
     finally:
@@ -100,6 +101,34 @@ def _load_libraries() -> None:
 
 
 _frozen: list[bool] = []  # gc.freeze() done in this process (main() runs many times in a test session)
+
+
+# glibc's malloc (mallopt): blocks under MMAP_THRESHOLD come from the heap, where freed memory is kept (up to
+# TRIM_THRESHOLD at its top) and the heap grows TOP_PAD at a time. By default a block over ~128 KiB (a chunk of JSON,
+# its columns) is mapped and unmapped each time, so every page of the next one faults again: 15.0k -> 11.5k page
+# faults of a 1 MB check-up, ~3-4% of its time on this VM; at 16x (3.4M events) the same faults and peak within 2%
+# (larger settings, 32 MiB and 1 GiB: -20% faults there but +11% peak RSS). docs/performance.md.
+MALLOC_OPTIONS = {-3: 8 << 20, -1: 64 << 20, -2: 8 << 20}  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD
+
+
+def _keep_freed_memory() -> None:
+    """Set MALLOC_OPTIONS where the C library is glibc (nothing elsewhere, nor where MALLOC_* variables set them)."""
+    if _malloc_tuned or sys.platform != "linux" or any(k.startswith("MALLOC_") for k in os.environ):
+        return
+    _malloc_tuned.append(True)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return
+        for param, value in MALLOC_OPTIONS.items():
+            libc.mallopt(param, value)
+    except (OSError, AttributeError):
+        pass
+
+
+_malloc_tuned: list[bool] = []
 
 
 def _import_numpy_single_threaded() -> None:
