@@ -445,17 +445,36 @@ class Calibration(msgspec.Struct):
     """The profiler-overhead correction of a graph's host time."""
 
     host_scale: float
-    traced_ms: float  # median replayed step at scale 1 (= the trace's)
+    traced: float | None  # median replayed step at scale 1 (= the trace's); None: not replayed yet (traced_ms)
     unprofiled_ms: float | None
     replayed_ms: float  # median replayed step at host_scale
     applied: bool  # host_scale from the unprofiled step
     how: str = "none"  # "unprofiled step", "per event" (PROFILER_EVENT_LAUNCHES), or "none" (host as traced)
+    graph: Graph | None = None  # where `traced` is None: the graph it is replayed from when asked for
+
+    @property
+    def traced_ms(self) -> float:
+        """The median replayed step at scale 1 (= the trace's); the per-event calibration, which does not need it,
+        leaves it to be replayed here when asked for."""
+        if self.traced is None:
+            g, k = self.graph, self.graph.host_scale
+            g.host_scale = 1.0
+            try:
+                self.traced = replay(g).median_ms
+            finally:
+                g.host_scale = k
+        return self.traced
 
 
 def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
     """Scale the graph's host time so the replay matches the unprofiled step, or by the profiler's per-event cost
     when that step is unknown or the trace is within MIN_INFLATION_PCT of it (see the module docstring)."""
     g.host_scale = 1.0
+    per_event = g.steps.marked and not unprofiled_step_ms  # the trace's own replayed step decides nothing then
+    k_event = event_scale(g) if per_event else None
+    if per_event and k_event < 1.0:
+        g.host_scale = k_event
+        return Calibration(k_event, None, unprofiled_step_ms, replay(g).median_ms, False, "per event", g)
     traced = replay(g).median_ms
     if not g.steps.marked:  # one window over several steps: not comparable
         return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
@@ -465,7 +484,7 @@ def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
         return replay(g).median_ms
 
     if not unprofiled_step_ms or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT:
-        k = event_scale(g)
+        k = k_event if per_event else event_scale(g)
         if k >= 1.0:
             g.host_scale = 1.0
             return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
