@@ -60,6 +60,7 @@ import numpy as np
 
 from gpucheckup.analysis import host_calls, launches
 from gpucheckup.analysis.distinct import median, unique
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.analysis.steps import Steps, find_steps
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
@@ -256,13 +257,11 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
     host = trace.host
     ops = np.flatnonzero(host.cat == CPU_OP)
     launch_t = {}
-    for k in set(zip(host.pid[lr[lr >= 0]].tolist(), host.tid[lr[lr >= 0]].tolist())):
-        rows = lr[lr >= 0]
-        rows = rows[(host.pid[rows] == k[0]) & (host.tid[rows] == k[1])]
-        launch_t[k] = np.sort(host.start[rows])
-    intervals = []
-    for k in set(zip(host.pid[ops].tolist(), host.tid[ops].tolist())):
-        rows = ops[(host.pid[ops] == k[0]) & (host.tid[ops] == k[1])]
+    for rows in _by_thread(host, lr[lr >= 0]):
+        launch_t[(int(host.pid[rows[0]]), int(host.tid[rows[0]]))] = np.sort(host.start[rows])
+    intervals = []  # per thread, in any order: the merge below does not depend on it
+    for rows in _by_thread(host, ops):
+        k = (int(host.pid[rows[0]]), int(host.tid[rows[0]]))
         rows = rows[np.lexsort((-host.end[rows], host.start[rows]))]
         s, e = host.start[rows], host.end[rows]
         run_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
@@ -287,6 +286,11 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
         return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0.0)
 
     return np.maximum(covered(start) - covered(np.minimum(frontier, start)), 0.0)
+
+
+def _by_thread(host, rows: np.ndarray) -> list[np.ndarray]:
+    """The rows of each thread (pid, tid), in increasing order within each (one sort, not a mask per thread)."""
+    return [rows[i] for i in by_key(pair_ids(host.pid[rows], host.tid[rows])).values()]
 
 
 def replay(g: Graph) -> Replayed:
