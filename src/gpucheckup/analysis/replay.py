@@ -419,11 +419,12 @@ def _order(g: Graph) -> _Order:
         j = launch[o]
         if j < 0:
             continue
-        seq = after[j] if after[j] is not None else []
-        for f in [stream_of[o]] + waiting_on.get(o, []):
+        seq = after[j]
+        if seq is None:
+            seq = after[j] = []
+        for f in (stream_of[o], *waiting_on[o]) if o in waiting_on else (stream_of[o],):
             if not seq or seq[-1] != f:  # advancing a stream twice in a row: the second finds nothing new
                 seq.append(f)
-        after[j] = seq
     c = _Order((g.g_prev.copy(), g.g_launch.copy(), g.g_dep.copy(), n), chains, stream_of, after)
     g.order_cache = c
     return c
