@@ -3,11 +3,9 @@ and writes every check-up. Importing it imports the standard library only (`gpuc
 
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import sys
-import threading
 
 from gpucheckup.cli.parser import build_parser
 from gpucheckup.errors import CheckupError, say
@@ -71,6 +69,9 @@ def _exit_now(rc: int) -> None:
     where this thread is the last one (else the interpreter's exit joins the others); a flush that fails (the
     reader of stdout went away) leaves the exit to the interpreter, as before; so does a profiler or tracer
     (cProfile, coverage), which writes its results after the program returns."""
+    import atexit
+    import threading  # imported by then (rich); not at the top, where `--help` would pay for it
+
     if threading.active_count() > 1 or sys.getprofile() is not None or sys.gettrace() is not None:
         return
     atexit._run_exitfuncs()
