@@ -19,6 +19,7 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import msgspec
@@ -35,6 +36,7 @@ HEALTHY_OVERLAP_PCT = 80.0
 COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
 
 
+@functools.lru_cache(maxsize=1 << 12)  # asked per copy row, of a few distinct names
 def parse_copy_name(name: str) -> tuple[str, str, str]:
     """(direction, source kind, destination kind) from a Kineto memcpy name."""
     m = COPY_NAME.search(name)
