@@ -50,7 +50,8 @@ if n >= 8:
     terminal.render(report, Console(file=io.StringIO(), width=80, highlight=False))
 """
 STAGES = ["interpreter start-up", "command line (import, parse)", "numpy and rich", "our modules",
-          "read the trace", "analyses", "replayed savings", "diagnosis and report dict", "terminal report"]
+          "read the trace", "analyses", "replay: graph and calibration",
+          "diagnosis (the offered fixes' edits replayed) and report dict", "terminal report"]
 
 
 def instructions(cmd: list[str], env: dict) -> int:

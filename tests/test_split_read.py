@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -29,10 +30,10 @@ def assert_same(a, b, where: str = "trace") -> None:
     if isinstance(a, RawColumn):
         assert type(a.data) is type(b.data) and a.data == b.data, where
         assert a.offsets.dtype == b.offsets.dtype and np.array_equal(a.offsets, b.offsets), where
-    elif dataclasses.is_dataclass(a):
+    elif dataclasses.is_dataclass(a) or isinstance(a, msgspec.Struct):  # the tables are msgspec Structs
         assert type(a) is type(b), where
-        for f in dataclasses.fields(a):
-            assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+        for f in a.__struct_fields__ if isinstance(a, msgspec.Struct) else [f.name for f in dataclasses.fields(a)]:
+            assert_same(getattr(a, f), getattr(b, f), f"{where}.{f}")
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), where
     elif isinstance(a, (list, tuple)):

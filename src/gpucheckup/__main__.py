@@ -1,3 +1,3 @@
-from gpucheckup.cli import main
+from gpucheckup.cli import entry
 
-raise SystemExit(main())
+entry()

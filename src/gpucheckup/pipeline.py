@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 
 from gpucheckup import layout
-from gpucheckup.analysis.cpu_profile import CpuProfile, cpu_profile
 from gpucheckup.analysis.checkup import TraceAnalysis, analyze
 from gpucheckup.analysis.mfu import MfuInputs
 from gpucheckup.diagnosis import Diagnosis, diagnose, savings
@@ -37,10 +36,10 @@ from gpucheckup.report.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
-from gpucheckup.trace.ncu_csv import read_ncu_csv
 from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
 
-if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level or cross-rank modules
+if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
+    from gpucheckup.analysis.cpu_profile import CpuProfile
     from gpucheckup.analysis.run import RunAnalysis
     from gpucheckup.diagnosis.coarse import CoarseVerdict
     from gpucheckup.ranks_checkup import JobCheckup
@@ -48,8 +47,7 @@ if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level or 
 STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fastest is a straggler
 
 
-@dataclass
-class Checkup:
+class Checkup(msgspec.Struct):
     """One trace's analysis, diagnosis and report dict."""
 
     analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
@@ -58,16 +56,14 @@ class Checkup:
     ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
 
 
-@dataclass
-class CpuCheckup:
+class CpuCheckup(msgspec.Struct):
     """The CPU-side check-up of a trace without device activity, and its report dict."""
 
     profile: CpuProfile
     report: dict
 
 
-@dataclass
-class RunCheckup:
+class RunCheckup(msgspec.Struct):
     """A run directory's run-level analysis and findings, and its report when there is no GPU timeline."""
 
     run: RunDir
@@ -78,15 +74,14 @@ class RunCheckup:
     report: dict | None = None  # the run-only report when there is no GPU timeline
 
 
-@dataclass
-class Checkups:
+class Checkups(msgspec.Struct):
     """What one path checks up to: a check-up per trace (in rank order) and, for a run directory, its run part."""
 
     path: Path
-    checkups: list[Checkup] = field(default_factory=list)
+    checkups: list[Checkup] = msgspec.field(default_factory=list)
     run: RunCheckup | None = None
     job: JobCheckup | None = None  # several ranks with collectives: the cross-rank check-up (ranks_checkup.py)
-    cpu: list[CpuCheckup] = field(default_factory=list)  # traces without device activity: CPU-side check-ups
+    cpu: list[CpuCheckup] = msgspec.field(default_factory=list)  # traces without device activity: CPU-side check-ups
 
     def reports(self) -> list[dict]:
         """The report dicts: one per checked-up trace (GPU ones; else the CPU-side ones), or the run-only one."""
@@ -119,8 +114,8 @@ def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tup
     """The MFU inputs (FLOPs per step from the agent's flops.json unless given) and the Nsight Compute rows."""
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
-        inputs = replace(inputs, agent_flops=agent_flops(path))
-    return inputs, (read_ncu_csv(ncu_csv) if ncu_csv else None)
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    return inputs, _ncu_launches(ncu_csv)
 
 
 def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | None, jobs: int | None,
@@ -187,7 +182,7 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
         return inputs
     name = inputs.gpu or (trace.devices[0].name if trace.devices else "")
     found = ceilings.find_for(name) if name else None
-    return replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
+    return msgspec.structs.replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
 
 
 def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=(),
@@ -211,6 +206,7 @@ def _rank_table(a: TraceAnalysis):
 def cpu_checkup(trace) -> CpuCheckup:
     """The CPU-side check-up of a trace without device activity; CheckupError when it has no CPU operators
     either (nothing to check up)."""
+    from gpucheckup.analysis.cpu_profile import cpu_profile
     from gpucheckup.report.cpu_model import cpu_dict
 
     p = cpu_profile(trace)
@@ -245,8 +241,8 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     files = trace_paths(path)
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
-        inputs = replace(inputs, agent_flops=agent_flops(path))
-    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    ncu = _ncu_launches(ncu_csv)
     results, skipped = [], []
     console = console or Console(stderr=True)
     with progress_bar(console) as progress:  # drawn on a terminal only
@@ -300,17 +296,17 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
-        inputs = replace(inputs, agent_flops=agent_flops(path))
-    ncu = read_ncu_csv(ncu_csv) if ncu_csv else None
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    ncu = _ncu_launches(ncu_csv)
     run = read_run(path)
     ra = analyze_run(run)
     st = ra.steps or {}
     if inputs.unprofiled_step_ms is None and st.get("unprofiled_ms") and st.get("profiled_median_ms"):
         steps_file = layout.steps_file(ra.steps_key)
         first, last = st["unprofiled_steps"]
-        inputs = replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
-                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steps {first}-{last} "
-                                         f"({st['unprofiled_basis']}; {ra.steps_key})")
+        inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
+                                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steps "
+                                                         f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
     if run.samples is not None:
@@ -327,6 +323,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
                               "or memsets): its CPU side and the run-level figures are checked up")
+            from gpucheckup.analysis.cpu_profile import cpu_profile
+
             if cpu_profile(trace) is not None:
                 out.cpu.append(cpu_checkup(trace))
             continue
@@ -424,3 +422,12 @@ def _note_stragglers(results: list[Checkup]) -> None:
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
             c.report["notes"].append(note)
+
+
+def _ncu_launches(ncu_csv: Path | None) -> list | None:
+    """The launches of an Nsight Compute CSV (--ncu), or None when none was given (trace/ncu_csv.py, imported then)."""
+    if not ncu_csv:
+        return None
+    from gpucheckup.trace.ncu_csv import read_ncu_csv
+
+    return read_ncu_csv(ncu_csv)

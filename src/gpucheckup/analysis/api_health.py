@@ -14,8 +14,8 @@ Definitions (also in docs/metrics.md).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls
@@ -28,8 +28,7 @@ SLOW_FLOOR_US = 50.0
 MAX_LISTED = 10
 
 
-@dataclass
-class CallStats:
+class CallStats(msgspec.Struct):
     """One CUDA API call name: how often, how long typically, in total."""
 
     count: int
@@ -37,8 +36,7 @@ class CallStats:
     total_ms: float
 
 
-@dataclass
-class SlowCall:
+class SlowCall(msgspec.Struct):
     """One call far slower than its typical duration."""
 
     call: str
@@ -48,8 +46,7 @@ class SlowCall:
     t_us: float
 
 
-@dataclass
-class Contention:
+class Contention(msgspec.Struct):
     """Slow calls of one name on one thread that overlapped an allocation on another thread."""
 
     call: str
@@ -61,14 +58,13 @@ class Contention:
     typical_us: float
 
 
-@dataclass
-class ApiHealth:
+class ApiHealth(msgspec.Struct):
     """The report's `cuda_api` figures (calls stay internal)."""
 
-    calls: dict[str, CallStats] = field(default_factory=dict)
+    calls: dict[str, CallStats] = msgspec.field(default_factory=dict)
     slow_count: int = 0
-    slow: list[SlowCall] = field(default_factory=list)
-    contention: list[Contention] = field(default_factory=list)
+    slow: list[SlowCall] = msgspec.field(default_factory=list)
+    contention: list[Contention] = msgspec.field(default_factory=list)
 
 
 def api_health(trace: Trace, launch_rows: np.ndarray) -> ApiHealth:

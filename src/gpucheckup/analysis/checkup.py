@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import (
     api_health, communication, copies, dataloader, gap_causes, kernels, launches, steps, syncs,
 )
-from gpucheckup.analysis import gemm_dtype, mfu, ncu_bounds, profiler_overhead, roofline, shape_flops
+from gpucheckup.analysis import gemm_dtype, mfu, profiler_overhead, roofline, shape_flops
 from gpucheckup.analysis import timeline as tl
 from gpucheckup.analysis.collectives import collective_calls
 from gpucheckup.analysis import window as win
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
-from gpucheckup.trace.ncu_csv import NcuLaunch
 from gpucheckup.trace.tables import Trace
 
+if TYPE_CHECKING:  # Nsight Compute's bounds: imported only for a check-up given its CSV (--ncu)
+    from gpucheckup.analysis import ncu_bounds
+    from gpucheckup.trace.ncu_csv import NcuLaunch
 
-@dataclass
-class TraceAnalysis:
+
+class TraceAnalysis(msgspec.Struct):
     """The figures of one trace, each from its own analysis module."""
 
     trace: Trace
@@ -108,7 +111,14 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         communication=communication.comm_stats(trace, st, kstats, w),
         mfu=mfu_fig,
         roofline=roofline.roofline(shapes, gpu, st.count),
-        ncu=ncu_bounds.ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
+        ncu=_ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
         profiler=prof,
         window=w,
     )
+
+
+def _ncu_bounds(ncu: list[NcuLaunch], kstats: kernels.KernelStats, path: str) -> ncu_bounds.NcuBounds:
+    """Nsight Compute's bounds of the kernels (analysis/ncu_bounds.py, imported when a CSV was given)."""
+    from gpucheckup.analysis import ncu_bounds
+
+    return ncu_bounds.ncu_bounds(ncu, kstats, path)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.kernels import categorize
@@ -37,8 +37,7 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "
 GLOO_ANNOTATION = re.compile(r"^gloo:(\w+)$")
 
 
-@dataclass
-class Calls:
+class Calls(msgspec.Struct):
     """One rank's collective calls, in issue order; times on this trace's clock (us)."""
 
     keys: list[tuple]  # (pg, collective, step label, index within step and pg)

@@ -11,7 +11,7 @@ Definitions (also in docs/metrics.md). Counted: kernels of category `communicati
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
@@ -23,8 +23,7 @@ from gpucheckup.trace.tables import Trace
 COMM = CATEGORIES.index("communication")
 
 
-@dataclass
-class CommStats:
+class CommStats(msgspec.Struct):
     """Communication kernel time and its overlap with compute (the report's `communication`)."""
 
     present: bool

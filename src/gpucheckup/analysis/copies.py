@@ -19,9 +19,10 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
@@ -35,6 +36,7 @@ HEALTHY_OVERLAP_PCT = 80.0
 COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
 
 
+@functools.lru_cache(maxsize=1 << 12)  # asked per copy row, of a few distinct names
 def parse_copy_name(name: str) -> tuple[str, str, str]:
     """(direction, source kind, destination kind) from a Kineto memcpy name."""
     m = COPY_NAME.search(name)
@@ -46,8 +48,7 @@ def parse_copy_name(name: str) -> tuple[str, str, str]:
     return "other", "?", "?"
 
 
-@dataclass
-class DirectionStats:
+class DirectionStats(msgspec.Struct):
     """Copies of one direction (HtoD, DtoH, ...)."""
 
     count: int = 0
@@ -58,8 +59,7 @@ class DirectionStats:
     mb: float = 0.0
 
 
-@dataclass
-class CopyStats:
+class CopyStats(msgspec.Struct):
     """Copy figures of the analysis window (the report's `copies`)."""
 
     count: int

@@ -10,8 +10,7 @@ behind compute entirely (num_workers, prefetching).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls
@@ -22,8 +21,7 @@ from gpucheckup.analysis.window import Window
 from gpucheckup.trace.tables import Trace
 
 
-@dataclass
-class DataLoaderStats:
+class DataLoaderStats(msgspec.Struct):
     """Time in DataLoader `__next__` (the report's `dataloader`)."""
 
     present: bool

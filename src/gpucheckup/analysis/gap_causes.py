@@ -19,8 +19,7 @@ Host categories come from `host_calls`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls
@@ -45,8 +44,7 @@ CAUSE_TITLES = {
 }
 
 
-@dataclass
-class GapCauses:
+class GapCauses(msgspec.Struct):
     """Per gap, microseconds attributed to each cause (columns in CAUSES order)."""
 
     time: np.ndarray  # shape (n_gaps, len(CAUSES))
@@ -168,8 +166,7 @@ def _main_thread(trace: Trace, launch_rows: np.ndarray) -> tuple[int, int]:
     return int(best[0]), int(best[1])
 
 
-@dataclass
-class GapSummary:
+class GapSummary(msgspec.Struct):
     """Idle time per cause (the report's `gaps` figures); `traced` keeps the uncorrected ones when the
     profiler-overhead correction applied."""
 

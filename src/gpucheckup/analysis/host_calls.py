@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.copies import is_pageable
@@ -175,14 +175,13 @@ def user_frames_during(trace: Trace, pid, tid, t0, t1) -> list[str | None]:
 MAX_SEARCHED_FRAMES = 1024  # frames outside a nested call tree searched one by one; more: the stack walk
 
 
-@dataclass
-class _Frames:
+class _Frames(msgspec.Struct):
     """What the frame lookups keep per trace: its Python frame rows by thread (pid, tid), which names are
     frames inside torch, and each thread's call tree once built."""
 
     by_thread: dict[tuple[int, int], np.ndarray]
     library: np.ndarray
-    trees: dict[tuple[int, int], tuple | None] = field(default_factory=dict)
+    trees: dict[tuple[int, int], tuple | None] = msgspec.field(default_factory=dict)
 
 
 _CACHE: dict[int, _Frames] = {}  # id of a trace's host table -> its frames; dropped with the table

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile
@@ -139,8 +139,7 @@ def data_movement_family(name: str) -> str:
     return "other"
 
 
-@dataclass
-class KernelStats:
+class KernelStats(msgspec.Struct):
     """Everything `kernel_stats` computes; `to_dict` gives the report's view."""
 
     count: int

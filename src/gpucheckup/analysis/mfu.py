@@ -24,7 +24,7 @@ Definitions (also in docs/mfu.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpucheckup.analysis.shape_flops import FlopCount
 from gpucheckup.hardware import ceilings as ceil
@@ -34,8 +34,7 @@ TENSOR_DTYPES = ("bf16", "fp16", "fp8")  # MFU is measured against the peak of t
 HEALTHY_BANDS_PCT = {"dense_pretraining": (35.0, 50.0), "moe_fp8": (20.0, 32.0)}
 
 
-@dataclass
-class MfuInputs:
+class MfuInputs(msgspec.Struct):
     """What the user or the capture agent told us; everything optional."""
 
     flops_per_step: float | None = None
@@ -112,8 +111,7 @@ def assess(pct: float | None) -> str | None:
     return f"above the dense pre-training band (> {hi_dense:g}%)"
 
 
-@dataclass
-class MfuFigures:
+class MfuFigures(msgspec.Struct):
     """The report's `mfu` block: FLOPs, achieved TFLOP/s, peaks, MFU, bands; None with a reason."""
 
     flops_per_step: float | None

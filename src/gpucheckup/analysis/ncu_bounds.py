@@ -25,8 +25,8 @@ Definitions (also in docs/mfu.md):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.kernels import KernelStats, kernel_label
@@ -134,8 +134,7 @@ def match_names(ncu_names: list[str], kstats: KernelStats) -> dict[str, str | No
     return out
 
 
-@dataclass
-class NcuBounds:
+class NcuBounds(msgspec.Struct):
     """The report's `ncu` block; kernels, top and per_launch are its table rows."""
 
     path: str

@@ -36,8 +36,7 @@ trace is taken as it is. Everything else (kernels, copies, syncs counts) stays a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
@@ -50,8 +49,7 @@ from gpucheckup.trace.tables import KERNEL, Trace
 MIN_INFLATION_PCT = 5.0
 
 
-@dataclass
-class ProfilerCorrection:
+class ProfilerCorrection(msgspec.Struct):
     """The figures of the profiler-overhead correction (the report's `profiler`)."""
 
     source: str
@@ -126,5 +124,6 @@ def corrected_gaps(gaps: GapSummary, corr: ProfilerCorrection) -> GapSummary:
     f = corr.host_idle_factor
     step = corr.unprofiled_step_ms
     per_step = {c: v * f for c, v in gaps.per_step_ms.items()}
-    return replace(gaps, per_step_ms=per_step, pct_of_step={c: 100 * v / step for c, v in per_step.items()},
-                   traced={"per_step_ms": gaps.per_step_ms, "pct_of_step": gaps.pct_of_step})
+    return msgspec.structs.replace(gaps, per_step_ms=per_step,
+                                   pct_of_step={c: 100 * v / step for c, v in per_step.items()},
+                                   traced={"per_step_ms": gaps.per_step_ms, "pct_of_step": gaps.pct_of_step})

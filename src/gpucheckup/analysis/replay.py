@@ -54,12 +54,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import host_calls, launches
 from gpucheckup.analysis.distinct import median, unique
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.analysis.steps import Steps, find_steps
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, RUNTIME, Trace
@@ -80,8 +81,7 @@ NO_DEP = -1e18  # a latency or gap that never binds
 PROFILER_EVENT_LAUNCHES = 0.70
 
 
-@dataclass
-class Graph:
+class Graph(msgspec.Struct):
     """The dependency graph of one trace (see the module docstring); arrays indexed by node or GPU op."""
 
     trace: Trace
@@ -113,14 +113,15 @@ class Graph:
     host_scale: float = 1.0
     typical_lat: float = 0.0
     typical_gap: float = 0.0
-    notes: list = field(default_factory=list)
-    order_cache: object = field(default=None, repr=False, compare=False)  # replay's _Order, checked against the arrays
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # facts of the (shared) trace, kept by copies
+    notes: list = msgspec.field(default_factory=list)
+    order_cache: object = None  # replay's _Order, checked against the arrays
+    memo: dict = msgspec.field(default_factory=dict)  # facts of the (shared) trace, kept by copies
 
     def copy(self) -> "Graph":
         """An independent copy for a transformation to edit (the trace is shared)."""
         g = copy.copy(self)
-        for k, v in self.__dict__.items():
+        for k in self.__struct_fields__:
+            v = getattr(self, k)
             if isinstance(v, np.ndarray):
                 setattr(g, k, v.copy())
         g.h_await = list(self.h_await)
@@ -129,8 +130,7 @@ class Graph:
         return g
 
 
-@dataclass
-class Replayed:
+class Replayed(msgspec.Struct):
     """Step windows of one replay, in microseconds."""
 
     start: np.ndarray
@@ -257,13 +257,11 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
     host = trace.host
     ops = np.flatnonzero(host.cat == CPU_OP)
     launch_t = {}
-    for k in set(zip(host.pid[lr[lr >= 0]].tolist(), host.tid[lr[lr >= 0]].tolist())):
-        rows = lr[lr >= 0]
-        rows = rows[(host.pid[rows] == k[0]) & (host.tid[rows] == k[1])]
-        launch_t[k] = np.sort(host.start[rows])
-    intervals = []
-    for k in set(zip(host.pid[ops].tolist(), host.tid[ops].tolist())):
-        rows = ops[(host.pid[ops] == k[0]) & (host.tid[ops] == k[1])]
+    for rows in _by_thread(host, lr[lr >= 0]):
+        launch_t[(int(host.pid[rows[0]]), int(host.tid[rows[0]]))] = np.sort(host.start[rows])
+    intervals = []  # per thread, in any order: the merge below does not depend on it
+    for rows in _by_thread(host, ops):
+        k = (int(host.pid[rows[0]]), int(host.tid[rows[0]]))
         rows = rows[np.lexsort((-host.end[rows], host.start[rows]))]
         s, e = host.start[rows], host.end[rows]
         run_end = np.concatenate(([-np.inf], np.maximum.accumulate(e)[:-1]))
@@ -288,6 +286,11 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
         return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0.0)
 
     return np.maximum(covered(start) - covered(np.minimum(frontier, start)), 0.0)
+
+
+def _by_thread(host, rows: np.ndarray) -> list[np.ndarray]:
+    """The rows of each thread (pid, tid), in increasing order within each (one sort, not a mask per thread)."""
+    return [rows[i] for i in by_key(pair_ids(host.pid[rows], host.tid[rows])).values()]
 
 
 def replay(g: Graph) -> Replayed:
@@ -376,8 +379,7 @@ def replay(g: Graph) -> Replayed:
     return _windows(g, node_start, node_end, op_start, op_end)
 
 
-@dataclass
-class _Order:
+class _Order(msgspec.Struct):
     """What replay() walks, from the graph's structure alone (g_prev, g_launch, g_dep and the node count)."""
 
     key: tuple  # copies of the arrays it was built from, and the node count
@@ -417,11 +419,12 @@ def _order(g: Graph) -> _Order:
         j = launch[o]
         if j < 0:
             continue
-        seq = after[j] if after[j] is not None else []
-        for f in [stream_of[o]] + waiting_on.get(o, []):
+        seq = after[j]
+        if seq is None:
+            seq = after[j] = []
+        for f in (stream_of[o], *waiting_on[o]) if o in waiting_on else (stream_of[o],):
             if not seq or seq[-1] != f:  # advancing a stream twice in a row: the second finds nothing new
                 seq.append(f)
-        after[j] = seq
     c = _Order((g.g_prev.copy(), g.g_launch.copy(), g.g_dep.copy(), n), chains, stream_of, after)
     g.order_cache = c
     return c
@@ -443,22 +446,40 @@ def _windows(g: Graph, ns, ne, os_, oe) -> Replayed:
     return Replayed(start, end, he, ge, ns, ne, os_, oe)
 
 
-@dataclass
-class Calibration:
+class Calibration(msgspec.Struct):
     """The profiler-overhead correction of a graph's host time."""
 
     host_scale: float
-    traced_ms: float  # median replayed step at scale 1 (= the trace's)
+    traced: float | None  # median replayed step at scale 1 (= the trace's); None: not replayed yet (traced_ms)
     unprofiled_ms: float | None
     replayed_ms: float  # median replayed step at host_scale
     applied: bool  # host_scale from the unprofiled step
     how: str = "none"  # "unprofiled step", "per event" (PROFILER_EVENT_LAUNCHES), or "none" (host as traced)
+    graph: Graph | None = None  # where `traced` is None: the graph it is replayed from when asked for
+
+    @property
+    def traced_ms(self) -> float:
+        """The median replayed step at scale 1 (= the trace's); the per-event calibration, which does not need it,
+        leaves it to be replayed here when asked for."""
+        if self.traced is None:
+            g, k = self.graph, self.graph.host_scale
+            g.host_scale = 1.0
+            try:
+                self.traced = replay(g).median_ms
+            finally:
+                g.host_scale = k
+        return self.traced
 
 
 def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
     """Scale the graph's host time so the replay matches the unprofiled step, or by the profiler's per-event cost
     when that step is unknown or the trace is within MIN_INFLATION_PCT of it (see the module docstring)."""
     g.host_scale = 1.0
+    per_event = g.steps.marked and not unprofiled_step_ms  # the trace's own replayed step decides nothing then
+    k_event = event_scale(g) if per_event else None
+    if per_event and k_event < 1.0:
+        g.host_scale = k_event
+        return Calibration(k_event, None, unprofiled_step_ms, replay(g).median_ms, False, "per event", g)
     traced = replay(g).median_ms
     if not g.steps.marked:  # one window over several steps: not comparable
         return Calibration(1.0, traced, unprofiled_step_ms, traced, False)
@@ -468,7 +489,7 @@ def calibrate(g: Graph, unprofiled_step_ms: float | None) -> Calibration:
         return replay(g).median_ms
 
     if not unprofiled_step_ms or 100 * (traced / unprofiled_step_ms - 1) < MIN_INFLATION_PCT:
-        k = event_scale(g)
+        k = k_event if per_event else event_scale(g)
         if k >= 1.0:
             g.host_scale = 1.0
             return Calibration(1.0, traced, unprofiled_step_ms, traced, False)

@@ -15,7 +15,7 @@ Ops are grouped by (op, shapes, dtype) and the groups with the most kernel time 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from gpucheckup.analysis.shape_flops import FlopCount
 from gpucheckup.hardware.peaks import GpuPeak
@@ -23,11 +23,10 @@ from gpucheckup.hardware.peaks import GpuPeak
 TOP_N = 8
 
 
-@dataclass
-class Roofline:
+class Roofline(msgspec.Struct):
     """The report's `roofline` block: one row per op group, or why there are none."""
 
-    ops: list[dict] = field(default_factory=list)
+    ops: list[dict] = msgspec.field(default_factory=list)
     reason: str | None = None
     mem_bw_gb_s: float | None = None
 

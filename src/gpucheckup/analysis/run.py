@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import environment, step_history, telemetry
 from gpucheckup.trace.rundir import RunDir
 
 
-@dataclass
-class RunAnalysis:
+class RunAnalysis(msgspec.Struct):
     """The figures of one run directory, each from its own analysis module (None when not captured)."""
 
     run: RunDir

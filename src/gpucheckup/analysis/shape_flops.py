@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -78,8 +77,7 @@ KIND = {**{n: "matmul" for n in MATMUL_OPS}, **{n: "conv" for n in CONV_OPS},
         **{n: "attention" for n in (*SDPA_BHSD, *SDPA_BSHD)}}
 
 
-@dataclass
-class OpFlops:
+class OpFlops(msgspec.Struct):
     """One counted op's FLOPs and compulsory bytes, or why it could not be counted."""
 
     flops: float
@@ -92,8 +90,7 @@ class OpFlops:
         return self.elements * ELEMENT_BYTES.get(dtype or self.dtype, 2)
 
 
-@dataclass
-class FlopCount:
+class FlopCount(msgspec.Struct):
     """FLOPs per step from one source, with the ops behind it."""
 
     source: str  # "shapes" or "annotations"
@@ -101,8 +98,8 @@ class FlopCount:
     flops_per_step: float  # median of per_step
     ops_counted: int  # ops counted, over all steps
     ops_skipped: int  # counted-kind ops whose shapes could not be read
-    by_kind: dict[str, float] = field(default_factory=dict)  # FLOPs per step by matmul / conv / attention
-    groups: list[dict] = field(default_factory=list)  # ops grouped by (name, shapes, dtype), largest first
+    by_kind: dict[str, float] = msgspec.field(default_factory=dict)  # FLOPs per step by matmul / conv / attention
+    groups: list[dict] = msgspec.field(default_factory=list)  # ops grouped by (name, shapes, dtype), largest first
 
     def to_dict(self, top: int = 10) -> dict:
         return {

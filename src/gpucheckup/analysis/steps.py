@@ -16,8 +16,8 @@ A trace with no `ProfilerStep#` gets one window over all its events, and the rep
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.distinct import median
@@ -26,8 +26,7 @@ from gpucheckup.trace.tables import USER_ANNOTATION, Trace
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-@dataclass
-class Steps:
+class Steps(msgspec.Struct):
     """Step windows of one trace, times in microseconds."""
 
     labels: list[str]
@@ -108,8 +107,7 @@ def _gpu_projection(trace: Trace, launch_rows: np.ndarray, hs: np.ndarray, he: n
     return gs, ge
 
 
-@dataclass
-class StepSummary:
+class StepSummary(msgspec.Struct):
     """Median and spread of the step windows, in milliseconds (the report's `steps`)."""
 
     count: int

@@ -18,8 +18,7 @@ Definitions (also in docs/metrics.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
@@ -29,8 +28,7 @@ from gpucheckup.trace.tables import Trace
 STEP_START = 0.10  # "at the step's start": a gap beginning in the first 10% of the step window
 
 
-@dataclass
-class Gaps:
+class Gaps(msgspec.Struct):
     """Idle stretches of every device inside the analysis window."""
 
     device: np.ndarray
@@ -47,8 +45,7 @@ class Gaps:
         return self.end - self.start
 
 
-@dataclass
-class Timeline:
+class Timeline(msgspec.Struct):
     """Busy intervals and idle gaps per device."""
 
     window: tuple[float, float]

@@ -18,16 +18,14 @@ Definitions (also in docs/metrics.md, section "One window"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.steps import Steps
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """The step time every figure is expressed in, and the normalizer from window totals to it."""
 
     step_ms: float  # the step time printed and used for every percent

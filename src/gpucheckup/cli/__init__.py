@@ -14,11 +14,29 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 1  # what Python (and rich's Console) exit with when the reader of stdout went away
+# Commands that open no file they leave to the interpreter's exit to flush or close, start no thread that outlives
+# them, and whose only exit work is the atexit handlers: the process may end right after them (exit_now below).
+EXIT_NOW_COMMANDS = {"analyze"}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one command; bad input is one line on stderr and exit 2, never a traceback (unless --debug)."""
+def entry() -> None:
+    """The `gpucheckup` command (console script and `python -m gpucheckup`): main(), then exit with its status."""
+    sys.exit(main(exit_now=True))
+
+
+def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
+    """Run one command; bad input is one line on stderr and exit 2, never a traceback (unless --debug).
+    `exit_now` (the command itself, never a caller in-process): after a command of EXIT_NOW_COMMANDS, run the
+    atexit handlers, flush and end the process at once (_exit_now)."""
     args = build_parser().parse_args(argv)
+    rc = _run(args)
+    if exit_now and args.command in EXIT_NOW_COMMANDS:
+        _exit_now(rc)
+    return rc
+
+
+def _run(args) -> int:
+    """Run the parsed command; its exit status."""
     try:
         _load_libraries()
         from rich.console import Console
@@ -45,6 +63,26 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def _exit_now(rc: int) -> None:
+    """End the process with status rc after the atexit handlers and a flush of stdout and stderr, skipping the
+    interpreter's teardown (freeing every module and object: ~3% of a 1 MB check-up, docs/performance.md). Only
+    where this thread is the last one (else the interpreter's exit joins the others); a flush that fails (the
+    reader of stdout went away) leaves the exit to the interpreter, as before; so does a profiler or tracer
+    (cProfile, coverage), which writes its results after the program returns."""
+    import atexit
+    import threading  # imported by then (rich); not at the top, where `--help` would pay for it
+
+    if threading.active_count() > 1 or sys.getprofile() is not None or sys.gettrace() is not None:
+        return
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(rc)
+
+
 def _load_libraries() -> None:
     """Import numpy and rich with the cycle collector paused, then freeze what they made out of later
     collections (once per process): their ~100k long-lived objects were walked by every full collection
@@ -52,6 +90,7 @@ def _load_libraries() -> None:
     was_on = gc.isenabled()
     gc.disable()
     try:
+        _keep_freed_memory()
         _import_numpy_single_threaded()
         import rich.console  # noqa: F401
     finally:
@@ -63,6 +102,34 @@ def _load_libraries() -> None:
 
 
 _frozen: list[bool] = []  # gc.freeze() done in this process (main() runs many times in a test session)
+
+
+# glibc's malloc (mallopt): blocks under MMAP_THRESHOLD come from the heap, where freed memory is kept (up to
+# TRIM_THRESHOLD at its top) and the heap grows TOP_PAD at a time. By default a block over ~128 KiB (a chunk of JSON,
+# its columns) is mapped and unmapped each time, so every page of the next one faults again: 15.0k -> 11.5k page
+# faults of a 1 MB check-up, ~3-4% of its time on this VM; at 16x (3.4M events) the same faults and peak within 2%
+# (larger settings, 32 MiB and 1 GiB: -20% faults there but +11% peak RSS). docs/performance.md.
+MALLOC_OPTIONS = {-3: 8 << 20, -1: 64 << 20, -2: 8 << 20}  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD
+
+
+def _keep_freed_memory() -> None:
+    """Set MALLOC_OPTIONS where the C library is glibc (nothing elsewhere, nor where MALLOC_* variables set them)."""
+    if _malloc_tuned or sys.platform != "linux" or any(k.startswith("MALLOC_") for k in os.environ):
+        return
+    _malloc_tuned.append(True)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        if not hasattr(libc, "gnu_get_libc_version"):
+            return
+        for param, value in MALLOC_OPTIONS.items():
+            libc.mallopt(param, value)
+    except (OSError, AttributeError):
+        pass
+
+
+_malloc_tuned: list[bool] = []
 
 
 def _import_numpy_single_threaded() -> None:

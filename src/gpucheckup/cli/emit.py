@@ -3,7 +3,6 @@ writes the JSON, HTML, Markdown and annotated-trace files that the output option
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import sys
@@ -21,8 +20,7 @@ STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the term
 EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
 
 
-@dataclass
-class Output:
+class Output(msgspec.Struct):
     """What the output options ask for (output_options in parser.py); None: not asked."""
 
     quiet: bool = False

@@ -26,7 +26,8 @@ def diagnose(a: TraceAnalysis, predictions: Predictions | None = None) -> Diagno
     pipeline), pick the primary verdict (from the savings, else from the scores), order findings."""
     primary, reason, sc = verdict.primary(a)
     findings = [f for f in (rule(a) for rule in rules.RULES) if f is not None]
-    if predictions is not None:
+    if predictions is not None:  # the edits of the fixes these findings (or the gpu_bound one) can offer
+        predictions.replay_edits({fx.key for fd in findings for fx in fd.fixes} | set(rules.GPU_BOUND_FIXES))
         _attach(findings, predictions)
         offered = [fx for fd in findings if fd.severity != "info" for fx in fd.fixes]
         chosen = verdict.from_savings(offered, a.window.step_ms)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import msgspec
 
 VERDICT_TITLES = {
     "input_bound": "Input-bound: the GPU waits for the DataLoader",
@@ -18,8 +18,7 @@ TIERS = ("config", "code", "refactor")  # configuration-only first, then code ch
 TIER_TITLES = {"config": "configuration only", "code": "code change", "refactor": "refactor"}
 
 
-@dataclass
-class Fix:
+class Fix(msgspec.Struct):
     """One thing to try, how deep a change it is, and the most time per step it could save."""
 
     action: str
@@ -30,14 +29,20 @@ class Fix:
     reason: str = ""  # the saving model and why (the catalogue's `saves`)
     predicted: object | None = None  # diagnosis/savings.py FixPrediction: the replayed saving, when one models it
 
+    def to_dict(self) -> dict:
+        """Its fields, the prediction (a diagnosis/savings.py FixPrediction) as a dict too."""
+        d = msgspec.structs.asdict(self)
+        if self.predicted is not None:
+            d["predicted"] = msgspec.structs.asdict(self.predicted)
+        return d
+
     @property
     def expected_ms(self) -> float:
         """The saving to rank by: the replay's prediction when there is one, else the bound."""
         return self.predicted.saving_ms if self.predicted is not None else self.saving_ms
 
 
-@dataclass
-class Event:
+class Event(msgspec.Struct):
     """One event behind a finding: what it is, where it ran, when (ms from the trace's first event, or from
     the run's start for run-level findings) and for how long."""
 
@@ -54,8 +59,7 @@ class Event:
             self.t_us = float(self.t_us)
 
 
-@dataclass
-class Finding:
+class Finding(msgspec.Struct):
     """One conclusion: the rule that fired, the numbers behind it, the events that show it, fixes."""
 
     id: str
@@ -64,25 +68,27 @@ class Finding:
     rule: str  # the metric and threshold, as the rule states them
     cost_ms_per_step: float
     cost_pct_of_step: float
-    evidence: list[str] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)  # where to look: the events behind the finding
-    fixes: list[Fix] = field(default_factory=list)
+    evidence: list[str] = msgspec.field(default_factory=list)
+    events: list[Event] = msgspec.field(default_factory=list)  # where to look: the events behind the finding
+    fixes: list[Fix] = msgspec.field(default_factory=list)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["fix"] = d.pop("fixes")
+        """Its fields as plain dicts and lists (the events and fixes too), `fixes` under the key `fix`."""
+        d = msgspec.structs.asdict(self)
+        d["evidence"] = list(self.evidence)
+        d["events"] = [msgspec.structs.asdict(e) for e in self.events]
+        d["fix"] = [f.to_dict() for f in d.pop("fixes")]
         return d
 
 
-@dataclass
-class Diagnosis:
+class Diagnosis(msgspec.Struct):
     """The primary verdict, the findings that support or qualify it, and notes on data quality."""
 
     primary: str  # a key of VERDICT_TITLES
     reason: str
     scores: dict[str, float]  # percent of step time each bound explains
     findings: list[Finding]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
     @property
     def title(self) -> str:

@@ -13,9 +13,9 @@ the catalogue with a saving computed elsewhere.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
@@ -54,8 +54,7 @@ OPTIMIZER_FUSE_MIN_PCT = 5.0  # optimizer kernels' share of kernel time below wh
 CONV_MIN_PCT_OF_STEP = 10.0  # convolution time worth re-tuning algorithms for
 
 
-@dataclass(frozen=True)
-class CatalogueFix:
+class CatalogueFix(msgspec.Struct, frozen=True):
     """One fix: what to do, how deep a change it is, when it applies, what it saves and why."""
 
     key: str

@@ -17,7 +17,7 @@ the same card or host competes for it, so a scheduler should not pair two such j
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import msgspec
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis.verdict import scores
@@ -29,8 +29,7 @@ RULE = (f"io if io_pct >= {INTENSIVE_PCT:g}% of step and >= communication_pct; c
         "+ idle waiting on collectives)")
 
 
-@dataclass(frozen=True)
-class Intensity:
+class Intensity(msgspec.Struct, frozen=True):
     """The label and the shares of step time behind it."""
 
     intensity: str  # "compute", "io" or "communication"
@@ -42,7 +41,7 @@ class Intensity:
     rule: str = RULE
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 def classify(compute_pct: float, io_pct: float, communication_pct: float, host_pct: float = 0.0) -> Intensity:

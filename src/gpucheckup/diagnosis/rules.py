@@ -418,6 +418,9 @@ def gpu_side_gaps(a: TraceAnalysis) -> Finding | None:
     )
 
 
+GPU_BOUND_FIXES = ("cudnn_benchmark", "torch_compile", "measure_mfu", "cut_work")  # gpu_bound_finding's offer
+
+
 def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
     """The GPU-bound verdict's own finding: what the busy GPU spends its time on.
     Written whenever the verdict is gpu_bound (GPU busy >= GPU_BOUND_BUSY_PCT of the step)."""
@@ -447,7 +450,7 @@ def gpu_bound_finding(a: TraceAnalysis, compute_pct: float) -> Finding:
         a, ms, id="gpu_bound", severity="critical", title="The GPU's own work bounds the step",
         rule=f"GPU busy >= {GPU_BOUND_BUSY_PCT:g}% of step time (verdict rule); kernel time by category",
         evidence=evidence, events=ev.kernels_where(a, lambda n: n in top),
-        fixes=offer(a, "cudnn_benchmark", "torch_compile", "measure_mfu", "cut_work", cap_ms=ms),
+        fixes=offer(a, *GPU_BOUND_FIXES, cap_ms=ms),
     )
 
 

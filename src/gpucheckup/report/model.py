@@ -30,7 +30,8 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+
+from msgspec.structs import asdict as fields_of  # the analyses' result records (msgspec Structs), one level
 
 from gpucheckup import __version__
 from gpucheckup.analysis.checkup import TraceAnalysis
@@ -84,8 +85,8 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
                         for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
             "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
         },
-        "steps": asdict(a.step_summary),
-        "profiler": asdict(a.profiler) if a.profiler else None,
+        "steps": fields_of(a.step_summary),
+        "profiler": fields_of(a.profiler) if a.profiler else None,
         "kernels": k,
         "gaps": {
             **_gaps(a),
@@ -95,16 +96,17 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "histogram": plot_data.gap_histogram(a),
         },
         "timeline": plot_data.step_timeline(a),
-        "dataloader": asdict(a.dataloader),
+        "dataloader": fields_of(a.dataloader),
         "sync": a.syncs,
-        "copies": asdict(a.copies),
-        "communication": asdict(a.communication),
-        "cuda_api": {"slow_count": a.api.slow_count, "slow": [asdict(x) for x in a.api.slow],
-                     "contention": [asdict(x) for x in a.api.contention]},
+        "copies": {**fields_of(a.copies),
+                   "by_direction": {k: fields_of(v) for k, v in a.copies.by_direction.items()}},
+        "communication": fields_of(a.communication),
+        "cuda_api": {"slow_count": a.api.slow_count, "slow": [fields_of(x) for x in a.api.slow],
+                     "contention": [fields_of(x) for x in a.api.contention]},
         "notes": d.notes,
-        "mfu": asdict(a.mfu) if a.mfu else {},
-        "roofline": asdict(a.roofline) if a.roofline else {},
-        "ncu": asdict(a.ncu) if a.ncu else None,
+        "mfu": fields_of(a.mfu) if a.mfu else {},
+        "roofline": fields_of(a.roofline) if a.roofline else {},
+        "ncu": fields_of(a.ncu) if a.ncu else None,
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }
     return _clean(out)
@@ -112,7 +114,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
 
 def _gaps(a: TraceAnalysis) -> dict:
     """The gap summary's keys (`traced` only when the profiler correction applied, as before)."""
-    d = asdict(a.gaps_summary)
+    d = fields_of(a.gaps_summary)
     if d["traced"] is None:
         del d["traced"]
     return d
@@ -123,7 +125,7 @@ def fix_dicts(d: Diagnosis) -> list[dict]:
     and its replayed prediction (diagnosis/savings.py; null, with `predicted_note` saying why, when none)."""
     return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "key": f.key,
              "reason": f.reason, "finding": fd.id,
-             "predicted": asdict(f.predicted) if f.predicted is not None else None,
+             "predicted": fields_of(f.predicted) if f.predicted is not None else None,
              "predicted_note": None if f.predicted is not None else _not_replayed(f.key)}
             for f, fd in d.ranked_fixes()]
 

@@ -8,17 +8,16 @@ of a trace's `baseTimeNanoseconds / 1000 + ts`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
 
 
-@dataclass
-class HostSamples:
+class HostSamples(msgspec.Struct):
     """The main thread's sampled stacks of one process's light window."""
 
     path: str

@@ -14,8 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from gpucheckup.errors import CheckupError
 
@@ -38,13 +39,12 @@ NAME_COLUMNS = ("Kernel Name", "Function Name", "Demangled Name", "Name")
 _NUMBER = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/_]*)$")
 
 
-@dataclass
-class NcuLaunch:
+class NcuLaunch(msgspec.Struct):
     """One profiled kernel launch: its name and its metrics (percent, or nanoseconds for times)."""
 
     id: str
     name: str
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
     grid: str = ""
     block: str = ""
 

@@ -19,7 +19,6 @@ import re
 import sys
 import time
 import zlib
-from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace import child, chunks, parallel, schema
+from gpucheckup.trace import chunks, parallel, schema
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
@@ -66,8 +65,7 @@ MAX_TS_US = float(2**53)  # beyond 2**53 us (285 years) a float64 timestamp no l
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(msgspec.Struct, frozen=True):
     """One argument column: the table field, the `schema.Args` field it comes from, its dtype (None: raw
     JSON bytes, a `RawColumn`) and fill, and the host categories whose rows read it (None: every row)."""
 
@@ -192,8 +190,7 @@ class NotSplit(Exception):
     """A trace read in two processes cannot be joined into exactly what one read gives: read it in one."""
 
 
-@dataclass
-class Part:
+class Part(msgspec.Struct):
     """The first part of a trace's events as another process read it: its column pieces joined, and what
     numbers them (names and string ids in order of first sight), for `_Builder.after`."""
 
@@ -550,6 +547,8 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
     size = json_bytes(path)
     if size < SPLIT_BYTES or parallel.cores() < 2 or parallel.idle_cores() < SPLIT_IDLE_CORES:
         return None
+    from gpucheckup.trace import child  # the fork and the pipe: only for a split read
+
     at = int(size * SPLIT_AT)
     first = child.start(functools.partial(_first_part, path, at))
     if first is None:

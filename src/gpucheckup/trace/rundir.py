@@ -21,9 +21,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from gpucheckup import layout
@@ -53,21 +53,20 @@ AGENT_TYPES = {"key": TEXT}
 FLOPS_TYPES = {"flops_per_step": NUMBER}
 
 
-@dataclass
-class RunDir:
+class RunDir(msgspec.Struct):
     """Everything in one run directory."""
 
     path: Path
     manifest: dict
-    env: dict = field(default_factory=dict)
-    agents: dict[str, dict] = field(default_factory=dict)
-    steps: dict[str, dict] = field(default_factory=dict)  # process key -> columns of steps*.csv
+    env: dict = msgspec.field(default_factory=dict)
+    agents: dict[str, dict] = msgspec.field(default_factory=dict)
+    steps: dict[str, dict] = msgspec.field(default_factory=dict)  # process key -> columns of steps*.csv
     nvml: dict | None = None
     cpu: dict | None = None
     flops: dict | None = None
-    traces: list[Path] = field(default_factory=list)
-    time_traces: list[Path] = field(default_factory=list)  # traces/time-window/: no optimizer stepped
-    attach_traces: list[Path] = field(default_factory=list)
+    traces: list[Path] = msgspec.field(default_factory=list)
+    time_traces: list[Path] = msgspec.field(default_factory=list)  # traces/time-window/: no optimizer stepped
+    attach_traces: list[Path] = msgspec.field(default_factory=list)
     samples: dict | None = None  # out-of-process attach: one row per py-spy sample
 
     @property

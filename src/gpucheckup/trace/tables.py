@@ -6,8 +6,7 @@ Times are the trace's own `ts` values (microseconds on the profiler's clock); ad
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 
 # GpuOps.kind
@@ -49,8 +48,7 @@ class RawColumn:
         return np.diff(self.offsets) > 0
 
 
-@dataclass
-class GpuOps:
+class GpuOps(msgspec.Struct):
     """Kernels, copies and memsets as they ran on the GPU."""
 
     kind: np.ndarray  # int8: KERNEL, MEMCPY, MEMSET
@@ -72,11 +70,10 @@ class GpuOps:
 
     def take(self, mask_or_index) -> "GpuOps":
         """The rows selected by a boolean mask or an index array."""
-        return GpuOps(**{k: v[mask_or_index] for k, v in self.__dict__.items()})
+        return GpuOps(**{k: getattr(self, k)[mask_or_index] for k in self.__struct_fields__})
 
 
-@dataclass
-class HostEvents:
+class HostEvents(msgspec.Struct, weakref=True):  # weakref: analysis/host_calls.py's cache per table
     """CPU-side events: operators, user annotations, CUDA runtime/driver calls, Python frames."""
 
     cat: np.ndarray  # int8: CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON
@@ -102,8 +99,7 @@ class HostEvents:
 
 
 # --- many GPUs (issue 9) ---
-@dataclass
-class CommArgs:
+class CommArgs(msgspec.Struct):
     """The arguments torch.distributed records on its `record_param_comms` host ops: one row per collective call."""
 
     host_row: np.ndarray  # int64 row of the op in Trace.host
@@ -119,8 +115,7 @@ class CommArgs:
 # --- end many GPUs ---
 
 
-@dataclass
-class Device:
+class Device(msgspec.Struct):
     """One GPU as `deviceProperties` describes it."""
 
     id: int
@@ -130,8 +125,7 @@ class Device:
     compute_capability: str = ""
 
 
-@dataclass
-class Trace:
+class Trace(msgspec.Struct):
     """Everything gpucheckup reads from one trace file."""
 
     path: str
@@ -150,7 +144,7 @@ class Trace:
     cuda_driver_version: int | None = None
     command_buffer_full_count: int = 0
     command_buffer_full_us: float = 0.0
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = msgspec.field(default_factory=list)
     comms: CommArgs | None = None  # many GPUs (issue 9): collective calls' arguments, None when none
     # a CUPTI light window's recorded activity kinds (its `gpucheckup_light` block); None for every other trace
     light_activities: tuple[str, ...] | None = None
