@@ -599,7 +599,8 @@ def test_kernels_only_window_counts_other_kinds_as_other(monkeypatch):
 
 
 @pytest.mark.parametrize("block, activities", [
-    ({"backend": cw.BACKEND, "activities": ["CONCURRENT_KERNEL", "SYNCHRONIZATION"]}, ("CONCURRENT_KERNEL", "SYNCHRONIZATION")),
+    ({"backend": cw.BACKEND, "activities": ["CONCURRENT_KERNEL", "SYNCHRONIZATION"]},
+     ("CONCURRENT_KERNEL", "SYNCHRONIZATION")),
     ({"activities": ["CONCURRENT_KERNEL"]}, ("CONCURRENT_KERNEL",)),
     ("not an object", None), ({"activities": "CONCURRENT_KERNEL"}, None), ({"activities": [1, 2]}, None),
     ({"backend": cw.BACKEND}, None)])

@@ -10,7 +10,8 @@ Configurations:
             memsets, synchronizations; detached at stop)
   keep      the same, never detached: the first window attaches CUPTI, the later ones re-enable an attached CUPTI
   kern      kernels only (CONCURRENT_KERNEL), detached at stop
-  prealloc  fresh, with CUPTI's device buffers and profiling semaphore pools pre-allocated at enable (ATTR_*_PRE_ALLOCATE)
+  prealloc  fresh, with CUPTI's device buffers and profiling semaphore pools pre-allocated at enable
+            (ATTR_*_PRE_ALLOCATE)
   kineto    torch.profiler with CUDA activities only (Kineto's own CUPTI use), for reference
 Per phase: the MLP's per-step times (steps between two synchronizes; a window's first step, its warm-up, not timed),
 then host us per op of `x.add_(1)`, of a 64x512x512 `torch.mm` (cuBLAS) and of `layer_norm`, each timed over N_OP ops.
@@ -59,7 +60,8 @@ def child(config: str, windows: int) -> dict:
     x = torch.zeros(256, device=dev)
     a, b = torch.randn(64, 512, device=dev), torch.randn(512, 512, device=dev)
     h = torch.randn(64, 512, device=dev)
-    ops = {"add": lambda: x.add_(1.0), "mm": lambda: torch.mm(a, b), "ln": lambda: torch.nn.functional.layer_norm(h, (512,))}
+    ops = {"add": lambda: x.add_(1.0), "mm": lambda: torch.mm(a, b),
+           "ln": lambda: torch.nn.functional.layer_norm(h, (512,))}
     log: list[str] = []
     cupti = None
     if config != "kineto":

@@ -7,11 +7,7 @@
 # Everything lands in $OUT (runs.tgz holds the run directories: the device tool drops deep paths).
 set -u
 W=/tmp/last; mkdir -p "$W"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .dev_light/whl/*.whl || exit 3
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/cupti_site .dev_light/whl_cupti/*.whl || exit 3
-python3 -c "import cuda.bindings, sys; sys.exit(int(cuda.bindings.__version__.split('.')[0]) < 13)" 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/cupti_site .dev_light/whl_cb/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+. validation/device_site.sh  # the carried wheels, installed; PYTHONPATH and PATH set
 GC="python3 -m gpucheckup"
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "== 1. moe baseline with shapes"

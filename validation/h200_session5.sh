@@ -18,11 +18,7 @@
 set -u
 PART=${1:-call1}
 W=/tmp/s5; mkdir -p "$W"
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .dev_light/whl/*.whl || exit 3
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/cupti_site .dev_light/whl_cupti/*.whl || exit 3
-python3 -c "import cuda.bindings, sys; sys.exit(int(cuda.bindings.__version__.split('.')[0]) < 13)" 2>/dev/null || \
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/cupti_site .dev_light/whl_cb/*.whl
-export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+. validation/device_site.sh  # the carried wheels, installed; PYTHONPATH and PATH set
 GC="python3 -m gpucheckup"
 EX="python3 -m gpucheckup.examples"
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc

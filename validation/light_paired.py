@@ -18,7 +18,8 @@ Modes (each a phase of STEPS timed steps of the job, sync to sync, and the media
   kern    cupti with kernels only (no copies, memsets, synchronizations)
 Jobs: light_ab's launch-bound MLP (`mlp`) and bf16 transformer (`tf`), the models of validation/cupti_cost.py.
 Usage (device machine; PYTHONPATH with gpucheckup's src and cupti-python; py-spy on PATH):
-  python3 validation/light_paired.py OUT.json [--jobs mlp,tf] [--seconds-per-job 110] [--hz 100] [--modes plain,cupti,...]
+  python3 validation/light_paired.py OUT.json [--jobs mlp,tf] [--seconds-per-job 110] [--hz 100]
+      [--modes plain,cupti,...]
 Writes OUT.json (every phase) and prints, per job and mode, the median change against plain with its quartiles.
 """
 

@@ -14,9 +14,8 @@ and says why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import re
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -542,12 +541,11 @@ def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.nda
 def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
     """The GPU side of torch.compile (shared by the graphs edit: mode="reduce-overhead" compiles with Inductor
     too): each chain of elementwise, normalisation/reduction and indexing kernels of the model (`_fusable`;
-    consecutive on a stream,
-    launched by one thread in one step with no sync between, not in `eager` ranges) becomes fused kernels, each
-    holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after it (Inductor fuses
-    pointwise producers and consumers into a reduction; two reductions make two kernels). A fused kernel takes
-    its longest member's time (it still moves the largest operand) at its first member's place; the others take
-    none. Edits g's GPU side; the launching nodes of the kernels folded into another, and their count."""
+    consecutive on a stream, launched by one thread in one step with no sync between, not in `eager` ranges) becomes
+    fused kernels, each holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after
+    it (Inductor fuses pointwise producers and consumers into a reduction; two reductions make two kernels). A fused
+    kernel takes its longest member's time (it still moves the largest operand) at its first member's place; the
+    others take none. Edits g's GPU side; the launching nodes of the kernels folded into another, and their count."""
     gpu = g.trace.gpu
     tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
     cats = _categories(g)

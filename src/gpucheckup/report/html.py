@@ -418,7 +418,8 @@ def _syncs(r: dict) -> str:
              (g["blocked_ms"], f"{g['blocked_ms']:.3f}"), (g["gpu_idle_ms"], f"{g['gpu_idle_ms']:.3f}")]
             for g in s.get("by_cause", [])]
     if not s.get("recorded", True):
-        return f"<h4>Synchronizations</h4><p class=\"note\">{esc(sync_rate(r).capitalize())}: this trace cannot show them.</p>"
+        why = esc(sync_rate(r).capitalize())
+        return f"<h4>Synchronizations</h4><p class=\"note\">{why}: this trace cannot show them.</p>"
     if not rows:
         return "<h4>Synchronizations</h4><p class=\"note\">No host-GPU synchronization in the analysis window.</p>"
     return "<h4>Synchronizations</h4>" + _table(

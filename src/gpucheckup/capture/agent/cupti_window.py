@@ -12,9 +12,9 @@ log line where CUPTI or cupti-python refuses it): one record per host wait on th
 synchronize) and per stream wait event, none per kernel. Not by default, because enabling the kind costs every launch,
 not every sync: on an H200 the launch-bound MLP's step took +33% in a window with it and +9% without it, paired in one
 process with 3 sync records per 41 steps (docs/validation.md 6e); a trace without them says so
-(`gpucheckup_light.activities`), and the check-up then reads syncs as not recorded. Each host wait is written as the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`,
-`cudaEventSynchronize`, `cudaDeviceSynchronize`, SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no
-thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
+(`gpucheckup_light.activities`), and the check-up then reads syncs as not recorded. Each host wait is written as
+the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`, `cudaEventSynchronize`, `cudaDeviceSynchronize`,
+SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
 the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
 
 `CuptiWindow` has a profiler's methods (start, step, stop, export_chrome_trace) so the agent drives it as it
