@@ -3,9 +3,9 @@
 Each step: the DataLoader's __getitem__ sleeps LOAD_S (num_workers=0, so on the main thread), a small MLP
 trains, and `log_metrics` sleeps PY_S in plain Python. The job writes, per step, the wall time spent
 in each phase (time.perf_counter around them) and the step's end in Unix time, to report.json.
-Each sleep is longer by a random part of up to JITTER_S (one period of 100 Hz sampling): with fixed lengths the
-step (~51 ms) is close to a multiple of the sampler's 10 ms, so every step's phase changes fall at the same place
-between two samples and the lateness of each change (up to 10 ms) adds up in one direction instead of averaging out.
+Each sleep is longer by a random part of up to JITTER_S, as a real job's phases vary. (This was once thought to
+cure aliasing with the sampler's 10 ms period; py-spy samples at random, exponential intervals, so there is none:
+the misses it was meant to cure were the sampling error of a short window, sqrt(p(1-p)/N).)
 """
 import json
 import random

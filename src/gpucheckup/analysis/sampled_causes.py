@@ -16,7 +16,9 @@ record_function ranges only; the host's attribution comes from py-spy stacks sam
   start to the last one's end; the sampled span where there is none); shares of the covered window time.
 - ranges: the time the cheap record_function ranges cover in that span, from the profiler (not sampled):
   `dataloader` (`enumerate(DataLoader)#...`), `optimizer` (`Optimizer.step#...`, `Optimizer.zero_grad#...`).
-A state change is seen up to 1/rate_hz late, so a share is good to about (changes x 1/rate_hz) / span.
+py-spy samples at random intervals (exponential, mean 1/rate_hz: no aliasing with a periodic job), so a state
+change is seen after a random delay of mean 1/rate_hz with no bound, and a share p of N samples is good to about
+sqrt(p(1-p)/N) (N = span x rate_hz).
 """
 
 from __future__ import annotations
