@@ -97,6 +97,32 @@ def test_the_childs_replays_are_the_ones_this_process_makes(analysis, monkeypatc
     assert set(forked.by_key) == keys and forked.helper is None
 
 
+def test_the_edit_the_child_is_replaying_is_waited_for_the_others_replayed_here(analysis, monkeypatch):
+    serial = savings.predict(analysis)
+    keys = _keys(serial)
+    n = len({(e.replay, e.replay_params) for e in serial.pending[3]})
+    serial.replay_edits(keys)
+    real = whatif.predict
+
+    def slowly(*args, **kwargs):  # the child's replays: one second each, so it is on the last edit throughout
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    _forks(monkeypatch)
+    monkeypatch.setattr(whatif, "predict", slowly)
+    forked = savings.predict(analysis, fork=True)
+    here = []
+
+    def counted(*args, **kwargs):
+        here.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(whatif, "predict", counted)
+    forked.replay_edits(keys)
+    assert forked.by_key == serial.by_key and n >= 2
+    assert len(here) == n - 1  # every edit but the child's first (the catalogue's last), which it was replaying
+
+
 def test_edits_the_child_has_not_sent_are_replayed_here(analysis, monkeypatch):
     serial = savings.predict(analysis)
     keys = _keys(serial)

@@ -16,8 +16,8 @@ its findings can offer, so no edit is replayed for a fix no report shows.
 
 Two cores (`predict(a, fork=True)`, a large trace on an idle machine: PARALLEL_REPLAY_WORK): a forked child
 (trace/child.py) replays the applicable edits from the last while this process runs the rules, and
-replay_edits takes each edit from the child where it has arrived, else replays it here, from the first. The two
-run the same code on the same calibrated graph, so the predictions are the same whoever replays them.
+replay_edits takes each edit from the child where it has arrived, waits for the one the child is replaying when it
+gets there (the child began it earlier), and replays the others here, from the first. The two run the same code on the same calibrated graph, so the predictions are the same whoever replays them.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exis
 # (21.8k nodes and ops, 6 edits: 131k) forks; the 1 MB compute_bound (9.1k, 3 edits: 27k) does not.
 PARALLEL_REPLAY_WORK = 60_000
 IDLE_CORES = 1.5  # fork only where this many processors are idle now (as trace/reader.py's split read)
+# An edit the child is replaying when this process reaches it is waited for (it began earlier), up to this long;
+# a child that sends nothing by then (it never should: one edit's replay takes well under a second at 16x) is
+# left, and the edit replayed here.
+CHILD_EDIT_WAIT_S = 30.0
 
 
 class FixPrediction(msgspec.Struct):
@@ -75,6 +79,8 @@ class Predictions(msgspec.Struct):
                 k = (e.replay, e.replay_params)
                 if helper is not None:
                     done.update(helper.arrived())
+                    if k not in done and k == _replaying(wanted, done):  # the child is on it: sooner than here
+                        done.update(helper.arrived(wait=CHILD_EDIT_WAIT_S))
                 if k not in done:
                     done[k] = whatif.predict(g, e.replay, before, **dict(e.replay_params))
                 p = done[k]
@@ -87,6 +93,16 @@ class Predictions(msgspec.Struct):
         finally:
             if helper is not None:
                 helper.close()
+
+
+def _replaying(wanted: list, done: dict) -> tuple | None:
+    """The edit the child replays now: it goes from the last, so the last one that has not arrived."""
+    return next((k for k in reversed(_edits(wanted)) if k not in done), None)
+
+
+def _edits(wanted: list) -> list[tuple]:
+    """The distinct graph edits (edit, parameters) of the wanted catalogue entries, in catalogue order."""
+    return list(dict.fromkeys((e.replay, e.replay_params) for e in wanted))
 
 
 def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
@@ -104,8 +120,7 @@ def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
         before = cal.replayed_ms  # the replay of g as calibrated
         if not before > 0:
             return Predictions(note="no replay: the replayed step has no length")
-        edits = list(dict.fromkeys((e.replay, e.replay_params) for e in wanted))
-        helper = _replay_in_child(g, before, edits) if fork else None
+        helper = _replay_in_child(g, before, _edits(wanted)) if fork else None
         return Predictions(host_scale=cal.host_scale, pending=(g, before, a.window.step_ms, wanted), helper=helper)
     except REPLAY_ERRORS as err:
         return Predictions(note=_not_replayable(err))

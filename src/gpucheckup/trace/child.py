@@ -41,12 +41,12 @@ class Child:
         finally:
             self.close()
 
-    def arrived(self) -> list:
-        """The results a child started with `each` has sent since the last call, without waiting for more; [] once
-        it has sent its last (or failed, or was closed)."""
+    def arrived(self, wait: float = 0.0) -> list:
+        """The results a child started with `each` has sent since the last call, waiting up to `wait` seconds for
+        the first of them when none is there yet; [] once it has sent its last (or failed, or was closed)."""
         out = []
         try:
-            while self.fd >= 0 and select.select([self.fd], [], [], 0)[0]:
+            while self.fd >= 0 and select.select([self.fd], [], [], 0 if out else wait)[0]:
                 out.append(self._frame(time.monotonic() + FRAME_WAIT_S))
         except _NO_RESULT:  # the end of its results (EOF), or a child that died mid-way
             self.close()
