@@ -71,6 +71,11 @@ CALIBRATION_FLOOR = 0.01  # with GPU work above the unprofiled step: within 1% o
 SCALE_TOLERANCE = 2.0 ** -24  # calibration's grid of host_scale values: the k 24 bisections of [0, 1] find
 ITP_K1, ITP_K2, ITP_N0 = 0.2, 2.0, 1  # the ITP method's truncation (k1 (b - a)^k2) and its slack over bisection
 NO_DEP = -1e18  # a latency or gap that never binds
+# replay() by segments costs about as much per segment and stream as walking this many nodes and ops (~35 us of numpy
+# calls against ~0.35 us a node or op walked; on the fixtures, 23 segments: input_bound's 5.3k nodes and ops replay in
+# 0.9 ms by segments against 1.6 ms walked, moe_seed's 1.4k in 0.9 against 0.5; launch_bound_stacks, 3 segments of
+# 21.8k: 2 against 8 ms): below it the walk is quicker
+SEGMENT_COST_NODES = 100
 # The profiler's host cost per recorded event, in launch calls of the trace: (1 - host_scale) x host time per step /
 # events per step, over the calibrated H200 traces of docs/validation.md section 7 (full torch.profiler windows, the
 # unprofiled step as analysis/step_history.py takes it), each against its median launch call: launch_bound 5.33 us / 8.57 (0.62),
@@ -295,6 +300,9 @@ def _by_thread(host, rows: np.ndarray) -> list[np.ndarray]:
 
 def replay(g: Graph) -> Replayed:
     """Run the graph: every node and op as early as its dependencies allow (see the module docstring)."""
+    fast = _replay_by_segments(g)
+    if fast is not None:
+        return fast
     n, m = len(g.h_kind), len(g.g_dur)
     order = _order(g)
     k = g.host_scale
@@ -379,6 +387,104 @@ def replay(g: Graph) -> Replayed:
     return _windows(g, node_start, node_end, op_start, op_end)
 
 
+def _replay_by_segments(g: Graph) -> Replayed | None:
+    """replay()'s result, computed a segment of the host chain at a time: the nodes up to the next sync call, then
+    the GPU ops they launched, then the sync's end. None where only the walk applies: a negative host gap or
+    duration (the frontier is then not the previous node's end), an extra dependency between ops, a sync awaiting
+    an op that cannot run by then, short segments (SEGMENT_COST_NODES), no node, or a near tie (_place). With every
+    gap and duration >= 0 each node starts `gap` after the previous node's end, so the host chain is one running
+    sum in the walk's order of additions; an op started by its launch is `lat` after its node's start, and the ops
+    queued behind another are done one by one as the walk does them: the same floats as the walk
+    (tests/test_replay_segments.py)."""
+    n, m = len(g.h_kind), len(g.g_dur)
+    if n == 0 or (g.g_dep >= 0).any() or (g.h_gap < 0).any() or (g.h_dur < 0).any() or (g.g_dur < 0).any():
+        return None
+    chains = _chain_arrays(g)
+    ends = np.flatnonzero(g.h_kind == SYNC).tolist()
+    if (len(ends) + 1) * len(chains) * SEGMENT_COST_NODES > n + m:  # short segments: the walk is quicker
+        return None
+    k = g.host_scale
+    gap = np.where(g.h_gap > 0, g.h_gap * k, g.h_gap)
+    dur = np.where(g.h_kind != MARK, g.h_dur * k, 0.0)
+    ns, ne = np.empty(n), np.empty(n)
+    os_, oe = np.full(m, np.nan), np.full(m, np.nan)
+    placed = [0] * len(chains)  # per chain: ops placed so far
+    first = 0
+    if not ends or ends[-1] != n - 1:
+        ends.append(n - 1)
+    for last in ends:
+        steps = np.empty(2 * (last - first) + 1)  # the running sum: start, dur, gap, dur, gap, ..., gap
+        steps[0] = g.t0 if first == 0 else ne[first - 1] + gap[first]
+        steps[1::2] = dur[first:last]
+        steps[2::2] = gap[first + 1:last + 1]
+        run = np.cumsum(steps)
+        ns[first:last + 1] = run[0::2]
+        ne[first:last] = run[1::2]
+        for c, (ops, lo_max) in enumerate(chains):
+            upto = int(np.searchsorted(lo_max, last, side="right"))  # the ops launched by then, in stream order
+            if upto > placed[c]:
+                if not _place(g, ops[placed[c]:upto], ops[placed[c] - 1] if placed[c] else -1, ns, os_, oe):
+                    return None
+                placed[c] = upto
+        e = ns[last] + dur[last]
+        aw = g.h_await[last] if g.h_kind[last] == SYNC else ()
+        if len(aw):
+            got = oe[aw]
+            if np.isnan(got).any():
+                return None
+            e = max(e, float(got.max()) + g.h_ret[last])
+        ne[last] = e
+        first = last + 1
+    for c, (ops, _) in enumerate(chains):  # ops launched after the last node's start: none here, by construction
+        if placed[c] < len(ops) and not _place(g, ops[placed[c]:], ops[placed[c] - 1] if placed[c] else -1, ns,
+                                               os_, oe):
+            return None
+    return _windows(g, ns, ne, os_, oe)
+
+
+def _place(g: Graph, ops: np.ndarray, before: int, ns: np.ndarray, os_: np.ndarray, oe: np.ndarray) -> bool:
+    """Start and end the next ops of one stream (in stream order; `before`: the op placed last on it, -1 none), in the
+    walk's floats: False (nothing placed) where an op the running maximum took as started by its launch turns out to
+    wait for the op before it (a near tie the scan's roundings misjudged)."""
+    lo, gd, gg = g.g_launch[ops], g.g_dur[ops], g.g_gap[ops]
+    a = np.where(lo >= 0, ns[np.maximum(lo, 0)] + g.g_lat[ops], np.where(g.g_prev[ops] < 0, g.g_abs[ops], NO_DEP))
+    end_before = float(oe[before]) if before >= 0 else -np.inf
+    # which ops wait for the one before them: s_p = c_p + max over q <= p of (a_q - c_q), c the running sum of
+    # d_(p-1) + gap_p, near the trace's start (a - t0 is exact); good to a few roundings, so only to choose
+    w = np.empty(len(ops))
+    w[1:] = gd[:-1] + gg[1:]
+    w[0] = g.g_dur[before] + gg[0] if before >= 0 else 0.0
+    c = np.cumsum(w)
+    prev_start = float(os_[before]) if before >= 0 else -np.inf
+    s = g.t0 + (c + np.maximum(np.maximum.accumulate((a - g.t0) - c), prev_start - g.t0))
+    queued = np.concatenate(([end_before], s[:-1] + gd[:-1])) + gg > a
+    s, e = a.copy(), a + gd  # an op started by its launch: exactly the walk's s and s + d
+    if queued.any():  # the others in order, as the walk does them
+        sl, el, al, gl, dl = s.tolist(), e.tolist(), a.tolist(), gg.tolist(), gd.tolist()
+        for i in np.flatnonzero(queued).tolist():
+            x, t = al[i], (el[i - 1] if i else end_before) + gl[i]
+            if t > x:
+                x = t
+            sl[i], el[i] = x, x + dl[i]
+        s, e = np.array(sl), np.array(el)
+    if ((np.concatenate(([end_before], e[:-1])) + gg > a) & ~queued).any():
+        return False
+    os_[ops], oe[ops] = s, e
+    return True
+
+
+def _chain_arrays(g: Graph) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per stream (replay()'s chains): its ops in stream order and the running maximum of their launching nodes
+    (an op runs only after every op before it on its stream was launched)."""
+    order = _order(g)
+    if order.arrays is None:
+        order.arrays = []
+        for chain in order.chains:
+            ops = np.array([t[0] for t in chain], dtype=np.int64)
+            order.arrays.append((ops, np.maximum.accumulate(g.g_launch[ops])))
+    return order.arrays
+
+
 class _Order(msgspec.Struct):
     """What replay() walks, from the graph's structure alone (g_prev, g_launch, g_dep and the node count)."""
 
@@ -386,6 +492,7 @@ class _Order(msgspec.Struct):
     chains: list  # per stream (by its first op, in op order): (op, launching node, predecessor, extra dep) in order
     stream_of: list  # per op: its chain
     after: list  # per node: the chains to advance once it ran (in order, no repeat in a row), or None
+    arrays: list | None = None  # _chain_arrays: per chain, its ops and their launching nodes' running maximum
 
 
 def _order(g: Graph) -> _Order:
