@@ -120,6 +120,7 @@ class Graph(msgspec.Struct):
     typical_gap: float = 0.0
     notes: list = msgspec.field(default_factory=list)
     order_cache: object = None  # replay's _Order, checked against the arrays
+    chain_cache: tuple | None = None  # _chain_arrays' (g_prev, g_launch, chains), checked against the arrays
     memo: dict = msgspec.field(default_factory=dict)  # facts of the (shared) trace, kept by copies
 
     def copy(self) -> "Graph":
@@ -459,14 +460,19 @@ def _place(g: Graph, ops: np.ndarray, before: int, ns: np.ndarray, os_: np.ndarr
     s = g.t0 + (c + np.maximum(np.maximum.accumulate((a - g.t0) - c), prev_start - g.t0))
     queued = np.concatenate(([end_before], s[:-1] + gd[:-1])) + gg > a
     s, e = a.copy(), a + gd  # an op started by its launch: exactly the walk's s and s + d
-    if queued.any():  # the others in order, as the walk does them
-        sl, el, al, gl, dl = s.tolist(), e.tolist(), a.tolist(), gg.tolist(), gd.tolist()
-        for i in np.flatnonzero(queued).tolist():
-            x, t = al[i], (el[i - 1] if i else end_before) + gl[i]
+    qi = np.flatnonzero(queued)
+    if len(qi):  # the others in order, as the walk does them
+        aq, gq, dq = a[qi].tolist(), gg[qi].tolist(), gd[qi].tolist()
+        before_end = np.concatenate(([end_before], e[:-1]))[qi].tolist()  # exact where that op is not queued
+        sq, eq = [0.0] * len(qi), [0.0] * len(qi)
+        last, end = -2, 0.0
+        for j, i in enumerate(qi.tolist()):
+            x, t = aq[j], (end if i == last + 1 else before_end[j]) + gq[j]
             if t > x:
                 x = t
-            sl[i], el[i] = x, x + dl[i]
-        s, e = np.array(sl), np.array(el)
+            end = x + dq[j]
+            sq[j], eq[j], last = x, end, i
+        s[qi], e[qi] = sq, eq
     if ((np.concatenate(([end_before], e[:-1])) + gg > a) & ~queued).any():
         return False
     os_[ops], oe[ops] = s, e
@@ -474,15 +480,27 @@ def _place(g: Graph, ops: np.ndarray, before: int, ns: np.ndarray, os_: np.ndarr
 
 
 def _chain_arrays(g: Graph) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per stream (replay()'s chains): its ops in stream order and the running maximum of their launching nodes
-    (an op runs only after every op before it on its stream was launched)."""
-    order = _order(g)
-    if order.arrays is None:
-        order.arrays = []
-        for chain in order.chains:
-            ops = np.array([t[0] for t in chain], dtype=np.int64)
-            order.arrays.append((ops, np.maximum.accumulate(g.g_launch[ops])))
-    return order.arrays
+    """Per stream (g_prev's chains): its ops in stream order and the running maximum of their launching nodes (an op
+    runs only after every op before it on its stream was launched); cached on the graph, rebuilt when an edit
+    changed g_prev or g_launch."""
+    c = g.chain_cache
+    if c is not None and np.array_equal(c[0], g.g_prev) and np.array_equal(c[1], g.g_launch):
+        return c[2]
+    m = len(g.g_prev)
+    # per op: its chain's first op (head) and its place in the chain (depth), by list ranking: `up` is the op the
+    # walk has reached, `depth` the links to it, `head` that op (its own head once up is -1)
+    head, depth, up = np.arange(m), (g.g_prev >= 0).astype(np.int64), g.g_prev.copy()
+    head[up >= 0] = up[up >= 0]
+    while (more := up >= 0).any():  # pointer jumping: each pass doubles the links followed
+        k = up[more]
+        depth[more] += depth[k]
+        head[more] = head[k]
+        up[more] = up[k]
+    order = np.lexsort((depth, head))
+    cut = np.flatnonzero(np.diff(head[order])) + 1
+    chains = [(ops, np.maximum.accumulate(g.g_launch[ops])) for ops in (np.split(order, cut) if m else [])]
+    g.chain_cache = (g.g_prev.copy(), g.g_launch.copy(), chains)
+    return chains
 
 
 class _Order(msgspec.Struct):
@@ -492,7 +510,6 @@ class _Order(msgspec.Struct):
     chains: list  # per stream (by its first op, in op order): (op, launching node, predecessor, extra dep) in order
     stream_of: list  # per op: its chain
     after: list  # per node: the chains to advance once it ran (in order, no repeat in a row), or None
-    arrays: list | None = None  # _chain_arrays: per chain, its ops and their launching nodes' running maximum
 
 
 def _order(g: Graph) -> _Order:
