@@ -461,22 +461,41 @@ def _place(g: Graph, ops: np.ndarray, before: int, ns: np.ndarray, os_: np.ndarr
     queued = np.concatenate(([end_before], s[:-1] + gd[:-1])) + gg > a
     s, e = a.copy(), a + gd  # an op started by its launch: exactly the walk's s and s + d
     qi = np.flatnonzero(queued)
-    if len(qi):  # the others in order, as the walk does them
-        aq, gq, dq = a[qi].tolist(), gg[qi].tolist(), gd[qi].tolist()
-        before_end = np.concatenate(([end_before], e[:-1]))[qi].tolist()  # exact where that op is not queued
-        sq, eq = [0.0] * len(qi), [0.0] * len(qi)
-        last, end = -2, 0.0
-        for j, i in enumerate(qi.tolist()):
-            x, t = aq[j], (end if i == last + 1 else before_end[j]) + gq[j]
-            if t > x:
-                x = t
-            end = x + dq[j]
-            sq[j], eq[j], last = x, end, i
-        s[qi], e[qi] = sq, eq
+    if len(qi):  # the others: each run of them from the end of the op before it, adding as the walk does
+        cut = np.flatnonzero(np.diff(qi) != 1) + 1
+        first, length = qi[np.concatenate(([0], cut))], np.diff(np.concatenate(([0], cut, [len(qi)])))
+        s[qi], e[qi] = _runs_of_adds(np.concatenate(([end_before], e[:-1]))[first], first, length, gg, gd)
+        if (s[qi] < a[qi]).any():  # one started by its launch after all: its run's sums do not hold
+            return False
     if ((np.concatenate(([end_before], e[:-1])) + gg > a) & ~queued).any():
         return False
     os_[ops], oe[ops] = s, e
     return True
+
+
+def _runs_of_adds(e0: np.ndarray, first: np.ndarray, length: np.ndarray, gap: np.ndarray,
+                  dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of runs of queued ops (run r: ops first[r] .. first[r] + length[r] - 1, after an op that ended
+    at e0[r]): s = previous end + gap, end = s + dur, added in that order as the walk adds them. Each row of a matrix
+    holds one run, e0, gap, dur, gap, dur, ...; a running sum along the rows is each run's additions in order (runs
+    grouped by length within a factor of two, so the padding at most doubles the matrix). Returned in run order."""
+    s_out, e_out = np.empty(int(length.sum())), np.empty(int(length.sum()))
+    at = np.concatenate(([0], np.cumsum(length)[:-1]))  # each run's place in the output
+    band = np.log2(length).astype(np.int64)
+    for b in unique(band):
+        rows = np.flatnonzero(band == b)
+        width = int(length[rows].max())
+        k = np.arange(width)
+        inside = k[None, :] < length[rows, None]
+        op = np.where(inside, first[rows, None] + k[None, :], 0)
+        m = np.zeros((len(rows), 2 * width + 1))
+        m[:, 0] = e0[rows]
+        m[:, 1::2] = np.where(inside, gap[op], 0.0)
+        m[:, 2::2] = np.where(inside, dur[op], 0.0)
+        run = np.cumsum(m, axis=1)
+        out = (at[rows, None] + k[None, :])[inside]
+        s_out[out], e_out[out] = run[:, 1::2][inside], run[:, 2::2][inside]
+    return s_out, e_out
 
 
 def _chain_arrays(g: Graph) -> list[tuple[np.ndarray, np.ndarray]]:
