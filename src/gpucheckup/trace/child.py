@@ -1,8 +1,7 @@
-"""A function run in a forked child process, its result (or its results, one by one) read back through a pipe.
+"""A function run in a forked child process, its result read back through a pipe.
 
-For one large trace read in two processes (reader.py), and a large trace's what-if edits replayed on two cores
-(diagnosis/savings.py): a fork starts with every module and every table of this process already there (a fresh
-interpreter would import them again, ~0.1 s of CPU, and be sent the tables) and runs on another core.
+For one large trace read in two processes (reader.py): a fork starts with every module of this process
+already imported (a fresh interpreter would import them again, ~0.1 s of CPU) and runs on another core.
 The result is pickled with its numpy arrays out of band, so columns cross the pipe as raw bytes, never as
 objects per event. Whatever goes wrong in the child (an exception, a crash, no result within the time
 allowed) comes back as None, and so does a fork that cannot start: the caller then does the work itself.
@@ -20,7 +19,6 @@ import struct
 import time
 from collections.abc import Callable
 
-FRAME_WAIT_S = 5.0  # a result whose first bytes arrived: how long the rest may take (the child writes it at once)
 PIPE_BYTES = 1 << 20  # the pipe's buffer, where Linux allows it (fewer switches between the two processes)
 _SIZE = struct.Struct("<Q")
 _unreaped: list[int] = []  # children whose result was taken before they exited: reaped at exit
@@ -34,30 +32,16 @@ class Child:
 
     def result(self, timeout: float) -> object:
         """The child's result, or None when it failed, died, or sent nothing within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
         try:
-            return self._frame(time.monotonic() + timeout)
-        except _NO_RESULT:
+            (n,) = _SIZE.unpack(self._read(_SIZE.size, deadline))
+            sizes = struct.unpack(f"<{n}Q", self._read(8 * n, deadline))
+            head, *buffers = (self._read(k, deadline) for k in sizes)
+            return pickle.loads(head, buffers=buffers)
+        except (OSError, EOFError, TimeoutError, pickle.UnpicklingError, struct.error, ValueError):
             return None
         finally:
             self.close()
-
-    def arrived(self, wait: float = 0.0) -> list:
-        """The results a child started with `each` has sent since the last call, waiting up to `wait` seconds for
-        the first of them when none is there yet; [] once it has sent its last (or failed, or was closed)."""
-        out = []
-        try:
-            while self.fd >= 0 and select.select([self.fd], [], [], 0 if out else wait)[0]:
-                out.append(self._frame(time.monotonic() + FRAME_WAIT_S))
-        except _NO_RESULT:  # the end of its results (EOF), or a child that died mid-way
-            self.close()
-        return out
-
-    def _frame(self, deadline: float) -> object:
-        """One result: the number of parts, their sizes, the pickle and its out-of-band buffers (see _send)."""
-        (n,) = _SIZE.unpack(self._read(_SIZE.size, deadline))
-        sizes = struct.unpack(f"<{n}Q", self._read(8 * n, deadline))
-        head, *buffers = (self._read(k, deadline) for k in sizes)
-        return pickle.loads(head, buffers=buffers)
 
     def _read(self, n: int, deadline: float) -> bytearray:
         out = bytearray(n)
@@ -87,12 +71,8 @@ class Child:
             pass
 
 
-_NO_RESULT = (OSError, EOFError, TimeoutError, pickle.UnpicklingError, struct.error, ValueError)
-
-
-def start(fn: Callable[[], object], each: bool = False) -> Child | None:
-    """fn() running in a forked child (`each`: fn() is an iterable, whose items are sent one by one as they come,
-    for Child.arrived; an exception ends them); None when no child can be started here."""
+def start(fn: Callable[[], object]) -> Child | None:
+    """fn() running in a forked child; None when no child can be started here."""
     if not hasattr(os, "fork"):
         return None
     _reap(os.WNOHANG)
@@ -107,18 +87,11 @@ def start(fn: Callable[[], object], each: bool = False) -> Child | None:
         code = 1
         try:
             os.close(r)
-            if each:
-                try:
-                    for value in fn():
-                        _send(w, value)
-                except Exception:  # noqa: BLE001 - said to the parent as the end of the results
-                    pass
-            else:
-                try:
-                    value = fn()
-                except Exception:  # noqa: BLE001 - said to the parent as "no result"
-                    value = None
-                _send(w, value)
+            try:
+                value = fn()
+            except Exception:  # noqa: BLE001 - said to the parent as "no result"
+                value = None
+            _send(w, value)
             code = 0
         finally:
             os._exit(code)
