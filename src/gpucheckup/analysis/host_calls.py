@@ -237,7 +237,8 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     fails (frames ending a little after their parent, by rounding) are searched one by one."""
     n = len(starts)
     idx = np.arange(n)
-    depth = idx - np.searchsorted(np.sort(ends), starts, side="left")  # earlier frames not ended before it
+    # earlier frames not ended before it (the ends of frames in start order are nearly in order: timsort)
+    depth = idx - np.searchsorted(np.sort(ends, kind="stable"), starts, side="left")
     key = depth * n + idx  # by depth, then position
     order = np.argsort(key, kind="stable")
     at = np.searchsorted(key[order], (depth - 1) * n + idx, side="left") - 1

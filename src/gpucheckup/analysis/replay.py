@@ -264,7 +264,7 @@ def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start:
     ops = np.flatnonzero(host.cat == CPU_OP)
     launch_t = {}
     for rows in _by_thread(host, lr[lr >= 0]):
-        launch_t[(int(host.pid[rows[0]]), int(host.tid[rows[0]]))] = np.sort(host.start[rows])
+        launch_t[(int(host.pid[rows[0]]), int(host.tid[rows[0]]))] = np.sort(host.start[rows], kind="stable")
     intervals = []  # per thread, in any order: the merge below does not depend on it
     for rows in _by_thread(host, ops):
         k = (int(host.pid[rows[0]]), int(host.tid[rows[0]]))
@@ -650,7 +650,7 @@ def host_per_step(g: Graph) -> tuple[float, float]:
     own = np.where(g.h_gap > 0, g.h_gap, 0.0) + np.where(g.h_kind != MARK, g.h_dur, 0.0)
     cum = np.concatenate(([0.0], np.cumsum(own)))
     time = cum[g.step_end_node + 1] - cum[g.step_start_node]
-    starts = np.sort(g.trace.host.start)
+    starts = np.sort(g.trace.host.start, kind="stable")  # nearly in order already: timsort runs through it
     events = np.searchsorted(starts, g.steps.host_end, side="left") - np.searchsorted(starts, g.steps.host_start,
                                                                                       side="left")
     return float(median(time)), float(median(events))

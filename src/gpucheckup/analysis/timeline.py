@@ -110,7 +110,7 @@ def _split_at(gaps: iv.Intervals, cuts: np.ndarray) -> iv.Intervals:
     if len(s) == 0 or len(cuts) == 0:
         return s, e
     inside = cuts[(cuts > s.min()) & (cuts < e.max())]
-    bounds = np.sort(np.concatenate([s, e, inside]))
+    bounds = np.sort(np.concatenate([s, e, inside]), kind="stable")  # three runs in order: merged
     lo, hi = bounds[:-1], bounds[1:]
     mid = (lo + hi) / 2
     k = np.searchsorted(s, mid, side="right") - 1
