@@ -18,6 +18,7 @@ import numpy as np
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.gap_causes import CAUSES
+from gpucheckup.analysis.groups import by_key, pair_ids
 
 TIMELINE_BINS = 300  # bins across the longest step: about one per two pixels of the plot
 MAX_TIMELINE_ROWS = 64  # steps x devices shown; the rest is counted in `truncated`
@@ -35,19 +36,21 @@ def step_timeline(a: TraceAnalysis) -> dict:
     rows = []
     pairs = [(i, dev) for i in range(st.count) for dev in devices]
     busy = {dev: iv.Coverage(tl.busy[dev]) for dev in devices}  # summed once, asked once per step
+    row_gaps = by_key(pair_ids(g.step, g.device))  # the gaps of each (step, device), in order: one sort
+    gap_row = {(int(g.step[k[0]]), int(g.device[k[0]])): k for k in row_gaps.values()}
+    none = np.zeros(0, dtype=np.int64)
     for i, dev in pairs[:MAX_TIMELINE_ROWS]:
         lo, hi = float(st.start[i]), float(st.end[i])
-        in_row = (g.step == i) & (g.device == dev)
-        idle = a.causes.time[in_row].sum(axis=0) if in_row.any() else np.zeros(len(CAUSES))
+        in_row = gap_row.get((i, dev), none)
+        idle = a.causes.time[in_row].sum(axis=0) if len(in_row) else np.zeros(len(CAUSES))
         busy_us = float(busy[dev].between(np.array([lo]), np.array([hi]))[0])
         n_bins = max(1, int(np.ceil((hi - lo) / bin_us - 1e-9)))
         edges = np.minimum(lo + bin_us * np.arange(n_bins + 1), hi)
         share = np.zeros((1 + len(CAUSES), n_bins))
         share[0] = busy[dev].between(edges[:-1], edges[1:])
-        for c in range(len(CAUSES)):
-            m = in_row & (dom == c)
-            if m.any():
-                share[1 + c] = iv.covered_between(iv.union(g.start[m], g.end[m]), edges[:-1], edges[1:])
+        for c, m in by_key(dom[in_row]).items():
+            m = in_row[m]
+            share[1 + c] = iv.covered_between(iv.union(g.start[m], g.end[m]), edges[:-1], edges[1:])
         rows.append({
             "step": i,
             "label": st.labels[i],
