@@ -25,7 +25,7 @@ import numpy as np
 from gpucheckup.analysis import host_calls
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.distinct import union1d
-from gpucheckup.analysis.groups import by_key
+from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.steps import Steps
 from gpucheckup.analysis.timeline import Timeline
 from gpucheckup.analysis.window import Window
@@ -161,9 +161,9 @@ def _main_thread(trace: Trace, launch_rows: np.ndarray) -> tuple[int, int]:
         if len(host) == 0:
             return (0, 0)
         return int(host.pid[0]), int(host.tid[0])
-    pairs, counts = np.unique(np.stack([host.pid[rows], host.tid[rows]], axis=1), axis=0, return_counts=True)
-    best = pairs[np.argmax(counts)]
-    return int(best[0]), int(best[1])
+    ids = pair_ids(host.pid[rows], host.tid[rows])  # numbered in (pid, tid) order: ties go to the first, as before
+    first = rows[np.flatnonzero(ids == np.argmax(np.bincount(ids)))[0]]
+    return int(host.pid[first]), int(host.tid[first])
 
 
 class GapSummary(msgspec.Struct):

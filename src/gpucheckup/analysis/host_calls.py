@@ -241,7 +241,9 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     depth = idx - np.searchsorted(np.sort(ends, kind="stable"), starts, side="left")
     key = depth * n + idx  # by depth, then position
     order = np.argsort(key, kind="stable")
-    at = np.searchsorted(key[order], (depth - 1) * n + idx, side="left") - 1
+    ranked = key[order]
+    at = np.empty(n, dtype=np.int64)  # per frame, the last position before (depth - 1, itself): the needles key - n,
+    at[order] = np.searchsorted(ranked, ranked - n, side="left") - 1  # asked in sorted order (a cache-friendly search)
     parent = np.where(at >= 0, order[np.maximum(at, 0)], -1)
     parent = np.where((depth > 0) & (parent >= 0) & (depth[np.maximum(parent, 0)] == depth - 1), parent, -1)
     low = np.where((depth > 0) & (parent < 0), -np.inf, ends)  # per frame: the earliest end of it and its chain
