@@ -186,11 +186,12 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
 
 
 def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=(),
-                comm_waits=None) -> Checkup:
+                comm_waits=None, fork: bool = False) -> Checkup:
     """Analyze, diagnose and build the report dict of one trace, with its compact cross-rank table when it
-    holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction)."""
+    holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction; `fork`:
+    a large trace's fixes predicted on a second core, where this process is not one of several workers)."""
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
-    d = diagnose(a, savings.predict(a))  # each fix's replayed saving: computed here, once per trace
+    d = diagnose(a, savings.predict(a, fork))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
     return Checkup(a, d, checkup_dict(a, d))
 
@@ -266,7 +267,7 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
                 if cpu is not None and not trace.has_gpu:
                     cpu.append(cpu_checkup(trace))
                 else:
-                    results.append(check_trace(trace, inputs, ncu, ncu_csv))
+                    results.append(check_trace(trace, inputs, ncu, ncu_csv, fork=jobs != 1))
             except CheckupError as e:
                 if len(files) == 1:
                     raise

@@ -17,14 +17,20 @@ its findings can offer, so no edit is replayed for a fix no report shows.
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
 
 from gpucheckup.analysis import replay, whatif
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis.fixes import CATALOGUE
+from gpucheckup.trace import parallel
 
 NO_EDIT = "not replayed: no graph edit models this fix"
 NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
+FORK_EVENTS = 100_000  # predict in a forked child from this many host and GPU events (see predict; docs/performance.md)
+IDLE_CORES = 1.5  # and only where this many processors are idle now (as trace/reader.py's split read)
+CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 215k events) before it is given up on
 
 
 class FixPrediction(msgspec.Struct):
@@ -45,38 +51,73 @@ class Predictions(msgspec.Struct):
     note: str = ""
     host_scale: float = 1.0  # the profiler-overhead calibration applied to host time (replay.calibrate)
     pending: tuple | None = None  # (calibrated graph, its replayed step, the report's step, wanted entries)
+    helper: object | None = None  # trace/child.Child computing _calibrated_and_replayed, or None
+    analysis: TraceAnalysis | None = None  # with a helper: the analysis to predict from here if it fails
 
     def replay_edits(self, keys: set[str]) -> None:
         """Replay the graph edits of the wanted fixes whose key is in `keys` (each edit once, catalogue order)
-        into by_key; a failure leaves no prediction and says why in `note`, as predict() does."""
+        into by_key; a failure leaves no prediction and says why in `note`, as predict() does. With a helper,
+        its edits are taken instead (the same code on the same graph); without its result, they are made here."""
+        outcomes = None
+        if self.helper is not None:
+            helper, self.helper = self.helper, None
+            got = helper.result(CHILD_WAIT_S)
+            if got is None:  # the child failed or was killed: predict here
+                fresh = _calibrated(self.analysis, self.pending[3])
+                self.note, self.host_scale, self.pending = fresh.note, fresh.host_scale, fresh.pending
+            else:
+                self.note, self.host_scale, outcomes = got
+                if outcomes is None:
+                    self.pending = None
         if self.pending is None:
             return
         g, before, step, wanted = self.pending
         self.pending = None
-        done: dict[tuple, whatif.Prediction] = {}
-        try:
-            for e in wanted:
-                if e.key not in keys:
-                    continue
-                k = (e.replay, e.replay_params)
-                if k not in done:
+        done: dict[tuple, whatif.Prediction | str] = dict(outcomes or {})
+        for e in wanted:
+            if e.key not in keys:
+                continue
+            k = (e.replay, e.replay_params)
+            if k not in done:
+                try:
                     done[k] = whatif.predict(g, e.replay, before, **dict(e.replay_params))
-                p = done[k]
-                pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
-                self.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100,
-                                                   pct)
-        except REPLAY_ERRORS as err:
-            self.by_key.clear()
-            self.note = _not_replayable(err)
+                except REPLAY_ERRORS as err:
+                    done[k] = _not_replayable(err)
+            p = done[k]
+            if isinstance(p, str):  # the edit could not be replayed: no prediction at all, and why
+                self.by_key.clear()
+                self.note = p
+                return
+            pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
+            self.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct)
 
 
-def predict(a: TraceAnalysis) -> Predictions:
-    """Each applicable catalogue fix with a graph edit, replayed on the trace of `a`."""
+def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
+    """Each applicable catalogue fix with a graph edit, replayed on the trace of `a` (`fork`: a large trace's graph
+    built, calibrated and edited in a forked child while this process runs the rules, where this process is not
+    itself one of several workers)."""
     wanted = [e for e in CATALOGUE if e.replay and e.applies(a)]
     if not wanted:
         return Predictions()
     if len(a.trace.gpu) == 0:
         return Predictions(note="no replay: the trace has no GPU work")
+    if fork and _forks(a):
+        from gpucheckup.trace import child  # the fork and the pipe: only for a large trace
+
+        helper = child.start(functools.partial(_calibrated_and_replayed, a, wanted))
+        if helper is not None:
+            return Predictions(pending=(None, None, a.window.step_ms, wanted), helper=helper, analysis=a)
+    return _calibrated(a, wanted)
+
+
+def _forks(a: TraceAnalysis) -> bool:
+    """Whether predicting in a child pays: a large trace, and a second core idle now."""
+    return (len(a.trace.host) + len(a.trace.gpu) >= FORK_EVENTS and parallel.cores() >= 2
+            and parallel.idle_cores() >= IDLE_CORES)
+
+
+def _calibrated(a: TraceAnalysis, wanted: list) -> Predictions:
+    """The trace's graph, built and calibrated, ready for replay_edits (or why there is none, in `note`)."""
     try:
         g = replay.build(a.trace, a.steps, a.launch_rows)
         unprofiled = a.profiler.unprofiled_step_ms if a.profiler else None
@@ -87,6 +128,22 @@ def predict(a: TraceAnalysis) -> Predictions:
         return Predictions(host_scale=cal.host_scale, pending=(g, before, a.window.step_ms, wanted))
     except REPLAY_ERRORS as err:
         return Predictions(note=_not_replayable(err))
+
+
+def _calibrated_and_replayed(a: TraceAnalysis, wanted: list) -> tuple:
+    """In the child: (note, host scale, each distinct edit's whatif.Prediction or why it could not be replayed),
+    the outcomes None when no graph could be calibrated."""
+    p = _calibrated(a, wanted)
+    if p.pending is None:
+        return p.note, p.host_scale, None
+    g, before, _, _ = p.pending
+    out: dict[tuple, whatif.Prediction | str] = {}
+    for k in dict.fromkeys((e.replay, e.replay_params) for e in wanted):
+        try:
+            out[k] = whatif.predict(g, k[0], before, **dict(k[1]))
+        except REPLAY_ERRORS as err:
+            out[k] = _not_replayable(err)
+    return p.note, p.host_scale, out
 
 
 REPLAY_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)
