@@ -55,11 +55,31 @@ def test_percent_figures_compare_in_points():
     assert busy.beyond_noise is False  # 1.5 points < noise 2 x 1% = 2
 
 
-def _capture(tmp_path, name, *flags):
+# A job whose step is mostly a known sleep, so that its step time does not follow this machine's speed: a 2-core
+# KVM guest whose CPU-bound steps switch between two speeds 2x apart every ~50-100 ms (seen here: the launch
+# example's bare loop at 0.9 and 1.9 ms a step, in runs of ~40 steps), which two short captures of a CPU-bound job
+# sample differently (CI once read +55.9% between two captures of one job). The sleep's jitter, the same sequence in
+# every run (seed 0), gives each capture a spread of its own (cv ~10%: noise ~20%) for the noise rule to work on.
+PACED = """
+import random, sys, time, torch
+rng = random.Random(0)
+layer = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+for _ in range(int(sys.argv[1])):
+    time.sleep((float(sys.argv[2]) + rng.uniform(0.0, 4.0)) / 1000)
+    layer(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _capture(tmp_path, name, sleep_ms):
+    script = tmp_path / "paced.py"
+    script.write_text(PACED)
     out = tmp_path / name
     r = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--out", str(out), "--no-nvml", "--no-report",
-                        "--skip", "20", "--steps", "2", "--", sys.executable, "-m", "gpucheckup.examples.launch",
-                        "--steps", "80", *flags], capture_output=True, text=True)
+                        "--skip", "20", "--steps", "2", "--", sys.executable, str(script), "80", str(sleep_ms)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     (run_dir,) = list(out.iterdir())
     return run_dir
@@ -67,16 +87,17 @@ def _capture(tmp_path, name, *flags):
 
 def test_live_captures_one_job_twice_and_a_heavier_one(tmp_path):
     pytest.importorskip("torch")
-    first, second = _capture(tmp_path, "a", "--blocks", "2"), _capture(tmp_path, "b", "--blocks", "2")
-    heavy = _capture(tmp_path, "c", "--blocks", "32")  # 16x the layers: ~16x the host work per step
+    first, second = _capture(tmp_path, "a", 10), _capture(tmp_path, "b", 10)
+    heavy = _capture(tmp_path, "c", 40)  # ~12 ms a step against ~42 ms
     js = tmp_path / "same.json"
     assert main(["compare", str(first), str(second), "--json", str(js), "--changed"]) == 0
     same = json.loads(js.read_text())
+    assert same["headline"] == "run_figures.steps.steady_median_ms"  # the unprofiled steps, not the window's
     assert not same["step_beyond_noise"], same["sentence"]
     assert same["verdict"][0] == same["verdict"][1]
     assert main(["compare", str(first), str(heavy), "--json", str(js)]) == 0
     diff = json.loads(js.read_text())
-    assert diff["step_beyond_noise"] and diff["step_change_pct"] > 0, diff["sentence"]
+    assert diff["step_beyond_noise"] and diff["step_change_pct"] > 150, diff["sentence"]
 
 
 def test_bad_inputs_are_one_line(tmp_path, capsys):
