@@ -22,11 +22,11 @@ def _ab(tmp_path, *args):
 
 def test_identical_commands_show_no_difference(tmp_path):
     pytest.importorskip("torch")
-    r = _ab(tmp_path, "--rounds", "3", "--", *EX, "--", *EX)
+    r = _ab(tmp_path, "--rounds", "5", "--", *EX, "--", *EX)
     assert r["verdict"] == "same", r["sentence"]
     assert r["sentence"].startswith("No difference beyond noise")
     for side in ("a", "b"):
-        assert len(r[side]["round_ms"]) == 3 and r[side]["steps"] == 3 * 7  # warm-up dropped, 7 kept each
+        assert len(r[side]["round_ms"]) == 5 and r[side]["steps"] == 5 * 7  # warm-up dropped, 7 kept each
 
 
 PACED = """
