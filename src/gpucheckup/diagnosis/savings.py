@@ -30,6 +30,7 @@ NO_EDIT = "not replayed: no graph edit models this fix"
 NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
 FORK_EVENTS = 100_000  # predict in a forked child from this many host and GPU events (see predict; docs/performance.md)
 IDLE_CORES = 1.5  # and only where this many processors are idle now (as trace/reader.py's split read)
+REPLAY_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)  # a graph it cannot model
 CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 215k events) before it is given up on
 
 
@@ -79,10 +80,7 @@ class Predictions(msgspec.Struct):
                 continue
             k = (e.replay, e.replay_params)
             if k not in done:
-                try:
-                    done[k] = whatif.predict(g, e.replay, before, **dict(e.replay_params))
-                except REPLAY_ERRORS as err:
-                    done[k] = _not_replayable(err)
+                done[k] = _edit_outcome(g, before, k)
             p = done[k]
             if isinstance(p, str):  # the edit could not be replayed: no prediction at all, and why
                 self.by_key.clear()
@@ -137,17 +135,18 @@ def _calibrated_and_replayed(a: TraceAnalysis, wanted: list) -> tuple:
     if p.pending is None:
         return p.note, p.host_scale, None
     g, before, _, _ = p.pending
-    out: dict[tuple, whatif.Prediction | str] = {}
-    for k in dict.fromkeys((e.replay, e.replay_params) for e in wanted):
-        try:
-            out[k] = whatif.predict(g, k[0], before, **dict(k[1]))
-        except REPLAY_ERRORS as err:
-            out[k] = _not_replayable(err)
-    return p.note, p.host_scale, out
+    return p.note, p.host_scale, {k: _edit_outcome(g, before, k)
+                                  for k in dict.fromkeys((e.replay, e.replay_params) for e in wanted)}
 
 
-REPLAY_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)
+def _edit_outcome(g: replay.Graph, before: float, edit: tuple) -> whatif.Prediction | str:
+    """One graph edit (transform, params) replayed on g: its prediction, or why it could not be replayed."""
+    try:
+        return whatif.predict(g, edit[0], before, **dict(edit[1]))
+    except REPLAY_ERRORS as err:
+        return _not_replayable(err)
 
 
 def _not_replayable(err: Exception) -> str:
+    """The note for a graph that could not be built, calibrated or edited."""
     return f"no replay: the trace's dependency graph could not be replayed ({type(err).__name__}: {err})"

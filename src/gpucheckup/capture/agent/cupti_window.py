@@ -14,8 +14,9 @@ not every sync: on an H200 the launch-bound MLP's step took +33% in a window wit
 process with 3 sync records per 41 steps (docs/validation.md 6e); a trace without them says so
 (`gpucheckup_light.activities`), and the check-up then reads syncs as not recorded. Each host wait is written as
 the `cuda_runtime` call a full trace holds (`cudaStreamSynchronize`, `cudaEventSynchronize`, `cudaDeviceSynchronize`,
-SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no thread), so the analyses count syncs and name the idle a sync drained `sync`; a stream wait event queues a wait on
-the GPU, not on the host: counted in `gpucheckup_light.sync_calls`, not written as a call.
+SYNC_TYPE_CALLS) on the window's main thread (CUPTI's record names no thread), so the analyses count syncs and name
+the idle a sync drained `sync`; a stream wait event queues a wait on the GPU, not on the host: counted in
+`gpucheckup_light.sync_calls`, not written as a call.
 
 `CuptiWindow` has a profiler's methods (start, step, stop, export_chrome_trace) so the agent drives it as it
 drives torch.profiler: its host ranges (`host_scopes`) are turned on before start() and off after stop();
