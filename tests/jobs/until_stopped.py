@@ -23,6 +23,8 @@ while not os.path.exists(stop) and time.time() < deadline:
             model(x)
     n += 1
     if n == 3:
-        open(ready, "w").write(str(os.getpid()))
+        with open(ready + ".tmp", "w") as f:  # whole or absent: the test reads it as soon as it exists
+            f.write(str(os.getpid()))
+        os.replace(ready + ".tmp", ready)
     time.sleep(0.01)
 print(f"stopped after {n} iterations")
