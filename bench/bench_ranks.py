@@ -68,7 +68,7 @@ def main() -> int:
         for jobs in (int(x) for x in args.jobs.split(",")):
             out = work / f"ranks{n}-jobs{jobs}.json"
             m = measure(folder, jobs, out)
-            found = json.loads(out.read_text())["ranks"]["straggler"] if m["code"] in (0, None) else None
+            found = json.loads(out.read_text())["job"]["ranks"]["straggler"] if m["code"] in (0, None) else None
             print(f"{n:>6} {mb:>10.1f} {jobs:>5} {m['wall_s']:>7.1f} {m['self_mib']:>14.0f} {m['worker_mib']:>16.0f} "
                   f"{found} (planted {planted})", flush=True)
     return 0

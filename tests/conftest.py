@@ -26,6 +26,79 @@ def pytest_configure(config):
                                 "jobs are required here (pip install torch==2.13.0)")
 
 
+SCHEMA = REPO / "src" / "gpucheckup" / "data" / "schema.json"
+CHECKED_DOCUMENTS: list[Path] = []  # the check-up documents this test run validated (tests/test_schema.py counts)
+
+
+def validate_document(doc: dict) -> None:
+    """A check-up document against the shipped JSON Schema, by jsonschema (not gpucheckup's own types)."""
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()), cls=jsonschema.Draft202012Validator)
+
+
+@pytest.fixture(autouse=True)
+def _written_documents_validate(request):
+    """After every test that used tmp_path: each check-up document (JSON with `schema_version`) it wrote there
+    validates against the shipped schema."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp = request.getfixturevalue("tmp_path")  # asked for here, so it is torn down after this check
+    yield
+    for f in tmp.rglob("*.json"):
+        if not f.is_file() or f.stat().st_size > 200_000_000:
+            continue
+        with open(f, "rb") as fh:
+            if b'"schema_version"' not in fh.read(200):  # a document's first key: not an input of the test
+                continue
+        try:
+            doc = json.loads(f.read_bytes())
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(doc, dict) and "schema_version" in doc and "checkups" in doc:
+            validate_document(doc)
+            CHECKED_DOCUMENTS.append(f)
+
+
+RUN_KEYS = {"run": "info", "nvml": "nvml", "step_history": "step_history", "env": "env", "run_figures": "figures"}
+
+
+def flat(doc: dict, i: int = 0) -> dict:
+    """Check-up i of a check-up document (docs/schema.md) as one report: its trace's keys with its run's
+    run-level keys (`run`, `run_figures`, ...), the shape a report had before the document wrapped it; a run
+    with no trace: the job's verdict, fixes and notes with the run's keys."""
+    reports = doc["checkups"] or doc["cpu_checkups"]
+    out = dict(reports[i]) if reports else {k: doc[k] for k in ("verdict", "fixes", "notes")}
+    if doc["run"] is not None:
+        out.update({key: doc["run"][field] for key, field in RUN_KEYS.items()})
+        if doc["checkups"]:
+            out["run_figures"] = {**out["run_figures"], "host_samples": out.get("host_samples")}
+    return out
+
+
+def document_of(result, cases=None) -> dict:
+    """The check-up document of a pipeline result as plain JSON types (what `--json` writes)."""
+    import msgspec
+
+    from gpucheckup.assemble import document
+
+    return msgspec.to_builtins(document(result, cases))
+
+
+def ranks_view(doc: dict) -> dict:
+    """A document of several ranks as {ranks, communication, verdict, reports}: the job's section, its verdict
+    and each rank's report (`flat`)."""
+    n = len(doc["checkups"])
+    return {"ranks": doc["job"]["ranks"], "communication": doc["job"]["communication"], "verdict": doc["verdict"],
+            "reports": [flat(doc, i) for i in range(n)]}
+
+
+def read_report(path: Path, i: int = 0) -> dict:
+    """Check-up i of the check-up document at path, as `flat` gives it."""
+    return flat(json.loads(Path(path).read_text()), i)
+
+
 def fixtures_dir() -> Path | None:
     """The shared H200 fixtures: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repo, else
     /work/shared/fixtures/h200 (where this workplace keeps them, for a clone made elsewhere)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import trace_path, write_trace
+from conftest import trace_path, write_trace, read_report
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -116,7 +116,7 @@ def test_absurd_durations_are_dropped_with_a_warning(tmp_path):
     path = write_trace(tmp_path / "absurd.json", events)
     res = run_cli("analyze", str(path), "--json", str(tmp_path / "out.json"))
     assert res.returncode == 0, res.stderr
-    out = json.loads((tmp_path / "out.json").read_text())
+    out = read_report(tmp_path / "out.json")
     assert out["kernels"]["count"] == 2
     assert any("3 events with a negative, non-finite or over-a-day duration" in n for n in out["notes"])
 
@@ -134,7 +134,7 @@ def test_fields_of_unexpected_types_are_dropped_with_a_warning(tmp_path):
     path = write_trace(tmp_path / "types.json", events)
     res = run_cli("analyze", str(path), "--json", str(tmp_path / "out.json"))
     assert res.returncode == 0, res.stderr
-    out = json.loads((tmp_path / "out.json").read_text())
+    out = read_report(tmp_path / "out.json")
     assert out["kernels"]["count"] == 2
     assert any("2 events with fields of unexpected types" in n for n in out["notes"])
 
@@ -145,7 +145,7 @@ def test_unknown_fields_are_ignored(tmp_path):
     path = write_trace(tmp_path / "unknown.json", events, someNewTopLevelKey={"a": 1})
     res = run_cli("analyze", str(path), "--json", str(tmp_path / "out.json"))
     assert res.returncode == 0, res.stderr
-    assert json.loads((tmp_path / "out.json").read_text())["kernels"]["count"] == 2
+    assert read_report(tmp_path / "out.json")["kernels"]["count"] == 2
 
 
 @pytest.mark.parametrize("content", [b"{}", b'{"traceEvents": {}}', b'{"traceEvents": "x"}'])
@@ -165,7 +165,7 @@ def test_folder_with_one_corrupt_rank_keeps_the_good_one(tmp_path):
     out = tmp_path / "r.json"
     res = run_cli("analyze", str(tmp_path), "--json", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
-    report = json.loads(out.read_text())
+    report = read_report(out)
     assert report["verdict"]["primary"] == "gpu_bound"
     assert any("skipped a trace of this folder" in n and "trace_rank1.json.gz" in n for n in report["notes"])
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raw_events
+from conftest import raw_events, read_report
 
 pytest.importorskip("torch", reason="the capture tests run real torch jobs: pip install torch==2.13.0 (CI does)")
 
@@ -121,7 +121,7 @@ def test_run_writes_a_complete_run_directory(tmp_path):
     res = gpucheckup("analyze", str(run_dir), "--json", str(report))
     assert res.returncode == 0, res.stderr
     assert "CPU-side check-up" in res.stdout and "Whole run" in res.stdout  # a CPU-only trace: its CPU side
-    data = json.loads(report.read_text())
+    data = read_report(report)
     assert data["verdict"]["primary"] == "cpu_only" and data["cpu"]["ops_count"] > 0
     assert data["step_history"]["step"] == list(range(2, 13))  # step 1 has no previous end to time it from
     assert set(data["nvml"]) == {"t_s", "gpu_util", "power_w", "sm_clock_mhz", "throttled"}
@@ -305,7 +305,7 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
         job.wait()
     assert res.returncode == 0, res.stderr
     assert "Out-of-process check-up (coarse)" in res.stdout and "no NVML" in res.stdout
-    data = json.loads(report.read_text())
+    data = read_report(report)
     coarse = data["run_figures"]["coarse"]
     assert coarse["verdict"] == "unknown" and coarse["samples"] >= 4
     assert coarse["main_states_pct"].get("dataloader", 0) >= 50

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import fixtures_dir, trace_path
+from conftest import fixtures_dir, trace_path, read_report
 from test_cli import run_cli
 
 from gpucheckup.hardware import ceilings
@@ -48,7 +48,7 @@ def test_analyze_finds_stored_ceilings_by_device_name(tmp_path):
     res = run_cli("analyze", str(trace_path("compute_bound")), "--json", str(out), "--quiet",
                   env={"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr
-    m = json.loads(out.read_text())["mfu"]
+    m = read_report(out)["mfu"]
     assert m["ceilings_path"] == str(ceilings_file) and m["measured_tflops"] == 800.0
     assert m["pct_of_measured"] == pytest.approx(100 * m["achieved_tflops"] / 800.0)
 

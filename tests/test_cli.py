@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import modules_loaded, trace_path, write_trace
+from conftest import modules_loaded, trace_path, write_trace, read_report
 
 REQUIRED_KEYS = [
     "verdict.primary", "verdict.findings", "gpu.busy_pct", "steps.count", "steps.median_ms", "kernels.count",
@@ -34,10 +34,11 @@ def test_demo_runs_offline_and_writes_json(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     data = json.loads(out.read_text())
-    assert {k: v["verdict"]["primary"] for k, v in data.items()} == {
+    assert data["kind"] == "cases"
+    assert {k: v["verdict"]["primary"] for k, v in zip(data["cases"], data["checkups"])} == {
         "input_bound": "input_bound", "launch_bound": "launch_bound", "moe_seed": "gpu_bound",
         "compute_bound": "gpu_bound"}
-    for report in data.values():
+    for report in data["checkups"]:
         for key in REQUIRED_KEYS:
             lookup(report, key)
         assert "data_movement" in report["kernels"]["categories"]
@@ -60,10 +61,11 @@ def test_folder_of_rank_traces(tmp_path):
     res = run_cli("analyze", str(tmp_path), "--json", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
-    assert [r["rank"] for r in data["ranks"]["table"]] == [0, 1]
-    assert [r["verdict"] for r in data["ranks"]["table"]] == ["gpu_bound", "launch_bound"]
-    assert data["ranks"]["straggler"] is None  # two unrelated traces: no collective calls to match
-    assert any("rank 1 is a straggler" in n for n in data["reports"][0]["notes"])
+    ranks = data["job"]["ranks"]
+    assert [r["rank"] for r in ranks["table"]] == [0, 1]
+    assert [r["verdict"] for r in ranks["table"]] == ["gpu_bound", "launch_bound"]
+    assert ranks["straggler"] is None  # two unrelated traces: no collective calls to match
+    assert any("rank 1 is a straggler" in n for n in data["checkups"][0]["notes"])
 
 
 def test_trace_text_is_printed_literally(tmp_path):
@@ -124,7 +126,7 @@ def test_an_out_of_process_attach_is_judged_when_checked_up(tmp_path):
     assert res.returncode == 0, res.stderr
     sentence = "GPU idle in 100% of 10 samples while the main thread waits in DataLoader __next__ (80% of those samples)"
     assert sentence in res.stdout
-    coarse = json.loads(out.read_text())["run_figures"]["coarse"]
+    coarse = read_report(out)["run_figures"]["coarse"]
     assert coarse["verdict"] == "input_bound" and coarse["samples"] == 12 and coarse["gpu_idle_pct"] == 100
     assert coarse["main_states_pct"] == {"dataloader": 100 * 8 / 12, "forward": 100 * 4 / 12}
 

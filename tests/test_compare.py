@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import DEMO, REPO
+from conftest import DEMO, REPO, read_report
 from gpucheckup.analysis import compare
 from gpucheckup.cli import main
 
@@ -18,14 +18,14 @@ LAUNCH, COMPUTE = DEMO / "launch_bound/trace.json.gz", DEMO / "compute_bound/tra
 def _report(path, tmp_path, name):
     out = tmp_path / f"{name}.json"
     assert main(["analyze", str(path), "--quiet", "--json", str(out)]) == 0
-    return out, json.loads(out.read_text())
+    return out, read_report(out)
 
 
 def test_two_different_jobs_are_flagged_with_the_verdict_change(tmp_path, capsys):
     (pa, a), (pb, b) = _report(LAUNCH, tmp_path, "a"), _report(COMPUTE, tmp_path, "b")
     c = compare.compare(a, b)
-    expected = 100 * (b["steps"]["median_ms"] / a["steps"]["median_ms"] - 1)
-    assert c.headline == "steps.median_ms" and c.step_change_pct == pytest.approx(expected)
+    expected = 100 * (b["steps"]["median_ms"] / a["steps"]["median_ms"] - 1)  # two traces: their median step
+    assert c.headline == "window.step_ms" and c.step_change_pct == pytest.approx(expected)
     assert c.noise_pct == pytest.approx(2 * max(a["steps"]["cv_pct"], b["steps"]["cv_pct"]))
     assert c.step_beyond_noise and "slower" in c.sentence
     assert (c.verdict_a, c.verdict_b) == (a["verdict"]["primary"], b["verdict"]["primary"])
@@ -92,7 +92,7 @@ def test_live_captures_one_job_twice_and_a_heavier_one(tmp_path):
     js = tmp_path / "same.json"
     assert main(["compare", str(first), str(second), "--json", str(js), "--changed"]) == 0
     same = json.loads(js.read_text())
-    assert same["headline"] == "run_figures.steps.steady_median_ms"  # the unprofiled steps, not the window's
+    assert same["headline"] == "run_figures.steps.unprofiled_ms"  # the unprofiled steps, not the profiled window
     assert not same["step_beyond_noise"], same["sentence"]
     assert same["verdict"][0] == same["verdict"][1]
     assert main(["compare", str(first), str(heavy), "--json", str(js)]) == 0

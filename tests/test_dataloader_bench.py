@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, trace_path
+from conftest import REPO, trace_path, read_report
 from gpucheckup.analysis.environment import usable_cores
 from gpucheckup.analysis.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step_from_report
 from gpucheckup.capture.environment import cgroup_quota
@@ -75,7 +75,7 @@ def test_gpu_step_beside_it_and_the_workers_that_suffice(tmp_path, one_cpu):
     from gpucheckup.cli import main
 
     assert main(["analyze", str(trace_path("input_bound")), "--quiet", "--json", str(report)]) == 0
-    r = json.loads(report.read_text())
+    r = read_report(report)
     gpu_ms = r["window"]["step_ms"] - r["gaps"]["per_step_ms"]["input"]
     doc, rate, out = bench(tmp_path, "1,2", spin_ms=0.1, sleep_ms=10, extra=("--checkup", str(report)))
     adv = doc["advice"]

@@ -34,6 +34,7 @@ from gpucheckup.trace.tables import CPU_OP, PYTHON, RUNTIME
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "fuzz"))
 import minimal  # noqa: E402
+from conftest import read_report
 
 HANG_S = 20  # the fuzzing's hang bound: a case past it is a hang
 RUN_SEED = ROOT / "fuzz" / "corpus" / "runs" / "20261129-105908-input_bound"
@@ -126,7 +127,7 @@ def test_400_digit_integers_check_up_with_every_output(tmp_path, field):
     path = _with_raw_event(json.dumps(event).replace('"BIG"', big), tmp_path / "t.json")
     rc, out, err = analyze(path, *outputs(tmp_path))
     assert rc == 0 and not err.strip()
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert report["kernels"]["count"] == 4  # the four steps' kernels, not the huge one
     assert report["notes"] == ["1 events with fields of unexpected types could not be read and were ignored"]
 
@@ -270,7 +271,7 @@ def test_16000_one_kernel_steps_with_a_sync_each(tmp_path):
     trace = minimal.write(minimal.steps_trace(16_000, sync=True), tmp_path / "t.json.gz")
     rc, _, _ = analyze(trace, "--quiet", "--json", tmp_path / "r.json")
     assert rc == 0
-    r = json.loads((tmp_path / "r.json").read_text())
+    r = read_report(tmp_path / "r.json")
     assert r["steps"]["count"] == 16_000
     assert r["sync"]["count_per_step"] == pytest.approx(1.0, abs=0.01)
 
@@ -405,7 +406,7 @@ def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
     for i, e in enumerate(x for x in doc["traceEvents"] if x.get("cat") == "kernel"):
         e["args"]["stream"] = 1000 + i
     rc, _, _ = analyze(minimal.write(doc, tmp_path / "t.json.gz"), "--quiet", "--json", tmp_path / "r.json")
-    assert rc == 0 and json.loads((tmp_path / "r.json").read_text())["steps"]["count"] == 8000
+    assert rc == 0 and read_report(tmp_path / "r.json")["steps"]["count"] == 8000
 
 
 def test_evidence_events_hold_plain_floats_whatever_computed_them():
@@ -475,7 +476,7 @@ def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
 
     trace = minimal.write(minimal.steps_trace(8, sync=True), tmp_path / "t.json")
     rc, _, _ = analyze(trace, "--json", tmp_path / "r.json")
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert rc == 0 and report["fixes"]
     for fx in report["fixes"]:
         fx["saving_ms"] = None
@@ -617,7 +618,7 @@ def test_flop_annotations_that_are_not_a_finite_count_are_not_used(tmp_path, flo
         doc["traceEvents"].append({**e, "ts": e["ts"] + 20, "dur": 0.1, "args": {"flops": flops[1]}})
     trace = minimal.write(json.dumps(doc).replace('"1e999"', "1e999"), tmp_path / "t.json")
     rc, out, _ = analyze(trace, "--peak-tflops", "1e308", "--json", tmp_path / "r.json")
-    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    mfu = read_report(tmp_path / "r.json")["mfu"]
     assert rc == 0 and "annotations" not in mfu["estimates"] and mfu["source"] == "shapes"
     assert mfu["flops_per_step"] == 2 * 64 * 128 * 32
 
@@ -713,7 +714,7 @@ def test_gemms_inside_a_gemm_whose_shapes_cannot_be_read(tmp_path, n, nested):
     rc, _, err = analyze(minimal.write(_gemms_inside_one(n, nested), tmp_path / "t.json"), "--quiet",
                          "--json", tmp_path / "r.json")
     assert rc == 0, err
-    mfu = json.loads((tmp_path / "r.json").read_text())["mfu"]
+    mfu = read_report(tmp_path / "r.json")["mfu"]
     counted = 1 if nested else n  # the innermost readable op, or every one inside the unreadable one
     assert mfu["shape_flops"]["ops_counted"] == counted
     assert mfu["shape_flops"]["per_step"][0] == 48 * counted  # all in the first step
@@ -743,5 +744,5 @@ def test_dataloader_workers_that_are_not_a_count_in_env_json(tmp_path, workers):
     (run / "env.json").write_text(json.dumps(env))
     rc, out, err = analyze(run, "--json", tmp_path / "r.json")
     assert rc == 0, err
-    loaders = json.loads((tmp_path / "r.json").read_text())
+    loaders = read_report(tmp_path / "r.json")
     assert "workers_exceed_cores" not in json.dumps(loaders)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import REPO, trace_path, write_trace
+from conftest import REPO, trace_path, write_trace, read_report
 from gpucheckup.pipeline import check_path
 from gpucheckup.cli import main
 from gpucheckup.diagnosis.labels import INTENSIVE_PCT, classify
@@ -87,7 +87,7 @@ def test_rule_boundaries():
 def test_label_in_json_and_terminal(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main(["analyze", str(trace_path("input_bound")), "--json", str(out)]) == 0
-    assert json.loads(out.read_text())["labels"]["intensity"] == "io"
+    assert read_report(out)["labels"]["intensity"] == "io"
     assert "io-intensive" in capsys.readouterr().out
 
 

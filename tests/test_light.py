@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raw_events
+from conftest import raw_events, read_report
 from gpucheckup.capture.agent.light import LEAD_S, lead_due
 from gpucheckup.capture.sampler import find_pyspy
 from gpucheckup.capture.sampler import main_thread_changes
@@ -47,7 +47,7 @@ def light_run(tmp_path_factory):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     run_dir = next(d for d in out.iterdir() if d.is_dir())
-    return {"run_dir": run_dir, "stdout": p.stdout, "report": json.loads((tmp / "checkup.json").read_text()),
+    return {"run_dir": run_dir, "stdout": p.stdout, "report": read_report(tmp / "checkup.json"),
             "job": json.loads(job_report.read_text())}
 
 

@@ -16,6 +16,7 @@ import pytest
 from gpucheckup.analysis.live_events import MATCH_PCT, heartbeat_now, throttles_now
 from gpucheckup.layout import NVML_COLUMNS
 from gpucheckup.cli import main
+from conftest import read_report
 
 PERIOD_S = 2.0
 BUSY_S = 0.8  # of each period: 40% busy, 60% idle
@@ -116,7 +117,7 @@ def test_heartbeat_and_power_cap_named_and_recording_read_back(tmp_path, job, mo
     assert main(["analyze", str(rec), "--json", str(js)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "GPU utilization comes in pulses" in text and "throttled" in text
-    r = json.loads(js.read_text())
+    r = read_report(js)
     nvf = r["run_figures"]["nvml"]
     assert nvf["heartbeat"]["heartbeat"] is True
     assert nvf["heartbeat"]["period_s"] == pytest.approx(PERIOD_S, rel=0.1)

@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from conftest import REPO, fixtures_dir, trace_path
+from conftest import REPO, fixtures_dir, trace_path, read_report
 from test_cli import run_cli
 
 from gpucheckup.analysis.checkup import analyze
@@ -134,7 +134,7 @@ def test_analyze_with_ncu_in_report_and_terminal(tmp_path):
                   env={"PATH": "/usr/bin:/bin", "COLUMNS": "160", "XDG_CACHE_HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr
     assert "Nsight Compute" in res.stdout and "compute-bound" in res.stdout
-    report = json.loads(out.read_text())
+    report = read_report(out)
     assert report["ncu"]["launches"] == 12 and report["ncu"]["thresholds"]["latency-bound"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, REPO, fixtures_dir
+from conftest import DEMO, REPO, fixtures_dir, flat
 
 DATA = REPO / "tests" / "data" / "h200"
 
@@ -54,7 +54,7 @@ def outputs(request, tmp_path_factory) -> dict:
     # not written; a trace without device activity (a CPU-side check-up) has no annotated trace
     assert res.returncode == 0 or (res.returncode == 4 and "not written" in res.stderr), res.stderr
     doc = json.loads(files["json"].read_text())
-    reports = doc["reports"] if "reports" in doc else [doc]
+    reports = [flat(doc, i) for i in range(max(len(doc["checkups"] or doc["cpu_checkups"]), 1))]
     marks = []
     for p in out.glob("p*.json"):
         marks += [e for e in json.loads(p.read_text())["traceEvents"] if e.get("cat") == "gpucheckup.finding"]

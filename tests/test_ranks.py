@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ranks_view
+
 from gpucheckup.analysis.ranks import analyze_ranks, rank_input
 from gpucheckup.hardware import links
 from gpucheckup.trace import read_trace
@@ -61,7 +63,7 @@ def gloo_run(tmp_path_factory):
     report = out / "report.json"
     res = gpucheckup("analyze", str(run), "--json", str(report), "--quiet")
     assert res.returncode == 0, res.stderr
-    return json.loads(report.read_text())
+    return ranks_view(json.loads(report.read_text()))
 
 
 def test_gloo_job_names_the_slow_rank_and_its_cause(gloo_run):
@@ -163,7 +165,7 @@ def test_workers_give_the_cross_rank_analysis_of_one_process(tmp_path, monkeypat
     import msgspec
 
     from gpucheckup.analysis.mfu import MfuInputs
-    from gpucheckup.cli.emit import payload
+    from conftest import document_of
     from gpucheckup.pipeline import check
     from gpucheckup.trace import parallel
     from synthetic_ranks import write_folder
@@ -175,10 +177,10 @@ def test_workers_give_the_cross_rank_analysis_of_one_process(tmp_path, monkeypat
         one, two = check(tmp_path, inputs, jobs=1), check(tmp_path, inputs, jobs=2)
         assert all(c.analysis is None for c in two.checkups) and all(c.analysis for c in one.checkups)
         assert two.job.analysis.straggler == 2 == one.job.analysis.straggler
-        assert msgspec.json.encode(payload(one)) == msgspec.json.encode(payload(two))
+        assert msgspec.json.encode(document_of(one)) == msgspec.json.encode(document_of(two))
     # every rank does the same work; the waiting ranks' NCCL kernels spin 20 ms longer per call. Without the
     # profiler their GPU work is the planted rank's (whose kernels wait for nobody: its busy time as traced)
-    p = payload(two)["reports"]
+    p = ranks_view(document_of(two))["reports"]
     planted = p[2]
     assert planted["profiler"]["comm_wait_ms"] < 0.01
     assert planted["profiler"]["gpu_ms_per_step"] == pytest.approx(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpucheckup.hardware import links
-from gpucheckup.cli.emit import payload
+from conftest import document_of, ranks_view
 from gpucheckup.pipeline import check_run
 
 DATA = Path(__file__).resolve().parent / "data" / "h200x2"
@@ -23,7 +23,8 @@ SLOW_MS = 40.0  # ddp_slow_input: rank 1's DataLoader sleeps this long per batch
 
 @pytest.fixture(scope="module")
 def runs():
-    return {name: payload(check_run(DATA / name)) for name in ("ddp_healthy", "ddp_slow_input", "ddp_sockets", "fsdp")}
+    return {name: ranks_view(document_of(check_run(DATA / name)))
+            for name in ("ddp_healthy", "ddp_slow_input", "ddp_sockets", "fsdp")}
 
 
 def test_healthy_ddp_is_gpu_bound_with_no_straggler(runs):
@@ -137,7 +138,7 @@ def test_nvml_figures_per_gpu_over_the_steady_state():
     ("ddp_slow_compute", "gpu_compute", "gpu_bound", "rank 1's batch is 3 times larger"),
 ])
 def test_other_stragglers_are_named_with_their_cause(run, cause, verdict, planted):
-    d = payload(check_run(DATA / run))
+    d = ranks_view(document_of(check_run(DATA / run)))
     ranks = d["ranks"]
     assert ranks["straggler"] == 1 and ranks["cause"] == cause, planted
     assert d["verdict"]["primary"] == verdict
@@ -165,7 +166,7 @@ def test_a_folder_of_rank_traces_reads_the_same_as_its_run(tmp_path):
                          capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr
     assert "Rank 1 is the straggler" in res.stdout
-    d = json.loads(out.read_text())
+    d = ranks_view(json.loads(out.read_text()))
     assert d["ranks"]["straggler"] == 1 and d["verdict"]["primary"] == "input_bound"
     assert d["communication"]["link_gb_s"] is None  # no env.json (topology) and no commbench: unknown
 
@@ -222,7 +223,7 @@ def test_profiler_correction_counts_waiting_collectives_as_idle(tmp_path):
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(tmp_path), "--unprofiled-step-ms", "45",
                           "--json", str(out), "--quiet"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    d = json.loads(out.read_text())
+    d = ranks_view(json.loads(out.read_text()))
     p = d["reports"][0]["profiler"]
     work = _work_without_waiting_ms(0)
     assert 20 < work < 35  # its own compute (26 ms per median step) and transfer, not the 58 ms its kernels spin

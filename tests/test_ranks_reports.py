@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ranks_view
+
 from gpucheckup.report.job_pages import html_section, markdown_section
 
 DATA = Path(__file__).resolve().parent / "data" / "h200x2"
@@ -26,7 +28,7 @@ def outputs(tmp_path_factory):
                           "--json", str(out["json"]), "--html", str(out["html"]), "--markdown", str(out["md"])],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    return json.loads(out["json"].read_text()), out["html"], out["md"].read_text()
+    return ranks_view(json.loads(out["json"].read_text())), out["html"], out["md"].read_text()
 
 
 def _job_html(path: Path) -> str:

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 
 import msgspec
 import pytest
-from conftest import raw_events, trace_path
+from conftest import raw_events, trace_path, read_report
 from independent import GPU_CATS, step_windows, union_length
 
 from gpucheckup.report.perfetto import annotated_trace
@@ -63,7 +63,7 @@ def test_annotated_trace_keeps_the_original_and_adds_tracks(tmp_path, case, suff
     report_json = tmp_path / "report.json"
     res = run_cli("analyze", str(src), "--quiet", "--json", str(report_json), "--perfetto", str(out))
     assert res.returncode == 0, res.stderr
-    report = json.loads(report_json.read_text())
+    report = read_report(report_json)
     orig = raw_events(src)
     doc = load(out)
 

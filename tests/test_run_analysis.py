@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import fixtures_dir, trace_path
+from conftest import fixtures_dir, trace_path, read_report
 from gpucheckup.analysis import environment, stack_samples, step_history, telemetry
 from gpucheckup.capture import agent, control
 from gpucheckup.capture.environment import cgroup_quota
@@ -68,7 +68,7 @@ def analyze_json(run: Path, tmp_path: Path) -> dict:
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--json", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    return json.loads(out.read_text())
+    return read_report(out)
 
 
 # ---- NVML on real H200 samples -------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import modules_loaded
+from conftest import flat, modules_loaded, read_report
 
 from gpucheckup.analysis import step_history
 
@@ -26,17 +26,30 @@ def cli(*args, cwd=None, timeout=300):
 
 
 def test_steps_that_never_settle_have_no_warmup_and_no_steady_figures():
-    """64 steps alternating 1 and 3 ms never hold 5 in a row within 20% of their median: no warm-up end (it
-    used to be the last step, and `--skip 68` was suggested for a 64-step job), no steady figures."""
+    """64 steps each 30% longer than the last (a leak) never hold a steady rate: no warm-up end (it used to be
+    the last step, and `--skip 68` was suggested for a 64-step job), no steady figures."""
     n = np.arange(1, 65)
-    ms = np.where(n % 2 == 0, 1.0, 3.0)
+    ms = 1.3 ** np.arange(64)
     ms[0] = np.nan
     st = step_history.step_stats({"step": n, "ms": ms, "phase": [""] * len(n)})
     assert st["settled"] is False
     assert st["warmup_steps"] is None and st["steady_median_ms"] is None and st["cv_pct"] is None
+    assert st["steady_ms"] is None
     steady = np.r_[np.full(20, 9.0), np.full(44, 3.0)]
     st = step_history.step_stats({"step": n, "ms": steady, "phase": [""] * len(n)})
     assert st["settled"] is True and st["warmup_steps"] == 20 and st["steady_median_ms"] == 3.0
+
+
+def test_steps_that_alternate_settle_at_their_rate():
+    """64 steps of 1 and 3 ms in turn (two loader workers out of phase) never hold five alike, but their rate is
+    steady: one step per 2 ms, after no warm-up; before, they were called unsettled and got no steady figures."""
+    n = np.arange(1, 65)
+    ms = np.where(n % 2 == 0, 1.0, 3.0)
+    ms[0] = np.nan
+    st = step_history.step_stats({"step": n, "ms": ms, "phase": [""] * len(n)})
+    assert st["settled"] is True and st["warmup_steps"] == 1
+    rate = (32 * 1.0 + 31 * 3.0) / 63  # steps 2-64: total time over steps
+    assert st["steady_ms"] == pytest.approx(rate) and st["unprofiled_ms"] == pytest.approx(rate, rel=0.02)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +62,7 @@ def short_runs(tmp_path_factory):
         p = cli("run", "--out", out / str(steps), "--json", out / f"{steps}.json", "--",
                 sys.executable, JOBS / "train_mlp.py", steps)
         (run_dir,) = (out / str(steps)).iterdir()
-        runs[steps] = (p, run_dir, json.loads((out / f"{steps}.json").read_text()))
+        runs[steps] = (p, run_dir, read_report(out / f"{steps}.json"))
     return runs
 
 
@@ -126,7 +139,7 @@ def test_json_dash_for_a_monitor_recording(tmp_path):
     rec.write_text("\n".join(rows) + "\n")
     p = cli("analyze", rec, "--json", "-", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
-    doc = json.loads(p.stdout)
+    doc = flat(json.loads(p.stdout))
     assert doc["run_figures"]["nvml"]["util_mean_pct"] == pytest.approx(80.0)
     assert not (tmp_path / "-").exists()
 
@@ -138,7 +151,7 @@ def test_fail_on_and_fail_if_exit_3_with_one_line_each(tmp_path):
 
     trace = DEMO / "launch_bound" / "trace.json.gz"
     ok = cli("analyze", trace, "--quiet", "--json", tmp_path / "r.json")
-    busy = json.loads((tmp_path / "r.json").read_text())["gpu"]["busy_pct"]
+    busy = read_report(tmp_path / "r.json")["gpu"]["busy_pct"]
     assert ok.returncode == 0
     p = cli("analyze", trace, "--quiet", "--fail-on", "input_bound,LAUNCH-BOUND")
     assert p.returncode == 3 and p.stderr.count("failed:") == 1 and "verdict launch_bound" in p.stderr
@@ -160,7 +173,7 @@ def test_api_returns_the_checkup_the_cli_writes(tmp_path):
 
     trace = DEMO / "input_bound" / "trace.json.gz"
     cli("analyze", trace, "--quiet", "--json", tmp_path / "r.json")
-    doc = json.loads((tmp_path / "r.json").read_text())
+    doc = read_report(tmp_path / "r.json")
     c = gpucheckup.analyze(trace)
     assert c.verdict == doc["verdict"]["primary"] == "input_bound"
     assert [f.id for f in c.findings] == [f["id"] for f in doc["verdict"]["findings"]]
@@ -225,7 +238,7 @@ def test_cpu_side_pages_escape_names_from_the_trace(tmp_path):
     trace = write_trace(tmp_path / "t.json", events)
     p = cli("analyze", trace, "--html", tmp_path / "r.html", "--markdown", tmp_path / "r.md", "--json", "-")
     assert p.returncode == 0, p.stderr
-    doc = json.loads(p.stdout)
+    doc = flat(json.loads(p.stdout))
     assert doc["verdict"]["primary"] == "cpu_only"
     ops = {o["name"]: o for o in doc["cpu"]["top_ops"]}
     assert ops[evil]["self_ms"] == pytest.approx(0.040) and ops["aten::add"]["self_ms"] == pytest.approx(0.010)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, trace_path
+from conftest import REPO, trace_path, read_report
 
 H200 = REPO / "tests" / "data" / "h200"
 
@@ -37,7 +37,7 @@ def stacks(tmp_path_factory):
     """launch_bound_stacks at 80 columns, and its JSON."""
     out = tmp_path_factory.mktemp("stacks") / "r.json"
     res = cli("analyze", str(trace_path("launch_bound_stacks")), "--json", str(out))
-    return res.stdout, json.loads(out.read_text())
+    return res.stdout, read_report(out)
 
 
 def test_80_columns_cut_no_figure_or_fix_code(stacks):
@@ -83,7 +83,7 @@ def test_more_fixes_are_counted(stacks):
 def test_brief_fits_15_lines_with_verdict_findings_fixes(case, verdict, tmp_path):
     out = tmp_path / "r.json"
     res = cli("analyze", str(trace_path(case)), "--brief", "--json", str(out))
-    r = json.loads(out.read_text())
+    r = read_report(out)
     lines = res.stdout[:res.stdout.index("JSON written")].rstrip("\n").splitlines()
     assert len(lines) <= 15, res.stdout
     assert max(len(x) for x in lines) <= 80
@@ -136,7 +136,7 @@ def test_rare_syncs_are_counted_not_rounded_to_zero(stacks):
 def test_no_step_markers_say_whole_trace_where_the_step_is_printed(tmp_path):
     out = tmp_path / "r.json"
     res = cli("analyze", str(H200 / "no_step_markers"), "--json", str(out), columns=200)
-    r = json.loads(out.read_text())
+    r = read_report(out)
     assert r["steps"]["marked"] is False
     lines = res.stdout.splitlines()
     for i, line in enumerate(lines):

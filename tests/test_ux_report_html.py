@@ -13,6 +13,7 @@ import sys
 import pytest
 from browser import Browser
 from test_run_analysis import make_run_dir
+from conftest import read_report
 
 MIN_TEXT_PX = 9  # chart text smaller than this on screen is unreadable
 
@@ -26,7 +27,7 @@ def page(tmp_path_factory):
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--html", str(out), "--json",
                           str(js), "--unprofiled-step-ms", "250"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    return out, json.loads(js.read_text())
+    return out, read_report(js)
 
 
 def _layout(b: Browser) -> dict:
@@ -113,7 +114,7 @@ def test_run_directory_without_a_trace_gets_its_html(tmp_path):
         charts = b.evaluate("Array.from(document.querySelectorAll('figure[data-plot]')).map(f => f.dataset.plot)")
         assert b.errors() == []
     assert "NO GPU TIMELINE" in text and "no trace was captured" in text
-    assert "Whole run" in text and "60 steps" in text and "steady median 250.00 ms" in text
+    assert "Whole run" in text and "60 steps" in text and "steady step 250.00 ms" in text
     assert set(charts) == {"step_history", "nvml"}
     assert got["scroll"] <= got["inner"]
     assert not [t for t, px in got["text"] if px < MIN_TEXT_PX]

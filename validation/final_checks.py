@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from gpucheckup.document import decode, flat_report
+
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 py = sys.executable
@@ -43,7 +45,7 @@ while launcher.poll() is None:
     except psutil.Error:
         pass
     time.sleep(0.2)
-r = json.loads((out / "gpu_bound.json").read_text())
+r = flat_report(decode((out / "gpu_bound.json").read_bytes()))
 p = r.get("profiler") or {}
 print(f"gpucheckup run train_gpu_bound.py: exit {launcher.returncode}, verdict {r['verdict']['primary']} "
       f"({r['verdict']['reason']}); traced busy {r['gpu']['busy_pct']:.1f}%, unprofiled busy "

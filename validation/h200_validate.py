@@ -87,10 +87,16 @@ class Validation:
 
     @staticmethod
     def load(path: Path) -> dict | None:
+        """A JSON file; a check-up document as its first check-up's report, with its run's run-level keys."""
         try:
-            return json.loads(path.read_text())
+            doc = json.loads(path.read_text())
         except (OSError, ValueError):
             return None
+        if isinstance(doc, dict) and "schema_version" in doc:
+            from gpucheckup.document import decode, flat_report
+
+            return flat_report(decode(path.read_bytes()))
+        return doc
 
     # ---- phases 1-2 ------------------------------------------------------------------------------
     def run_check(self, name: str, script: str, expected: str, run_args: list[str], job_args: list[str]) -> None:

@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpucheckup.document import decode, flat_report
+
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unprofiled)
@@ -155,8 +157,7 @@ def check(row: dict) -> None:
     if p.returncode:
         row["verdict_error"] = p.stderr[-500:]
         return
-    r = json.loads(js.read_text())
-    r = r[0] if isinstance(r, list) else r
+    r = flat_report(decode(js.read_bytes()))
     row["verdict"] = r["verdict"]["primary"]
     row["scores"] = r["verdict"].get("scores")
     row["busy_pct"] = (r.get("gpu") or {}).get("busy_pct")

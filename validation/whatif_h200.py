@@ -33,6 +33,7 @@ from pathlib import Path
 from gpucheckup import pipeline
 from gpucheckup.analysis import replay, whatif
 from gpucheckup.diagnosis.fixes import BY_KEY
+from gpucheckup.document import decode, flat_report
 from gpucheckup.trace import rundir
 
 PY = [sys.executable, "-m"]
@@ -78,7 +79,7 @@ def baseline(out: Path, example: str, args: list[str], gpus: int) -> tuple[Path,
                          *RUN_OPTIONS.get(example, []), "--",
                          *command(example, args, gpus)], check=True)
     run_dir = sorted(where.iterdir())[-1]
-    return run_dir, json.loads(report.read_text())
+    return run_dir, flat_report(decode(report.read_bytes()))  # the run's first check-up, with its run keys
 
 
 def run_dirs(where: Path) -> list[Path]:

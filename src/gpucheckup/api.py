@@ -3,11 +3,13 @@
     import gpucheckup
     c = gpucheckup.analyze("trace.json.gz")          # a trace, a folder of ranks, or a run directory
     c.verdict, c.findings[0].title, c.fixes[0].action, c.figures["busy_pct"]
+    c.document                                        # the whole check-up: what `--json` writes (document.py)
+    c.frame("kernels")                                # a table of it as a pandas DataFrame (api_frames.py)
 
-`CheckUp` holds the first check-up (rank order) and, for a folder or a run of several ranks, every
-rank's in `ranks`. Its `report` is the dict that `--json` writes; `figures` are the few numbers
-that `--fail-if` tests (FIGURES says what each is). `conditions` / `failed` are the `--fail-on` and
-`--fail-if` tests of the command line.
+`CheckUp` holds the job's verdict, fixes and step (for one trace, that trace's) and, for a folder or a
+run of several ranks, every rank's check-up in `ranks`. Its `report` is the first check-up's report
+(with its run's run-level keys); `figures` are the few numbers that `--fail-if` tests (FIGURES says
+what each is). `conditions` / `failed` are the `--fail-on` and `--fail-if` tests of the command line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
+from gpucheckup.document import RUN_KEYS, Document, flat_report
 from gpucheckup.errors import CheckupError
 
 # The verdict ids (diagnosis/verdict.py's scores; cpu_only: report/cpu_model.py; no_timeline: a run directory
@@ -60,7 +65,7 @@ class Fix:
 
 @dataclass
 class CheckUp:
-    """One check-up, typed: the verdict, findings, fixes and key figures, and the report dict (`--json`)."""
+    """One check-up, typed: the verdict, findings, fixes and key figures, and the document (`--json`)."""
 
     path: str
     verdict: str  # one of VERDICTS
@@ -71,19 +76,65 @@ class CheckUp:
     figures: dict[str, float | None]
     report: dict
     ranks: list[CheckUp] = field(default_factory=list)  # every rank's check-up when there are several
+    document: Document | None = None  # the whole check-up, as `--json` writes it (the job's, at the top)
 
     @classmethod
     def of(cls, report: dict) -> CheckUp:
-        """A check-up from its report dict."""
+        """A check-up from one report dict (a check-up of the document, with its run's run-level keys)."""
         v = report["verdict"]
         return cls(
             path=str((report.get("trace") or report.get("run") or {}).get("path", "")),
             verdict=v["primary"] or "no_timeline", verdict_title=v["title"], reason=v["reason"],
-            findings=[Finding(f["id"], f["severity"], f["title"], f["cost_ms_per_step"], f["cost_pct_of_step"],
-                              tuple(f["evidence"])) for f in v["findings"]],
-            fixes=[Fix(x.get("key", ""), x["action"], x["tier"], x.get("saving_ms"), x.get("finding", ""))
-                   for x in report["fixes"]],
+            findings=[_finding(f) for f in v["findings"]], fixes=[_fix(x) for x in report["fixes"]],
             figures=figures(report), report=report)
+
+    @classmethod
+    def of_document(cls, doc: Document) -> CheckUp:
+        """The job's check-up from its document: the job's verdict, fixes and step; each check-up in `ranks`."""
+        n = len(doc.checkups) + len(doc.cpu_checkups)
+        ups = [cls.of(flat_report(doc, i)) for i in range(len(doc.checkups))]
+        ups += [cls.of(_cpu_flat(doc, i)) for i in range(len(doc.cpu_checkups))]
+        first = ups[0] if ups else cls.of(flat_report(doc))
+        v = msgspec.to_builtins(doc.verdict)
+        figs = dict(first.figures) if n <= 1 else dict.fromkeys(FIGURES)  # several: each rank's are its own
+        figs["step_ms"] = doc.step.ms if doc.step else None
+        return cls(path=doc.path, verdict=v["primary"] or "no_timeline", verdict_title=v["title"],
+                   reason=v["reason"], findings=[_finding(f) for f in v["findings"]],
+                   fixes=[_fix(x) for x in msgspec.to_builtins(doc.fixes)], figures=figs, report=first.report,
+                   ranks=ups if n > 1 else [], document=doc)
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of the document's schema (document.SCHEMA_VERSION)."""
+        return self.document.schema_version if self.document else None
+
+    def frame(self, name: str):
+        """One table of the check-up as a pandas DataFrame (api_frames.FRAMES: their names and columns)."""
+        from gpucheckup.api_frames import frame
+
+        if self.document is None:
+            raise CheckupError("this check-up has no document to take tables from (use gpucheckup.analyze)")
+        return frame(self.document, name)
+
+
+def _finding(f: dict) -> Finding:
+    """A Finding of a report's finding dict."""
+    return Finding(f["id"], f["severity"], f["title"], f["cost_ms_per_step"], f["cost_pct_of_step"],
+                   tuple(f["evidence"]))
+
+
+def _fix(x: dict) -> Fix:
+    """A Fix of a report's fix dict."""
+    return Fix(x.get("key", ""), x["action"], x["tier"], x.get("saving_ms"), x.get("finding") or "")
+
+
+def _cpu_flat(doc: Document, i: int) -> dict:
+    """CPU-side check-up i with its run's run-level keys (a folder mixing GPU and CPU-only traces lists them
+    after the GPU ones)."""
+    if not doc.checkups:
+        return flat_report(doc, i)
+    return {**msgspec.to_builtins(doc.cpu_checkups[i]),
+            **({k: v for k, v in flat_report(doc, 0).items() if k in RUN_KEYS} if doc.run else {})}
 
 
 def figures(report: dict) -> dict[str, float | None]:
@@ -95,8 +146,10 @@ def figures(report: dict) -> dict[str, float | None]:
                    python_between_pct=c["python_between_pct"])
         return out
     if "gpu" not in report:  # a run without a trace
-        st = (report.get("run_figures") or {}).get("steps") or {}
-        out["step_ms"] = st.get("steady_median_ms")
+        from gpucheckup.analysis.step_basis import run_step
+
+        step = run_step((report.get("run_figures") or {}).get("steps"), "")
+        out["step_ms"] = step.ms if step else None
         return out
     out.update(mfu_pct=(report.get("mfu") or {}).get("pct"), busy_pct=report["gpu"]["busy_pct"],
                step_ms=report["window"]["step_ms"], dataloader_pct=report["dataloader"]["pct_of_step"])
@@ -119,17 +172,13 @@ def analyze(path, **mfu) -> CheckUp:
 
 
 def checkup_of(result) -> CheckUp | None:
-    """The typed check-up of a pipeline.Checkups: the first report, and every one in `ranks` when there are
-    several (a folder mixing traces with and without device activity: the GPU ones, then the CPU-side ones)."""
-    reports = result.reports()
-    if result.checkups and result.cpu:
-        reports = reports + [c.report for c in result.cpu]
-    if not reports:
+    """The typed check-up of a pipeline.Checkups, from its document (assemble.py): the job's verdict, and
+    every check-up in `ranks` when there are several (GPU ones, then CPU-side ones)."""
+    from gpucheckup.assemble import document
+
+    if not (result.checkups or result.cpu or (result.run and result.run.report)):
         return None
-    ups = [CheckUp.of(r) for r in reports]
-    if len(ups) > 1:
-        ups[0].ranks = ups
-    return ups[0]
+    return CheckUp.of_document(document(result))
 
 
 # ---- the command line's --fail-on and --fail-if ------------------------------------------------------
@@ -174,8 +223,8 @@ def failed(up: CheckUp, verdicts: set[str], tests: list[tuple]) -> list[str]:
     """What fired, one line each: a --fail-on verdict, a --fail-if condition (an unmeasured figure fires none,
     and says so)."""
     out = []
-    for c in up.ranks or [up]:
-        where = f"{c.path}: " if up.ranks else ""
+    for c in [up] + up.ranks:  # the job's verdict and figures, then each rank's
+        where = f"{c.path}: " if c is not up else ""
         if c.verdict in verdicts:
             out.append(f"{where}verdict {c.verdict} (--fail-on)")
         for name, op_text, op, bound in tests:

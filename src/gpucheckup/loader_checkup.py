@@ -7,7 +7,6 @@ check-up (a JSON report, a run directory or a trace, checked up here).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import msgspec
@@ -37,12 +36,13 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
     path = Path(path)
     if not path.exists():
         raise CheckupError(f"{path}: no such file or folder")
-    if path.is_file() and path.suffix == ".json" and not _is_trace(path):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise CheckupError(f"{path}: not readable JSON ({e})") from None
-        reports = doc.get("reports") if isinstance(doc, dict) and "reports" in doc else [doc]
+    from gpucheckup.assemble import is_document, read_document
+
+    if path.is_file() and path.suffix == ".json" and is_document(path):
+        from gpucheckup.document import flat_report
+
+        doc = read_document(path)
+        reports = [flat_report(doc, i) for i in range(len(doc.checkups))]
     else:
         from gpucheckup.pipeline import check
 
@@ -57,12 +57,6 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
         raise CheckupError(f"{path}: no step time in this check-up (need window.step_ms and gaps.per_step_ms)")
     ms, how = max(found)  # the slowest rank sets the pace
     return ms, f"{path.name}: {how}"
-
-
-def _is_trace(path: Path) -> bool:
-    """A profiler trace rather than a gpucheckup report (it has traceEvents near the start)."""
-    with open(path, "rb") as f:
-        return b"traceEvents" in f.read(1 << 16)
 
 
 def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | None, json_path: Path | None,

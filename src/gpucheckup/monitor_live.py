@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -109,11 +108,17 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
     run = read_nvml_recording(path)
     ra = analyze_run(run)
     why = "a `gpucheckup monitor --record` file: NVML telemetry only, no profiler trace (no timeline verdict)"
-    report = run_only_dict(ra, run_findings(ra), why, [])
+    findings = run_findings(ra)
+    report = run_only_dict(ra, findings, why, [])
     if not quiet:
         render_run_only(report, console)
     if json_path:
-        data = msgspec.json.format(msgspec.json.encode(report), indent=2)
+        from gpucheckup.assemble import document
+        from gpucheckup.document import encode
+        from gpucheckup.pipeline import Checkups, RunCheckup
+
+        rc = RunCheckup(run=run, analysis=ra, findings=findings, no_timeline=why, report=report)
+        data = encode(document(Checkups(Path(path), run=rc)))
         if str(json_path) == "-":  # `--json -`: standard output (the terminal report went to stderr: cli/__init__)
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cr
     from gpucheckup.diagnosis.coarse import CoarseVerdict
     from gpucheckup.ranks_checkup import JobCheckup
 
-STRAGGLER_PCT = 10.0  # a rank whose median step is this much slower than the fastest is a straggler
+STRAGGLER_PCT = 10.0  # a rank whose step (its window's) is this much slower than the fastest is a straggler
 
 
 class Checkup(msgspec.Struct):
@@ -306,7 +306,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         steps_file = layout.steps_file(ra.steps_key)
         first, last = st["unprofiled_steps"]
         inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
-                                         unprofiled_from=f"{steps_file}: median of the run's unprofiled steps "
+                                         unprofiled_from=f"{steps_file}: total time over the run's unprofiled steps "
                                                          f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
@@ -400,13 +400,13 @@ def _sort_by_rank(results: list[Checkup]) -> None:
 
 
 def rank_summary(results: list[Checkup]) -> list[dict]:
-    """One row per trace: rank, verdict, median step, GPU busy."""
+    """One row per trace: rank, verdict, step (its window's: analysis/step_basis.py), GPU busy."""
     return [
         {
             "rank": c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i,
             "path": c.report["trace"]["path"],
             "verdict": c.diagnosis.primary,
-            "step_median_ms": c.report["steps"]["median_ms"],
+            "step_ms": c.report["window"]["step_ms"],
             "busy_pct": c.report["gpu"]["busy_pct"],
         }
         for i, c in enumerate(results)
@@ -416,10 +416,10 @@ def rank_summary(results: list[Checkup]) -> list[dict]:
 def _note_stragglers(results: list[Checkup]) -> None:
     """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
     rows = rank_summary(results)
-    fastest = min(r["step_median_ms"] for r in rows)
-    slow = [r for r in rows if r["step_median_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
+    fastest = min(r["step_ms"] for r in rows)
+    slow = [r for r in rows if r["step_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
     for r in slow:
-        note = (f"rank {r['rank']} is a straggler: median step {r['step_median_ms']:.2f} ms against "
+        note = (f"rank {r['rank']} is a straggler: step {r['step_ms']:.2f} ms against "
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
             c.report["notes"].append(note)

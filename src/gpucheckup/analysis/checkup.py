@@ -82,8 +82,8 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
                                                         comm_waits)
         prof = profiler_overhead.correction(w.traced_step_ms, w.ms(work_us), inputs.unprofiled_step_ms,
                                             inputs.unprofiled_from, w.ms(busy_us - work_us))
+        w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)  # the job's step (step_basis.py)
         if prof.applied:
-            w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)
             gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
     step_s = w.step_ms / 1000
     shapes = shape_flops.shape_flops(trace, st)

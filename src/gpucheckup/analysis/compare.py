@@ -5,10 +5,11 @@ Definitions (also in docs/metrics.md, "Compare"):
 - figures: every number in the report outside the descriptive parts (SKIP_PREFIXES: paths,
   times of day, process ids, environment, plot data), by its dotted key; a check-up that could not
   record syncs (`sync.recorded` false: a light window without --light-syncs) has no `sync.*` figures.
-- headline: the step time: the run's steady median (`run_figures.steps.steady_median_ms`,
-  unprofiled, all steps) when both reports have it, else the median of the second half of the
-  unprofiled steps (`run_figures.steps.late_median_ms`: runs whose steps never settle), else the
-  profiled median (`steps.median_ms`). change = B / A - 1, percent.
+- headline: the step time (docs/metrics.md, "The step time"): the run's unprofiled step
+  (`run_figures.steps.unprofiled_ms`, the throughput of its unprofiled steps) when both reports
+  have it, else the median of the second half of the unprofiled steps
+  (`run_figures.steps.late_median_ms`: runs whose steps never settle), else the window's step
+  (`window.step_ms`). change = B / A - 1, percent.
 - noise: NOISE_K (2) x the larger coefficient of variation of the two captures' step times
   (`run_figures.steps.cv_pct`, else the cv of the second half of the unprofiled steps in
   `step_history`, else `steps.cv_pct`), at least MIN_NOISE_PCT (1%). Step times moving by their own spread between
@@ -29,7 +30,7 @@ MIN_NOISE_PCT = 1.0
 SKIP_PREFIXES = ("gpucheckup_version", "trace.", "run.", "env.", "timeline.", "gaps.histogram.", "nvml.",
                  "step_history.", "plots.", "perfetto.")
 SKIP_WORDS = ("epoch", "pid", "base_time", "_us_at", "hostname")
-HEADLINES = ("run_figures.steps.steady_median_ms", "run_figures.steps.late_median_ms", "steps.median_ms")
+HEADLINES = ("run_figures.steps.unprofiled_ms", "run_figures.steps.late_median_ms", "window.step_ms")
 
 
 @dataclass

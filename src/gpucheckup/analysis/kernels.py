@@ -168,6 +168,7 @@ class KernelStats(msgspec.Struct):
             "categories": self.categories_pct,
             "categories_ms": {k: v / 1000 for k, v in self.categories_us.items()},
             "top": self.top,
+            "by_name": self.per_name,
             "data_movement": self.data_movement,
             "launch_delay_median_us": self.launch_delay_median_us,
             "launch_delay_p90_us": self.launch_delay_p90_us,

@@ -1,12 +1,13 @@
 """THE step time and the one per-step, per-device normalizer every finding's figures use.
 
 Definitions (also in docs/metrics.md, section "One window"):
-- step time (`Window.step_ms`): the median of the step windows' lengths (analysis/steps.py).
-  The median, not the mean: the first profiled step is often a warm-up outlier (267.9 ms among
-  118-128 ms steps on `compute_bound`), and one outlier moves the mean, not the median. When the
-  step time without the profiler is known and the profiler-overhead correction applies
-  (analysis/profiler_overhead.py), that unprofiled step time is the step time instead, and
-  `traced_step_ms` keeps the trace's median.
+- step time (`Window.step_ms`, defined in analysis/step_basis.py): the median of the step
+  windows' lengths (analysis/steps.py). The median, not the mean: the first profiled step is
+  often a warm-up outlier (267.9 ms among 118-128 ms steps on `compute_bound`), and one outlier
+  moves the mean of five steps, not their median. When the step time without the profiler is
+  known (a run's step log: the throughput of its unprofiled steps, or --unprofiled-step-ms), that
+  is the step time instead, whether or not the profiler-overhead correction applies
+  (analysis/profiler_overhead.py), and `traced_step_ms` keeps the trace's median.
 - share of a time: a time summed over the analysis window (every step window) and every device,
   over the window's length times the number of devices (`share`); a host-side time (one
   training thread, not one per device) is divided by the window's length alone.

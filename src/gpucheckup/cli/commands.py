@@ -235,7 +235,6 @@ def cmd_scaling(args, console) -> int:
     import numpy as np
     from rich.table import Table
 
-    from gpucheckup.analysis.distinct import median
     from gpucheckup.analysis.ranks import _gpu_shares, rank_input
     from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
     from gpucheckup.atomic import write_atomic
@@ -245,9 +244,9 @@ def cmd_scaling(args, console) -> int:
         st = res.run.analysis.steps or {}
         traces = [c.analysis.trace for c in res.checkups]
         step = st.get("unprofiled_ms")  # the job without the profiler (steps after a window can run slower)
-        how = f"median of unprofiled steady-state steps, {st.get('unprofiled_basis')} (steps*.csv)"
-        if not step and res.checkups:
-            step, how = float(median([c.report["steps"]["median_ms"] for c in res.checkups])), "traces' median step"
+        how = f"total time over the unprofiled steps, {st.get('unprofiled_basis')} (steps*.csv)"
+        if not step and res.checkups:  # each rank's window step (analysis/step_basis.py); the slowest sets the pace
+            step, how = max(c.report["window"]["step_ms"] for c in res.checkups), "the slowest rank's traced step"
         if not step:
             raise CheckupError(f"{res.path}: no step times (no steps*.csv and no GPU trace)")
         comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]
@@ -309,20 +308,15 @@ def cmd_ab(args, console) -> int:
 
 
 def _report_of(path: Path) -> dict:
-    """The check-up report of a run directory, a trace, or a check-up JSON file (first rank's when several)."""
-    import msgspec
-
+    """The check-up report of a run directory, a trace, or a check-up JSON document (its first check-up's, with
+    its run's run-level keys)."""
+    from gpucheckup.document import flat_report
     from gpucheckup.pipeline import check
 
-    if path.is_file() and path.name.endswith(".json"):
-        try:
-            doc = msgspec.json.decode(path.read_bytes())
-        except msgspec.DecodeError:
-            doc = None
-        if isinstance(doc, dict) and isinstance(doc.get("reports"), list) and doc["reports"]:
-            return doc["reports"][0]
-        if isinstance(doc, dict) and "verdict" in doc:
-            return doc
+    from gpucheckup.assemble import is_document, read_document
+
+    if path.is_file() and path.name.endswith(".json") and is_document(path):
+        return flat_report(read_document(path))
     return check(path).reports()[0]
 
 
@@ -359,4 +353,13 @@ def cmd_examples(args, console) -> int:
             console.print(f"    {flag:24s} {what}", markup=False, soft_wrap=True)
     console.print("Measure a fix: gpucheckup ab -- python -m gpucheckup.examples.launch -- "
                   "python -m gpucheckup.examples.launch --fused", style="dim", markup=False)
+    return 0
+
+
+def cmd_schema(args, console) -> int:
+    """Print the check-up document's JSON Schema (the one shipped in the package, generated from its types)."""
+    import sys
+    from importlib import resources
+
+    sys.stdout.write((resources.files("gpucheckup") / "data" / "schema.json").read_text())
     return 0

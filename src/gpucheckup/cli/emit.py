@@ -11,7 +11,9 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
+from gpucheckup.assemble import document
 from gpucheckup.atomic import write_atomic
+from gpucheckup.document import encode
 from gpucheckup.errors import say
 from gpucheckup.pipeline import Checkups, rank_summary
 from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
@@ -51,7 +53,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     if not out.quiet:
         _print(result, console, cases, out.brief)
     if out.json:
-        data = msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2)
+        data = encode(document(result, cases))
         if out.json == STDOUT:
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()
@@ -103,25 +105,6 @@ def _write_cpu_files(result: Checkups, out: Output, console: Console) -> int:
     return 0
 
 
-def payload(result: Checkups, cases: list[str] | None = None) -> dict:
-    """The JSON document: one report; ranks and their reports; or the demo's reports by case."""
-    reports = result.reports()
-    if cases:
-        return dict(zip(cases, reports))
-    cpu = [c.report for c in result.cpu]
-    if len(result.checkups) > 1 or result.job:
-        from gpucheckup.ranks_checkup import payload as ranks_payload
-
-        doc = ranks_payload(result.job, rank_summary(result.checkups), reports)
-    elif not result.checkups and len(cpu) > 1:
-        return {"cpu_checkups": cpu}
-    else:
-        doc = reports[0]
-    if result.checkups and cpu:  # a folder of GPU and CPU-only traces: the CPU-side check-ups ride along
-        doc = {**doc, "cpu_checkups": cpu}
-    return doc
-
-
 def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
     """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
     if cases:
@@ -152,11 +135,11 @@ def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bo
     from rich.table import Table
 
     t = Table(title="Bundled cases", title_justify="left")
-    for col in ("case", "verdict", "GPU busy", "median step"):
+    for col in ("case", "verdict", "GPU busy", "step"):
         t.add_column(col)
     for case, c in zip(cases, result.checkups):
         t.add_row(case, c.diagnosis.primary, f"{c.report['gpu']['busy_pct']:.1f}%",
-                  f"{c.report['steps']['median_ms']:.2f} ms")
+                  f"{c.report['window']['step_ms']:.2f} ms")
     console.print(t)
     for case, c in zip(cases, result.checkups):
         console.rule(f"demo case: {case}")

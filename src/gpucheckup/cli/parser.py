@@ -296,5 +296,11 @@ def _examples(sub, common) -> None:
     e.set_defaults(func=commands.cmd_examples)
 
 
+def _schema(sub, common) -> None:
+    s = sub.add_parser("schema", parents=[common],
+                       help="print the JSON Schema of the check-up document that --json writes (docs/schema.md)")
+    s.set_defaults(func=commands.cmd_schema)
+
+
 COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor, _commbench, _scaling,
-            _ab, _compare, _examples]  # in the order `gpucheckup --help` lists them
+            _ab, _compare, _examples, _schema]  # in the order `gpucheckup --help` lists them

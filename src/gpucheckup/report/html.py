@@ -187,10 +187,10 @@ def _summary(items, title: str) -> str:
     body = []
     for i, (label, r) in enumerate(items):
         body.append([f'<a href="#r{i}-report">{esc(label or i)}</a>', esc(r["trace"]["path"]),
-                     esc(r["verdict"]["primary"]), (r["steps"]["median_ms"], f"{r['steps']['median_ms']:.2f}"),
+                     esc(r["verdict"]["primary"]), (r["window"]["step_ms"], f"{r['window']['step_ms']:.2f}"),
                      (r["gpu"]["busy_pct"], f"{r['gpu']['busy_pct']:.1f}%")])
     return f"<h2>{esc(title)}</h2>" + _table(
-        [("report", "t"), ("trace", "t"), ("verdict", "t"), ("median step ms", "n"),
+        [("report", "t"), ("trace", "t"), ("verdict", "t"), ("step ms", "n"),
          ("GPU busy", "n")], body, sortable=True, raw=True)
 
 

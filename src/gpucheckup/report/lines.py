@@ -147,8 +147,9 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     st = fig.get("steps")
     if st:
         line = f"{st['count']} steps"
-        if st["steady_median_ms"] is not None:
-            line += (f"; steady median {st['steady_median_ms']:.2f} ms after {st['warmup_steps']} warm-up steps, "
+        if st.get("steady_ms") is not None:
+            line += (f"; steady step {st['steady_ms']:.2f} ms (total time over steps) after {st['warmup_steps']} "
+                     "warm-up steps, "
                      + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
         if st["profiled_steps"]:
             line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"

@@ -54,8 +54,8 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
         if job_section:
             parts.append(job_section)
         parts.append(f"## {md(summary_title)}\n")
-        parts.append(table(["report", "trace", "verdict", "median step ms", "GPU busy"],
-                           [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['steps']['median_ms']:.2f}",
+        parts.append(table(["report", "trace", "verdict", "step ms", "GPU busy"],
+                           [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['window']['step_ms']:.2f}",
                              f"{r['gpu']['busy_pct']:.1f}%"] for label, r in items], right={3, 4}))
     for label, r in items:
         parts.append(_report(r, label, many))

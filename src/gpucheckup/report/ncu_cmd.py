@@ -22,26 +22,25 @@ import msgspec
 from gpucheckup.analysis.ncu_bounds import base_name
 from gpucheckup.errors import CheckupError
 from gpucheckup.safe_text import UNSAFE
+from gpucheckup.document import decode, flat_report
 from gpucheckup.trace.ncu_csv import SOL_METRICS
 
 MAX_LAUNCH_COUNT = 1000
 
 
 def saved_report(path: Path) -> dict | None:
-    """A check-up report read from a gpucheckup JSON report (its first rank's); None when the path is not one."""
+    """A check-up report read from a check-up document (its first check-up's); None when the path is not one."""
     if path.is_file() and path.name.endswith(".json"):
         with open(path, "rb") as f:
             head = f.read(4096)
-        if b'"gpucheckup_version"' in head or b'"ranks"' in head:
+        if b'"schema_version"' in head:
             try:
-                doc = msgspec.json.decode(path.read_bytes())
-            except msgspec.DecodeError as e:
-                raise CheckupError(f"{path}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
-            if isinstance(doc, dict) and "reports" in doc:
-                doc = doc["reports"][0]
-            if not isinstance(doc, dict) or "kernels" not in doc or "steps" not in doc:
-                raise CheckupError(f"{path}: not a gpucheckup check-up report (no kernels/steps)")
-            return doc
+                doc = decode(path.read_bytes())
+            except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                raise CheckupError(f"{path}: not a check-up document ({str(e).splitlines()[0][:120]})") from None
+            if not doc.checkups:
+                raise CheckupError(f"{path}: a check-up with no GPU timeline (no kernels to profile)")
+            return flat_report(doc)
     return None
 
 

@@ -83,7 +83,13 @@ def _header(r: dict) -> Text:
     t = r["trace"]
     dev = ", ".join(sorted({d["name"] for d in t["devices"]})) or "GPU (no device properties in trace)"
     s = r["steps"]
-    steps = f"{s['count']} steps, median {s['median_ms']:.2f} ms" if s["marked"] else "no ProfilerStep markers"
+    w = r["window"]
+    if not s["marked"]:
+        steps = "no ProfilerStep markers"
+    elif w["step_ms"] == w["traced_step_ms"]:
+        steps = f"{s['count']} steps, median {s['median_ms']:.2f} ms"
+    else:  # the job's step from its step log (analysis/step_basis.py), not the profiled steps' median
+        steps = f"{s['count']} profiled steps, step {w['step_ms']:.2f} ms without the profiler"
     rank = f" | rank {t['rank']}" if t["rank"] is not None else ""
     head = Text("gpucheckup ", style="bold")
     head.append(t["path"])
@@ -196,6 +202,6 @@ def render_ranks(summary: list[dict], console: Console) -> None:
     for col in ("rank", "trace", "verdict", "step ms", "GPU busy"):
         t.add_column(col)
     for row in summary:
-        t.add_row(str(row["rank"]), Text(row["path"]), row["verdict"], f"{row['step_median_ms']:.2f}",
+        t.add_row(str(row["rank"]), Text(row["path"]), row["verdict"], f"{row['step_ms']:.2f}",
                   f"{row['busy_pct']:.1f}%")
     console.print(t)

@@ -1,0 +1,226 @@
+"""The check-up document: the one typed, versioned shape of every output and of the Python API.
+
+`--json` writes a `Document`; `gpucheckup.analyze` returns one (wrapped in api.CheckUp); `compare`
+and `dataloader --checkup` read one back through these same types; `gpucheckup schema` prints the
+JSON Schema generated from them (also shipped as gpucheckup/data/schema.json and docs/schema.json).
+A trace, a CPU-only trace, a folder of traces, a rank folder and a run directory all give the same
+top-level keys: a part that does not apply is null (or an empty list), never missing.
+
+Top level (docs/schema.md says what each key holds and lists every change by version):
+- schema_version: SCHEMA_VERSION; a change of any key bumps it
+- kind: what was checked up (KINDS); path: the path given
+- verdict, step, fixes, notes: the job's one verdict, its step time (analysis/step_basis.py), its
+  fixes ranked, its notes; for one trace, that trace's; for several ranks, the job's
+- checkups: one report per trace with device activity (rank order); cpu_checkups: one per trace
+  without (the CPU-side check-up)
+- job: the cross-rank section of several ranks (null for one); run: the run directory's run-level
+  section (null for a trace or a folder); cases: the demo's case names, one per check-up (else null)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+KINDS = ("trace", "cpu_trace", "traces", "run", "cases")
+Kind = Literal["trace", "cpu_trace", "traces", "run", "cases"]
+Section = dict[str, Any]  # a part whose keys docs/metrics.md and docs/reports.md list (typed in a later version)
+
+
+class Struct(msgspec.Struct, forbid_unknown_fields=True):
+    """A part of the document: its keys exactly, none unknown (a key added is a new schema version)."""
+
+
+class Step(Struct):
+    """The one step time every figure per step stands on, and what it is (analysis/step_basis.py)."""
+
+    ms: float | None
+    basis: str
+
+
+class Prediction(Struct):
+    """A fix's replayed saving (diagnosis/savings.py): the edit, what it changes, the step after it."""
+
+    transform: str
+    what: str
+    step_ms: float | None
+    saving_ms: float | None
+    saving_pct: float | None
+
+
+class Fix(Struct):
+    """One fix: the action, its tier, the most it could save per step, how, and its replayed prediction."""
+
+    action: str
+    tier: str
+    saving_ms: float | None
+    how: str = ""
+    key: str = ""
+    reason: str = ""
+    finding: str | None = None  # the finding that offers it (in the ranked `fixes`; null inside a finding)
+    predicted: Prediction | None = None
+    predicted_note: str | None = None  # why there is no prediction (in the ranked `fixes`)
+
+
+class Event(Struct):
+    """One event behind a finding: its name, where it ran, when (ms from the trace's first event), how long."""
+
+    name: str
+    where: str
+    start_ms: float | None
+    dur_ms: float | None
+    t_us: float | None = None
+
+
+class Finding(Struct):
+    """One conclusion: the rule that fired, its cost per step, the evidence, the events, the fixes."""
+
+    id: str
+    severity: str
+    title: str
+    rule: str
+    cost_ms_per_step: float | None
+    cost_pct_of_step: float | None
+    evidence: list[str]
+    events: list[Event]
+    fix: list[Fix]
+
+
+class Verdict(Struct):
+    """The primary verdict (null: no GPU timeline to judge), its title, why, each bound's score, the findings."""
+
+    primary: str | None
+    title: str
+    reason: str
+    scores: dict[str, float | None]
+    findings: list[Finding]
+
+
+class Window(Struct):
+    """The step windows a trace's figures are taken over (analysis/window.py)."""
+
+    step_ms: float | None
+    basis: str
+    traced_step_ms: float | None
+    devices: int
+    steps: int
+    length_ms: float | None
+
+
+class Gpu(Struct):
+    """GPU busy: percent of the step, without the profiler when corrected, per device and stream, per step."""
+
+    busy_pct: float | None
+    busy_pct_unprofiled: float | None
+    devices: dict[str, float | None]
+    streams: list[Section]
+    step_busy_pct: list[float | None]
+
+
+class TraceReport(Struct):
+    """The check-up of one trace with device activity."""
+
+    trace: Section
+    verdict: Verdict
+    fixes: list[Fix]
+    window: Window
+    gpu: Gpu
+    steps: Section
+    profiler: Section | None
+    kernels: Section
+    gaps: Section
+    timeline: Section
+    dataloader: Section
+    sync: Section
+    copies: Section
+    communication: Section
+    cuda_api: Section
+    notes: list[str]
+    mfu: Section
+    roofline: Section
+    ncu: Section | None
+    labels: Section
+    host_samples: Section | None = None  # a light window's sampled host states (analysis/sampled_causes.py)
+
+
+class CpuReport(Struct):
+    """The CPU-side check-up of a trace without device activity."""
+
+    trace: Section
+    verdict: Verdict
+    findings: list[Finding]
+    fixes: list[Fix]
+    cpu: Section
+    notes: list[str]
+
+
+class Job(Struct):
+    """The cross-rank section of several ranks: the ranks table and straggler, and their collectives."""
+
+    ranks: Section
+    communication: Section | None = None
+
+
+class Run(Struct):
+    """A run directory's run-level section: how it ran, NVML samples, step history, environment, figures."""
+
+    info: Section
+    nvml: Section
+    step_history: Section | None
+    env: Section
+    figures: Section
+
+
+class Document(Struct):
+    """A check-up, whatever was checked up: the same keys every time (module docstring)."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Kind
+    path: str
+    verdict: Verdict
+    step: Step | None
+    fixes: list[Fix]
+    notes: list[str]
+    checkups: list[TraceReport]
+    cpu_checkups: list[CpuReport]
+    job: Job | None
+    run: Run | None
+    cases: list[str] | None
+
+
+RUN_KEYS = {"run": "info", "nvml": "nvml", "step_history": "step_history", "env": "env", "run_figures": "figures"}
+
+
+def json_schema() -> dict:
+    """The JSON Schema of the document, generated from these types (`gpucheckup schema` prints it)."""
+    schema = msgspec.json.schema(Document)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = f"gpucheckup check-up, schema version {SCHEMA_VERSION}"
+    return schema
+
+
+def encode(doc: Document) -> bytes:
+    """The document as indented JSON (NaN and infinities as null: msgspec writes them so)."""
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2)
+
+
+def decode(data: bytes) -> Document:
+    """A document read back through its types; msgspec.ValidationError names the first key that does not fit."""
+    return msgspec.json.decode(data, type=Document)
+
+
+def flat_report(doc: Document, i: int = 0) -> dict:
+    """Check-up i as one report dict with its run's run-level keys (the shape the renderers and `compare` read)."""
+    reports = doc.checkups or doc.cpu_checkups
+    out = msgspec.to_builtins(reports[i]) if reports else {"verdict": msgspec.to_builtins(doc.verdict),
+                                                           "fixes": msgspec.to_builtins(doc.fixes),
+                                                           "notes": list(doc.notes)}
+    if doc.run is not None:
+        run = msgspec.to_builtins(doc.run)
+        out.update({key: run[field] for key, field in RUN_KEYS.items()})
+        if doc.checkups:
+            out["run_figures"] = {**out["run_figures"], "host_samples": out.get("host_samples")}
+    return out

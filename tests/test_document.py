@@ -1,0 +1,190 @@
+"""The check-up document (docs/schema.md): one versioned shape for every kind of input, its shipped JSON
+Schema, the one step time, and the tables as DataFrames, on real H200 traces and run directories."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SCHEMA, trace_path, validate_document
+
+DATA = Path(__file__).resolve().parent / "data"
+REPO = Path(__file__).resolve().parents[1]
+# the top-level keys docs/schema.md lists, in its order: written here by hand, not read from the code
+TOP_KEYS = ["schema_version", "gpucheckup_version", "kind", "path", "verdict", "step", "fixes", "notes", "checkups",
+            "cpu_checkups", "job", "run", "cases"]
+LAUNCH_RUN = next((DATA / "h200" / "runs").glob("*-launch_bound"))
+ATTACH_RUN = next((DATA / "h200" / "runs").glob("*-attach-653"))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpucheckup", *args], capture_output=True, text=True, timeout=300)
+
+
+def written(tmp_path: Path, path: Path) -> dict:
+    """`gpucheckup analyze PATH --json FILE --quiet`, the document read with the standard library."""
+    out = tmp_path / "checkup.json"
+    res = cli("analyze", str(path), "--json", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    return json.loads(out.read_text())
+
+
+def test_the_shipped_schema_is_the_one_the_types_generate():
+    from gpucheckup.document import json_schema
+
+    want = json.loads(json.dumps(json_schema()))
+    assert json.loads(SCHEMA.read_text()) == want, "run: python scripts/write_schema.py"
+    assert json.loads((REPO / "docs" / "schema.json").read_text()) == want, "run: python scripts/write_schema.py"
+
+
+def test_the_schema_command_prints_it():
+    res = cli("schema")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == json.loads(SCHEMA.read_text())
+
+
+@pytest.mark.parametrize("case,kind,n_gpu,n_cpu,job,run", [
+    ("trace", "trace", 1, 0, False, False),
+    ("cpu_trace", "cpu_trace", 0, 1, False, False),
+    ("rank_folder", "traces", 2, 0, True, False),
+    ("run_dir", "run", 1, 0, False, True),
+    ("run_ranks", "run", 2, 0, True, True),
+    ("run_without_trace", "run", 0, 0, False, True),
+])
+def test_every_kind_of_input_gives_the_same_top_level_keys(tmp_path, case, kind, n_gpu, n_cpu, job, run):
+    path = {"trace": trace_path("launch_bound"), "cpu_trace": DATA / "cpu_shapes" / "mats.json.gz",
+            "rank_folder": DATA / "h200x2" / "ddp_healthy" / "traces", "run_dir": LAUNCH_RUN,
+            "run_ranks": DATA / "h200x2" / "ddp_healthy", "run_without_trace": ATTACH_RUN}[case]
+    doc = written(tmp_path, path)
+    validate_document(doc)
+    assert list(doc) == TOP_KEYS
+    assert doc["schema_version"] == 1 and doc["kind"] == kind and doc["path"] == str(path)
+    assert (len(doc["checkups"]), len(doc["cpu_checkups"])) == (n_gpu, n_cpu)
+    assert (doc["job"] is not None, doc["run"] is not None) == (job, run)
+    for r in doc["checkups"]:  # the run-level keys are once, at the top
+        assert not {"run", "nvml", "step_history", "env", "run_figures", "gpucheckup_version"} & set(r)
+
+
+def test_one_trace_s_document_carries_its_verdict_step_and_fixes_at_the_top(tmp_path):
+    doc = written(tmp_path, trace_path("launch_bound"))
+    (r,) = doc["checkups"]
+    assert doc["verdict"] == r["verdict"] and doc["fixes"] == r["fixes"] and doc["notes"] == r["notes"]
+    assert doc["step"] == {"ms": r["window"]["step_ms"], "basis": r["window"]["basis"]}
+
+
+def test_a_job_of_ranks_has_one_verdict_everywhere(tmp_path):
+    """ddp_slow_input (two H200s): rank 1's DataLoader sleeps 40 ms a batch, rank 0 waits for it at the
+    all-reduce. The job is input-bound: the document's verdict, the API's and the --fail-on gate agree."""
+    run = DATA / "h200x2" / "ddp_slow_input"
+    doc = written(tmp_path, run)
+    assert doc["verdict"]["primary"] == "input_bound"
+    assert [r["verdict"] for r in doc["job"]["ranks"]["table"]] == ["waiting", "input_bound"]
+    import gpucheckup
+
+    up = gpucheckup.analyze(run)
+    assert up.verdict == "input_bound" and up.document.verdict.primary == "input_bound"
+    assert [c.verdict for c in up.ranks] == ["waiting", "input_bound"]
+    res = cli("analyze", str(run), "--quiet", "--fail-on", "input_bound")
+    assert res.returncode == 3 and "verdict input_bound (--fail-on)" in res.stderr
+    # the job's step is the slowest rank's step, which every rank waits for
+    steps = [r["window"]["step_ms"] for r in doc["checkups"]]
+    assert doc["step"]["ms"] == max(steps) and "slowest of 2 ranks" in doc["step"]["basis"]
+
+
+def test_an_older_or_foreign_json_is_refused_with_one_line(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"gpucheckup_version": "0.1.0", "verdict": {"primary": "gpu_bound"}}))
+    res = cli("compare", str(old), str(old))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "no schema_version" in res.stderr and "again" in res.stderr
+
+
+def test_compare_reads_documents_through_their_types(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for out, case in ((a, "launch_bound"), (b, "compute_bound")):
+        assert cli("analyze", str(trace_path(case)), "--json", str(out), "--quiet").returncode == 0
+    res = cli("compare", str(a), str(b), "--json", str(tmp_path / "cmp.json"))
+    assert res.returncode == 0, res.stderr
+    cmp = json.loads((tmp_path / "cmp.json").read_text())
+    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    assert cmp["verdict"] == [da["verdict"]["primary"], db["verdict"]["primary"]]
+    assert cmp["headline"] == "window.step_ms"  # two traces: their windows' step (docs/metrics.md, "The step time")
+    assert cmp["step_change_pct"] == pytest.approx(100 * (db["step"]["ms"] / da["step"]["ms"] - 1), rel=1e-6)
+
+
+def alternating_run(tmp_path: Path, fast: float, slow: float) -> tuple[Path, list[tuple[int, float, str]]]:
+    """The H200 launch_bound run directory with its plain steps' times replaced by fast and slow in turn (a
+    DataLoader's two workers out of phase with the GPU); its trace, profiled steps and phases as captured."""
+    run = tmp_path / "run"
+    shutil.copytree(LAUNCH_RUN, run)
+    rows = list(csv.DictReader((run / "steps.csv").open()))
+    out = []
+    for r in rows:
+        if r["ms"] and r["phase"] == "":
+            r["ms"] = f"{fast if int(r['step']) % 2 == 0 else slow:.3f}"
+        out.append(r)
+    with (run / "steps.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(out)
+    return run, [(int(r["step"]), float(r["ms"]), r["phase"]) for r in out if r["ms"]]
+
+
+def test_steps_that_alternate_fast_and_slow_give_the_job_s_real_rate(tmp_path):
+    """Steps of 6 and 14 ms in turn run at one step per 10 ms: the step every figure stands on is the logged
+    total time over the logged steps, in the JSON, the terminal header, the API and the ranks' figures."""
+    run, steps = alternating_run(tmp_path, 6.0, 14.0)
+    first_instrumented = min(n for n, _, phase in steps if phase)
+    before = [ms for n, ms, phase in steps if phase == "" and n < first_instrumented]
+    plain = [ms for _, ms, phase in steps if phase == ""]
+    doc = written(tmp_path, run)
+    assert doc["step"]["ms"] == pytest.approx(sum(before) / len(before), rel=1e-6)  # the unprofiled steps'
+    assert doc["step"]["ms"] == pytest.approx(sum(plain) / len(plain), rel=0.02)  # the whole run's rate
+    assert doc["checkups"][0]["window"]["step_ms"] == doc["step"]["ms"]
+    assert doc["run"]["figures"]["steps"]["steady_ms"] == pytest.approx(10.0, rel=0.02)
+    res = cli("analyze", str(run))
+    assert res.returncode == 0, res.stderr
+    text = " ".join(res.stdout.replace("\u2502", " ").split())  # the verdict panel's sides out
+    assert f"step {doc['step']['ms']:.2f} ms without the profiler" in text  # the header
+    assert f"step {doc['step']['ms']:.2f} ms (the step without the profiler" in text  # the verdict's basis
+    import gpucheckup
+
+    assert gpucheckup.analyze(run).figures["step_ms"] == pytest.approx(doc["step"]["ms"], rel=1e-9)
+
+
+def test_the_kernels_frame_sums_to_the_document_s_kernel_totals():
+    pd = pytest.importorskip("pandas", reason="CheckUp.frame needs pandas (the optional extra)")
+    import gpucheckup
+
+    up = gpucheckup.analyze(trace_path("compute_bound"))
+    k = up.frame("kernels")
+    assert isinstance(k, pd.DataFrame) and list(k.columns[:7]) == ["rank", "name", "category", "count", "total_ms",
+                                                                   "mean_us", "pct"]
+    totals = up.document.checkups[0].kernels
+    assert int(k["count"].sum()) == totals["count"]
+    assert k["total_ms"].sum() == pytest.approx(totals["total_ms"], rel=1e-9)
+    assert k["name"].is_unique and k["pct"].sum() == pytest.approx(100.0)
+    steps = up.frame("steps")
+    assert list(steps["ms"]) == pytest.approx(up.document.checkups[0].steps["per_step_ms"])
+    fixes = up.frame("fixes")
+    assert list(fixes["key"]) == [f.key for f in up.document.fixes]
+    with pytest.raises(gpucheckup.errors.CheckupError, match="one of steps, kernels"):
+        up.frame("nope")
+
+
+def test_frames_of_a_job_of_ranks():
+    pytest.importorskip("pandas", reason="CheckUp.frame needs pandas (the optional extra)")
+    import gpucheckup
+
+    up = gpucheckup.analyze(DATA / "h200x2" / "ddp_healthy")
+    ranks = up.frame("ranks")
+    assert list(ranks["rank"]) == [0, 1]
+    coll = up.frame("collectives")
+    assert list(coll["name"]) == ["all_reduce"]
+    assert sorted(up.frame("kernels")["rank"].unique()) == [0, 1]
