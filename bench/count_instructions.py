@@ -34,8 +34,8 @@ if n >= 2:
     cli._load_libraries()
     from rich.console import Console
 if n >= 3:
-    import gpucheckup.cli.emit, gpucheckup.pipeline as P
-    from gpucheckup.analysis.mfu import MfuInputs
+    import gpucheckup.cli.emit, gpucheckup.checkup.pipeline as P
+    from gpucheckup.analysis.flops.mfu import MfuInputs
 if n >= 4:
     trace = P.read_trace(path)
 if n >= 5:
@@ -46,7 +46,7 @@ if n >= 7:
     d = P.diagnose(a, s)
     report = P.checkup_dict(a, d)
 if n >= 8:
-    from gpucheckup.report import terminal
+    from gpucheckup.report.text import terminal
     terminal.render(report, Console(file=io.StringIO(), width=80, highlight=False))
 """
 STAGES = ["interpreter start-up", "command line (import, parse)", "numpy and rich", "our modules",

@@ -81,7 +81,7 @@ def document_of(result, cases=None) -> dict:
     """The check-up document of a pipeline result as plain JSON types (what `--json` writes)."""
     import msgspec
 
-    from gpucheckup.assemble import document
+    from gpucheckup.checkup.assemble import document
 
     return msgspec.to_builtins(document(result, cases))
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpucheckup import ab
+from gpucheckup.checkup import ab
 from gpucheckup.cli import main
 
 EX = [sys.executable, "-m", "gpucheckup.examples.launch", "--steps", "10"]

@@ -1,4 +1,4 @@
-"""A/B statistics (analysis/ab_stats.py): the verdict rule on real step times of identical CPU
+"""A/B statistics (analysis/comparison/ab_stats.py): the verdict rule on real step times of identical CPU
 processes (tests/data/ab/identical_cpu.json, validation/ab_null_capture.py) and its mechanism."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from gpucheckup.analysis import ab_stats
+from gpucheckup.analysis.comparison import ab_stats
 
 NULL = REPO / "tests" / "data" / "ab" / "identical_cpu.json"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from test_reader_equivalence import real_traces
-from gpucheckup.analysis import host_calls, launches, syncs
+from gpucheckup.analysis.one_trace import host_calls, launches, syncs
 from gpucheckup.trace import read_trace
 from gpucheckup.trace.tables import CPU_OP, PYTHON
 
@@ -130,13 +130,13 @@ def test_frame_parents_far_back():
 
 def _categorize_by_definition(name: str) -> str:
     """The plain definition: the first of CATEGORY_RULES (re.IGNORECASE) found in the name."""
-    from gpucheckup.analysis.kernels import CATEGORY_RULES
+    from gpucheckup.analysis.one_trace.kernels import CATEGORY_RULES
 
     return next((cat for cat, pattern in CATEGORY_RULES if pattern.search(name)), "other")
 
 
 def test_categorize_equals_its_definition():
-    from gpucheckup.analysis.kernels import categorize
+    from gpucheckup.analysis.one_trace.kernels import categorize
 
     names = {n for p in real_traces() for n in read_trace(p).names}
     assert len(names) > 500

@@ -100,7 +100,7 @@ def test_the_command_line_imports_no_analysis_at_start():
             "for argv in (['analyze', 'x'], ['demo'], ['run', '--', 'true'], ['attach', '--pid', '1'], ['ncu-cmd', 'x'],"
             " ['ceilings']):\n    build_parser().parse_args(argv)\n")
     heavy = ("numpy", "rich", "msgspec", "torch", "gpucheckup.analysis", "gpucheckup.diagnosis", "gpucheckup.report",
-             "gpucheckup.pipeline", "gpucheckup.trace")
+             "gpucheckup.checkup.pipeline", "gpucheckup.trace")
     assert modules_loaded(code, heavy) == []
 
 

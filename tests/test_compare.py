@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import DEMO, REPO, read_report
-from gpucheckup.analysis import compare
+from gpucheckup.analysis.comparison import compare
 from gpucheckup.cli import main
 
 LAUNCH, COMPUTE = DEMO / "launch_bound/trace.json.gz", DEMO / "compute_bound/trace.json.gz"

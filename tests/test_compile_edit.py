@@ -1,4 +1,4 @@
-"""torch_compile (analysis/whatif.py) on the MoE example's H200 traces, eager and compiled (docs/validation.md 7c).
+"""torch_compile (whatif/edits.py) on the MoE example's H200 traces, eager and compiled (docs/validation.md 7c).
 
 The compiled trace is what Inductor did to the same job: its indexing kernels (index_put, gather, index_add, ...) are
 gone into Triton kernels. The edit must fold the eager trace's indexing kernels the same way, never a library kernel
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, raw_events
-from gpucheckup.analysis import replay, whatif
-from gpucheckup.pipeline import check_run
+from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.checkup.pipeline import check_run
 from gpucheckup.trace.reader import read_trace
 
 RUNS = REPO / "tests/data/whatif_h200"

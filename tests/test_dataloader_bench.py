@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, trace_path, read_report
-from gpucheckup.analysis.environment import usable_cores
-from gpucheckup.analysis.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step_from_report
+from gpucheckup.analysis.run_logs.environment import usable_cores
+from gpucheckup.analysis.run_logs.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step_from_report
 from gpucheckup.capture.environment import cgroup_quota
 
 FACTORY = f"{REPO / 'tests' / 'jobs' / 'loader_factory.py'}:make_loader"
@@ -203,10 +203,11 @@ def test_cgroup_quota_v1_and_v2(tmp_path, files, cpus):
 
 
 def test_pure_parts_import_neither_torch_nor_pynvml():
-    code = ("import sys; import gpucheckup.analysis.loader_advice, gpucheckup.analysis.live_events, "
-            "gpucheckup.diagnosis.labels, gpucheckup.report.terminal_loader, gpucheckup.report.terminal_monitor, "
-            "gpucheckup.capture.monitor, gpucheckup.capture.dataloader_bench, gpucheckup.loader_checkup, "
-            "gpucheckup.monitor_live; print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+    code = ("import sys; import gpucheckup.analysis.run_logs.loader_advice, gpucheckup.analysis.run_logs.live_events, "
+            "gpucheckup.diagnosis.labels, gpucheckup.report.text.terminal_loader, "
+            "gpucheckup.report.text.terminal_monitor, "
+            "gpucheckup.capture.monitor, gpucheckup.capture.dataloader_bench, gpucheckup.checkup.loader, "
+            "gpucheckup.checkup.monitor; print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr

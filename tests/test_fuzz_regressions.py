@@ -20,14 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucheckup.analysis import host_calls
-from gpucheckup.analysis.kernels import kernel_label
-from gpucheckup.analysis.shape_flops import op_flops
-from gpucheckup.analysis.syncs import _enclosing_all
-from gpucheckup.analysis.timeline import Gaps, gap_pattern
+from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.analysis.one_trace.kernels import kernel_label
+from gpucheckup.analysis.flops.shape_flops import op_flops
+from gpucheckup.analysis.one_trace.syncs import _enclosing_all
+from gpucheckup.analysis.one_trace.timeline import Gaps, gap_pattern
 from gpucheckup.cli import main
 from gpucheckup.hardware.ceilings import default_path
-from gpucheckup.report.lines import cost_line as cost_text
+from gpucheckup.report.text.lines import cost_line as cost_text
 from gpucheckup.trace.reader import read_trace
 from gpucheckup.trace.tables import CPU_OP, PYTHON, RUNTIME
 
@@ -370,7 +370,7 @@ def test_seed_corpus_is_small_and_real():
                           st.one_of(st.none(), st.floats(0, 1000, allow_nan=False))), min_size=1, max_size=80))
 def test_nvml_series_by_bincount_equals_the_per_tick_loop(samples):
     """gpu_series' per-tick mean/sum/max, now by bincount, equals the loop with a mask per tick it replaced."""
-    from gpucheckup.analysis.telemetry import gpu_series
+    from gpucheckup.analysis.run_logs.telemetry import gpu_series
 
     t = np.array([s[0] for s in samples], dtype=float)
     v = np.array([np.nan if s[2] is None else s[2] for s in samples])
@@ -392,7 +392,7 @@ def test_nvml_series_by_bincount_equals_the_per_tick_loop(samples):
 def test_nvml_of_a_long_run_and_a_trace_with_thousands_of_streams(tmp_path):
     """Class (same pattern, found by review): a mask per NVML tick (quadratic in a long run's samples) and a mask
     per stream (quadratic in a trace with thousands of streams)."""
-    from gpucheckup.analysis.telemetry import gpu_series
+    from gpucheckup.analysis.run_logs.telemetry import gpu_series
 
     n = 200_000  # about 5.5 hours at 10 Hz
     t = np.arange(n, dtype=float) / 10
@@ -472,7 +472,8 @@ def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
     """Class: TypeError at terminal._fixes / html._fixes (a saving_ms the report holds as None: not finite)."""
     from rich.console import Console
 
-    from gpucheckup.report import html, markdown, terminal
+    from gpucheckup.report.pages import html, markdown
+    from gpucheckup.report.text import terminal
 
     trace = minimal.write(minimal.steps_trace(8, sync=True), tmp_path / "t.json")
     rc, _, _ = analyze(trace, "--json", tmp_path / "r.json")
@@ -498,13 +499,13 @@ OLD_TENSOR_CORE = re.compile(r"nvjet|tensorop|wgmma|hmma|gmma|xmma(?!.*ffma)|s16
                                  "tensorop", "sgemm", "_", "x", "mma", "ff", "ma", "wg"]), max_size=12).map("".join))
 def test_is_tensor_core_by_substrings_equals_the_old_regex(name):
     """Class: `xmma(?!.*ffma)` backtracked quadratically (32 KB name: 0.06 s); the substring tests say the same."""
-    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+    from gpucheckup.analysis.flops.gemm_dtype import is_tensor_core
 
     assert is_tensor_core(name) == bool(OLD_TENSOR_CORE.search(name))
 
 
 def test_is_tensor_core_of_a_million_character_name():
-    from gpucheckup.analysis.gemm_dtype import is_tensor_core
+    from gpucheckup.analysis.flops.gemm_dtype import is_tensor_core
 
     with hang_bound(2):  # the old regex: ~1,000 s at this length (quadratic)
         assert is_tensor_core("xmma" * 250_000) and not is_tensor_core("xmma" * 250_000 + "ffma")
@@ -673,7 +674,7 @@ def test_groups_by_one_sort_equal_a_mask_per_key(pairs):
 def test_cpu_ops_of_many_names_and_threads_in_linear_time(tmp_path):
     """Class: cpu_profile took a mask per thread and per operator name (threads x ops, names x ops); the devices
     of communication, copies and sampled causes, and shape_flops' threads likewise: now one sort each."""
-    from gpucheckup.analysis.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
 
     n = 20_000
     ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i % (n // 2)}", "pid": 1, "tid": i % (n // 4),

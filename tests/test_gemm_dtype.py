@@ -6,7 +6,7 @@ import pytest
 from conftest import trace_path
 
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.gemm_dtype import dtype_from_name, kernel_dtype
+from gpucheckup.analysis.flops.gemm_dtype import dtype_from_name, kernel_dtype
 from gpucheckup.trace import read_trace
 
 

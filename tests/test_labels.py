@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import REPO, trace_path, write_trace, read_report
-from gpucheckup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check_path
 from gpucheckup.cli import main
 from gpucheckup.diagnosis.labels import INTENSIVE_PCT, classify
 
@@ -93,7 +93,7 @@ def test_label_in_json_and_terminal(tmp_path, capsys):
 
 @pytest.mark.parametrize("kind, label", [("input_bound", "io"), ("launch_bound", "compute")])
 def test_label_in_run_directories(kind, label):
-    from gpucheckup.pipeline import check_run
+    from gpucheckup.checkup.pipeline import check_run
 
     runs = sorted((REPO / "tests" / "data" / "h200" / "runs").glob(f"*-{kind}"))
     if not runs:
@@ -105,7 +105,7 @@ def test_label_in_run_directories(kind, label):
 def test_socket_nccl_ddp_job_is_communication_intensive():
     """The real two-H200 DDP run with NCCL forced onto sockets (tests/data/h200x2/ddp_sockets): every rank's
     exposed communication is most of its step, so the label is communication on both ranks."""
-    from gpucheckup.pipeline import check
+    from gpucheckup.checkup.pipeline import check
 
     run = REPO / "tests" / "data" / "h200x2" / "ddp_sockets"
     reports = check(run).reports()

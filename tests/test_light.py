@@ -120,7 +120,7 @@ H200_LIGHT = Path(__file__).resolve().parent / "data" / "h200" / "light"
 
 
 def _checkup(name: str) -> dict:
-    from gpucheckup.pipeline import check_run
+    from gpucheckup.checkup.pipeline import check_run
 
     return check_run(H200_LIGHT / name).checkups[0].report
 

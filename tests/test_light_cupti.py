@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import raw_events
-from gpucheckup.analysis.sampled_causes import SOURCE_GPU_ONLY
+from gpucheckup.analysis.run_logs.sampled_causes import SOURCE_GPU_ONLY
 from gpucheckup.capture.agent import cupti_window as cw
 from gpucheckup.capture.agent.light import BACKEND_TORCH, light_recorder
 
@@ -260,7 +260,7 @@ H200_LIGHT = Path(__file__).resolve().parent / "data" / "h200" / "light"
 
 
 def _report(name: str) -> dict:
-    from gpucheckup.pipeline import check_run
+    from gpucheckup.checkup.pipeline import check_run
 
     return check_run(H200_LIGHT / name).checkups[0].report
 
@@ -273,8 +273,8 @@ def test_h200_cupti_light_trace_without_sync_records_says_syncs_are_not_recorded
     """The H200 CUPTI window recorded kernels, copies and memsets only (its `gpucheckup_light.activities`): a sync there
     could not have been seen, so every format says syncs are not recorded instead of "0 per step"; the full window of
     the same job records runtime calls, so its count stands."""
-    from gpucheckup.pipeline import check_run
-    from gpucheckup.report.lines import SYNCS_NOT_RECORDED
+    from gpucheckup.checkup.pipeline import check_run
+    from gpucheckup.report.text.lines import SYNCS_NOT_RECORDED
     from gpucheckup.trace.reader import read_trace
 
     trace = read_trace(H200_LIGHT / "launch_bound_cupti" / "traces" / "trace.json.gz")
@@ -386,7 +386,7 @@ def _sync_window(fake, steps=6):
 
 
 def _checkup(w, tmp_path, name="trace.json.gz", keep=lambda r: True):
-    from gpucheckup.pipeline import check_path
+    from gpucheckup.checkup.pipeline import check_path
 
     doc = cw.build_trace([r for r in w.records if keep(r)], w.host.ranges, w.marks, w.clock, w.pid, w.tid, [], None,
                          w.summary())
@@ -397,9 +397,9 @@ def _checkup(w, tmp_path, name="trace.json.gz", keep=lambda r: True):
 
 def test_cupti_sync_records_are_counted_and_name_the_idle_they_drain(tmp_path):
     """A fake sync-bound window: one stream synchronize per step, the GPU idle while the host works after it. The
-    check-up counts one sync per step and names that idle `sync` (the drain rule of analysis/gap_causes.py); the same
-    records without the sync ones read `launch_bound` (every gap `other_host`), as the H200 sync-bound job did."""
-    from gpucheckup.analysis.sampled_causes import SOURCE_GPU_SYNCS, gap_source
+    check-up counts one sync per step and names that idle `sync` (the drain rule of analysis/one_trace/gap_causes.py);
+    the same records without the sync ones read `launch_bound` (every gap `other_host`), as the H200 sync-bound job did."""
+    from gpucheckup.analysis.run_logs.sampled_causes import SOURCE_GPU_SYNCS, gap_source
     from gpucheckup.trace.reader import read_trace
 
     w, idle = _sync_window(FakeCupti())
@@ -476,7 +476,7 @@ def test_sync_events_name_each_type_and_leave_out_what_is_no_host_wait():
     assert all(e["cat"] == "cuda_runtime" and (e["pid"], e["tid"]) == (42, 43) for e in ev)
     assert ev[0]["args"]["stream"] == 7 and "cuda_event" not in ev[0]["args"]
     assert "stream" not in ev[1]["args"] and ev[1]["args"]["cuda_event"] == 4
-    from gpucheckup.analysis.host_calls import SYNC_CALLS
+    from gpucheckup.analysis.one_trace.host_calls import SYNC_CALLS
 
     assert set(cw.SYNC_TYPE_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
 
@@ -524,9 +524,9 @@ def test_h200_sync_jobs_through_the_cupti_path_read_as_their_full_traces(name, s
     step of the full trace and gives about its sync share; without the sync records syncs read 0 and the
     sync-bound job launch_bound, as its CUPTI light window did on the H200 (docs/validation.md section 6b).
     item_checks' full trace reads sync_bound once the profiler's per-event cost is taken out of its host time
-    (analysis/replay.py), as it does calibrated on its measured unprofiled step; the rebuilt records keep
+    (whatif/replay.py), as it does calibrated on its measured unprofiled step; the rebuilt records keep
     torch.profiler's host timings but hold no operators, so they get no per-event cost and read launch_bound."""
-    from gpucheckup.pipeline import check_path
+    from gpucheckup.checkup.pipeline import check_path
 
     full = Path(__file__).resolve().parent / "data" / "h200" / name / "trace.json.gz"
     doc = raw_events(full)

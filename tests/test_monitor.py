@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from gpucheckup.analysis.live_events import MATCH_PCT, heartbeat_now, throttles_now
+from gpucheckup.analysis.run_logs.live_events import MATCH_PCT, heartbeat_now, throttles_now
 from gpucheckup.layout import NVML_COLUMNS
 from gpucheckup.cli import main
 from conftest import read_report

@@ -9,7 +9,7 @@ import pytest
 
 import independent as ind
 from conftest import raw_events
-from gpucheckup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check_path
 
 DATA = Path(__file__).parent / "data" / "h200"
 
@@ -49,10 +49,10 @@ def test_item_checks_are_named_even_when_launch_overhead_leads():
     assert count_in_windows(doc, w, "cpu_op", "aten::item") == meta["config"]["syncs_per_step"] * len(w)
     assert c.report["sync"]["count_per_step"] == meta["config"]["syncs_per_step"]
     # 176 kernels per step, 70% under 20 us, but the traced host is the profiler's: with its per-event cost taken
-    # out (analysis/replay.py) removing the 33 reads saves the most, as it does calibrated on the step measured
+    # out (whatif/replay.py) removing the 33 reads saves the most, as it does calibrated on the step measured
     # without the profiler (meta's step_s_unprofiled, 6.74 ms against 9.41 traced); as traced, launch_bound
     assert c.diagnosis.primary == "sync_bound"
-    from gpucheckup.analysis.mfu import MfuInputs
+    from gpucheckup.analysis.flops.mfu import MfuInputs
     measured = MfuInputs(unprofiled_step_ms=meta["step_s_unprofiled"] * 1000, unprofiled_from="meta.json")
     assert check_path(DATA / "item_checks" / "trace.json.gz", inputs=measured)[0].diagnosis.primary == "sync_bound"
     f = findings(c)

@@ -12,7 +12,7 @@ from conftest import REPO, fixtures_dir, trace_path, read_report
 from test_cli import run_cli
 
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.ncu_bounds import BOUND_PCT, LATENCY_PCT, classify, memory_pct, ncu_bounds, tokens
+from gpucheckup.analysis.flops.ncu_bounds import BOUND_PCT, LATENCY_PCT, classify, memory_pct, ncu_bounds, tokens
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace import read_trace
 from gpucheckup.trace.ncu_csv import DRAM_PCT, MEM_PCT, SM_PCT, SOL_METRICS, parse_value, read_ncu_csv

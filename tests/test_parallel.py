@@ -8,7 +8,7 @@ import shutil
 import msgspec
 
 from conftest import trace_path
-from gpucheckup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check_path
 from gpucheckup.trace import parallel
 
 

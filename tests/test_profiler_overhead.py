@@ -38,7 +38,7 @@ def test_gpu_bound_job_looks_launch_bound_under_the_profiler_until_corrected(tmp
     assert fixed["verdict"]["primary"] == "gpu_bound"
     doc = raw_events(run / "traces" / "trace_rank0.json.gz")
     w = ind.step_windows(doc)
-    # the GPU's share of the window times the median step window (analysis/window.py's one basis)
+    # the GPU's share of the window times the median step window (analysis/one_trace/window.py's one basis)
     gpu_ms = ind.busy_pct(doc, w) / 100 * statistics.median(e - s for s, e in w) / 1000
     p = fixed["profiler"]
     assert p["applied"] and p["gpu_ms_per_step"] == pytest.approx(gpu_ms, rel=1e-6)
@@ -75,7 +75,7 @@ def test_unprofiled_step_is_before_the_window():
     13.3-16.1 ms for 60 steps after the window (Kineto's CUPTI left subscribed, docs/validation.md 6c): the
     unprofiled step is the throughput of steps 2-28, 9.609 ms (their median 9.476 ms), not the second half's."""
     run = next((DATA / "runs").glob("*-launch_bound"))
-    from gpucheckup.analysis.step_history import step_stats
+    from gpucheckup.analysis.run_logs.step_history import step_stats
     from gpucheckup.trace.rundir import read_run
     st = step_stats(next(iter(read_run(run).steps.values())))
     assert st["unprofiled_steps"] == [2, 28] and st["unprofiled_basis"] == "before the window"

@@ -1,4 +1,4 @@
-"""The check-up's progress bar (report/progress.py): off a terminal it writes exactly what rich's transient
+"""The check-up's progress bar (report/text/progress.py): off a terminal it writes exactly what rich's transient
 Progress writes there, byte for byte; on a terminal it is rich's Progress itself."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from gpucheckup.report.progress import progress_bar
+from gpucheckup.report.text.progress import progress_bar
 
 
 def _drive(bar) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ranks_view
 
-from gpucheckup.analysis.ranks import analyze_ranks, rank_input
+from gpucheckup.analysis.job.ranks import analyze_ranks, rank_input
 from gpucheckup.hardware import links
 from gpucheckup.trace import read_trace
 
@@ -94,7 +94,7 @@ def _shifted(trace, rows, dt):
 
 def test_128_synthetic_ranks_find_the_planted_straggler():
     base = read_trace(next((H200X2 / "ddp_healthy" / "traces").glob("rank0.json.gz")))
-    from gpucheckup.analysis.launches import launch_rows
+    from gpucheckup.analysis.one_trace.launches import launch_rows
 
     one_rows = launch_rows(base)
     one = rank_input(base, 0, one_rows)
@@ -121,7 +121,7 @@ def test_128_synthetic_ranks_find_the_planted_straggler():
     assert ra.straggler == planted
     calls_per_step = ra.matched / ra.steps
     assert ra.straggler_late_ms == pytest.approx(late_us / 1e3 * calls_per_step, rel=0.05)
-    from gpucheckup.report.terminal_ranks import outliers
+    from gpucheckup.report.text.terminal_ranks import outliers
 
     rows = [{"rank": r.rank, "late_ms": r.late_ms} for r in ra.table]
     assert outliers(rows, "late_ms") == [planted]
@@ -134,7 +134,7 @@ def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
 
     from rich.console import Console
 
-    from gpucheckup.report.terminal_ranks import render_job
+    from gpucheckup.report.text.terminal_ranks import render_job
 
     table = [{"rank": r, "step_ms": 100.0, "compute_ms": 80.0 + r % 3, "transfer_ms": 5.0,
               "wait_ms": 0.5 if r == 213 else 30.0, "exposed_wait_ms": 0.5 if r == 213 else 30.0, "idle_ms": 1.0,
@@ -150,7 +150,7 @@ def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
 
 
 def test_throttled_straggler_gpu_is_evidence():
-    from gpucheckup.ranks_checkup import throttle_note
+    from gpucheckup.checkup.ranks import throttle_note
 
     calm = {"known": True, "throttled_pct": 0.0, "by_reason_pct": {}}
     hot = {"known": True, "throttled_pct": 40.0, "by_reason_pct": {"SW thermal slowdown": 40.0}}
@@ -164,9 +164,9 @@ def test_workers_give_the_cross_rank_analysis_of_one_process(tmp_path, monkeypat
     cross-rank analysis (and the profiler correction's matched waits) come out as with --jobs 1."""
     import msgspec
 
-    from gpucheckup.analysis.mfu import MfuInputs
+    from gpucheckup.analysis.flops.mfu import MfuInputs
     from conftest import document_of
-    from gpucheckup.pipeline import check
+    from gpucheckup.checkup.pipeline import check
     from gpucheckup.trace import parallel
     from synthetic_ranks import write_folder
 

@@ -14,7 +14,7 @@ import pytest
 
 from gpucheckup.hardware import links
 from conftest import document_of, ranks_view
-from gpucheckup.pipeline import check_run
+from gpucheckup.checkup.pipeline import check_run
 
 DATA = Path(__file__).resolve().parent / "data" / "h200x2"
 PARAMS = 8 * (4096 * 4096 + 4096)
@@ -120,7 +120,7 @@ def test_scaling_refuses_two_multi_gpu_runs():
 
 
 def test_nvml_figures_per_gpu_over_the_steady_state():
-    from gpucheckup.analysis.run import analyze_run
+    from gpucheckup.analysis.run_logs.run import analyze_run
     from gpucheckup.trace.rundir import read_run
 
     run = read_run(DATA / "ddp_slow_input")
@@ -174,7 +174,7 @@ def test_a_folder_of_rank_traces_reads_the_same_as_its_run(tmp_path):
 def test_a_stored_commbench_is_the_link(tmp_path, monkeypatch):
     import shutil
 
-    from gpucheckup.ranks_checkup import link_figure
+    from gpucheckup.checkup.ranks import link_figure
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cached = links.cache_path("NVIDIA H200", 2)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ranks_view
 
-from gpucheckup.report.job_pages import html_section, markdown_section
+from gpucheckup.report.pages.job_pages import html_section, markdown_section
 
 DATA = Path(__file__).resolve().parent / "data" / "h200x2"
 KEYS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "exposed_wait_ms", "idle_ms", "late_ms")

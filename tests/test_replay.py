@@ -1,4 +1,4 @@
-"""Replay (analysis/replay.py): the unchanged graph gives back every fixture's step times, the
+"""Replay (whatif/replay.py): the unchanged graph gives back every fixture's step times, the
 profiler calibration reaches the unprofiled step, and the graph's dependencies respond the way
 the mechanism says."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import DEMO, REPO, fixtures_dir
-from gpucheckup.analysis import replay
+from gpucheckup.whatif import replay
 from gpucheckup.trace.reader import read_trace
 
 

@@ -1,4 +1,4 @@
-"""The replay's per-event profiler cost (analysis/replay.py): a trace within MIN_INFLATION_PCT of its unprofiled step
+"""The replay's per-event profiler cost (whatif/replay.py): a trace within MIN_INFLATION_PCT of its unprofiled step
 has its host time scaled by 1 - events per step x PROFILER_EVENT_LAUNCHES launch calls / host time per step.
 Real H200 run directories of the what-if validation (docs/validation.md section 7); the events and launch calls are
 counted here from the raw JSON."""
@@ -11,9 +11,9 @@ from functools import lru_cache
 import pytest
 
 from conftest import REPO, raw_events
-from gpucheckup import pipeline
-from gpucheckup.analysis import replay, whatif
-from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
+from gpucheckup.checkup import pipeline
+from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.analysis.one_trace.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.diagnosis.fixes import BY_KEY
 
 RUNS = REPO / "tests/data/whatif_h200"

@@ -1,4 +1,4 @@
-"""replay() by segments (analysis/replay._replay_by_segments) gives the walk's floats exactly: on every real trace,
+"""replay() by segments (whatif/replay._replay_by_segments) gives the walk's floats exactly: on every real trace,
 with the profiler-overhead scale applied, after every catalogue edit, and on real graphs with their durations, gaps
 and latencies scrambled; and it leaves to the walk what only the walk models."""
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import DEMO, REPO, fixtures_dir, trace_path
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.diagnosis.fixes import CATALOGUE
 from gpucheckup.trace.reader import read_trace

@@ -1,4 +1,4 @@
-"""Each transformation (analysis/whatif.py) on a real H200 trace: the direction of the change and
+"""Each transformation (whatif/edits.py) on a real H200 trace: the direction of the change and
 bounds that follow from its mechanism (figures read from the trace, not fitted)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import DEMO, REPO
-from gpucheckup.analysis import host_calls, replay, whatif
-from gpucheckup.analysis.kernels import categorize
+from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.analysis.one_trace.kernels import categorize
 from gpucheckup.hardware import peaks
 from gpucheckup.trace.reader import read_trace
 

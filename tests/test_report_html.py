@@ -23,8 +23,8 @@ from browser import Browser
 from conftest import trace_path, write_trace
 from PIL import Image
 
-from gpucheckup.pipeline import check_path
-from gpucheckup.report import html
+from gpucheckup.checkup.pipeline import check_path
+from gpucheckup.report.pages import html
 
 EVIL_KERNEL = "<img src=x onerror=alert(1)>"
 EVIL_KERNEL_2 = "</script><script>alert(2)</script>"

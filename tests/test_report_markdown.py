@@ -9,7 +9,7 @@ from conftest import raw_events, trace_path
 from independent import step_windows
 from markdown_it import MarkdownIt
 
-from gpucheckup.report.markdown import md, table
+from gpucheckup.report.pages.markdown import md, table
 
 
 def seen(inline) -> str:

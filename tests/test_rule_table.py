@@ -9,7 +9,8 @@ import re
 import pytest
 
 from conftest import REPO
-from gpucheckup.analysis import api_health, kernels, profiler_overhead, step_history, telemetry
+from gpucheckup.analysis.one_trace import api_health, kernels, profiler_overhead
+from gpucheckup.analysis.run_logs import step_history, telemetry
 from gpucheckup.diagnosis import fixes, rules, run_rules, verdict
 
 DOC = (REPO / "docs" / "metrics.md").read_text()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import fixtures_dir, trace_path, read_report
-from gpucheckup.analysis import environment, stack_samples, step_history, telemetry
+from gpucheckup.analysis.run_logs import environment, stack_samples, step_history, telemetry
 from gpucheckup.capture import agent, control
 from gpucheckup.capture.environment import cgroup_quota
 from gpucheckup.capture.telemetry import visible_indices

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import trace_path
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.mfu import MfuInputs
+from gpucheckup.analysis.flops.mfu import MfuInputs
 from gpucheckup.diagnosis import savings
 from gpucheckup.trace import child
 from gpucheckup.trace.reader import read_trace

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from conftest import REPO, fixtures_dir, trace_path
 
-from gpucheckup.analysis.shape_flops import conv_flops, matmul_flops, shape_flops
-from gpucheckup.analysis.steps import find_steps
+from gpucheckup.analysis.flops.shape_flops import conv_flops, matmul_flops, shape_flops
+from gpucheckup.analysis.one_trace.steps import find_steps
 from gpucheckup.trace import read_trace
 
 CPU_SHAPES = REPO / "tests" / "data" / "cpu_shapes"

@@ -1,4 +1,4 @@
-"""static_shapes (analysis/whatif.py): the data-dependent syncs go and the work the data sized is padded to a
+"""static_shapes (whatif/edits.py): the data-dependent syncs go and the work the data sized is padded to a
 static bound. Real H200 traces (the bundled moe_seed with record_shapes; the MoE example's validation baseline
 without) and small synthetic traces for the edge cases; expected figures computed here from the raw events."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import DEMO, REPO, raw_events, write_trace
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.diagnosis.fixes import BY_KEY, DATA_DEPENDENT_OPS
 from gpucheckup.trace.reader import read_trace
 
@@ -102,7 +102,7 @@ def test_example_baseline_with_shapes_pads_the_expert_work_to_the_flags_bound():
     assert f"{len(kernels)} kernels" in e.what and f"the size the host read, {size}" in e.what
     assert f"{before / 1000:.2f} -> {after / 1000:.2f} ms" in e.what
     # the check-up's own graph (calibrated on the run's unprofiled steps): the padding costs more than the syncs save
-    from gpucheckup import pipeline
+    from gpucheckup.checkup import pipeline
     a = pipeline.check(SHAPES).checkups[0].analysis
     g = replay.build(a.trace, a.steps, a.launch_rows)
     replay.calibrate(g, a.profiler.unprofiled_step_ms)

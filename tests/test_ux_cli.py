@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import flat, modules_loaded, read_report
 
-from gpucheckup.analysis import step_history
+from gpucheckup.analysis.run_logs import step_history
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import raw_events, trace_path
-from gpucheckup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check_path
 
 
 @pytest.fixture(scope="module")

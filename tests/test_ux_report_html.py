@@ -90,7 +90,7 @@ def test_no_dead_links_and_the_unprofiled_busy_figure(page):
 
 
 def test_versions_and_lists_as_a_person_reads_them(tmp_path):
-    from gpucheckup.report.lines import plain_value, version_text
+    from gpucheckup.report.text.lines import plain_value, version_text
 
     assert version_text("cudnn", 91900) == "9.19.0" and version_text("cudnn", 8907) == "8.9.7"
     assert version_text("cuda", 13000) == "13.0" and version_text("cuda", 12040) == "12.4"

@@ -6,7 +6,7 @@ import pytest
 
 import independent as ind
 from conftest import raw_events, trace_path
-from gpucheckup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check_path
 
 
 def checkup(case: str):

@@ -13,15 +13,16 @@ import pytest
 from rich.console import Console
 
 from conftest import DEMO, REPO
-from gpucheckup import pipeline
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.checkup import pipeline
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.kernels import categorize
-from gpucheckup.analysis.mfu import MfuInputs
+from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.flops.mfu import MfuInputs
 from gpucheckup.diagnosis import diagnose, savings, verdict
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.diagnosis.fixes import BY_KEY, CATALOGUE
-from gpucheckup.report import html, markdown, terminal
+from gpucheckup.report.pages import html, markdown
+from gpucheckup.report.text import terminal
 from gpucheckup.trace.reader import read_trace
 from gpucheckup.trace.tables import KERNEL
 

@@ -1,7 +1,7 @@
 """Record real step times of one CPU example run as many separate processes, for the A/B null test.
 
 `python validation/ab_null_capture.py OUT.json [PROCESSES]` runs `python -m gpucheckup.examples.launch`
-PROCESSES times (default 60) through `ab.py` (the agent's steps.csv, warm-up dropped),
+PROCESSES times (default 60) through `checkup/ab.py` (the agent's steps.csv, warm-up dropped),
 alternately labelled A and B, and writes {"command", "warmup", "measure", "rounds": [{"side", "ms"}]}.
 tests/test_ab_stats.py draws ten A/B repetitions of three rounds each from it, in capture order.
 """
@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpucheckup import ab
+from gpucheckup.checkup import ab
 
 CMD = [sys.executable, "-m", "gpucheckup.examples.launch", "--steps", "23"]
 WARMUP, MEASURE = 3, 20

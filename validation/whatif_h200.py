@@ -2,7 +2,7 @@
 
 For every example pathology (src/gpucheckup/examples/): capture its baseline with `gpucheckup run`
 (agent, profiled window after warm-up, steps.csv for the unprofiled step time), predict each fix's
-saving from the trace (analysis/whatif.py, calibrated on the unprofiled step), then apply the fix
+saving from the trace (whatif/edits.py, calibrated on the unprofiled step), then apply the fix
 with its flag and measure it with `gpucheckup ab` (separate processes, interleaved, 3 rounds, 20
 warm-up steps dropped, 100 measured). Writes OUT/whatif_h200.json and OUT/whatif_h200.md: per fix
 the predicted and measured saving and their ratio, per example whether the predicted order of the
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from gpucheckup import pipeline
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.checkup import pipeline
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.document import decode, flat_report
 from gpucheckup.trace import rundir

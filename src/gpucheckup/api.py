@@ -162,8 +162,8 @@ def figures(report: dict) -> dict[str, float | None]:
 def analyze(path, **mfu) -> CheckUp:
     """Check up a trace, a folder of per-rank traces or a run directory (keywords: MfuInputs' fields, such as
     flops_per_step=...); CheckupError for bad input."""
-    from gpucheckup.analysis.mfu import MfuInputs
-    from gpucheckup.pipeline import check
+    from gpucheckup.analysis.flops.mfu import MfuInputs
+    from gpucheckup.checkup.pipeline import check
 
     up = checkup_of(check(Path(path), MfuInputs(**mfu) if mfu else None))
     if up is None:
@@ -172,9 +172,9 @@ def analyze(path, **mfu) -> CheckUp:
 
 
 def checkup_of(result) -> CheckUp | None:
-    """The typed check-up of a pipeline.Checkups, from its document (assemble.py): the job's verdict, and
+    """The typed check-up of a pipeline.Checkups, from its document (checkup/assemble.py): the job's verdict, and
     every check-up in `ranks` when there are several (GPU ones, then CPU-side ones)."""
-    from gpucheckup.assemble import document
+    from gpucheckup.checkup.assemble import document
 
     if not (result.checkups or result.cpu or (result.run and result.run.report)):
         return None

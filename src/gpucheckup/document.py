@@ -99,7 +99,7 @@ class Verdict(Struct):
 
 
 class Window(Struct):
-    """The step windows a trace's figures are taken over (analysis/window.py)."""
+    """The step windows a trace's figures are taken over (analysis/one_trace/window.py)."""
 
     step_ms: float | None
     basis: str
@@ -142,7 +142,7 @@ class TraceReport(Struct):
     roofline: Section
     ncu: Section | None
     labels: Section
-    host_samples: Section | None = None  # a light window's sampled host states (analysis/sampled_causes.py)
+    host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
 
 
 class CpuReport(Struct):

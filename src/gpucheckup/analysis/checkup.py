@@ -7,19 +7,20 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis import (
+from gpucheckup.analysis.one_trace import (
     api_health, communication, copies, dataloader, gap_causes, kernels, launches, steps, syncs,
 )
-from gpucheckup.analysis import gemm_dtype, mfu, profiler_overhead, roofline, shape_flops
-from gpucheckup.analysis import timeline as tl
-from gpucheckup.analysis.collectives import collective_calls
-from gpucheckup.analysis import window as win
+from gpucheckup.analysis.flops import gemm_dtype, mfu, roofline, shape_flops
+from gpucheckup.analysis.one_trace import profiler_overhead
+from gpucheckup.analysis.one_trace import timeline as tl
+from gpucheckup.analysis.one_trace.collectives import collective_calls
+from gpucheckup.analysis.one_trace import window as win
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import Trace
 
 if TYPE_CHECKING:  # Nsight Compute's bounds: imported only for a check-up given its CSV (--ncu)
-    from gpucheckup.analysis import ncu_bounds
+    from gpucheckup.analysis.flops import ncu_bounds
     from gpucheckup.trace.ncu_csv import NcuLaunch
 
 
@@ -44,7 +45,7 @@ class TraceAnalysis(msgspec.Struct):
     roofline: roofline.Roofline | None = None
     ncu: ncu_bounds.NcuBounds | None = None
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
-    window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/window.py)
+    window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/one_trace/window.py)
 
     @property
     def busy_pct(self) -> float:
@@ -118,7 +119,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
 
 
 def _ncu_bounds(ncu: list[NcuLaunch], kstats: kernels.KernelStats, path: str) -> ncu_bounds.NcuBounds:
-    """Nsight Compute's bounds of the kernels (analysis/ncu_bounds.py, imported when a CSV was given)."""
-    from gpucheckup.analysis import ncu_bounds
+    """Nsight Compute's bounds of the kernels (analysis/flops/ncu_bounds.py, imported when a CSV was given)."""
+    from gpucheckup.analysis.flops import ncu_bounds
 
     return ncu_bounds.ncu_bounds(ncu, kstats, path)

@@ -7,8 +7,8 @@ comes from here. Definition (also in docs/metrics.md, "The step time"):
   count), so fast and slow steps in turn (a DataLoader's workers out of phase with the GPU: 30 and
   300 ms) give the job's real rate, one step per 165 ms, where a median picks one of the two.
 - which steps: the run's step log (`steps.csv`) where there is one with enough unprofiled steps,
-  its unprofiled steps after warm-up (analysis/step_history.py, `unprofiled_ms`): the job as it
-  runs without the profiler. Else the profiled window, as analysis/window.py states it: the median
+  its unprofiled steps after warm-up (analysis/run_logs/step_history.py, `unprofiled_ms`): the job as it
+  runs without the profiler. Else the profiled window, as analysis/one_trace/window.py states it: the median
   of the step windows, because a profiled window holds few steps (five by the usual schedule)
   and the first of them often carries the profiler's own start (267.9 ms among 118-128 ms steps on
   the H200's compute_bound trace): one outlier moves a mean of five, not their median.
@@ -31,7 +31,7 @@ def throughput_ms(ms) -> float:
 
 
 def window_step(step_ms: float, basis: str) -> Step:
-    """The step of one check-up: its window's step time (analysis/window.py) and what it stands on."""
+    """The step of one check-up: its window's step time (analysis/one_trace/window.py) and what it stands on."""
     return Step(ms=float(step_ms), basis=basis)
 
 

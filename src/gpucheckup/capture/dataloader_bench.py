@@ -20,7 +20,7 @@ Measured per setting (docs/metrics.md, "DataLoader benchmark"):
   really costs), in MB.
 The CPU budget (count, affinity, cgroup quota) comes from capture/environment.py's
 cpu_budget(), read in the process that runs the workers. Produces measurements only: the
-advice is analysis/loader_advice.py's, the rendering report/terminal_loader.py's.
+advice is analysis/run_logs/loader_advice.py's, the rendering report/text/terminal_loader.py's.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ before it attaches to the job; spawned_epoch_s (time.time() just before the spaw
 about a millisecond (measured: a function entered at a known wall time appeared 0-5 ms later at 200 Hz,
 the sampling period, with no constant offset). Each change's `ts` is when py-spy's recorder took the sample from
 its sampling thread, a little after the sample itself; py-spy samples at random intervals (exponential, mean
-1/rate: analysis/sampled_causes.py says what that does to a share). The analysis adds spawned_epoch_s to `ts` to put
-samples on the trace's clock (the trace's baseTimeNanoseconds + ts is Unix time too).
+1/rate: analysis/run_logs/sampled_causes.py says what that does to a share). The analysis adds spawned_epoch_s to
+`ts` to put samples on the trace's clock (the trace's baseTimeNanoseconds + ts is Unix time too).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ MFU_NUMBERS = ("flops_per_step", "params", "tokens_per_step", "samples_per_step"
 
 def mfu_inputs(args):
     """The MFU options as MfuInputs; CheckupError for impossible values."""
-    from gpucheckup.analysis.mfu import MfuInputs
+    from gpucheckup.analysis.flops.mfu import MfuInputs
     from gpucheckup.hardware import ceilings
 
     for name in MFU_NUMBERS:
@@ -38,10 +38,10 @@ def mfu_inputs(args):
 
 def cmd_analyze(args, console) -> int:
     from gpucheckup.cli.emit import Output, emit
-    from gpucheckup.pipeline import check
+    from gpucheckup.checkup.pipeline import check
 
     if args.path.suffix == ".csv":  # a `gpucheckup monitor --record` file: NVML telemetry only
-        from gpucheckup.monitor_live import analyze_recording
+        from gpucheckup.checkup.monitor import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
@@ -85,7 +85,7 @@ def gate(result, verdicts: set[str], tests: list) -> int:
 
 def cmd_demo(args, console) -> int:
     from gpucheckup.cli.emit import Output, emit
-    from gpucheckup.pipeline import Checkups, check
+    from gpucheckup.checkup.pipeline import Checkups, check
 
     cases = args.case or list(args.cases)
     console.print("gpucheckup demo: real PyTorch profiler traces captured on an NVIDIA H200, checked up offline.",
@@ -130,7 +130,7 @@ def _report_run(run_dir: Path, args, inputs, console) -> None:
         return
     try:
         from gpucheckup.cli.emit import emit
-        from gpucheckup.pipeline import check_run
+        from gpucheckup.checkup.pipeline import check_run
 
         emit(check_run(run_dir, inputs, args.ncu), out, console)
         console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
@@ -147,7 +147,7 @@ def cmd_attach(args, console) -> int:
     from gpucheckup.capture import attach
     from gpucheckup.capture.options import AttachOptions
     from gpucheckup.cli.emit import Output, emit
-    from gpucheckup.pipeline import check
+    from gpucheckup.checkup.pipeline import check
 
     opts = AttachOptions(pid=args.pid, duration=args.duration, steps=args.steps, mode=args.mode, out=args.out,
                                 rate=args.rate, native=args.native, timeout=args.timeout)
@@ -182,7 +182,7 @@ def cmd_ncu_cmd(args, console) -> int:
 
     report = saved_report(args.path)
     if report is None:
-        from gpucheckup.pipeline import check
+        from gpucheckup.checkup.pipeline import check
 
         result = check(args.path)
         if not result.checkups:
@@ -193,14 +193,14 @@ def cmd_ncu_cmd(args, console) -> int:
 
 
 def cmd_dataloader(args, console) -> int:
-    from gpucheckup import loader_checkup
+    from gpucheckup.checkup import loader as loader_checkup
 
     return loader_checkup.run(args.factory, loader_checkup.parse_workers(args.workers), args.pin_memory,
                               args.batches, args.checkup, args.json, console)
 
 
 def cmd_monitor(args, console) -> int:
-    from gpucheckup import monitor_live
+    from gpucheckup.checkup import monitor as monitor_live
 
     for name in ("duration", "step_ms"):
         v = getattr(args, name)
@@ -235,10 +235,10 @@ def cmd_scaling(args, console) -> int:
     import numpy as np
     from rich.table import Table
 
-    from gpucheckup.analysis.ranks import _gpu_shares, rank_input
-    from gpucheckup.analysis.scaling import EFFICIENCY_LOW_PCT, scaling
+    from gpucheckup.analysis.job.ranks import _gpu_shares, rank_input
+    from gpucheckup.analysis.job.scaling import EFFICIENCY_LOW_PCT, scaling
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.pipeline import check_run
+    from gpucheckup.checkup.pipeline import check_run
 
     def step_and_compute(res):
         st = res.run.analysis.steps or {}
@@ -283,9 +283,9 @@ def cmd_scaling(args, console) -> int:
 def cmd_ab(args, console) -> int:
     import msgspec
 
-    from gpucheckup import ab
+    from gpucheckup.checkup import ab
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.report import ab_text
+    from gpucheckup.report.text import ab_text
 
     a, b = ab.sides_from(args.cmd, args.vary)
     if args.samples_per_step is not None and not args.samples_per_step > 0:
@@ -311,9 +311,9 @@ def _report_of(path: Path) -> dict:
     """The check-up report of a run directory, a trace, or a check-up JSON document (its first check-up's, with
     its run's run-level keys)."""
     from gpucheckup.document import flat_report
-    from gpucheckup.pipeline import check
+    from gpucheckup.checkup.pipeline import check
 
-    from gpucheckup.assemble import is_document, read_document
+    from gpucheckup.checkup.assemble import is_document, read_document
 
     if path.is_file() and path.name.endswith(".json") and is_document(path):
         return flat_report(read_document(path))
@@ -323,9 +323,9 @@ def _report_of(path: Path) -> dict:
 def cmd_compare(args, console) -> int:
     import msgspec
 
-    from gpucheckup.analysis.compare import compare
+    from gpucheckup.analysis.comparison.compare import compare
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.report import compare_text
+    from gpucheckup.report.text import compare_text
 
     if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
         raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")

@@ -11,12 +11,12 @@ import msgspec
 from rich.console import Console
 from rich.markup import escape
 
-from gpucheckup.assemble import document
+from gpucheckup.checkup.assemble import document
 from gpucheckup.atomic import write_atomic
 from gpucheckup.document import encode
 from gpucheckup.errors import say
-from gpucheckup.pipeline import Checkups, rank_summary
-from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
+from gpucheckup.checkup.pipeline import Checkups, rank_summary
+from gpucheckup.report.text import terminal, terminal_run
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
 EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
@@ -63,7 +63,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     if checkups:
         job = None
         if result.job and (out.html or out.markdown):
-            from gpucheckup.ranks_checkup import job_dict
+            from gpucheckup.checkup.ranks import job_dict
 
             job = job_dict(result.job, rank_summary(checkups), result.reports())
         _write_files(list(zip(labels, slugs, checkups)), out, console, title, job)
@@ -72,7 +72,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         return _write_cpu_files(result, out, console)
     if result.run:
         if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
-            from gpucheckup.report import html
+            from gpucheckup.report.pages import html
 
             write_atomic(out.html, html.render_run_only(result.run.report).encode())
             console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
@@ -87,7 +87,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
 
 def _write_cpu_files(result: Checkups, out: Output, console: Console) -> int:
     """Write the HTML and Markdown of CPU-side check-ups; the annotated trace is not made for them (one line)."""
-    from gpucheckup.report import cpu_pages
+    from gpucheckup.report.pages import cpu_pages
 
     pages = [(f"rank {c.report['trace']['rank']}: {Path(c.report['trace']['path']).name}"
               if c.report["trace"]["rank"] is not None else Path(c.report["trace"]["path"]).name, c.report)
@@ -111,8 +111,8 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
         _print_cases(result, console, cases, brief)
     else:
         if result.job:
-            from gpucheckup.ranks_checkup import job_dict
-            from gpucheckup.report import terminal_ranks
+            from gpucheckup.checkup.ranks import job_dict
+            from gpucheckup.report.text import terminal_ranks
 
             terminal_ranks.render_job(job_dict(result.job, rank_summary(result.checkups), result.reports()), console)
         elif len(result.checkups) > 1:
@@ -120,7 +120,7 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
         for c in result.checkups:
             terminal.render(c.report, console, brief)
         if result.cpu:
-            from gpucheckup.report import terminal_cpu
+            from gpucheckup.report.text import terminal_cpu
 
             for c in result.cpu:
                 terminal_cpu.render(c.report, console)
@@ -148,20 +148,20 @@ def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bo
 
 def _write_files(items: list, out: Output, console: Console, title: str, job: dict | None = None) -> None:
     """Write the HTML, Markdown and annotated-trace files; items are (label, slug, check-up); `job`: the ranks'
-    job section (ranks_checkup.job_dict)."""
+    job section (checkup/ranks.job_dict)."""
     pages = [(label, c.report) for label, _, c in items]
     if out.html:
-        from gpucheckup.report import html
+        from gpucheckup.report.pages import html
 
-        from gpucheckup.report.job_pages import html_section
+        from gpucheckup.report.pages.job_pages import html_section
 
         write_atomic(out.html, html.render(pages, title, html_section(job) if job else "").encode())
         console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                       soft_wrap=True)
     if out.markdown:
-        from gpucheckup.report import markdown
+        from gpucheckup.report.pages import markdown
 
-        from gpucheckup.report.job_pages import markdown_section
+        from gpucheckup.report.pages.job_pages import markdown_section
 
         write_atomic(out.markdown, markdown.render(pages, title, markdown_section(job) if job else "").encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)

@@ -1,6 +1,6 @@
 """The coarse verdict of an out-of-process attach: the main thread's states while the GPU idles.
 
-Definitions (docs/capture.md; the states and the pairing with NVML are analysis/stack_samples.py's):
+Definitions (docs/capture.md; the states and the pairing with NVML are analysis/run_logs/stack_samples.py's):
 - GPU idle sample: NVML utilization < IDLE_UTIL_PCT on the job's GPUs (mean over them).
 - coarse verdict: when >= IDLE_SHARE_PCT of the samples with a known utilization have an idle GPU,
   the main thread's most common state among those samples names it: dataloader -> input_bound,

@@ -7,8 +7,8 @@ import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import median, unique
-from gpucheckup.analysis.gap_causes import CAUSES
-from gpucheckup.analysis.kernels import kernel_label
+from gpucheckup.analysis.one_trace.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.kernels import kernel_label
 from gpucheckup.diagnosis.findings import Event
 from gpucheckup.trace.tables import KERNEL
 
@@ -26,7 +26,7 @@ def event(a: TraceAnalysis, name: str, where: str, t_us: float, dur_us: float) -
 
 
 def _step(a: TraceAnalysis, i: int) -> str:
-    """A step as every report numbers it: `#12` for ProfilerStep#12 (report/lines.py step_label)."""
+    """A step as every report numbers it: `#12` for ProfilerStep#12 (report/text/lines.py step_label)."""
     label = a.steps.labels[i] if 0 <= i < len(a.steps.labels) else str(i)
     return label.removeprefix("ProfilerStep")
 

@@ -4,7 +4,7 @@ Each entry has a key (one change, however many findings point at it), the action
 (configuration only, code change, refactor), how to do it, its precondition (checked on the
 trace's analysis, or on the run's for run-level fixes: a fix is offered only where it holds) and
 its saving model with the reason for it. Savings are ms per step of the window's step time
-(analysis/window.py), predicted from the cost the fix removes and never more than it; a fix that
+(analysis/one_trace/window.py), predicted from the cost the fix removes and never more than it; a fix that
 removes part of a cost names the part. docs/metrics.md ("Fix catalogue") repeats every model.
 Rules build a finding's fixes with `offer(a, key, ...)`; `make(key, saving_ms)` builds one from
 the catalogue with a saving computed elsewhere.
@@ -20,11 +20,11 @@ import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.kernels import CATEGORIES
-from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
-from gpucheckup.analysis.run import RunAnalysis
-from gpucheckup.analysis.whatif import COMPILE_FUSES_MOVES
+from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
+from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import CPU_OP
@@ -67,7 +67,7 @@ class CatalogueFix(msgspec.Struct, frozen=True):
     how: str = ""
     fill: Callable[[object], dict] | None = None
     bottleneck: str = ""  # the verdict (diagnosis/verdict.py) whose cost the fix removes; "" when it names none
-    replay: str = ""  # the graph edit that predicts its saving (analysis/whatif.py TRANSFORMS); "" when none
+    replay: str = ""  # the graph edit that predicts its saving (whatif/edits.py TRANSFORMS); "" when none
     replay_params: tuple = ()  # (name, value) pairs passed to that edit
 
 

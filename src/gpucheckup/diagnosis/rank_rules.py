@@ -1,6 +1,6 @@
 """Rules over ranks side by side: the straggler and its cause, the link's speed, and what waiting ranks are told.
 
-- straggler (analysis/ranks.py defines it): a finding naming the rank the others wait for, how
+- straggler (analysis/job/ranks.py defines it): a finding naming the rank the others wait for, how
   late it arrives per step, and its own cause: the activity it spends more time on than the
   other ranks (analysis/ranks.straggler_cause), named when that excess explains at least
   CAUSE_SHARE of its lateness, and any clock throttling of its GPU in the NVML rows.
@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from gpucheckup.analysis.ranks import STRAGGLER_SHARE, STRAGGLER_STEP_PCT, RanksAnalysis
+from gpucheckup.analysis.job.ranks import STRAGGLER_SHARE, STRAGGLER_STEP_PCT, RanksAnalysis
 from gpucheckup.diagnosis.findings import Diagnosis, Finding, Fix
 
 CAUSE_SHARE = 0.5  # of the straggler's lateness, for one activity to be named its cause

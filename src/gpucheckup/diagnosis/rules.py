@@ -1,6 +1,6 @@
 """The rules: each states its metric and threshold, and returns a Finding or None.
 
-Costs are ms per step of the window's step time and percent of it (analysis/window.py: every
+Costs are ms per step of the window's step time and percent of it (analysis/one_trace/window.py: every
 figure through one normalizer, so a percent is its ms over the step time). Fixes come from the
 catalogue (diagnosis/fixes.py), each offered only where its precondition holds, each saving at
 most the cost its finding measures. Every finding carries the events behind it
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucheckup.analysis import copies, host_calls
-from gpucheckup.analysis.api_health import SLOW_FACTOR, SLOW_FLOOR_US
+from gpucheckup.analysis.one_trace import copies, host_calls
+from gpucheckup.analysis.one_trace.api_health import SLOW_FACTOR, SLOW_FLOOR_US
 from gpucheckup.analysis.distinct import union1d
-from gpucheckup.analysis.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.gap_causes import CAUSES
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.kernels import (
+from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
+from gpucheckup.analysis.one_trace.kernels import (
     CATEGORIES, QUEUED_DELAY_US, SMALL_KERNEL_US, STARVED_DELAY_US, kernel_label,
 )
-from gpucheckup.analysis.mfu import HEALTHY_BANDS_PCT
-from gpucheckup.analysis.profiler_overhead import MIN_INFLATION_PCT
+from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
+from gpucheckup.analysis.one_trace.profiler_overhead import MIN_INFLATION_PCT
 from gpucheckup.diagnosis import evidence as ev
 from gpucheckup.diagnosis.findings import Event, Finding
 from gpucheckup.diagnosis.fixes import DENSE_MFU_PCT, PINNED_GB_S, offer, single_process_loader
@@ -64,7 +64,7 @@ def _cost(a: TraceAnalysis, *causes: str) -> tuple[float, float]:
 
 
 def _bands() -> str:
-    """The healthy MFU bands, from their one home (analysis/mfu.py)."""
+    """The healthy MFU bands, from their one home (analysis/flops/mfu.py)."""
     d, m = HEALTHY_BANDS_PCT["dense_pretraining"], HEALTHY_BANDS_PCT["moe_fp8"]
     return f"dense pre-training {d[0]:g}-{d[1]:g}%, MoE with FP8 {m[0]:g}-{m[1]:g}%"
 
@@ -84,7 +84,7 @@ def _by_line(weights: dict[str | None, float], what: str) -> list[str]:
 
 def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str, weight: np.ndarray | None = None) -> list[str]:
     """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
-    analysis/host_calls.py), each row counted once or by its `weight`; none without Python stacks (profile
+    analysis/one_trace/host_calls.py), each row counted once or by its `weight`; none without Python stacks (profile
     with with_stack=True)."""
     if not a.trace.with_stack or len(rows) == 0:
         return []
@@ -501,7 +501,8 @@ def profiler_overhead(a: TraceAnalysis) -> Finding | None:
     d = a.steps.duration
     return _finding(
         a, 0.0, id="profiler_overhead", severity="info", title="The profiler slowed the host: shares corrected",
-        rule=f"traced step >= {MIN_INFLATION_PCT:g}% slower than the unprofiled step (analysis/profiler_overhead.py)",
+        rule=f"traced step >= {MIN_INFLATION_PCT:g}% slower than the unprofiled step "
+             "(analysis/one_trace/profiler_overhead.py)",
         evidence=[
             f"profiled steps took {p.traced_step_ms:.2f} ms against {p.unprofiled_step_ms:.2f} ms without the "
             f"profiler ({p.source}): +{p.inflation_pct:.0f}%, all of it on the host",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucheckup.analysis import step_history, telemetry
-from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.analysis.run_logs import step_history, telemetry
+from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.diagnosis import evidence as ev
 from gpucheckup.diagnosis.findings import Event, Finding
 from gpucheckup.diagnosis.fixes import offer

@@ -1,4 +1,4 @@
-"""What each fix is predicted to save: its catalogue entry's graph edit, replayed (analysis/whatif.py).
+"""What each fix is predicted to save: its catalogue entry's graph edit, replayed (whatif/edits.py).
 
 Definitions (also in docs/metrics.md, "What-if"):
 - The trace's graph is built and calibrated once (replay.calibrate: on the step without the
@@ -6,7 +6,7 @@ Definitions (also in docs/metrics.md, "What-if"):
   per-event cost); each graph edit (a fix's `replay` and `replay_params` in
   diagnosis/fixes.py) is replayed once, however many fixes share it.
 - predicted saving % = 100 x (replayed step - replayed step with the edit) / replayed step;
-  in the report's step time (analysis/window.py): saving ms = % x step / 100, predicted step =
+  in the report's step time (analysis/one_trace/window.py): saving ms = % x step / 100, predicted step =
   step - saving ms. So every printed percent is its printed ms over the printed step.
 - A fix whose catalogue entry names no graph edit has no prediction (NO_EDIT says so); a trace the
   replay cannot model has none at all, and `note` says why.
@@ -21,7 +21,7 @@ import functools
 
 import msgspec
 
-from gpucheckup.analysis import replay, whatif
+from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis.fixes import CATALOGUE
 from gpucheckup.trace import parallel
@@ -37,7 +37,7 @@ CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 
 class FixPrediction(msgspec.Struct):
     """One fix's predicted step time and saving, in the report's step time, and the edit that made it."""
 
-    transform: str  # the analysis/whatif.py TRANSFORMS key
+    transform: str  # the whatif/edits.py TRANSFORMS key
     what: str  # what the edit changed, in one sentence
     step_ms: float  # predicted step time
     saving_ms: float  # per step

@@ -10,7 +10,7 @@ Scores, each in percent of step time (docs/metrics.md):
 - copy_bound: copy time with no kernel beside it.
 - gpu_bound: GPU busy % minus the exposed copy and communication time: kernels computing.
 When the step time without the profiler is known, busy % and the idle scores are those of the
-unprofiled step (analysis/profiler_overhead.py): the profiler inflates host time, not GPU time.
+unprofiled step (analysis/one_trace/profiler_overhead.py): the profiler inflates host time, not GPU time.
 Rule from savings (first): the verdict is the bottleneck (diagnosis/fixes.py, each entry's
 `bottleneck`) of the offered fix whose replayed saving (diagnosis/savings.py) is the largest,
 when that saving is at least MIN_SAVING_PCT of the step: below it no fix moves the step beyond

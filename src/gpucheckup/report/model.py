@@ -3,7 +3,7 @@
 Key reference (also in docs/metrics.md, section "JSON report"):
 - verdict.primary / verdict.title / verdict.reason / verdict.scores
 - window: step_ms (THE step time every ms per step and percent is expressed in), basis (what it is),
-  traced_step_ms, devices, steps, length_ms (analysis/window.py)
+  traced_step_ms, devices, steps, length_ms (analysis/one_trace/window.py)
 - verdict.findings[]: id, severity, title, rule, cost_ms_per_step, cost_pct_of_step, evidence[],
   events[] (the events behind it: name, where, start_ms from the trace's first event, dur_ms, t_us on
   the trace's clock), fix[] (action, tier, saving_ms, how, key, reason, predicted)
@@ -18,7 +18,7 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - communication, cuda_api, trace (path, devices, rank, versions), notes[]
 - profiler (null, or the profiler-overhead correction: unprofiled_step_ms, inflation_pct,
   gpu_ms_per_step, busy_pct_unprofiled, host_idle_factor, applied); gpu.busy_pct_unprofiled
-- gaps.histogram, timeline: the arrays behind the HTML plots (see report/plot_data.py, docs/reports.md)
+- gaps.histogram, timeline: the arrays behind the HTML plots (see report/pages/plot_data.py, docs/reports.md)
 - optional, filled by other producers and rendered when present: step_history (whole-run step
   times from steps.csv), nvml (GPU samples), env (environment); shapes in docs/reports.md
 - mfu.flops_per_step, mfu.source, mfu.achieved_tflops, mfu.peak_tflops, mfu.pct, mfu.pct_of_measured,
@@ -35,13 +35,13 @@ from msgspec.structs import asdict as fields_of  # the analyses' result records 
 
 from gpucheckup import __version__
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.gap_causes import CAUSE_TITLES, CAUSES
-from gpucheckup.analysis.kernels import kernel_label
+from gpucheckup.analysis.one_trace.gap_causes import CAUSE_TITLES, CAUSES
+from gpucheckup.analysis.one_trace.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
 from gpucheckup.diagnosis.labels import job_labels
-from gpucheckup.report import plot_data
+from gpucheckup.report.pages import plot_data
 
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:

@@ -5,7 +5,7 @@
   demangle full names differently. Other kernels with the same function name match too.
 - `--launch-skip`: launches of the matching kernels per step x `--skip-steps` (default 10), so
   profiling starts past warm-up; `--launch-count`: one step's worth of those launches.
-- `--metrics`: the Speed-of-Light figures gpucheckup classifies by (analysis/ncu_bounds.py).
+- `--metrics`: the Speed-of-Light figures gpucheckup classifies by (analysis/flops/ncu_bounds.py).
 - `--clock-control none`: keep the GPU's own clocks (ncu locks them to base by default, which
   makes kernels look slower than in training); `--target-processes all`: follow launchers
   (torchrun) into their workers; `--csv`: the output `gpucheckup analyze --ncu` reads.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from gpucheckup.analysis.ncu_bounds import base_name
+from gpucheckup.analysis.flops.ncu_bounds import base_name
 from gpucheckup.errors import CheckupError
 from gpucheckup.safe_text import UNSAFE
 from gpucheckup.document import decode, flat_report

@@ -32,7 +32,7 @@ import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.gap_causes import CAUSES
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace.reader import read_bytes
 

@@ -20,8 +20,8 @@ the run-level rules, with verdict.primary = null.
 from __future__ import annotations
 
 from gpucheckup import __version__
-from gpucheckup.analysis import step_history, telemetry
-from gpucheckup.analysis.run import RunAnalysis
+from gpucheckup.analysis.run_logs import step_history, telemetry
+from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.diagnosis.findings import Diagnosis, Finding
 from gpucheckup.report.model import _clean
 from gpucheckup.report.model import fix_dicts as model_fix_dicts

@@ -34,7 +34,7 @@ CPU_TEXT = {"name"}
 # samples.csv: main_stack since the raw stacks are stored; main_state and main_frame in older run directories
 SAMPLE_TEXT = {"main_stack", "main_state", "main_frame", "main_thread_active"}
 # Of layout's CSV columns (layout.STEP_COLUMNS, ...: their one home), those the run-level analyses read
-# (analysis/step_history.py, analysis/telemetry.py, analysis/stack_samples.py), and those no row may leave empty.
+# (analysis/run_logs/step_history.py, telemetry.py, stack_samples.py), and those no row may leave empty.
 STEP_NEEDED, STEP_FILLED = ("step", "ms"), ("step",)
 STEP_MAX, STEP_MS_MAX = 2.0 ** 53, 24 * 3600 * 1e3  # a step number, a step time of at most a day
 EPOCH_MAX = 2.0 ** 33  # a Unix time (s) before the year 2242

@@ -1,0 +1,1 @@
+"""Two check-ups or two sets of runs side by side: compare, and A/B statistics."""

@@ -1,0 +1,1 @@
+"""How close to the hardware: FLOPs per step (from shapes), GEMM dtypes, MFU, roofline, Nsight Compute."""

@@ -1,0 +1,1 @@
+"""Several ranks together: collective calls matched across ranks, stragglers, scaling."""

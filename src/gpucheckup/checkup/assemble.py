@@ -1,0 +1,172 @@
+"""The check-ups of a path assembled into its one document (gpucheckup/document.py).
+
+`document(result)` is what `--json` writes and what the Python API returns: the job's verdict, step,
+fixes and notes at the top; each trace's report in `checkups` (or `cpu_checkups`); the cross-rank
+section in `job`; a run directory's run-level section once, in `run`.
+The job's verdict, in order: several ranks matched by their collectives: the cross-rank verdict
+(checkup/ranks.check_job: the straggler's bound, a slow link, else what most ranks share);
+several traces without that: what most share; one trace: its own; a run with no trace: the
+run-level check-up's. The job's fixes and notes: those of the check-up whose verdict is the job's
+(the first such in rank order), its notes with every other check-up's that it lacks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+
+from gpucheckup import __version__, layout
+from gpucheckup.analysis import step_basis
+from gpucheckup.diagnosis.findings import VERDICT_TITLES
+from gpucheckup.document import RUN_KEYS, SCHEMA_VERSION, Document, Step, decode
+from gpucheckup.errors import CheckupError
+from gpucheckup.checkup.pipeline import Checkups, rank_summary
+from gpucheckup.report.model import _clean
+
+CPU_STEP_BASIS = "median ProfilerStep of the trace (CPU-side check-up)"
+
+
+def document(result: Checkups, cases: list[str] | None = None) -> Document:
+    """The one document of a path's check-ups (`cases`: the demo's case names, one per check-up)."""
+    reports = [c.report for c in result.checkups]
+    cpu = [c.report for c in result.cpu]
+    run_report = result.run.report if result.run and result.run.report else None
+    first = (reports or cpu or [run_report])[0]
+    verdict, lead = _job_verdict(result, reports, cpu, run_report)
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "gpucheckup_version": __version__,
+        "kind": _kind(result, cases),
+        "path": str(result.path),
+        "verdict": verdict,
+        "step": _step(result, reports, cpu, first),
+        "fixes": lead["fixes"],
+        "notes": _notes(lead, reports + cpu),
+        "checkups": [_trace_part(r) for r in reports],
+        "cpu_checkups": [_cpu_part(r) for r in cpu],
+        "job": _job(result),
+        "run": _run(first, bool(reports)) if result.run else None,
+        "cases": list(cases) if cases else None,
+    }
+    return msgspec.convert(doc, Document)
+
+
+def _kind(result: Checkups, cases: list[str] | None) -> str:
+    """What was checked up (document.KINDS)."""
+    if cases:
+        return "cases"
+    if result.run is not None:
+        return "run"
+    if len(result.checkups) + len(result.cpu) > 1:
+        return "traces"
+    return "trace" if result.checkups else "cpu_trace"
+
+
+def _job_verdict(result: Checkups, reports: list[dict], cpu: list[dict], run_report: dict | None):
+    """The job's verdict (module docstring) and the report whose fixes and notes go with it."""
+    if result.job is not None:
+        primary, reason = result.job.primary, result.job.reason
+        findings = _clean([f.to_dict() for f in result.job.findings])
+    elif not reports and not cpu:
+        return run_report["verdict"], run_report
+    elif len(reports) + len(cpu) == 1:
+        r = (reports or cpu)[0]
+        return r["verdict"], r
+    else:
+        votes = Counter(r["verdict"]["primary"] for r in reports or cpu)
+        primary = votes.most_common(1)[0][0]
+        what = "traces" if result.run is None else "ranks"
+        reason = f"{votes[primary]} of {len(reports or cpu)} {what}: {str(primary).replace('_', ' ')}"
+        findings = []
+    lead = next((r for r in reports + cpu if r["verdict"]["primary"] == primary), (reports or cpu)[0])
+    title = VERDICT_TITLES.get(primary) or lead["verdict"]["title"]
+    return {"primary": primary, "title": title, "reason": reason, "scores": {}, "findings": findings}, lead
+
+
+def _step(result: Checkups, reports: list[dict], cpu: list[dict], first: dict) -> Step | None:
+    """The job's step time (analysis/step_basis.py)."""
+    steps = [(_label(r, i), step_basis.window_step(r["window"]["step_ms"], r["window"]["basis"]))
+             for i, r in enumerate(reports) if r["window"]["step_ms"] is not None]
+    if steps:  # in a run directory, each window's step is already its step log's (analysis/step_basis.py)
+        return step_basis.job_step(steps)
+    if result.run is not None:
+        key = first["run"].get("steps_from")
+        step = step_basis.run_step(first["run_figures"].get("steps"), layout.steps_file(key) if key else "")
+        if step is not None:
+            return step
+    ms = [r["cpu"]["step_median_ms"] for r in cpu if r["cpu"].get("step_median_ms") is not None]
+    return Step(ms=max(ms), basis=CPU_STEP_BASIS) if ms else None
+
+
+def _label(report: dict, i: int) -> str:
+    """'rank R' of a trace's report (its position when it has no rank)."""
+    rank = report["trace"].get("rank")
+    return f"rank {rank if rank is not None else i}"
+
+
+def _notes(lead: dict, reports: list[dict]) -> list[str]:
+    """The lead report's notes, then every other report's that it lacks, each once."""
+    out = list(lead["notes"])
+    for r in reports:
+        out += [n for n in r["notes"] if n not in out]
+    return out
+
+
+def _trace_part(report: dict) -> dict:
+    """A GPU check-up's report without what the document holds once at the top (version, run-level keys)."""
+    out = {k: v for k, v in report.items() if k != "gpucheckup_version" and k not in RUN_KEYS}
+    if "run_figures" in report:
+        out["host_samples"] = report["run_figures"].get("host_samples")
+    return out
+
+
+def _cpu_part(report: dict) -> dict:
+    """A CPU-side check-up's report without what the document holds once at the top."""
+    return {k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind") and k not in RUN_KEYS}
+
+
+def _run(first: dict, traces: bool) -> dict:
+    """The run-level section, once (every report of a run carries it); a light window's host samples go with
+    their trace's report, and stay here only for a run without one."""
+    out = {field: first[key] for key, field in RUN_KEYS.items()}
+    if traces:
+        out["figures"] = {k: v for k, v in out["figures"].items() if k != "host_samples"}
+    return out
+
+
+def _job(result: Checkups) -> dict | None:
+    """The cross-rank section: the job's ranks and collectives, or the plain ranks table of several traces."""
+    if len(result.checkups) < 2 and result.job is None:
+        return None
+    from gpucheckup.checkup.ranks import job_dict, plain_ranks_dict
+
+    summary = rank_summary(result.checkups)
+    head = job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
+    return {"ranks": head["ranks"], "communication": head.get("communication")}
+
+
+def is_document(path: Path) -> bool:
+    """Whether a .json file is a check-up document rather than a profiler trace (no traceEvents near its start)."""
+    with open(path, "rb") as f:
+        return b"traceEvents" not in f.read(1 << 16)
+
+
+def read_document(path: Path) -> Document:
+    """A check-up document written by `--json`, read back through its types; CheckupError when it is not one
+    (one line: what was found, and for an older shape, what to do)."""
+    try:
+        data = Path(path).read_bytes()
+        head = msgspec.json.decode(data)
+    except (OSError, msgspec.DecodeError) as e:
+        raise CheckupError(f"{path}: not a readable check-up JSON ({e})") from None
+    version = head.get("schema_version") if isinstance(head, dict) else None
+    if version != SCHEMA_VERSION:
+        found = f"schema version {version}" if version is not None else "no schema_version (an older gpucheckup's)"
+        raise CheckupError(f"{path}: a check-up document of schema version {SCHEMA_VERSION} is expected, found "
+                           f"{found}; check the trace or run directory up again with this gpucheckup")
+    try:
+        return decode(data)
+    except msgspec.ValidationError as e:
+        raise CheckupError(f"{path}: not a valid check-up document: {e}") from None

@@ -1,0 +1,434 @@
+"""A path to its check-up: a trace, a folder of per-rank traces, or a gpucheckup run directory.
+
+`check(path)` is the one way in. Each trace is read (trace/), analyzed (analysis/), diagnosed
+(diagnosis/) and turned into its report dict (report/model.py). A run directory adds its
+run-level parts: the run is read (trace/rundir.py), the run-level analyses (analysis/run_logs/run.py) and
+rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
+windows; else the latest attach capture) is checked up as above with the run-level findings
+appended, and the run keys (report/run_model.py) are added to its report dict. A run whose traces
+hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
+which says so. A trace without device activity gets the CPU-side check-up instead
+(analysis/one_trace/cpu_profile.py, report/cpu_model.py), when it has CPU operators; with none either, it is
+refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
+(diagnosis/coarse.py) here, from the samples stored in the run directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+
+from gpucheckup import layout
+from gpucheckup.analysis.checkup import TraceAnalysis, analyze
+from gpucheckup.analysis.flops.mfu import MfuInputs
+from gpucheckup.diagnosis import Diagnosis, diagnose, savings
+from gpucheckup.diagnosis.findings import Finding
+from gpucheckup.errors import CheckupError
+from gpucheckup.hardware import ceilings
+from gpucheckup.report.model import checkup_dict
+from gpucheckup.report.text.progress import progress_bar
+from gpucheckup.safe_text import safe
+from gpucheckup.trace import find_trace_files, parallel, read_trace
+from gpucheckup.trace.host_samples import host_samples_for
+from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
+
+if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
+    from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+    from gpucheckup.analysis.run_logs.run import RunAnalysis
+    from gpucheckup.diagnosis.coarse import CoarseVerdict
+    from gpucheckup.checkup.ranks import JobCheckup
+
+STRAGGLER_PCT = 10.0  # a rank whose step (its window's) is this much slower than the fastest is a straggler
+
+
+class Checkup(msgspec.Struct):
+    """One trace's analysis, diagnosis and report dict."""
+
+    analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
+    diagnosis: Diagnosis
+    report: dict
+    ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
+
+
+class CpuCheckup(msgspec.Struct):
+    """The CPU-side check-up of a trace without device activity, and its report dict."""
+
+    profile: CpuProfile
+    report: dict
+
+
+class RunCheckup(msgspec.Struct):
+    """A run directory's run-level analysis and findings, and its report when there is no GPU timeline."""
+
+    run: RunDir
+    analysis: RunAnalysis
+    findings: list[Finding]
+    coarse: CoarseVerdict | None = None  # out-of-process attach: the verdict of its py-spy samples
+    no_timeline: str | None = None
+    report: dict | None = None  # the run-only report when there is no GPU timeline
+
+
+class Checkups(msgspec.Struct):
+    """What one path checks up to: a check-up per trace (in rank order) and, for a run directory, its run part."""
+
+    path: Path
+    checkups: list[Checkup] = msgspec.field(default_factory=list)
+    run: RunCheckup | None = None
+    job: JobCheckup | None = None  # several ranks with collectives: the cross-rank check-up (checkup/ranks.py)
+    cpu: list[CpuCheckup] = msgspec.field(default_factory=list)  # traces without device activity: CPU-side check-ups
+
+    def reports(self) -> list[dict]:
+        """The report dicts: one per checked-up trace (GPU ones; else the CPU-side ones), or the run-only one."""
+        return ([c.report for c in self.checkups] or [c.report for c in self.cpu]
+                or ([self.run.report] if self.run and self.run.report else []))
+
+
+def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
+          console: Console | None = None, jobs: int | None = None) -> Checkups:
+    """Check up a trace, a folder of traces or a run directory (`jobs`: worker processes for a large folder)."""
+    path = Path(path)
+    if is_run_dir(path):
+        return check_run(path, inputs, ncu_csv)
+    cpu: list[CpuCheckup] = []
+    inputs, ncu = _settings(path, inputs, ncu_csv)
+    checkups = check_path(path, console, inputs, ncu_csv, jobs, cpu)
+    out = Checkups(path, checkups, cpu=cpu)
+    if len(checkups) > 1:
+        from gpucheckup.checkup.ranks import attach_job
+
+        for c in checkups:
+            c.ranks = c.ranks or _rank_table(c.analysis)
+
+        out.job = attach_job([c.ranks for c in checkups], checkups,
+                             recheck=_rechecker(checkups, inputs, ncu, ncu_csv, jobs))
+    return out
+
+
+def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tuple[MfuInputs, object]:
+    """The MFU inputs (FLOPs per step from the agent's flops.json unless given) and the Nsight Compute rows."""
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    return inputs, _ncu_launches(ncu_csv)
+
+
+def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | None, jobs: int | None,
+               extra: list[Finding] | None = None):
+    """recheck(waits) for ranks_checkup.check_job: the check-ups of the ranks in `waits` again, with their calls'
+    matched waits (the profiler-overhead correction); here for traces in memory, else in worker processes."""
+    def recheck(waits: dict[int, object]) -> None:
+        by_rank = {(c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i): c
+                   for i, c in enumerate(checkups)}
+        todo = [(by_rank[rk], w) for rk, w in waits.items()]
+        for c, w in todo:
+            if c.analysis is not None:
+                _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w))
+        far = [(c, w) for c, w in todo if c.analysis is None]
+        items = [(Path(c.report["trace"]["path"]), w) for c, w in far]
+        for (c, _), (_, new) in zip(far, parallel.map_files(_recheck_file, items, inputs, ncu, ncu_csv, jobs=jobs)):
+            if isinstance(new, CheckupError):
+                raise new
+            _replace(c, new)
+    return recheck
+
+
+def _replace(c: Checkup, new: Checkup) -> None:
+    """Checkup c takes new's analysis, diagnosis and report; the notes c's report gathered stay."""
+    old = c.report
+    new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
+    new.report.update({k: v for k, v in old.items() if k not in new.report})
+    c.analysis, c.diagnosis, c.report = new.analysis, new.diagnosis, new.report
+
+
+def trace_paths(path: Path) -> list[Path]:
+    """The trace files a path names: the file itself, or the traces in a folder."""
+    if not path.exists():
+        raise CheckupError(f"{path}: no such file or folder")
+    if path.is_dir():
+        files = find_trace_files(path)
+        if not files:
+            raise CheckupError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+        return files
+    if path.is_file() and path.stat().st_size == 0:
+        raise CheckupError(f"{path}: empty file (0 bytes): no trace events, so nothing to check up")
+    return [path]
+
+
+def agent_flops(path: Path) -> dict | None:
+    """The FLOPs per step the capture agent stored in a run directory, if any."""
+    f = path / layout.flops_file() if path.is_dir() else None
+    if f is None or not f.exists():
+        return None
+    try:
+        d = json.loads(f.read_text())
+        flops = float(d["flops_per_step"])
+        if not 0 <= flops < float("inf"):
+            raise ValueError(f"flops_per_step {flops} is not a finite count")
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
+        raise CheckupError(f"{f}: unreadable FLOPs file ({type(e).__name__}: {e}); expected "
+                           '{"flops_per_step": F, "how": "..."}') from None
+    return {"flops_per_step": flops, "how": str(d.get("how", "")), "path": str(f)}
+
+
+def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
+    """The MFU inputs for one trace: stored ceilings of its GPU unless given."""
+    if inputs.ceilings is not None:
+        return inputs
+    name = inputs.gpu or (trace.devices[0].name if trace.devices else "")
+    found = ceilings.find_for(name) if name else None
+    return msgspec.structs.replace(inputs, ceilings=found[0], ceilings_path=str(found[1])) if found else inputs
+
+
+def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=(),
+                comm_waits=None, fork: bool = False) -> Checkup:
+    """Analyze, diagnose and build the report dict of one trace, with its compact cross-rank table when it
+    holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction; `fork`:
+    a large trace's fixes predicted on a second core, where this process is not one of several workers)."""
+    a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
+    d = diagnose(a, savings.predict(a, fork))  # each fix's replayed saving: computed here, once per trace
+    d.findings += list(extra_findings)
+    return Checkup(a, d, checkup_dict(a, d))
+
+
+def _rank_table(a: TraceAnalysis):
+    """The compact cross-rank table of an analyzed trace (analysis/ranks.rank_input): what a worker sends back
+    for the cross-rank analysis instead of the trace."""
+    from gpucheckup.analysis.job.ranks import rank_input
+
+    return rank_input(a.trace, None, a.launch_rows, a.steps)
+
+
+def cpu_checkup(trace) -> CpuCheckup:
+    """The CPU-side check-up of a trace without device activity; CheckupError when it has no CPU operators
+    either (nothing to check up)."""
+    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.report.cpu_model import cpu_dict
+
+    p = cpu_profile(trace)
+    if p is None:
+        raise CheckupError(f"{trace.path}: nothing to check up: no device activity (no kernels, copies, memsets "
+                           "or other accelerator work) and no CPU operators (cpu_op events)")
+    return CpuCheckup(p, cpu_dict(trace, p))
+
+
+def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:
+    """In a worker process: one trace's check-up, without its analysis (the trace's tables stay there)."""
+    trace = read_trace(f)
+    if not trace.has_gpu:
+        return cpu_checkup(trace)
+    c = check_trace(trace, inputs, ncu, ncu_csv)
+    return Checkup(None, c.diagnosis, c.report, _rank_table(c.analysis))
+
+
+def _recheck_file(item: tuple[Path, object], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
+    """In a worker process: one trace's check-up again with its calls' matched waits (item: path, waits)."""
+    f, waits = item
+    c = check_trace(read_trace(f), inputs, ncu, ncu_csv, (), waits)
+    return Checkup(None, c.diagnosis, c.report)
+
+
+def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
+               ncu_csv: Path | None = None, jobs: int | None = None,
+               cpu: list[CpuCheckup] | None = None) -> list[Checkup]:
+    """Check up every trace under a path, in rank order; a large folder in worker processes (`jobs`: how
+    many, default one per core; 1 keeps every analysis in this process). Traces without device activity
+    get their CPU-side check-up appended to `cpu` when it is given (else they are refused)."""
+    files = trace_paths(path)
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    ncu = _ncu_launches(ncu_csv)
+    results, skipped = [], []
+    console = console or Console(stderr=True)
+    with progress_bar(console) as progress:  # drawn on a terminal only
+        task = progress.add_task("reading traces", total=len(files))
+        in_process = files
+        if parallel.worth_it(files, jobs):  # one trace per worker at a time; reports come back
+            workers = min(len(files), jobs or parallel.cores())
+            progress.update(task, description=f"checking up {len(files)} traces on {workers} cores")
+            for f, c in parallel.map_files(_check_file, files, inputs, ncu, ncu_csv, jobs=jobs):
+                if isinstance(c, CpuCheckup) and cpu is None:
+                    c = CheckupError(f"{f}: CPU-only trace (no device activity)")
+                (skipped if isinstance(c, CheckupError) else cpu if isinstance(c, CpuCheckup) else results).append(c)
+                progress.advance(task)
+            in_process = []
+        for f in in_process:
+            size_mb = f.stat().st_size / 1e6
+            progress.update(task, description=f"reading {escape(safe(f.name))} ({size_mb:.1f} MB)")
+            try:
+                trace = read_trace(f, split=jobs != 1)  # a large trace's events on two cores (not under --jobs 1)
+                progress.update(task, description=f"analyzing {escape(safe(f.name))}")
+                if cpu is not None and not trace.has_gpu:
+                    cpu.append(cpu_checkup(trace))
+                else:
+                    results.append(check_trace(trace, inputs, ncu, ncu_csv, fork=jobs != 1))
+            except CheckupError as e:
+                if len(files) == 1:
+                    raise
+                skipped.append(e)  # one bad rank file must not hide the others' check-ups
+            progress.advance(task)
+    if not results and not cpu:
+        raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
+    _sort_by_rank(results)
+    for c in results + (cpu or []):
+        c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
+    if len(results) > 1:
+        _note_stragglers(results)
+    return results
+
+
+def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
+    """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
+    from gpucheckup.analysis.run_logs import stack_samples
+    from gpucheckup.analysis.run_logs.run import analyze_run
+    from gpucheckup.diagnosis.coarse import coarse_verdict
+    from gpucheckup.diagnosis.run_rules import run_findings
+    from gpucheckup.checkup.ranks import attach_job
+    from gpucheckup.report.run_model import fix_dicts, run_only_dict, run_parts
+
+    path = Path(path)
+    if not is_run_dir(path):
+        raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")
+    inputs = inputs or MfuInputs()
+    if inputs.agent_flops is None:
+        inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
+    ncu = _ncu_launches(ncu_csv)
+    run = read_run(path)
+    ra = analyze_run(run)
+    st = ra.steps or {}
+    if inputs.unprofiled_step_ms is None and st.get("unprofiled_ms") and st.get("profiled_median_ms"):
+        steps_file = layout.steps_file(ra.steps_key)
+        first, last = st["unprofiled_steps"]
+        inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
+                                         unprofiled_from=f"{steps_file}: total time over the run's unprofiled steps "
+                                                         f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
+    findings = run_findings(ra)
+    rc = RunCheckup(run=run, analysis=ra, findings=findings)
+    if run.samples is not None:
+        rc.coarse = coarse_verdict(stack_samples.sample_states(run.samples),
+                                   stack_samples.sample_util(run.samples, run.nvml))
+    coarse = rc.coarse.to_dict() if rc.coarse else None
+    out = Checkups(path, run=rc)
+    traces = run.traces or run.time_traces or run.attach_traces[-1:]
+    used, all_traces, sampled = [], [], []
+    for p in traces:
+        trace = read_trace(p)
+        all_traces.append(trace)
+        sampled.append(_sampled(path, p))
+        if not trace.has_gpu:
+            rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
+                              "or memsets): its CPU side and the run-level figures are checked up")
+            from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+
+            if cpu_profile(trace) is not None:
+                out.cpu.append(cpu_checkup(trace))
+            continue
+        used.append(str(p.relative_to(path)))
+        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(findings)))
+    if not traces:
+        failed = run.manifest.get("failed", {})
+        why = "; ".join(v for k, v in failed.items() if k.startswith("trace")) or "no trace was captured"
+        rc.no_timeline = f"no GPU timeline: {why}"
+    _sort_by_rank(out.checkups)
+    if len(out.checkups) > 1:
+        _note_stragglers(out.checkups)
+    if len(all_traces) > 1:
+        from gpucheckup.analysis.job.ranks import rank_input
+
+        out.job = attach_job([rank_input(t, i) for i, t in enumerate(all_traces)], out.checkups, path, run.env,
+                             ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, findings))
+    parts_traces = used or [str(p.relative_to(path)) for p in traces]
+    for c in out.checkups:
+        c.report.update(run_parts(ra, used, None, coarse))
+        _add_sampled(c.report, c.analysis, sampled, all_traces)
+    for c in out.cpu:
+        c.report.update(run_parts(ra, parts_traces, None, coarse))
+        c.report["verdict"]["findings"] = [f.to_dict() for f in findings]
+        c.report["fixes"] = fix_dicts(findings)
+    if not out.checkups:
+        rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
+        _add_sampled(rc.report, None, sampled, all_traces)
+    note = unsettled_note(ra)
+    for r in out.reports() if note else ():
+        r["notes"].append(note)
+    return out
+
+
+def unsettled_note(ra: RunAnalysis) -> str | None:
+    """Why a run has no steady-state figures: too few plain steps, or step times that never settled."""
+    st = ra.steps
+    if not st or st["settled"]:
+        return None
+    from gpucheckup.analysis.run_logs import step_history as h
+
+    if st["plain_count"] < h.MIN_PLAIN:
+        why = f"only {st['plain_count']} unprofiled steps were timed (the figures need {h.MIN_PLAIN})"
+    else:
+        why = f"its step times never settled ({h.WARMUP_RUN} steps in a row within {h.WARMUP_TOL_PCT:g}% of the median)"
+    return (f"no steady-state step figures: the job ran {st['last_step']} steps and {why}; it is too short for a "
+            "steady-state window: run it for more steps")
+
+
+def _sampled(run_dir: Path, p: Path):
+    """A light window's host samples for trace p (traces/trace.json.gz: main; traces/<key>.json.gz), or None."""
+    key = layout.MAIN_KEY if p.name.startswith("trace.") else p.name.split(".", 1)[0]
+    return host_samples_for(run_dir, key) if p.parent.name == layout.TRACES else None
+
+
+def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
+    """The sampled host states (analysis/run_logs/sampled_causes.py) of the report's trace, and each figure's source."""
+    from gpucheckup.analysis.run_logs import sampled_causes
+
+    i = next((i for i, t in enumerate(traces) if a is None or t is a.trace), None)
+    light = i is not None and sampled[i] is not None
+    if "gaps" in report and i is not None:
+        report["gaps"]["source"] = sampled_causes.gap_source(traces[i])
+    sc = sampled_causes.sampled_causes(traces[i], sampled[i], a.timeline.gaps if a else None) if light else None
+    report.setdefault("run_figures", {})["host_samples"] = sc.to_dict() if sc else None
+
+
+def _sort_by_rank(results: list[Checkup]) -> None:
+    """Rank order (traces without a rank last, then by path); from the report, which worker check-ups carry."""
+    results.sort(key=lambda c: (c.report["trace"]["rank"] is None, c.report["trace"]["rank"] or 0,
+                                c.report["trace"]["path"]))
+
+
+def rank_summary(results: list[Checkup]) -> list[dict]:
+    """One row per trace: rank, verdict, step (its window's: analysis/step_basis.py), GPU busy."""
+    return [
+        {
+            "rank": c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i,
+            "path": c.report["trace"]["path"],
+            "verdict": c.diagnosis.primary,
+            "step_ms": c.report["window"]["step_ms"],
+            "busy_pct": c.report["gpu"]["busy_pct"],
+        }
+        for i, c in enumerate(results)
+    ]
+
+
+def _note_stragglers(results: list[Checkup]) -> None:
+    """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
+    rows = rank_summary(results)
+    fastest = min(r["step_ms"] for r in rows)
+    slow = [r for r in rows if r["step_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
+    for r in slow:
+        note = (f"rank {r['rank']} is a straggler: step {r['step_ms']:.2f} ms against "
+                f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
+        for c in results:
+            c.report["notes"].append(note)
+
+
+def _ncu_launches(ncu_csv: Path | None) -> list | None:
+    """The launches of an Nsight Compute CSV (--ncu), or None when none was given (trace/ncu_csv.py, imported then)."""
+    if not ncu_csv:
+        return None
+    from gpucheckup.trace.ncu_csv import read_ncu_csv
+
+    return read_ncu_csv(ncu_csv)

@@ -1,0 +1,207 @@
+"""The check-up of a job's ranks together: cross-rank analysis, straggler and link rules, the job's verdict.
+
+`check_job` takes every rank's trace (with its single-trace check-up when it has a GPU
+timeline), matches their collectives (analysis/job/ranks.py), finds the straggler and its cause and
+judges the collectives' bus bandwidth against the link (diagnosis/rank_rules.py), discounts the
+waiting ranks' communication findings, and gives the job one verdict: the bound of the straggler's
+cause when one is named (else the straggler's own verdict) when there is a straggler, `communication_bound` when the link is slow, else the verdict most
+ranks share. `job_dict` is its JSON part (`ranks`, `communication`, `verdict`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpucheckup.analysis.job.ranks import RankInput, RanksAnalysis, analyze_ranks, straggler_cause
+from gpucheckup.diagnosis import rank_rules
+from gpucheckup.diagnosis.findings import Finding
+from gpucheckup.hardware import links
+
+
+@dataclass
+class JobCheckup:
+    """The job's cross-rank figures, findings and verdict."""
+
+    analysis: RanksAnalysis
+    findings: list[Finding]
+    primary: str
+    reason: str
+    link_gb_s: float | None = None
+    link_from: str = ""
+    cause: str | None = None
+    excess: dict[str, float] = field(default_factory=dict)
+    rank_verdicts: dict[int, str] = field(default_factory=dict)
+
+
+def link_figure(run_path: Path | None, env: dict, device: str, nranks: int, cc: str) -> tuple[float | None, str]:
+    """The link's GB/s and where it came from: the run's commbench.json, the cached commbench, the topology."""
+    for p in ([run_path / links.COMMBENCH_FILE] if run_path else []) + [links.cache_path(device or "cpu", nranks)]:
+        bench = links.read_commbench(p)
+        found = links.measured_link(bench) if bench else None
+        if found:
+            return found[0], f"{found[1]} ({p})"
+    topo = links.link_from_topology((env or {}).get("topology") or "", cc)
+    return (topo[0], topo[1]) if topo else (None, "")
+
+
+def throttle_note(nvml: dict | None, straggler: int) -> str | None:
+    """The straggler's GPU's throttling against the others', from the run's per-GPU NVML figures."""
+    per = {g["gpu"]: (g.get("throttle") or {}) for g in (nvml or {}).get("per_gpu", [])}
+    if not per:
+        return None
+    mine = per.get(straggler % len(per), {})
+    if not mine.get("known") or not mine.get("throttled_pct"):
+        return None
+    others = [p.get("throttled_pct") or 0.0 for g, p in per.items() if g != straggler % len(per)]
+    worst = ", ".join(f"{k} {v:.0f}%" for k, v in sorted(mine["by_reason_pct"].items(), key=lambda kv: -kv[1]))
+    return (f"its GPU ({straggler % len(per)}) was throttled in {mine['throttled_pct']:.0f}% of the NVML samples "
+            f"({worst}), the other GPUs in {max(others, default=0.0):.0f}% at most")
+
+
+def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Path | None = None,
+              env: dict | None = None, nvml: dict | None = None, recheck=None) -> JobCheckup | None:
+    """Check up the ranks together; None when fewer than two ranks hold collective calls.
+    `inputs`: each rank's compact table (analysis/ranks.rank_input), in rank order, numbered by place when a
+    trace has no rank; `checkups`: rank -> that rank's single-trace Checkup (only ranks with a GPU timeline);
+    `recheck(waits)`: re-runs the check-ups of the ranks in `waits` (rank -> each call's matched wait, us)
+    with those waits, for the profiler-overhead correction (analysis/one_trace/profiler_overhead.py)."""
+    for i, r in enumerate(inputs):
+        if r.rank is None:
+            r.rank = i
+    ra = analyze_ranks(inputs)
+    if ra is None:
+        return None
+    if recheck is not None:
+        waits = {rk: ra.call_waits[rk] for rk, c in checkups.items()
+                 if c.report.get("profiler") is not None and rk in ra.call_waits}
+        if waits:
+            recheck(waits)
+    env = env or {}
+    device, cc = inputs[0].device, inputs[0].compute_capability
+    link_gb_s, link_from = (link_figure(run_path, env, device, len(ra.ranks), cc) if ra.on_gpu else (None, ""))
+    findings = []
+    cause, excess = None, {}
+    if ra.straggler is not None:
+        cause, ex_ms, excess = straggler_cause(inputs, ra.straggler, {r.rank: r.exposed_wait_ms for r in ra.table})
+        f = rank_rules.straggler_finding(ra, cause, ex_ms, excess, throttle_note(nvml, ra.straggler))
+        findings.append(f)
+        if ex_ms < rank_rules.CAUSE_SHARE * ra.straggler_late_ms:
+            cause = None
+    slow = rank_rules.slow_link_finding(ra, link_gb_s, link_from, env.get("variables") or {})
+    if slow:
+        findings.append(slow)
+    step = max(r.step_ms for r in ra.table)
+    for row in ra.table:
+        c = checkups.get(row.rank)
+        if c is None:
+            continue
+        if ra.straggler is not None and row.rank != ra.straggler:
+            rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step, row.transfer_ms)
+            if row.exposed_wait_ms > 0 and c.report["gpu"].get("busy_pct_unprofiled") is None:
+                busy = c.report["gpu"]["busy_pct"]  # as traced (the unprofiled figure leaves the wait out)
+                c.diagnosis.notes.append(
+                    f"GPU busy {busy:.1f}% counts {row.exposed_wait_ms:.2f} ms per step of NCCL kernels waiting for "
+                    f"rank {ra.straggler} as work; without them the GPU computes "
+                    f"{max(busy - 100 * row.exposed_wait_ms / row.step_ms, 0.0):.1f}% of the step")
+        if slow:
+            rank_rules.drop_comm_tuning(c.diagnosis)
+            c.diagnosis.findings.insert(0, slow)
+        if ra.straggler is not None:
+            c.diagnosis.findings.insert(0, findings[0])
+    verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
+    if ra.straggler is not None:
+        # the cause found against the other ranks is the sharper evidence; else the straggler's own check-up
+        primary = rank_rules.CAUSE_BOUND.get(cause or "") or verdicts.get(ra.straggler) or "unknown"
+        why = rank_rules.CAUSE_TEXT.get(cause, "with no single cause") if cause else "with no single cause"
+        reason = (f"rank {ra.straggler} is the straggler ({ra.straggler_late_ms:.2f} ms late per step, {why}); "
+                  f"the job runs at its pace, so its bottleneck is the job's: {primary.replace('_', ' ')}")
+    elif slow:
+        primary, reason = "communication_bound", slow.evidence[0]
+    elif verdicts:
+        primary = Counter(verdicts.values()).most_common(1)[0][0]
+        reason = f"{sum(v == primary for v in verdicts.values())} of {len(verdicts)} ranks: {primary.replace('_', ' ')}"
+    else:
+        primary, reason = "unknown", "no rank has a GPU timeline and no rank is a straggler"
+    return JobCheckup(analysis=ra, findings=findings, primary=primary, reason=reason, link_gb_s=link_gb_s,
+                      link_from=link_from, cause=cause, excess=excess, rank_verdicts=verdicts)
+
+
+def _r(x, nd=3):
+    return None if x is None else round(float(x), nd)
+
+
+def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[dict] | None = None) -> dict:
+    """The job's JSON keys: ranks (straggler, table), communication, verdict."""
+    from gpucheckup.report.model import _clean
+
+    ra = job.analysis
+    old = {r["rank"]: r for r in (summary or [])}
+    overlap = {(r.get("trace") or {}).get("rank", i): r.get("communication") for i, r in enumerate(reports or [])}
+    table = []
+    for row in ra.table:
+        d = {"rank": row.rank, "step_ms": _r(row.step_ms), "compute_ms": _r(row.compute_ms),
+             "transfer_ms": _r(row.transfer_ms), "wait_ms": _r(row.wait_ms),
+             "exposed_wait_ms": _r(row.exposed_wait_ms), "idle_ms": _r(row.idle_ms),
+             "late_ms": _r(row.late_ms), "last_pct": _r(row.last_pct, 1), "clock_offset_us": _r(row.offset_us, 1),
+             "verdict": job.rank_verdicts.get(row.rank)}
+        d.update({k: v for k, v in old.get(row.rank, {}).items() if k not in d})
+        comm = overlap.get(row.rank)
+        d["comm_overlap_pct"] = _r(comm.get("overlap_pct"), 1) if comm else None
+        table.append(d)
+    return _clean({
+        "ranks": {"straggler": ra.straggler, "late_ms_per_step": _r(ra.straggler_late_ms) if ra.straggler is not None
+                  else None, "waited_ms_per_step": _r(ra.waited_ms) if ra.straggler is not None else None,
+                  "cause": job.cause, "excess_ms": {k: _r(v) for k, v in job.excess.items()}, "table": table,
+                  "matched_calls": ra.matched, "unmatched_calls": ra.unmatched, "steps": ra.steps, "notes": ra.notes},
+        "communication": {
+            "collectives": [{"name": c.name, "bytes": c.bytes, "count": c.count, "group_size": c.group_size,
+                             "transfer_ms": _r(c.transfer_ms), "wait_ms": _r(c.wait_ms),
+                             "busbw_gb_s": _r(c.busbw_gb_s, 2)} for c in ra.collectives],
+            "busbw_gb_s": _r(ra.busbw_gb_s, 2), "link_gb_s": _r(job.link_gb_s, 1), "link_from": job.link_from or None,
+        },
+        "verdict": {"primary": job.primary, "reason": job.reason,
+                    "findings": [f.to_dict() for f in job.findings]},
+    })
+
+
+def plain_ranks_dict(summary: list[dict]) -> dict:
+    """The `ranks` key when the ranks share no collective calls: the per-rank rows only."""
+    return {"ranks": {"straggler": None, "table": summary, "matched_calls": 0}}
+
+
+def attach_job(inputs: list[RankInput], checkups: list, run_path: Path | None = None,
+               env: dict | None = None, nvml: dict | None = None, recheck=None) -> JobCheckup | None:
+    """check_job over these ranks' compact tables, then refresh the report keys of the diagnoses it changed
+    (verdict, fixes, notes: the same whether a check-up ran here or in a worker process)."""
+    if len(inputs) < 2:
+        return None
+    by_rank = {}
+    for i, c in enumerate(checkups):
+        rk = c.report["trace"]["rank"]
+        by_rank[rk if rk is not None else i] = c
+    job = check_job(inputs, by_rank, run_path, env, nvml, recheck)
+    if job is None:
+        return None
+    for c in checkups:
+        refresh_report(c.report, c.diagnosis)
+    return job
+
+
+def refresh_report(report: dict, d) -> None:
+    """A report's diagnosis keys (verdict, fixes, notes) from a diagnosis the cross-rank rules changed."""
+    from gpucheckup.report.model import _clean, fix_dicts
+
+    new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
+                              "findings": [f.to_dict() for f in d.findings]},
+                  "fixes": fix_dicts(d), "notes": list(d.notes)})
+    report["verdict"] = {**report["verdict"], **new["verdict"]}
+    report["fixes"] = new["fixes"]
+    report["notes"] = report["notes"] + [n for n in new["notes"] if n not in report["notes"]]
+
+
+def payload(job: JobCheckup | None, summary: list[dict], reports: list[dict]) -> dict:
+    """The JSON document of several ranks."""
+    head = job_dict(job, summary, reports) if job else plain_ranks_dict(summary)
+    return {**head, "reports": reports}

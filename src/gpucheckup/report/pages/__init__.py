@@ -1,0 +1,1 @@
+"""Pages: the self-contained HTML report with its plots, and the Markdown one."""

@@ -1,0 +1,182 @@
+"""The Markdown report: the HTML report's content as GitHub-flavoured Markdown tables, to paste
+into an issue or a pull request.
+
+Text from a trace goes through `md`: `&`, `<`, `>` become entities (no raw HTML survives a
+renderer that allows it), and the characters that Markdown or a table cell would read as
+syntax (`\\`, backtick, `*`, `_`, `[`, `]`, `|`, `~`) are backslash-escaped; line breaks
+become spaces, so a kernel name can neither inject HTML nor break a table row.
+"""
+
+from __future__ import annotations
+
+from gpucheckup import __version__
+from gpucheckup.diagnosis.findings import TIER_TITLES
+from gpucheckup.report.text.hardware_text import (
+    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
+)
+from gpucheckup.report.pages.html import environment_rows, nvml_summary, step_rows
+from gpucheckup.report.text.lines import (
+    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, saving_text, step_line, sync_rate,
+)
+from gpucheckup.safe_text import safe
+
+_SYNTAX = "\\`*_[]|~"
+
+
+class Markup(str):
+    """Markdown written by gpucheckup itself: a table cell that is not escaped."""
+
+
+def md(x) -> str:
+    """Escape text for a Markdown paragraph or table cell."""
+    s = safe(" ".join(str(x).split()))  # control and bidi characters shown escaped
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return "".join("\\" + c if c in _SYNTAX else c for c in s)
+
+
+def table(headers: list[str], rows: list[list], right: set[int] | None = None) -> str:
+    """A GFM table; every cell is escaped, numbers are formatted by the caller."""
+    right = right or set()
+    out = ["| " + " | ".join(md(h) for h in headers) + " |",
+           "| " + " | ".join("---:" if i in right else "---" for i in range(len(headers))) + " |"]
+    for row in rows:
+        out.append("| " + " | ".join(c if isinstance(c, Markup) else md(c) for c in row) + " |")
+    return "\n".join(out) + "\n"
+
+
+def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", job_section: str = "") -> str:
+    """The whole document: one report, or a summary table and one section per report (`job_section`: the
+    ranks' job section, report/job_pages.markdown_section, first)."""
+    many = len(items) > 1
+    parts = []
+    if many:
+        parts.append(f"# gpucheckup check-up: {len(items)} traces\n")
+        if job_section:
+            parts.append(job_section)
+        parts.append(f"## {md(summary_title)}\n")
+        parts.append(table(["report", "trace", "verdict", "step ms", "GPU busy"],
+                           [[label, r["trace"]["path"], r["verdict"]["primary"], f"{r['window']['step_ms']:.2f}",
+                             f"{r['gpu']['busy_pct']:.1f}%"] for label, r in items], right={3, 4}))
+    for label, r in items:
+        parts.append(_report(r, label, many))
+    parts.append(f"<sub>gpucheckup {md(__version__)}</sub>\n")
+    return "\n".join(parts)
+
+
+def _report(r: dict, label: str | None, many: bool) -> str:
+    h = "##" if many else "#"
+    t, v, s = r["trace"], r["verdict"], r["steps"]
+    dev = ", ".join(sorted({d["name"] for d in t["devices"]})) or "GPU (no device properties in trace)"
+    steps = f"{s['count']} steps, median {s['median_ms']:.2f} ms" if s["marked"] else "no ProfilerStep markers"
+    out = [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
+           f"{md(t['path'])}  \n{md(dev)} | {md(steps)}\n",
+           f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['title'])}\n",
+           f"{md(v['reason'])}  \n{md(busy_line(r))} | {md(step_line(r))}: every ms per step and percent below "
+           "is of this step\n",
+           *([f"> {md(profiler_caveat(r))}\n"] if profiler_caveat(r) else []),
+           f"{h}# What to try first\n"]
+    fixes = r["fixes"]
+    if fixes:
+        out.append(table(["#", "change", "fix", "predicted saving", "finding"],
+                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"], saving_text(f), f["finding"]]
+                          for i, f in enumerate(fixes, 1)], right={0, 3}))
+    else:
+        out.append("No fix suggested: no finding above its threshold.\n")
+    out.append(f"{h}# Findings\n")
+    for f in v["findings"]:
+        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {cost_line(f)})\n")
+        lines = [f"- {md(e)}" for e in f["evidence"]]
+        lines += [f"- {md(event_line(e))}" for e in f["events"][:MAX_EVENTS]]
+        lines.append(f"- rule: {md(f['rule'])}")
+        out.append("\n".join(lines) + "\n")
+    out.append(f"{h}# Key figures\n")
+    out.append(table(["figure", "value"], [list(x) for x in key_figures(r)], right={1}))
+    out.append(f"{h}# How close to the hardware\n")
+    hw = [["MFU", mfu_line(r)]] + ([["healthy bands", bands_line(r)]] if bands_line(r) else [])
+    out.append(table(["figure", "value"], hw))
+    if roofline_rows(r):
+        out.append(table(ROOFLINE_HEADERS, roofline_rows(r), right={2, 3, 4, 6}))
+    if ncu_rows(r):
+        out.append(table(NCU_HEADERS, ncu_rows(r), right={1, 3, 4, 5}))
+    causes, rows = step_rows(r)
+    if rows:
+        out.append(f"{h}# Steps\n")
+        out.append(table(["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
+                         + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
+                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
+                          for x in rows], right=set(range(1, 5 + len(causes)))))
+    if r.get("step_history", {}).get("time_ms"):
+        hist = r["step_history"]["time_ms"]
+        out.append(f"Whole run ({md(r['step_history'].get('source', 'steps.csv'))}): {len(hist)} steps, "
+                   f"median {sorted(hist)[len(hist) // 2]:.2f} ms, min {min(hist):.2f} ms, max {max(hist):.2f} ms\n")
+    out.append(_gap_histogram(r, h))
+    out.append(f"{h}# GPU time by kernel category\n")
+    cats = sorted(r["kernels"]["categories"].items(), key=lambda kv: -kv[1])
+    out.append(table(["category", "share of kernel time", "ms"],
+                     [[(Markup("**data movement**") if c == "data_movement" else c.replace("_", " ")),
+                       f"{p:.1f}%", f"{r['kernels'].get('categories_ms', {}).get(c, 0.0):.3f}"]
+                      for c, p in cats if p > 0 or c == "data_movement"], right={1, 2}))
+    top = r["kernels"]["top"]
+    if top:
+        out.append(f"{h}# Top kernels\n")
+        out.append(table(["kernel", "category", "count", "total ms", "mean us", "share"],
+                         [[k["name"], k["category"], k["count"], f"{k['total_ms']:.3f}", f"{k['mean_us']:.1f}",
+                           f"{k['pct']:.1f}%"] for k in top], right={2, 3, 4, 5}))
+    out.append(_copies(r, h))
+    out.append(_syncs(r, h))
+    nv = nvml_summary(r.get("nvml"))
+    if nv:
+        out.append(f"{h}# NVML samples\n")
+        out.append(table(["GPU", "series", "min", "mean", "max"], [list(x) for x in nv], right={2, 3, 4}))
+    out.append(f"{h}# Environment\n")
+    out.append(table(["what", "value"], [list(x) for x in environment_rows(r)]))
+    if r.get("notes"):
+        out.append(f"{h}# Notes\n")
+        out.append("\n".join(f"- {md(n)}" for n in r["notes"]) + "\n")
+    return "\n".join(out)
+
+
+def _gap_histogram(r: dict, h: str) -> str:
+    hist = r["gaps"].get("histogram") or {}
+    edges = hist.get("edges_us") or []
+    if len(edges) < 2:
+        return ""
+    causes = [c for c, v in hist["count"].items() if sum(v) > 0]
+    rows = []
+    for i in range(len(edges) - 1):
+        n = sum(hist["count"][c][i] for c in causes)
+        if n == 0:
+            continue
+        ms = sum(hist["time_ms"][c][i] for c in causes)
+        main = max(causes, key=lambda c: hist["count"][c][i])
+        rows.append([f"{_us(edges[i])} - {_us(edges[i + 1])}", n, f"{ms:.3f}", main.replace("_", " ")])
+    return (f"{h}# Idle gaps by duration\n\n" +
+            table(["gap duration", "gaps", "idle ms", "main cause"], rows, right={1, 2}))
+
+
+def _us(us: float) -> str:
+    return f"{us / 1000:.3g} ms" if us >= 1000 else f"{us:.3g} us"
+
+
+def _copies(r: dict, h: str) -> str:
+    c = r["copies"]
+    if not c["by_direction"]:
+        return f"{h}# Copies\n\nNo memory copies in the analysis window.\n"
+    rows = [[d, e["count"], f"{e['mb']:.3f}", f"{e['time_us']:.1f}",
+             f"{e['gb_per_s']:.2f}" if e.get("gb_per_s") is not None else "-", e["pageable_count"]]
+            for d, e in sorted(c["by_direction"].items())]
+    return f"{h}# Copies\n\n" + table(["direction", "count", "MB", "time us", "GB/s", "pageable"], rows,
+                                      right={1, 2, 3, 4, 5})
+
+
+def _syncs(r: dict, h: str) -> str:
+    s = r["sync"]
+    if not s.get("recorded", True):
+        return f"{h}# Synchronizations\n\n{sync_rate(r).capitalize()}: this trace cannot show them.\n"
+    if not s.get("by_cause"):
+        return f"{h}# Synchronizations\n\nNo host-GPU synchronization in the analysis window.\n"
+    rows = [[g["op"], g.get("inner_op") or "-", g.get("frame") or "-", ", ".join(g["calls"]), g["count"],
+             f"{g['per_step']:.1f}", f"{g['blocked_ms']:.3f}", f"{g['gpu_idle_ms']:.3f}"] for g in s["by_cause"]]
+    return f"{h}# Synchronizations\n\n" + table(
+        ["op", "inner op", "user frame", "CUDA calls", "count", "per step", "host blocked ms", "GPU idle caused ms"],
+        rows, right={4, 5, 6, 7})

@@ -1,0 +1,1 @@
+"""The terminal: the check-up as Rich text, and the lines every text report shares."""

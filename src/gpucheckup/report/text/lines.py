@@ -1,0 +1,223 @@
+"""Plain-text lines every report format prints the same way (terminal, HTML, Markdown)."""
+
+from __future__ import annotations
+
+from gpucheckup.diagnosis.rates import per_step
+from gpucheckup.report.text.hardware_text import mfu_short
+
+WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
+MAX_EVENTS = 3  # evidence events shown under each finding (the JSON has them all)
+
+
+def event_line(ev: dict) -> str:
+    """One evidence event: when (ms from the trace's first event, or the run's start), what, where, how long."""
+    return f"at {ev['start_ms']:.3f} ms: {ev['name']} on {ev['where']} ({ev['dur_ms']:.3f} ms)"
+
+
+def step_line(r: dict) -> str:
+    """The step time every figure is expressed in, and what it is."""
+    w = r["window"]
+    return f"step {w['step_ms']:.2f} ms ({w['basis']})"
+
+
+def busy_line(r: dict) -> str:
+    """GPU busy % as traced, with the busy % without the profiler when its step time is known."""
+    g = r["gpu"]
+    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
+    return f"GPU busy {g['busy_pct']:.1f}%{unprof}"
+
+
+SYNCS_NOT_RECORDED = "not recorded (light window without --light-syncs)"
+
+
+def sync_rate(r: dict) -> str:
+    """Synchronizations counted honestly: "2.0 per step", "1 in 30 steps" (diagnosis/rates.py), or not recorded."""
+    if not r["sync"].get("recorded", True):
+        return SYNCS_NOT_RECORDED
+    return per_step(r["sync"]["count"], r["steps"]["count"], r["steps"]["marked"])
+
+
+def cost_line(f: dict) -> str:
+    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so."""
+    ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
+
+
+def saving_text(fx: dict) -> str:
+    """A fix's saving as every format prints it: its replayed prediction and the edit that made it, else
+    its bound and why it was not replayed."""
+    p = fx.get("predicted")
+    if p:
+        return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
+                f"({p['saving_pct']:.1f}%)")
+    bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
+    return bound + (fx.get("predicted_note") or "not replayed")
+
+
+def key_figures(r: dict) -> list[tuple[str, str]]:
+    """The headline figures as (name, value) text pairs: the one list the terminal, HTML and Markdown print."""
+    s, k, c = r["steps"], r["kernels"], r["copies"]
+    if s["marked"]:
+        rows = [
+            ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
+            ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
+        ]
+    else:
+        rows = [(f"step time ({WHOLE_TRACE})", f"{s['median_ms']:.2f} ms")]
+    rows += [
+        ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
+        ("MFU", mfu_short(r)),
+    ]
+    for cause, pct in r["gaps"]["pct_of_step"].items():
+        if pct is not None and pct >= 0.5:  # None: not finite (an absurd trace)
+            rows.append((f"GPU idle: {r['gaps']['cause_titles'].get(cause, cause)}", f"{pct:.1f}% of step"))
+    rows += [
+        ("idle pattern", r["gaps"]["pattern"]["shape"]),
+        (f"kernels (count / mean / under {k['small_threshold_us']:g} us)",
+         f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%"),
+        ("data movement share of kernel time", f"{k['categories'].get('data_movement', 0.0):.1f}%"),
+        ("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}"),
+        ("synchronizations", sync_rate(r)),
+        ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
+    ]
+    if r.get("labels"):  # diagnosis/labels.py
+        rows.append(("job label (for schedulers)", f"{r['labels']['intensity']}-intensive ({r['labels']['reason']})"))
+    return rows
+
+
+HOST_VERDICTS = ("launch_bound",)  # verdicts read from host-side idle time, which the profiler inflates
+# analysis/one_trace/profiler_overhead.py
+PROFILER_COST = "+33% to +69% step time on launch-bound jobs measured on an H200"
+
+
+def profiler_caveat(r: dict, short: bool = False) -> str | None:
+    """A host-side verdict read from a profiled trace with no unprofiled step time: the profiler's own host
+    cost may have made it; how to get the true verdict. None when it does not apply."""
+    if r["verdict"]["primary"] not in HOST_VERDICTS or r.get("profiler"):
+        return None
+    if short:
+        return "caution: profiler host cost can fake launch-bound; see --unprofiled-step-ms"
+    return ("caution: torch.profiler adds host cost to every op (" + PROFILER_COST + "), which can make a "
+            "GPU-bound job read launch-bound; for the true verdict pass --unprofiled-step-ms MS or record "
+            "unprofiled steps with `gpucheckup run`")
+
+
+def rel_ms(r: dict, t_us: float) -> float:
+    """A time on the trace's clock as a person reads it: ms from the trace's first event."""
+    return (t_us - (r["trace"].get("start_us") or 0.0)) / 1000
+
+
+def step_label(r: dict, index: int) -> str:
+    """The one numbering of steps every table and plot uses: the ProfilerStep number (`#12`), else the label."""
+    labels = r["steps"].get("labels") or []
+    label = labels[index] if 0 <= index < len(labels) else str(index)
+    return label[len("ProfilerStep"):] if label.startswith("ProfilerStep") else label
+
+
+def plain_value(v) -> str:
+    """A value as a person reads it: lists joined (each distinct value once), not Python's repr."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(dict.fromkeys(plain_value(x) for x in v)) or "-"
+    return "-" if v is None else str(v)
+
+
+def version_text(kind: str, v) -> str:
+    """Library versions as released: CUDA 12040 -> 12.4, cuDNN 91900 -> 9.19.0 (8907 -> 8.9.7); text as given."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
+        return ".".join(map(str, v))  # NCCL's (2, 21, 5)
+    if isinstance(v, str) and v.isdigit():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        return plain_value(v)
+    if kind == "cuda":
+        return f"{v // 1000}.{(v % 1000) // 10}"
+    if kind == "cudnn":
+        major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return str(v)
+
+
+def run_rows(report: dict) -> list[tuple[str, str]]:
+    """The whole run's figures as (name, value) text pairs: the one list the terminal and HTML print."""
+    r, fig = report["run"], report["run_figures"]
+    rows = [("command", " ".join(r["command"] or []))]
+    ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
+    if r["kind"] == "run":
+        rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
+    rows.append(("traces", ", ".join(r["traces"]) or "none"))
+    st = fig.get("steps")
+    if st:
+        line = f"{st['count']} steps"
+        if st.get("steady_ms") is not None:
+            line += (f"; steady step {st['steady_ms']:.2f} ms (total time over steps) after {st['warmup_steps']} "
+                     "warm-up steps, "
+                     + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
+        if st["profiled_steps"]:
+            line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
+        if st["profiler_overhead_pct"] is not None:
+            line += f" ({st['profiler_overhead_pct']:+.0f}% step time under the profiler)"
+        if st["slow"] and st["slow"]["count"]:
+            line += f"; {st['slow']['count']} slow steps (> 2x median)"
+        rows.append(("steps", line))
+    nv = fig.get("nvml")
+    if nv and nv.get("util_mean_pct") is not None:
+        hb = nv["heartbeat"]
+        line = (f"utilization {nv['util_mean_pct']:.1f}% mean over {nv['active_s']:.1f} s"
+                f"{', heartbeat' if hb['heartbeat'] else ''} ({hb['pulses']} pulses, {hb['low_pct']:.0f}% low)")
+        if nv.get("power_mean_w") is not None:
+            line += f"; {nv['power_mean_w']:.0f} W mean"
+        if nv.get("sm_clock_median_mhz") is not None:
+            line += f"; SM clock {nv['sm_clock_median_mhz']:.0f} MHz"
+        th = nv.get("throttle") or {}
+        if th.get("known"):
+            line += f"; throttled {th['throttled_pct']:.0f}% of samples"
+        mem = nv.get("memory") or {}
+        if mem.get("growth_mb") is not None:
+            line += f"; memory {mem['start_mb'] / 1024:.1f} -> {mem['end_mb'] / 1024:.1f} GB"
+        rows.append(("NVML", line))
+    else:
+        rows.append(("NVML", str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
+    cpu = fig.get("cpu")
+    if cpu and cpu.get("samples"):
+        rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
+                            f"{cpu['others_median_pct']:.0f}%, up to {cpu['max_processes']} processes"))
+    ld = fig.get("dataloaders") or {}
+    if ld.get("loaders"):
+        rows.append(("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {plain_value(ld['pin_memory'])}"
+                                   f", {ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})"))
+    env = report.get("env") or {}
+    torch = env.get("torch") or {}
+    gpus = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []})) or "no GPU seen by NVML"
+    rows.append(("environment", f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'} "
+                                f"(CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
+                                f"NCCL {version_text('nccl', torch.get('nccl'))})"))
+    flops = fig.get("flops")
+    if flops and flops.get("flops_per_step"):
+        rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
+    hs = fig.get("host_samples")
+    if hs:  # a light window (analysis/run_logs/sampled_causes.py)
+        rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
+    for k, v in (r["failed"] or {}).items():
+        rows.append((f"not captured: {k}", str(v)))
+    return rows
+
+
+def host_sample_lines(hs: dict, gaps_source: str | None) -> list[tuple[str, str]]:
+    """The light window's rows: the main thread's sampled states over the window and over the GPU's idle
+    time, the cheap ranges, and where the gap causes came from; each says its source."""
+    def states(rows: list[dict]) -> str:
+        return ", ".join(f"{x['state']} {x['pct']:.0f}%" for x in rows[:5]) or "none"
+
+    out = [(f"host, from {hs['source']}",
+            f"{states(hs['window_by_state'])} of {hs['window_ms']:.1f} ms of profiled steps "
+            f"({hs['window_covered_pct']:.0f}% covered, {hs['stack_changes']} stack changes at {hs['rate_hz']:g} Hz)")]
+    if hs.get("gap_by_state") is not None:
+        out.append((f"GPU idle, from {hs['source']}", f"{states(hs['gap_by_state'])} of {hs['gap_ms']:.1f} ms idle "
+                                                   f"({hs['gap_covered_pct']:.0f}% covered)"))
+    rg = hs.get("ranges") or {}
+    if rg:
+        out.append(("ranges, from profiler ranges", ", ".join(f"{k} {v['pct']:.0f}%" for k, v in rg.items())
+                    + " of the profiled steps"))
+    if gaps_source:
+        out.append(("idle causes above", f"from {gaps_source}"))
+    return out

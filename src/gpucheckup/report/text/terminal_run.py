@@ -1,0 +1,46 @@
+"""The terminal view of a run directory's run-level parts: capture status, steps over the whole run,
+NVML, CPU, environment. Text from the run (commands, paths, names) goes through `Text`, never markup."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpucheckup.report.text import terminal
+from gpucheckup.report.text.lines import run_rows
+from gpucheckup.safe_text import safe_tree
+
+
+def render_run_only(report: dict, console: Console) -> None:
+    """A run with no GPU timeline: say so plainly, then the run-level findings and figures."""
+    report = safe_tree(report)  # paths, commands, frames: control and bidi characters escaped
+    r = report["run"]
+    head = Text("gpucheckup ", style="bold")
+    head.append(r["path"])
+    console.print(head)
+    console.print(Panel(Text(report["verdict"]["reason"]), title="No GPU timeline", title_align="left",
+                        box=box.ROUNDED))
+    for f in report["verdict"]["findings"]:
+        console.print(terminal._finding(f))
+    if report["fixes"]:
+        console.print(terminal._fixes(report))
+    render_run(report, console)
+
+
+def render_run(report: dict, console: Console) -> None:
+    """The whole-run figures under a check-up."""
+    report = safe_tree(report)
+    fig = report["run_figures"]
+    t = Table(title="Whole run", title_justify="left", box=box.SIMPLE, show_header=False)
+    t.add_column("what")
+    t.add_column("value", overflow="fold")
+    for name, value in run_rows(report):
+        t.add_row(Text(name, style="yellow" if name.startswith("not captured") else ""), Text(value))
+    console.print(t)
+    coarse = fig.get("coarse")
+    if coarse:
+        console.print(Panel(Text(coarse.get("sentence", "")), title="Out-of-process check-up (coarse)",
+                            title_align="left", box=box.ROUNDED))

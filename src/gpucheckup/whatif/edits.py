@@ -1,0 +1,813 @@
+"""What each fix would save: the fix applied as an edit of the replay graph (replay.py), replayed.
+
+Definitions (also in docs/metrics.md, "What-if"):
+- predicted step = median replayed step with the edit; before = median replayed step unchanged
+  (both with replay.calibrate's correction of the profiler's host cost: on the unprofiled step
+  when it is known and can calibrate, else by the profiler's per-event cost).
+- saving = before - predicted step (ms per step; for `larger_batch`, per original batch).
+Each transformation is keyed in TRANSFORMS and states its mechanism in its docstring; what it
+does not change is held as measured. The fix catalogue (diagnosis/fixes.py) names, per fix, the
+transformation and parameters that predict it; diagnosis/savings.py runs them for a report. A
+transformation that finds nothing to change (no syncs, no collectives, ...) predicts no change
+and says why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+
+from gpucheckup.analysis.one_trace import host_calls, launches
+from gpucheckup.whatif import replay
+from gpucheckup.analysis.distinct import median, unique
+from gpucheckup.analysis.flops.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
+from gpucheckup.analysis.groups import by_key
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize, data_movement_family
+from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
+from gpucheckup.analysis.flops.shape_flops import first_float_dtype
+from gpucheckup.hardware import peaks
+from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, USER_ANNOTATION, Trace
+
+from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
+MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
+DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
+WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
+BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
+SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read of one value: no host work on arrays
+# Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
+# reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
+# lookups: pointwise loads and stores at computed addresses). Measured on the H200 MoE example: its data-movement
+# kernels took 1.42 ms per step eager and 0.58 ms compiled, GEMMs unchanged (docs/validation.md section 7c).
+COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/one_trace/kernels.py)
+COMPILE_FUSES_MOVES = ("gather", "scatter", "index", "embedding")  # data-movement families (kernels.py) it fuses too
+# Copies, casts, cat and transposes are left as they are: a copy the trace cannot tie to its producer may be a weight
+# cast (autocast), which Inductor leaves a kernel of its own (its only consumer is the GEMM library call).
+# Never fused, whatever the category: library algorithms Inductor calls rather than generates (CUB's sorts, scans,
+# selects and device reductions, top-k), and kernels Inductor already generated (a compiled trace's `triton_*`)
+COMPILE_KEEPS = re.compile(r"cub::|sort|topk|^triton_", re.I)
+COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
+# What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
+# runtime launch call (`replay.typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
+# profiler calibration scales it with every host cost). Measured on the H200 (torch 2.11; docs/validation.md
+# section 7) in traces of the launch example run with --compile and with --cuda-graphs, each against that trace's
+# own median cudaLaunchKernel. A call into the compiled model (forward or backward) runs wrappers around the
+# generated code (`## Call CompiledFxGraph`): Dynamo's guards and pre-graph bytecode, AOTAutograd's runtime
+# wrapper, and with graphs cudagraph trees' replay bookkeeping (static input addresses checked, other inputs
+# copied in). Each of them walks the call's inputs (the pre-graph bytecode gathers the parameters, the guards
+# check each tensor), so the cost is taken per input: a call's inputs are its share of the parameters (the
+# trace's PARAM_OP count per step, shared among the calls of one direction by their launches) and the one
+# tensor it is called with, on top of a fixed part: what AOTAutograd's wrapper does before it touches them, as the
+# trace labels it (`AOTDispatcher Runtime Wrapper Prologue`: 34-42 us against a 7.45 us launch call compiled,
+# 26-37 us against 5.33 us graphed). On the launch example (144 parameters: 145 inputs per call) the wrappers took
+# 820 us (forward) and 538 us (backward) compiled, and 788 and 1041 us graphed less the graph launch: per input,
+# forward and backward, beyond the fixed part,
+CALL_FIXED_LAUNCHES = 5.0
+COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
+GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
+GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
+PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
+AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
+LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
+
+
+@dataclass
+class Prediction:
+    """One fix's predicted effect on the median step."""
+
+    fix: str
+    step_ms_before: float
+    step_ms_after: float
+    transform: str  # what the edit did, in one sentence
+    changed: int = 0  # graph nodes or GPU ops the edit changed (0: not applicable)
+
+    @property
+    def saving_ms(self) -> float:
+        return self.step_ms_before - self.step_ms_after
+
+    @property
+    def saving_pct(self) -> float:
+        return 100 * self.saving_ms / self.step_ms_before if self.step_ms_before > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"fix": self.fix, "step_ms_before": self.step_ms_before, "step_ms_after": self.step_ms_after,
+                "saving_ms": self.saving_ms, "saving_pct": self.saving_pct, "transform": self.transform,
+                "changed": self.changed}
+
+
+@dataclass
+class Edit:
+    """A transformation's result: the edited graph, what it did, how many things it changed."""
+
+    graph: Graph
+    what: str
+    changed: int
+    per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
+
+
+def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
+    """Per node: whether its host row starts inside a user annotation named prefix... on its thread."""
+    host = g.trace.host
+    ids = g.trace.name_ids(lambda n: n.startswith(prefix))
+    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+    out = np.zeros(len(g.h_kind), dtype=bool)
+    rows = g.h_row
+    ok = rows >= 0
+    t, tid = host.start[np.maximum(rows, 0)], host.tid[np.maximum(rows, 0)]
+    for a in ann:
+        out |= ok & (t >= host.start[a]) & (t <= host.end[a]) & (tid == host.tid[a])
+    return out
+
+
+def _remembered(g: Graph, name: str, arrays: tuple, compute):
+    """compute() once for the graphs whose `arrays` (what it reads) are equal: every fix's edit starts from a copy of
+    the same calibrated graph, whose memo the copies share (torch_compile and cuda_graphs fuse the same kernels)."""
+    got = g.memo.get(name)
+    if got is not None and all(np.array_equal(a, b) for a, b in zip(got[0], arrays)):
+        return got[1]
+    value = compute()
+    g.memo[name] = (tuple(a.copy() for a in arrays), value)
+    return value
+
+
+def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) -> Edit:
+    """The host stops waiting for the GPU at its sync calls (sync APIs, reads of GPU values into
+    pageable memory): each keeps only its own cost; the copies stay on the GPU. Input copies to
+    the GPU are pin_memory's. With `ops`, only the syncs made inside one of those operators (on
+    the calling thread: e.g. aten::item) are edited; with `reads` also those that wait for a copy
+    to the host (`.cpu()`, `.to("cpu")`). Those reads happen every N steps instead of every step
+    (or not at all: a static bound instead of a size read), so the read itself goes too: its
+    operator's dispatch, its calls (the copy call, the stream sync after it) and the copy it
+    launched. A copy read brings arrays the host then computes on (metrics in numpy): that work,
+    the host time after the read up to the next operator that launches GPU work, goes with it.
+    The other syncs still wait."""
+    g = g.copy()
+    names = g.trace.names
+    host, gpu = g.trace.host, g.trace.gpu
+    h2d_nodes = set(g.g_launch[replay.copy_rows(g, "HtoD")].tolist())
+    nodes = [j for j in np.flatnonzero(g.h_kind == SYNC)
+             if j not in h2d_nodes and (names[host.name[g.h_row[j]]] in host_calls.SYNC_CALLS
+                                        or g.h_waited[j])]
+    to_host = set(np.flatnonzero((gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "DtoH" in n)))
+                  .tolist())
+    copy_read = {j for j in nodes if any(int(o) in to_host for o in g.h_await[j])
+                 and not _enclosing_ops(g, j) & SCALAR_READS}
+    if ops is not None:
+        nodes = [j for j in nodes if _enclosing_ops(g, j) & ops or (reads and j in copy_read)]
+    for j in nodes:
+        g.h_kind[j] = CALL
+        g.h_await[j] = np.zeros(0, dtype=np.int64)
+        if ops is None:
+            continue
+        # the read itself goes (made every N steps, or not at all with a static bound): its operator's
+        # dispatch, its calls (the copy call and the stream sync after it) and the copy it launched
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+        g.h_dur[j] = 0.0
+        own = np.flatnonzero((g.g_launch == j) & (gpu.kind == MEMCPY))
+        g.g_dur[own] = 0.0
+        k = j + 1
+        while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
+            g.h_dur[k] = 0.0
+            k += 1
+        if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
+            g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
+    which = f" inside {', '.join(sorted(ops))}" if ops is not None else ""
+    which += " or reading copies to the host" if ops is not None and reads else ""
+    return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU", len(nodes))
+
+
+# static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
+# size of the buffer they index: a padded buffer does not make them do more
+INDEXED_WORK = frozenset({"aten::index", "aten::index_put_", "aten::_index_put_impl_", "aten::index_select",
+                          "aten::gather", "aten::scatter", "aten::scatter_", "aten::scatter_add_", "aten::index_add_",
+                          "aten::take", "aten::masked_select", "aten::masked_scatter_"})
+MAX_VARYING_SHARE = 0.5  # more than this share of the step's operators changing shape is a changing input (e.g.
+# sequence length), not sizes read from the data
+BOUND_FACTOR = 1.0  # static_shapes' default bound: the largest data-set size the window saw (drops nothing it saw)
+
+
+@dataclass
+class _DataSized:
+    """Operators whose size along one dimension is set by data, and that size (per operator row)."""
+
+    rows: np.ndarray  # host rows of the operators
+    size: np.ndarray  # the data-set dimension's value for each
+    seen: np.ndarray  # the largest value seen at each one's position across the window's steps
+    how: str  # which signature found them
+
+
+def static_shapes(g: Graph, ops: frozenset | None = None, reads: bool = False, bound: float | None = None,
+                  bound_factor: float = BOUND_FACTOR) -> Edit:
+    """A static bound instead of sizes read from the data (e.g. a fixed expert capacity instead of
+    int(counts.max())): the data-dependent syncs (those made inside `ops`) go as in remove_syncs, and
+    the work whose size the data set is padded to the bound. Which operators the data sized (needs
+    record_shapes and marked steps; only operators that start after their step's first data-dependent
+    read): those at the same position in every step (steps that ran the same operators in the same
+    order) whose input shapes change from step to step while most keep theirs (at most
+    MAX_VARYING_SHARE of the positions change), sized by the largest of their changing dimensions; else, where the sizes do not vary (the same data every
+    step), the size the host read: the first integer of a size list the host passes after the read
+    that no operator of the step had before it and that is a dimension of an operator's inputs after
+    it; the operators with it in their first input's shape are sized by it. Operators in INDEXED_WORK
+    are left: their work is their index count. The bound B is `bound`, else `bound_factor` x the
+    largest size seen at that position in the window; each kernel those operators launch (by External
+    id) keeps the trace's per-kernel fixed cost (its shortest kernel) and scales the rest by B / size
+    (GEMM and elementwise work is linear in the rows). Without shapes, or without `ops`, the edit is
+    the sync removal alone, and says so."""
+    base = remove_syncs(g, ops, reads)
+    e = base.graph
+    read_nodes = np.flatnonzero((g.h_kind == SYNC) & (e.h_kind == CALL))
+    shapes = bool(len(g.trace.host.shapes)) and bool(g.trace.host.shapes.present().any())
+    sized = _data_sized(g, read_nodes) if ops is not None and shapes else None
+    if sized is None:
+        why = ("no recorded shapes" if not shapes else "no data-dependent operators named"
+               if ops is None else "no data-dependent reads" if not len(read_nodes)
+               else "no shapes set by the data-dependent reads")
+        return Edit(e, f"{base.what}; {why}: nothing padded (the sync removal alone)", base.changed)
+    gpu = g.trace.gpu
+    kernels = np.flatnonzero(gpu.kind == KERNEL)
+    op = launches.op_rows(g.trace, kernels)
+    at = np.searchsorted(sized.rows, op)
+    hit = (op >= 0) & (sized.rows[np.minimum(at, len(sized.rows) - 1)] == op)
+    kernels, at = kernels[hit], at[hit]
+    if not len(kernels):
+        return Edit(e, f"{base.what}; {sized.how}, but they launch no kernel: nothing padded", base.changed)
+    b = np.full(len(at), float(bound)) if bound else bound_factor * sized.seen[at]
+    factor = b / sized.size[at]
+    floor = _kernel_floor_us(g)
+    d = e.g_dur[kernels]
+    e.g_dur[kernels] = np.where(d > floor, floor + (d - floor) * factor, d)
+    bound_s = f"{bound:g}" if bound else f"{bound_factor:g} x the largest seen ({int(sized.seen.max())})"
+    return Edit(e, f"{base.what}; {len(kernels)} kernels of {len(unique(op[hit]))} operators sized by data "
+                   f"({sized.how}) padded to the static bound {bound_s}: time x{factor.min():.3f} to "
+                   f"x{factor.max():.3f} (median x{median(factor):.3f}), "
+                   f"{d.sum() / 1000:.2f} -> {e.g_dur[kernels].sum() / 1000:.2f} ms over the trace",
+                base.changed + len(kernels))
+
+
+def _op_table(g: Graph) -> tuple[np.ndarray, list, np.ndarray]:
+    """Operators with recorded input shapes inside a marked step, by start: rows, decoded input shapes (a list
+    per input), step index."""
+    host = g.trace.host
+    if not g.steps.marked or not len(host.shapes):
+        return np.zeros(0, dtype=np.int64), [], np.zeros(0, dtype=np.int64)
+    rows = np.flatnonzero((host.cat == CPU_OP) & host.shapes.present())
+    step = _host_step(g, host.start[rows])
+    rows, step = rows[step >= 0], step[step >= 0]
+    o = np.argsort(host.start[rows], kind="stable")
+    rows, step = rows[o], step[o]
+    memo: dict = {}
+    shapes = [memo[r] if r in memo else memo.setdefault(r, _decoded(r) or []) for r in host.shapes.take(rows)]
+    return rows, shapes, step
+
+
+def _host_step(g: Graph, t: np.ndarray) -> np.ndarray:
+    """The step whose host window (its ProfilerStep# range) holds each time, or -1."""
+    i = np.searchsorted(g.steps.host_start, t, side="right") - 1
+    return np.where((i >= 0) & (t <= g.steps.host_end[np.maximum(i, 0)]), i, -1)
+
+
+def _decoded(raw: bytes | str | None):
+    """A JSON value decoded, or None."""
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _flat(shapes: list) -> tuple[int, ...]:
+    """Every dimension of an operator's input shapes, in order."""
+    return tuple(d for s in shapes if isinstance(s, list) for d in s if isinstance(d, int))
+
+
+def _passed_sizes(raw: bytes | None) -> tuple[list[int], list[int]]:
+    """From an operator's Concrete Inputs: the integers of the size lists the host passed, and its integer scalars."""
+    lists, scalars = [], []
+    for x in _decoded(raw) or []:
+        if not isinstance(x, str):
+            continue
+        if x.startswith("["):
+            v = _decoded(x)
+            lists += [d for d in (v if isinstance(v, list) else []) if isinstance(d, int)]
+        elif x.lstrip("-").isdigit():
+            scalars.append(int(x))
+    return lists, scalars
+
+
+def _data_sized(g: Graph, read_nodes: np.ndarray) -> _DataSized | None:
+    """The operators whose size the data set (see static_shapes), or None when none are found: only operators
+    that start after their step's first data-dependent read (before it, nothing read can have sized them)."""
+    rows, shapes, step = _op_table(g)
+    r = g.h_row[read_nodes]
+    r = r[r >= 0]
+    at = _host_step(g, g.trace.host.start[r])
+    first_read = np.full(g.steps.count, np.inf)
+    np.minimum.at(first_read, at[at >= 0], g.trace.host.start[r][at >= 0])
+    if not len(rows) or not np.isfinite(first_read).any():
+        return None
+    return _varying(g, rows, shapes, step, first_read) or _read_size(g, rows, shapes, step, first_read)
+
+
+def _sized(rows: list, size: list, seen: list, how: str) -> _DataSized:
+    """A _DataSized sorted by row."""
+    o = np.argsort(rows, kind="stable")
+    return _DataSized(np.asarray(rows, dtype=np.int64)[o], np.asarray(size, dtype=float)[o],
+                      np.asarray(seen, dtype=float)[o], how)
+
+
+def _varying(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
+             first_read: np.ndarray) -> _DataSized | None:
+    """Signature 1: operators at the same position in every step whose input shapes change from step to step,
+    while at most MAX_VARYING_SHARE of the positions do. Steps are compared when they ran the same operators in
+    the same order (the most common sequence; a first step with extra operators is left out), at least two."""
+    host, names = g.trace.host, g.trace.names
+    key = list(zip(host.pid[rows].tolist(), host.tid[rows].tolist(), host.name[rows].tolist()))
+    per_step = {s: np.flatnonzero(step == s) for s in unique(step).tolist()}
+    seqs = {s: tuple(key[i] for i in idx) for s, idx in per_step.items()}
+    common = max(set(seqs.values()), key=list(seqs.values()).count) if seqs else ()
+    same = [per_step[s] for s in sorted(seqs) if seqs[s] == common]
+    if len(same) < 2:
+        return None
+    out_rows, out_size, out_seen = [], [], []
+    varying = 0
+    start = g.trace.host.start[rows]
+    for pos in range(len(common)):
+        at = [idx[pos] for idx in same]
+        if any(start[i] < first_read[step[i]] for i in at):
+            continue
+        flat = [_flat(shapes[i]) for i in at]
+        if len(set(flat)) == 1 or len({len(f) for f in flat}) != 1:
+            continue
+        varying += 1
+        if names[common[pos][2]] in INDEXED_WORK:
+            continue
+        moving = [j for j in range(len(flat[0])) if len({f[j] for f in flat}) > 1]
+        size = [max(f[j] for j in moving) for f in flat]
+        if min(size) <= 0:
+            continue
+        out_rows += [int(rows[i]) for i in at]
+        out_size += size
+        out_seen += [max(size)] * len(size)
+    if not varying or varying > MAX_VARYING_SHARE * len(common) or not out_rows:
+        return None
+    return _sized(out_rows, out_size, out_seen, f"{varying} of {len(common)} operator positions change shape "
+                                                f"across {len(same)} steps")
+
+
+def _read_size(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
+               first_read: np.ndarray) -> _DataSized | None:
+    """Signature 2, sizes the same in every step: per step, the value the host read is the first integer of a
+    size list passed (Concrete Inputs) after the step's first data-dependent read that no operator of the step had
+    before it (as a dimension, a size or a scalar) and that is a dimension of an operator's inputs after it; the
+    operators with it in their first input's shape are sized by it."""
+    host, names = g.trace.host, g.trace.names
+    concrete = host.concrete.take(rows) if len(host.concrete) else [None] * len(rows)
+    start = host.start[rows]
+    out_rows, out_size, values = [], [], []
+    for s in np.flatnonzero(np.isfinite(first_read)).tolist():
+        idx = np.flatnonzero(step == s)
+        pre, post = idx[start[idx] < first_read[s]], idx[start[idx] >= first_read[s]]
+        before = set()
+        for i in pre:
+            lists, scalars = _passed_sizes(concrete[i])
+            before.update(_flat(shapes[i]), lists, scalars)
+        later = set()
+        for i in post:
+            later.update(_flat(shapes[i]))
+        value = next((v for i in post for v in _passed_sizes(concrete[i])[0]
+                      if v > 1 and v not in before and v in later), None)
+        if value is None:
+            continue
+        values.append(value)
+        for i in post:
+            first = shapes[i][0] if shapes[i] and isinstance(shapes[i][0], list) else []
+            if value in first and names[host.name[rows[i]]] not in INDEXED_WORK:
+                out_rows.append(int(rows[i]))
+                out_size.append(value)
+    if not out_rows:
+        return None
+    return _sized(out_rows, out_size, [max(values)] * len(out_rows),
+                  f"the size the host read, {'/'.join(str(v) for v in sorted(set(values)))}, in {len(values)} "
+                  "steps")
+
+
+def _enclosing_ops(g: Graph, j: int) -> set[str]:
+    """Names of the CPU operators that enclose node j's call on its thread."""
+    host = g.trace.host
+    r = g.h_row[j]
+    if r < 0:
+        return set()
+    m = ((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
+         & (host.start <= host.start[r]) & (host.end >= host.end[r]))
+    return {g.trace.names[int(i)] for i in unique(host.name[m])}
+
+
+def fused_optimizer(g: Graph) -> Edit:
+    """One fused kernel per parameter group (taken as one group: the trace does not say how many)
+    instead of a launch per tensor (foreach=False: several kernels per parameter) or per tensor
+    list (foreach): inside `Optimizer.step` the host's time (the Python loop over parameters,
+    operator dispatch, each launch, the per-parameter step counters on the CPU) goes but one
+    launch. On the GPU the region's kernels become one kernel: each kernel's time is a fixed cost
+    (launch ramp and tail, the trace's shortest kernel bounds it) plus its work; the fused kernel
+    pays the fixed cost once and keeps all the work (it moves at most the same bytes; fewer, as it
+    reads each state tensor once, so this is the most it takes)."""
+    g = g.copy()
+    inside = _in_annotation(g, "Optimizer.step#") & (g.h_kind != MARK)
+    launching = np.isin(g.g_launch, np.flatnonzero(inside))
+    if not launching.any():
+        return Edit(g, "no Optimizer.step launches in the trace", 0)
+    floor = _kernel_floor_us(g)
+    changed = 0
+    launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
+    for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
+        ops = launch_ops[at]
+        lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
+        region = region_all[lo:hi + 1]  # the optimizer's host nodes from its first launch to its last
+        keep, rest = region[0], region[1:]
+        g.h_dur[rest] = 0.0
+        g.h_gap[rest] = np.minimum(g.h_gap[rest], 0.0)
+        g.h_kind[rest[g.h_kind[rest] == SYNC]] = CALL  # host reads of optimizer state go with the loop
+        if g.h_gap[keep] > 0:
+            g.h_gap[keep] -= g.h_dispatch[keep]
+        kernels = ops[g.trace.gpu.kind[ops] == KERNEL]
+        if len(kernels) > 1:
+            work = float(np.maximum(g.g_dur[kernels] - floor, 0.0).sum())
+            g.g_dur[kernels] = 0.0
+            g.g_dur[kernels[0]] = work + floor
+        g.g_lat[ops[1:]] = NO_DEP  # part of the one kernel: ordered by the stream only
+        g.g_gap[ops[1:]] = 0.0
+        changed += len(rest)
+    return Edit(g, f"the optimizer's host work ({changed} calls in the trace) becomes one launch per step, "
+                   f"its kernels one kernel", changed)
+
+
+def _kernel_floor_us(g: Graph) -> float:
+    """The fixed cost of one kernel: the shortest kernel in the trace (a kernel that did almost no work)."""
+    gpu = g.trace.gpu
+    d = gpu.dur[(gpu.kind == KERNEL) & (gpu.dur > 0)]
+    return float(d.min()) if len(d) else 0.0
+
+
+def pin_memory(g: Graph, pinned_gb_s: float | None = None) -> Edit:
+    """Pageable copies move to pinned memory: each runs at the pinned rate (the trace's own pinned
+    copies', else PINNED_GB_S); copies to the GPU become non_blocking, off the host's path (their
+    call costs one launch); copies to the host still block (the host reads them)."""
+    g = g.copy()
+    rate = pinned_gb_s or _pinned_rate(g.trace) or PINNED_GB_S
+    h2d, d2h = replay.copy_rows(g, "HtoD"), replay.copy_rows(g, "DtoH")
+    ops = np.concatenate([h2d, d2h])
+    if len(ops) == 0:
+        return Edit(g, "no pageable copies in the trace", 0)
+    nbytes = g.trace.gpu.bytes[ops]
+    at_rate = np.where(np.isnan(nbytes), g.g_dur[ops], nbytes / (rate * 1e3))  # bytes / (GB/s) in us
+    g.g_dur[ops] = np.minimum(g.g_dur[ops], at_rate)
+    cost = replay.typical_launch_us(g)
+    for j in unique(g.g_launch[h2d][g.g_launch[h2d] >= 0]):
+        g.h_kind[j] = CALL
+        g.h_dur[j] = min(g.h_dur[j], cost)
+        g.h_await[j] = np.zeros(0, dtype=np.int64)
+    return Edit(g, f"{len(ops)} pageable copies at {rate:.0f} GB/s pinned, {len(h2d)} to the GPU non_blocking",
+                len(ops))
+
+
+def _pinned_rate(trace: Trace) -> float | None:
+    """The fastest rate of the trace's pinned host<->device copies of at least MIN_PINNED_BYTES, GB/s."""
+    gpu = trace.gpu
+    ids = trace.name_ids(lambda n: "Pinned" in n and ("HtoD" in n or "DtoH" in n))
+    m = np.isin(gpu.name, ids) & (gpu.bytes >= MIN_PINNED_BYTES) & (gpu.dur > 0)
+    return float(np.max(gpu.bytes[m] / gpu.dur[m])) / 1e3 if m.any() else None
+
+
+def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float = WORKER_FACTOR) -> Edit:
+    """More DataLoader workers: the wait drops to what the loader's throughput allows. In-process
+    loading (`_SingleProcessDataLoaderIter`, num_workers=0) took the wait L per batch; `workers`
+    processes as fast deliver one per L / workers while the step runs, so the wait becomes
+    max(0, L / workers - rest of the step). A multi-process loader that made the step wait
+    delivers one batch per step; `factor` times the workers deliver one per step / factor, so
+    the wait becomes max(0, step / factor - rest of the step). Assumes free CPU cores."""
+    if not g.loaders:
+        return Edit(g.copy(), "no DataLoader waits in the trace", 0)
+    base = replay.replay(g)
+    g = g.copy()
+    t = base.node_start[[s for s, _, _ in g.loaders]]
+    step_of = np.searchsorted(base.start, t, side="right") - 1  # the replayed step each wait starts in
+    step_of = np.where((step_of >= 0) & (t <= base.end[np.maximum(step_of, 0)]), step_of, -1)
+    for (s, e, in_process), i in zip(g.loaders, step_of):
+        wait = base.node_start[e] - base.node_start[s]
+        if i < 0:
+            continue
+        rest = base.duration[i] - wait
+        period = wait / workers if in_process else base.duration[i] / factor
+        new_wait = max(0.0, period - rest)
+        inner = np.arange(s + 1, e + 1)
+        g.h_gap[inner] = 0.0
+        g.h_dur[inner[:-1]] = 0.0
+        g.h_gap[e] = new_wait
+        g.h_dispatch[inner] = 0.0
+    how = f"{workers} workers" if any(p for _, _, p in g.loaders) else f"{factor:g}x the workers"
+    return Edit(g, f"{len(g.loaders)} DataLoader waits cut to the loader's throughput with {how}", len(g.loaders))
+
+
+def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
+    """The calls into the compiled model, as (entry node, backward?, its launching nodes, its parameters): each
+    stretch of the host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose
+    launches are made by one thread, from its first launch (a compiled graph cannot hold a sync; the forward runs
+    on the calling thread, the backward on autograd's, so each is its own call); backward when that thread runs
+    autograd's operators (AUTOGRAD_THREAD_OP). Its parameters: the trace's (PARAM_OP per step) shared among the
+    calls of its direction by their launches."""
+    return _remembered(g, "compiled_calls", (g.g_launch, g.h_kind, g.h_row, eager), lambda: _find_calls(g, eager))
+
+
+def _find_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
+    """_compiled_calls, computed."""
+    host = g.trace.host
+    launching = np.zeros(len(g.h_kind), dtype=bool)
+    launching[replay.launch_nodes(g)] = True
+    tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
+    if "autograd_tids" not in g.memo:
+        ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
+        g.memo["autograd_tids"] = set(unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
+    backward_tids = g.memo["autograd_tids"]
+    breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
+    out, cur, cur_tid = [], [], None
+    for j, (brk, ln, t) in enumerate(zip(breaks, launching.tolist(), tid.tolist())):
+        if brk or (ln and cur and t != cur_tid):
+            if cur:
+                out.append(cur)
+            cur, cur_tid = [], None
+            if brk:
+                continue
+        if ln:
+            cur.append(j)
+            cur_tid = t
+    if cur:
+        out.append(cur)
+    calls = [(c[0], int(tid[c[0]]) in backward_tids, np.asarray(c, dtype=np.int64)) for c in out]
+    if "params_per_step" not in g.memo:
+        ids = g.trace.name_ids(lambda n: n == PARAM_OP)
+        g.memo["params_per_step"] = float(np.isin(host.name[host.cat == CPU_OP], ids).sum()) / max(g.steps.count, 1)
+    total = {b: sum(len(n) for _, bb, n in calls if bb == b) for b in (False, True)}
+    params = g.memo["params_per_step"] * g.steps.count
+    return [(e, b, n, params * len(n) / total[b]) for e, b, n in calls]
+
+
+def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
+    """The GPU side of torch.compile (shared by the graphs edit: mode="reduce-overhead" compiles with Inductor
+    too): each chain of elementwise, normalisation/reduction and indexing kernels of the model (`_fusable`;
+    consecutive on a stream, launched by one thread in one step with no sync between, not in `eager` ranges) becomes
+    fused kernels, each holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after
+    it (Inductor fuses pointwise producers and consumers into a reduction; two reductions make two kernels). A fused
+    kernel takes its longest member's time (it still moves the largest operand) at its first member's place; the
+    others take none. Edits g's GPU side; the launching nodes of the kernels folded into another, and their count."""
+    folded, gdur = _remembered(g, "inductor_fusion", (g.g_dur, g.g_prev, g.g_launch, g.g_step, g.h_kind, g.h_row,
+                                                      eager), lambda: _fusion_plan(g, eager))
+    g.g_dur[:] = gdur
+    g.g_lat[folded] = NO_DEP
+    g.g_gap[folded] = 0.0
+    return g.g_launch[folded], len(folded)
+
+
+def _fusion_plan(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """_inductor_fusion's kernels folded into another and every op's duration after it, computed."""
+    gpu = g.trace.gpu
+    tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
+    cats = _categories(g)
+    fusable = _fusable(g)
+    reduces = (cats == CATEGORIES.index(COMPILE_REDUCES))[gpu.name]
+    ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
+    # which of them may join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
+    # by the same thread with no sync call from its launch to this one's
+    o = np.flatnonzero(ew)
+    p = g.g_prev[o]
+    pp = np.maximum(p, 0)
+    lo, lp = g.g_launch[o], g.g_launch[pp]
+    syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
+    joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
+             & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
+    head_of, has_reduction = {}, {}
+    gdur, red = g.g_dur.tolist(), reduces.tolist()
+    folded = []
+    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: the predecessor's group is known
+        head = head_of.get(p, p)
+        h_red = has_reduction.get(head, red[head])
+        if red[o] and h_red:
+            continue  # a second reduction starts a kernel of its own
+        head_of[o] = head
+        has_reduction[head] = h_red or red[o]
+        gdur[head] = max(gdur[head], gdur[o])
+        gdur[o] = 0.0
+        folded.append(o)
+    return np.asarray(folded, dtype=np.int64), np.asarray(gdur, dtype=np.float64)
+
+
+def cuda_graphs(g: Graph) -> Edit:
+    """CUDA graphs as `torch.compile(model, mode="reduce-overhead")` makes them: the model's kernels as
+    Inductor fuses them (`_inductor_fusion`), each call into the compiled model (`_compiled_calls`: the forward,
+    the backward, each stretch between syncs and data waits, which a graph cannot hold) one graph replay: the
+    host's launch calls, operator dispatch and other runtime calls in it cost nothing, and its first launch
+    becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES
+    per input) and the graph's launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their
+    durations and run back to back (launch latency at the trace's typical one). The optimizer step
+    (`Optimizer.*` ranges) is not part of the compiled model and stays eager, launch by launch (the trace cannot
+    tell whether a user would compile or capture it too: that takes capturable=True and whole-step capture);
+    host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
+    stays."""
+    g = g.copy()
+    eager = _in_annotation(g, "Optimizer.")
+    _inductor_fusion(g, eager)
+    unit = replay.typical_launch_us(g)
+    calls = _compiled_calls(g, eager)
+    gpu = g.trace.gpu
+    kernels = np.bincount(g.g_launch[(g.g_launch >= 0) & (gpu.kind == KERNEL) & (g.g_dur > 0)],
+                          minlength=len(g.h_kind))
+    captured = np.zeros(len(g.h_kind), dtype=bool)
+    changed = 0
+    for entry, backward, nodes, params in calls:
+        lo, hi = nodes[0], nodes[-1]
+        inside = np.arange(lo, hi + 1)
+        inside = inside[g.h_kind[inside] == CALL]
+        captured[inside] = True
+        pos = g.h_gap[inside] > 0
+        g.h_gap[inside[pos]] -= np.minimum(g.h_dispatch[inside[pos]], g.h_gap[inside[pos]])
+        g.h_dur[inside] = 0.0
+        g.h_dur[entry] = unit * (CALL_FIXED_LAUNCHES + GRAPHED_INPUT_LAUNCHES[backward] * (params + 1)
+                                 + GRAPH_NODE_LAUNCHES * kernels[nodes].sum())
+        changed += len(nodes)
+    ops = (g.g_launch >= 0) & captured[np.maximum(g.g_launch, 0)]
+    g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
+    return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
+                   f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
+                changed)
+
+
+def torch_compile(g: Graph) -> Edit:
+    """torch.compile(model): the model's kernels as Inductor fuses them (`_inductor_fusion`); the dispatch and
+    launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
+    kernels) keeps its launch, costing the host what its eager launch cost (Inductor's generated code calls
+    a launcher per kernel in place of the operator: measured on the H200 at 2.9 launch calls per launch against
+    eager's 2.7, its Python between kernels at 1.5 against eager's 2.4). Each call into the compiled model
+    (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
+    CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
+    optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
+    g = g.copy()
+    eager = _in_annotation(g, "Optimizer.")
+    unit = replay.typical_launch_us(g)
+    folded, n = _inductor_fusion(g, eager)
+    j = unique(folded)
+    g.h_dur[j] = 0.0
+    g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
+    calls = _compiled_calls(g, eager)
+    for entry, backward, _nodes, params in calls:
+        g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
+    return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
+                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
+
+
+def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
+    """fp32 GEMMs run in `target` (tf32, or bf16 under autocast): each fp32 GEMM kernel's time is
+    scaled by the datasheet peak ratio fp32 / target (hardware/peaks.py); a GEMM limited by memory
+    speeds up less, so this is the most it saves."""
+    g = g.copy()
+    trace = g.trace
+    peak = peaks.lookup(trace.devices[0].name) if trace.devices else None
+    if peak is None or not peak.peak("fp32") or not peak.peak(target):
+        return Edit(g, "the GPU is not in the peak table: no peak ratio", 0)
+    ratio = peak.peak("fp32") / peak.peak(target)
+    rows = _fp32_gemms(g)
+    g.g_dur[rows] *= ratio
+    return Edit(g, f"{len(rows)} fp32 GEMM kernels scaled by the {peak.id} peak ratio fp32/{target} = {ratio:.3f}",
+                len(rows))
+
+
+def _categories(g: Graph) -> np.ndarray:
+    """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
+    -1 for the names of host events), once per trace."""
+    if "categories" not in g.memo:
+        names, used = g.trace.names, unique(g.trace.gpu.name)
+        cat = np.full(len(names), -1, dtype=np.int8)
+        cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
+        g.memo["categories"] = cat
+    return g.memo["categories"]
+
+
+def _fusable(g: Graph) -> np.ndarray:
+    """Per name of the trace: whether torch.compile fuses that kernel with its neighbours: a category of
+    COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
+    if "fusable" not in g.memo:
+        cats, names = _categories(g), g.trace.names
+        ok = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
+        for i in np.flatnonzero(cats == CATEGORIES.index("data_movement")).tolist():
+            ok[i] = data_movement_family(names[i]) in COMPILE_FUSES_MOVES
+        for i in np.flatnonzero(ok).tolist():
+            ok[i] = not COMPILE_KEEPS.search(names[i])
+        g.memo["fusable"] = ok
+    return g.memo["fusable"]
+
+
+def _fp32_gemms(g: Graph) -> np.ndarray:
+    """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype), classified once per trace and
+    once per (kernel name, launching op's dtypes)."""
+    if "fp32_gemms" in g.memo:
+        return g.memo["fp32_gemms"]
+    trace = g.trace
+    gpu, host, names = trace.gpu, trace.host, trace.names
+    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(_categories(g)[gpu.name], GEMM_CATEGORIES))
+    ops = launches.op_rows(trace, rows)
+    raws = host.dtypes.take(np.maximum(ops, 0)) if len(host.dtypes) else [None] * len(ops)
+    keys = [(n, raw if op >= 0 else None) for n, op, raw in zip(gpu.name[rows].tolist(), ops.tolist(), raws)]
+    fp32 = {}
+    for name, raw in set(keys):
+        dt = ""
+        if raw is not None:
+            try:
+                dt = first_float_dtype(msgspec.json.decode(raw))
+            except msgspec.DecodeError:
+                dt = ""
+        fp32[(name, raw)] = kernel_dtype(names[name], dt) == "fp32"
+    out = rows[np.fromiter((fp32[k] for k in keys), dtype=bool, count=len(keys))].astype(np.int64)
+    g.memo["fp32_gemms"] = out
+    return out
+
+
+def comm_overlap(g: Graph) -> Edit:
+    """Collectives overlap compute: each communication kernel moves to its own stream (ordered after
+    the previous collective and its launch), compute kernels no longer wait behind it, and the
+    first kernel launched in `Optimizer.step` (which reads the reduced gradients) waits for the
+    step's last collective."""
+    g = g.copy()
+    comm = _categories(g)[g.trace.gpu.name] == CATEGORIES.index("communication")
+    if not comm.any():
+        return Edit(g, "no collective kernels in the trace", 0)
+    side = int(g.g_stream.max()) + 1
+    opt = _in_annotation(g, "Optimizer.step#").tolist()
+    prev, stream, dep, launch = g.g_prev.tolist(), g.g_stream.tolist(), g.g_dep.tolist(), g.g_launch.tolist()
+    is_comm = comm.tolist()
+    nxt = [-1] * len(prev)
+    for i, p in enumerate(prev):
+        if p >= 0:
+            nxt[p] = i
+    for s in unique(g.g_stream[comm]).tolist():
+        o = int(np.flatnonzero((g.g_prev == -1) & (g.g_stream == s))[0])  # the stream's first op (its chain is
+        last_compute, last_comm = -1, -1  # not edited yet: each stream's chain is its own)
+        while o >= 0:
+            if is_comm[o]:
+                prev[o], stream[o] = last_comm, side
+                last_comm = o
+            else:
+                prev[o] = last_compute
+                last_compute = o
+                if last_comm >= 0 and launch[o] >= 0 and opt[launch[o]] and dep[o] < 0:
+                    dep[o] = last_comm
+            o = nxt[o]
+    g.g_prev[:], g.g_stream[:], g.g_dep[:] = prev, stream, dep
+    return Edit(g, f"{int(comm.sum())} collective kernels moved off the compute stream", int(comm.sum()))
+
+
+def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
+    """A `factor` times larger batch: the kernels and copies that process samples take `factor`
+    times as long (linear in the batch: a larger kernel often runs more efficiently, so at most
+    that), the optimizer's and zero_grad's (per parameter) do not, nor does the host's launch
+    work; data waits grow by `factor`. The saving is per original batch: step / factor."""
+    g = g.copy()
+    per_param = _in_annotation(g, "Optimizer.")
+    scaled = (g.g_step >= 0) & ~((g.g_launch >= 0) & per_param[np.maximum(g.g_launch, 0)])
+    g.g_dur[scaled] *= factor
+    for s, e, _ in g.loaders:
+        g.h_gap[s + 1:e + 1] = np.where(g.h_gap[s + 1:e + 1] > 0, g.h_gap[s + 1:e + 1] * factor, g.h_gap[s + 1:e + 1])
+    return Edit(g, f"batch x{factor:g}: {int(scaled.sum())} GPU ops scaled, host launch work unchanged",
+                int(scaled.sum()), per_batch_factor=factor)
+
+
+TRANSFORMS = {
+    "remove_syncs": remove_syncs,
+    "static_shapes": static_shapes,
+    "fused_optimizer": fused_optimizer,
+    "pin_memory": pin_memory,
+    "dataloader_workers": dataloader_workers,
+    "cuda_graphs": cuda_graphs,
+    "torch_compile": torch_compile,
+    "tf32": tf32,
+    "comm_overlap": comm_overlap,
+    "larger_batch": larger_batch,
+}
+
+
+def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Prediction:
+    """The predicted median step with one fix applied to a (calibrated) graph."""
+    if fix not in TRANSFORMS:
+        raise KeyError(f"no transformation for fix {fix!r}; known: {', '.join(TRANSFORMS)}")
+    before = replay.replay(g).median_ms if before_ms is None else before_ms
+    edit = TRANSFORMS[fix](g, **params)
+    after = replay.replay(edit.graph).median_ms / edit.per_batch_factor if edit.changed else before
+    return Prediction(fix, before, after, edit.what, edit.changed)
+
+
+def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:
+    """Every transformation's prediction for one trace, keyed by fix key."""
+    g = replay.build(trace)
+    before = replay.calibrate(g, unprofiled_step_ms).replayed_ms  # the replay of g as calibrated
+    return {k: predict(g, k, before) for k in TRANSFORMS}
