@@ -50,6 +50,10 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "moe": ("train_moe.py", ["--steps", "90"], 40, 20, None),
     # the bf16 transformer at twice the batch: twice the GPU work for the same launches (host slack)
     "gpu16": ("train_gpu_bound.py", ["--steps", "130", "--batch", "16"], 60, 30, "gpu_bound"),
+    # framework loops (docs/validation.md 6f): HF Trainer on a tiny GPT-2, a Lightning MLP, timm ResNet-18 with AMP
+    "hf": ("train_hf_trainer.py", ["--steps", "170"], 70, 30, "launch_bound"),
+    "lightning": ("train_lightning.py", ["--steps", "330"], 140, 40, "launch_bound"),
+    "timm": ("train_timm_amp.py", ["--steps", "330"], 140, 40, "launch_bound"),
 }
 MODES = ("plain", "full", "full_td", "light", "cupti", "nospy", "attached", "kern")
 CUPTI_MODES = ("cupti", "nospy", "attached", "kern")  # the CUPTI backend: cupti-python on the job's PYTHONPATH
@@ -164,6 +168,9 @@ def check(row: dict) -> None:
     row["gaps_source"] = (r.get("gaps") or {}).get("source")
     row["gaps_pct_of_step"] = (r.get("gaps") or {}).get("pct_of_step")
     row["host_samples"] = (r.get("run_figures") or {}).get("host_samples")
+    # "What to try first": each fix's key, its replayed saving % (None: not replayed) and its bound, in ms
+    row["fixes"] = [(f["key"], round(f["predicted"]["saving_pct"], 1) if f.get("predicted") else None,
+                     round(f["saving_ms"] or 0.0, 2)) for f in r.get("fixes") or []]
 
 
 def pct(a, b):
@@ -226,6 +233,7 @@ def recheck(src: Path, root: Path, out: Path) -> None:
         except Exception as e:  # noqa: BLE001
             row["verdict_error"] = f"{type(e).__name__}: {e}"
         print(row["job"], row["mode"], row["round"], row.get("verdict"), row.get("gaps_source"), flush=True)
+        print("   fixes:", row.get("fixes", [])[:4], flush=True)
     (out / "light_ab.json").write_text(json.dumps(rows, indent=1))
     (out / "light_ab.md").write_text(table(rows) + "\n")
     print(table(rows))
