@@ -347,6 +347,24 @@ def test_h200_cupti_light_verdicts_and_sources():
     assert _report("gpu_bound_cupti")["verdict"]["primary"] == "gpu_bound"
 
 
+def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
+    """The torch.profiler light window records launch calls but no operators: its replay runs, and every prediction
+    says it is coarse (no operator dispatch to remove), in the report and its text."""
+    from gpucheckup.diagnosis.savings import COARSE
+    from gpucheckup.report.lines import saving_text
+
+    r = _report("launch_bound")
+    predicted = [f for f in r["fixes"] if f["predicted"]]
+    assert predicted and all(f["predicted"]["coarse"] == COARSE for f in predicted)
+    assert all("coarse" in saving_text(f) for f in predicted)
+    assert any(COARSE in n for n in r["notes"])
+
+
+# ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
+STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python)
+GPU_MS, HOST_MS = 3.0, 4.0  # per step: a kernel the host synchronizes on, then host work with the GPU idle
+
+
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
 STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python)
 GPU_MS, HOST_MS = 3.0, 4.0  # per step: a kernel the host synchronizes on, then host work with the GPU idle

@@ -10,6 +10,14 @@ Definitions (also in docs/metrics.md, "What-if"):
   step - saving ms. So every printed percent is its printed ms over the printed step.
 - A fix whose catalogue entry names no graph edit has no prediction (NO_EDIT says so); a trace the
   replay cannot model has none at all, and `note` says why.
+- A trace with no CUDA launch call (a light window recorded through CUPTI: the GPU's work only) is not replayed
+  (NO_LAUNCH_CALLS): every edit acts on the host's chain of launches, which such a trace does not hold; replayed
+  anyway, its host chain is empty, every launch-side edit saves nothing and an input edit could name the verdict
+  (seen on a Lightning loop on the H200, docs/validation.md 6f). Its fixes are ranked by their bounds.
+- A trace with launch calls but no operators (the torch.profiler light window) is replayed, and its predictions
+  say they are coarse (COARSE): the edits that remove operator dispatch (torch_compile, cuda_graphs) find none, and
+  the parameter count the compiled calls' wrappers cost comes from operators, so those savings read low (an H200
+  launch-bound job: cuda_graphs 15.9% from such a trace against 46.2% from the full window's).
 `predict(a)` is called once per trace, by the pipeline (pipeline.check_trace): it builds and calibrates the
 graph; the edits are replayed by `Predictions.replay_edits(keys)`, which diagnose() calls once with the keys
 its findings can offer, so no edit is replayed for a fix no report shows.
@@ -25,6 +33,7 @@ from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis.fixes import CATALOGUE
 from gpucheckup.trace import parallel
+from gpucheckup.trace.tables import CPU_OP
 
 NO_EDIT = "not replayed: no graph edit models this fix"
 NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exists, but nothing was replayed
@@ -32,6 +41,11 @@ FORK_EVENTS = 100_000  # predict in a forked child from this many host and GPU e
 IDLE_CORES = 1.5  # and only where this many processors are idle now (as trace/reader.py's split read)
 REPLAY_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)  # a graph it cannot model
 CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 215k events) before it is given up on
+NO_LAUNCH_CALLS = ("not replayed: the trace holds no CUDA launch call (a light window recorded through CUPTI keeps "
+                   "the GPU's work only), and every edit acts on the host's launches; fixes are ranked by their bounds "
+                   "(a full window, `gpucheckup run` without --light, replays them)")
+COARSE = ("coarse: a light window records no operators, so the replay sees launch calls but no operator dispatch "
+          "to remove (torch_compile and cuda_graphs read low)")
 
 
 class FixPrediction(msgspec.Struct):
@@ -42,6 +56,7 @@ class FixPrediction(msgspec.Struct):
     step_ms: float  # predicted step time
     saving_ms: float  # per step
     saving_pct: float  # of the report's step time
+    coarse: str = ""  # why this prediction is coarser than a full window's (COARSE), or ""
 
 
 class Predictions(msgspec.Struct):
@@ -54,6 +69,7 @@ class Predictions(msgspec.Struct):
     pending: tuple | None = None  # (calibrated graph, its replayed step, the report's step, wanted entries)
     helper: object | None = None  # trace/child.Child computing _calibrated_and_replayed, or None
     analysis: TraceAnalysis | None = None  # with a helper: the analysis to predict from here if it fails
+    coarse: str = ""  # COARSE where the trace has no operators: said by every prediction and in the notes
 
     def replay_edits(self, keys: set[str]) -> None:
         """Replay the graph edits of the wanted fixes whose key is in `keys` (each edit once, catalogue order)
@@ -66,6 +82,7 @@ class Predictions(msgspec.Struct):
             if got is None:  # the child failed or was killed: predict here
                 fresh = _calibrated(self.analysis, self.pending[3])
                 self.note, self.host_scale, self.pending = fresh.note, fresh.host_scale, fresh.pending
+                self.coarse = fresh.coarse
             else:
                 self.note, self.host_scale, outcomes = got
                 if outcomes is None:
@@ -87,7 +104,8 @@ class Predictions(msgspec.Struct):
                 self.note = p
                 return
             pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
-            self.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct)
+            self.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct,
+                                               self.coarse)
 
 
 def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
@@ -99,12 +117,15 @@ def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
         return Predictions()
     if len(a.trace.gpu) == 0:
         return Predictions(note="no replay: the trace has no GPU work")
+    if not (a.launch_rows >= 0).any():
+        return Predictions(note=NO_LAUNCH_CALLS)
     if fork and _forks(a):
         from gpucheckup.trace import child  # the fork and the pipe: only for a large trace
 
         helper = child.start(functools.partial(_calibrated_and_replayed, a, wanted))
         if helper is not None:
-            return Predictions(pending=(None, None, a.window.step_ms, wanted), helper=helper, analysis=a)
+            return Predictions(pending=(None, None, a.window.step_ms, wanted), helper=helper, analysis=a,
+                               coarse="" if _has_operators(a) else COARSE)
     return _calibrated(a, wanted)
 
 
@@ -123,9 +144,15 @@ def _calibrated(a: TraceAnalysis, wanted: list) -> Predictions:
         before = cal.replayed_ms  # the replay of g as calibrated
         if not before > 0:
             return Predictions(note="no replay: the replayed step has no length")
-        return Predictions(host_scale=cal.host_scale, pending=(g, before, a.window.step_ms, wanted))
+        return Predictions(host_scale=cal.host_scale, pending=(g, before, a.window.step_ms, wanted),
+                           coarse="" if _has_operators(a) else COARSE)
     except REPLAY_ERRORS as err:
         return Predictions(note=_not_replayable(err))
+
+
+def _has_operators(a: TraceAnalysis) -> bool:
+    """Whether the trace records operators (a light window does not)."""
+    return bool((a.trace.host.cat == CPU_OP).any())
 
 
 def _calibrated_and_replayed(a: TraceAnalysis, wanted: list) -> tuple:

@@ -48,8 +48,9 @@ def saving_text(fx: dict) -> str:
     its bound and why it was not replayed."""
     p = fx.get("predicted")
     if p:
+        coarse = "; coarse: light window, no operators" if p.get("coarse") else ""
         return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
-                f"({p['saving_pct']:.1f}%)")
+                f"({p['saving_pct']:.1f}%{coarse})")
     bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
     return bound + (fx.get("predicted_note") or "not replayed")
 
