@@ -18,6 +18,7 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import raw_events
@@ -345,6 +346,41 @@ def test_h200_cupti_light_verdicts_and_sources():
     assert dispatching >= 95.0
     assert hs["ranges"]["optimizer"]["pct"] > 0.0  # the agent's own Optimizer.step ranges
     assert _report("gpu_bound_cupti")["verdict"]["primary"] == "gpu_bound"
+
+
+def test_h200_cupti_light_trace_is_not_replayed_and_its_fixes_rank_by_their_bounds():
+    """A CUPTI light trace holds no launch call: every replay edit acts on the host's launches, so a replay of it would
+    predict nothing for the launch fixes (and, on a Lightning loop, let a DataLoader edit name the verdict). It is not
+    replayed; the launch-bound MLP still reads launch_bound and its fixes carry their bounds, the fused optimizer's
+    first among the configuration fixes as in the same job's full window (docs/validation.md 6f)."""
+    from gpucheckup.diagnosis.savings import NO_LAUNCH_CALLS
+
+    r = _report("launch_bound_cupti")
+    assert r["verdict"]["primary"] == "launch_bound"
+    assert NO_LAUNCH_CALLS in r["notes"]
+    assert all(f["predicted"] is None for f in r["fixes"])
+    keys = [f["key"] for f in r["fixes"]]
+    assert keys[:2] == ["fused_optimizer", "tf32"]
+    launch = next(f for f in r["fixes"] if f["key"] == "larger_batch")["saving_ms"]
+    assert launch > 0.5 * r["steps"]["median_ms"] * r["gaps"]["pct_of_step"]["other_host"] / 100
+
+
+def test_h200_cupti_kernels_in_optimizer_ranges_are_the_optimizers():
+    """Without launch calls a kernel is `optimizer` when it starts inside Optimizer.step after the GPU went idle
+    there. On the launch-bound MLP (foreach AdamW) that picks AdamW's multi_tensor_apply kernels, read off their names,
+    and none of the forward's or backward's; on the GPU-bound transformer (fused AdamW, work queued ahead) its
+    backward kernels run during the host's Optimizer.step, and none of them is picked: only the optimizer's own
+    multi_tensor_apply kernels, where the GPU had caught up."""
+    from gpucheckup.analysis.one_trace.kernels import _started_in_optimizer
+    from gpucheckup.trace.reader import read_trace
+    from gpucheckup.trace.tables import KERNEL
+
+    for name, share in (("launch_bound_cupti", 0.9), ("gpu_bound_cupti", 0.0)):
+        t = read_trace(H200_LIGHT / name / "traces" / "trace.json.gz")
+        rows = np.flatnonzero(t.gpu.kind == KERNEL)
+        hit = _started_in_optimizer(t, rows)
+        adam = np.array(["multi_tensor_apply" in t.names[int(i)] for i in t.gpu.name[rows]])
+        assert hit[adam].mean() >= share and not (hit & ~adam).any()
 
 
 def test_h200_torch_profiler_light_predictions_say_they_are_coarse():

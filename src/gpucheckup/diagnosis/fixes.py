@@ -21,13 +21,13 @@ import numpy as np
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES, closure_ranges
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
-from gpucheckup.trace.tables import CPU_OP
+from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION
 
 from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for a pageable copy
 # A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
@@ -94,6 +94,23 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
         return 0.0
     idx = [CATEGORIES.index(c) for c in cats]
     return float(np.isin(k.category_of_row, idx).sum()) / k.count
+
+
+def _optimizer_idle_share(a: TraceAnalysis) -> float:
+    """The share of the GPU's idle time (in the window) that falls inside `Optimizer.step#` ranges (any thread), less
+    the idle inside the closures the optimizer calls there (`Optimizer.closure#`: the model's forward and backward)."""
+    gaps, host = a.timeline.gaps, a.trace.host
+    total = float(gaps.dur.sum())
+    ids = a.trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
+    rows = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+    if total <= 0 or len(rows) == 0:
+        return 0.0
+
+    def idle_in(rows: np.ndarray) -> float:
+        return sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, lo), 0.0, None).sum())
+                   for lo, h in zip(host.start[rows].tolist(), host.end[rows].tolist()))
+
+    return min(max(idle_in(rows) - idle_in(closure_ranges(a.trace)), 0.0) / total, 1.0)
 
 
 def _kernel_ms(a: TraceAnalysis, *cats: str) -> float:
@@ -282,10 +299,11 @@ CATALOGUE: list[CatalogueFix] = [
         "fused_optimizer", "Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per parameter "
         "group instead of several per tensor list)", "config",
         when=f"optimizer kernels take >= {OPTIMIZER_FUSE_MIN_PCT:g}% of kernel time",
-        saves="the launch idle times the optimizer's share of kernel launches: host launch overhead is paid per "
-              "launch, and the fused optimizer launches a few kernels where the foreach one launches many",
+        saves="the launch idle times the optimizer's share of the GPU's idle time (idle inside `Optimizer.step` "
+              "ranges): the foreach optimizer's host time launches many kernels while the GPU waits, and the fused "
+              "one launches a few",
         applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT),
-        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "optimizer")),
+        saving=_trace(lambda a: _launch_idle(a) * _optimizer_idle_share(a)),
         bottleneck="launch_bound", replay="fused_optimizer"),
     CatalogueFix(
         "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise, normalisation and "

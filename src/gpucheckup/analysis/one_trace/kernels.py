@@ -8,7 +8,15 @@ inside the analysis window.
   50 us is healthy).
 - category: the first rule of CATEGORY_RULES whose pattern is found in the kernel's name, except
   that any kernel launched from inside an `Optimizer.step#...` annotation is `optimizer`.
-  Shares are percent of summed kernel time.
+  Shares are percent of summed kernel time. A trace with no launch call (a light window recorded
+  through CUPTI) does not say where a kernel was launched; there a kernel is `optimizer` when it
+  started inside an `Optimizer.step#` range after the GPU had gone idle in that range (its device
+  running nothing for at least CAUGHT_UP_US): a kernel starting after that moment was launched after
+  it, so inside the range. Kernels starting inside a closure the optimizer calls in its step
+  (`Optimizer.closure#` ranges of the CUPTI window: Lightning runs the forward and backward so) are
+  the model's, not the optimizer's.
+  Where the GPU never catches up inside the range (work queued ahead, a GPU-bound job) no kernel
+  is attributed so: the kernels it runs then were launched earlier.
 - data_movement: kernels that move or rearrange data without arithmetic (index, gather, scatter,
   sort, copy, cat, repeat_interleave, embedding, transpose): the MoE article's "moving, not
   computing". Each is also given its family (the keyword that matched) so the report can name
@@ -31,6 +39,10 @@ from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
 
 SMALL_KERNEL_US = 20.0
+# An idle stretch this long means the GPU had caught up with the host: kernels queued back to back start 1-3 us apart
+# on an H200 (the launch-bound MLP's kernels, each launched as the host gets to it, 10-30 us apart)
+CAUGHT_UP_US = 10.0
+CLOSURE_RANGE = "Optimizer.closure#"  # a closure the optimizer calls inside its step (capture/agent/cupti_window.py)
 STARVED_DELAY_US = 50.0
 QUEUED_DELAY_US = 1000.0
 TOP_N = 10
@@ -185,7 +197,8 @@ def kernel_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray) -> KernelS
     uniq, inv = np.unique(names, return_inverse=True)
     cat_of_name = np.array([CATEGORIES.index(categorize(trace.names[i])) for i in uniq], dtype=np.int8)
     cat = cat_of_name[inv] if len(rows) else np.zeros(0, dtype=np.int8)
-    in_opt = _launched_in_optimizer(trace, launch_rows[rows])
+    in_opt = (_launched_in_optimizer(trace, launch_rows[rows]) if (launch_rows >= 0).any()
+              else _started_in_optimizer(trace, rows))
     cat = np.where(in_opt & (cat != CATEGORIES.index("communication")), CATEGORIES.index("optimizer"), cat)
     total = float(dur.sum())
     cat_us = {c: float(dur[cat == i].sum()) for i, c in enumerate(CATEGORIES)}
@@ -252,6 +265,53 @@ def _data_movement(trace, uniq, cat_counts, per_name_us, per_name_n, total) -> l
             "kernels": [n for _, n in sorted(d["kernels"], reverse=True)[:5]],
         })
     return out
+
+
+def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """For a trace without launch calls: whether each GPU op of `rows` started inside an `Optimizer.step#` range
+    (any thread) after its device went idle in that range for at least CAUGHT_UP_US (see the module docstring)."""
+    host, gpu = trace.host, trace.gpu
+    out = np.zeros(len(rows), dtype=bool)
+    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
+    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, opt_ids))
+    if len(ann) == 0 or len(rows) == 0:
+        return out
+    starts = gpu.start[rows]
+    for dev in np.unique(gpu.device[rows]).tolist():
+        on = np.flatnonzero((gpu.device == dev) & np.isfinite(gpu.start) & np.isfinite(gpu.end))
+        bs, be = _busy_spans(gpu.start[on], gpu.end[on])
+        gs, ge = be[:-1], bs[1:]  # the device's idle gaps between its busy spans
+        long = ge - gs >= CAUGHT_UP_US
+        gs, ge = gs[long], ge[long]
+        mine = gpu.device[rows] == dev
+        for a in ann.tolist():
+            lo, hi = host.start[a], host.end[a]
+            if len(bs) == 0 or lo < bs[0]:
+                continue  # before the device's first recorded op: its state is unknown
+            j = np.searchsorted(ge, lo, side="right")  # the first long gap ending after lo
+            if j < len(gs) and gs[j] < hi:
+                out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
+    for a in closure_ranges(trace).tolist():
+        out &= ~((starts >= host.start[a]) & (starts <= host.end[a]))
+    return out
+
+
+def closure_ranges(trace: Trace) -> np.ndarray:
+    """Host rows of the `Optimizer.closure#` ranges: closures the optimizer called inside its step."""
+    host = trace.host
+    ids = trace.name_ids(lambda n: n.startswith(CLOSURE_RANGE))
+    return np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+
+
+def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of [start, end) intervals as sorted, disjoint (starts, ends)."""
+    o = np.argsort(start, kind="stable")
+    s, e = start[o], np.maximum.accumulate(end[o])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(s) - 1)
+    return s[first], e[last]
 
 
 def _launched_in_optimizer(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
