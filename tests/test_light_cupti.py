@@ -348,6 +348,45 @@ def test_h200_cupti_light_verdicts_and_sources():
     assert _report("gpu_bound_cupti")["verdict"]["primary"] == "gpu_bound"
 
 
+def test_host_ranges_time_the_closure_an_optimizer_calls_inside_its_step():
+    """Lightning calls optimizer.step(closure): the forward and backward run inside the optimizer's step. The window
+    times each call of the closure as an Optimizer.closure# range inside Optimizer.step#, passes the closure's value
+    back (the loss), and leaves a step without a closure as it was."""
+    torch = pytest.importorskip("torch")
+    from gpucheckup.analysis.kernels import CLOSURE_RANGE
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+    opt.register_step_post_hook(lambda *a: None)
+
+    returned = []
+
+    def closure():
+        opt.zero_grad()
+        loss = (w * 2).sum()
+        loss.backward()
+        time.sleep(0.002)
+        returned.append(loss.detach())
+        return returned[-1]
+
+    opt.step(closure)  # torch wraps the class's step for its hooks at the first step
+    returned.clear()
+    host = cw.HostRanges(torch)
+    host.on()
+    try:
+        got = opt.step(closure)
+        got_kw = opt.step(closure=closure)
+        opt.step()
+    finally:
+        host.off()
+    assert len(returned) == 2 and got is returned[0] and got_kw is returned[1]
+    steps = [r for r in host.ranges if r[0].startswith("Optimizer.step#SGD")]
+    closures = [r for r in host.ranges if r[0] == f"{CLOSURE_RANGE}SGD.step"]
+    assert cw.CLOSURE_RANGE == CLOSURE_RANGE and len(steps) == 3 and len(closures) == 2
+    for (_, c0, c1), (_, s0, s1) in zip(closures, steps):
+        assert s0 <= c0 and c1 <= s1 and c1 - c0 >= 2_000_000  # ns: the closure's sleep is inside it
+
+
 def test_h200_cupti_light_trace_is_not_replayed_and_its_fixes_rank_by_their_bounds():
     """A CUPTI light trace holds no launch call: every replay edit acts on the host's launches, so a replay of it would
     predict nothing for the launch fixes (and, on a Lightning loop, let a DataLoader edit name the verdict). It is not
@@ -394,11 +433,6 @@ def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     assert predicted and all(f["predicted"]["coarse"] == COARSE for f in predicted)
     assert all("coarse" in saving_text(f) for f in predicted)
     assert any(COARSE in n for n in r["notes"])
-
-
-# ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
-STREAM_SYNC, EVENT_SYNC, WAIT_EVENT, CONTEXT_SYNC = 3, 1, 2, 4  # CUpti_ActivitySynchronizationType (cupti-python)
-GPU_MS, HOST_MS = 3.0, 4.0  # per step: a kernel the host synchronizes on, then host work with the GPU idle
 
 
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------

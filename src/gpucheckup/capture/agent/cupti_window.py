@@ -36,9 +36,9 @@ Unix us = baseTimeNanoseconds / 1000 + ts.
 The trace (docs/capture.md, "The light window's trace from CUPTI") is Kineto's JSON shape, restricted to
 what the reader uses: `kernel`, `gpu_memcpy`, `gpu_memset` events (pid = device, tid = stream, args device,
 stream, correlation, context, grid, block, registers per thread, shared memory, bytes) and
-`user_annotation` ranges (`ProfilerStep#N`, `Optimizer.step#<Class>.step`,
-`enumerate(DataLoader)#<Iter>.__next__`) on the main thread, plus `deviceProperties`, `distributedInfo`
-and `gpucheckup_light` (backend, activities, clock, record counts). Kernel names are demangled as Kineto
+`user_annotation` ranges (`ProfilerStep#N`, `Optimizer.step#<Class>.step`, `Optimizer.closure#<Class>.step` for
+each call of a closure passed to the step, `enumerate(DataLoader)#<Iter>.__next__`) on the main thread, plus
+`deviceProperties`, `distributedInfo` and `gpucheckup_light` (backend, activities, clock, record counts). Kernel names are demangled as Kineto
 does (the C++ runtime's __cxa_demangle).
 Standard library only at import.
 """
@@ -57,6 +57,8 @@ ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds r
 # none per kernel; enabling it costs a launch-bound job about 5 us per launch on an H200 (docs/validation.md 6e)
 SYNC_ACTIVITIES = ("SYNCHRONIZATION",)
 BACKEND = "cupti-python activity API"
+# The range of a closure the optimizer calls inside its step (analysis/kernels.py's CLOSURE_RANGE: the same text)
+CLOSURE_RANGE = "Optimizer.closure#"
 # CUPTI's enums (cupti_activity.h), as Kineto names them in a trace
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
                 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -163,6 +165,7 @@ class HostRanges:
             def timed_step(opt, *args, _real=real, **kwargs):
                 key = id(opt)
                 opened[key] = (f"Optimizer.step#{type(opt).__name__}.step", time.time_ns())
+                args, kwargs = _timed_closure(type(opt).__name__, args, kwargs, ranges)
                 try:
                     return _real(opt, *args, **kwargs)
                 finally:
@@ -201,6 +204,26 @@ class HostRanges:
             self.ranges.append((name, t0, now))
         self.open_steps.clear()
         self.active = False
+
+
+def _timed_closure(name: str, args: tuple, kwargs: dict, ranges: list) -> tuple[tuple, dict]:
+    """`step`'s arguments with its closure (Lightning's `optimizer.step(closure)`: the forward and backward run inside
+    the optimizer's step) wrapped to add a CLOSURE_RANGE range each time the optimizer calls it, so that the
+    check-up can tell the model's work inside Optimizer.step from the optimizer's own; unchanged without a closure."""
+    closure = kwargs.get("closure", args[0] if args else None)
+    if not callable(closure):
+        return args, kwargs
+
+    def timed(_c=closure):
+        t0 = time.time_ns()
+        try:
+            return _c()
+        finally:
+            ranges.append((f"{CLOSURE_RANGE}{name}.step", t0, time.time_ns()))
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": timed}
+    return (timed, *args[1:]), kwargs
 
 
 def _hooked_optimizers(torch) -> list[type]:
