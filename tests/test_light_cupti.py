@@ -353,7 +353,7 @@ def test_host_ranges_time_the_closure_an_optimizer_calls_inside_its_step():
     times each call of the closure as an Optimizer.closure# range inside Optimizer.step#, passes the closure's value
     back (the loss), and leaves a step without a closure as it was."""
     torch = pytest.importorskip("torch")
-    from gpucheckup.analysis.kernels import CLOSURE_RANGE
+    from gpucheckup.analysis.one_trace.kernels import CLOSURE_RANGE
 
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
@@ -426,7 +426,7 @@ def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     """The torch.profiler light window records launch calls but no operators: its replay runs, and every prediction
     says it is coarse (no operator dispatch to remove), in the report and its text."""
     from gpucheckup.diagnosis.savings import COARSE
-    from gpucheckup.report.lines import saving_text
+    from gpucheckup.report.text.lines import saving_text
 
     r = _report("launch_bound")
     predicted = [f for f in r["fixes"] if f["predicted"]]
