@@ -424,13 +424,14 @@ def test_h200_cupti_kernels_in_optimizer_ranges_are_the_optimizers():
 
 def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     """The torch.profiler light window records launch calls but no operators: its replay runs, and every prediction
-    says it is coarse (no operator dispatch to remove), in the report and its text."""
+    says it is coarse (no operator dispatch to remove) in its `predicted_note` (the document's keys unchanged), in the
+    report and its text."""
     from gpucheckup.diagnosis.savings import COARSE
     from gpucheckup.report.text.lines import saving_text
 
     r = _report("launch_bound")
     predicted = [f for f in r["fixes"] if f["predicted"]]
-    assert predicted and all(f["predicted"]["coarse"] == COARSE for f in predicted)
+    assert predicted and all(f["predicted_note"] == COARSE and "coarse" not in f["predicted"] for f in predicted)
     assert all("coarse" in saving_text(f) for f in predicted)
     assert any(COARSE in n for n in r["notes"])
 

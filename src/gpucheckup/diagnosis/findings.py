@@ -30,10 +30,14 @@ class Fix(msgspec.Struct):
     predicted: object | None = None  # diagnosis/savings.py FixPrediction: the replayed saving, when one models it
 
     def to_dict(self) -> dict:
-        """Its fields, the prediction (a diagnosis/savings.py FixPrediction) as a dict too."""
+        """Its fields, the prediction (a diagnosis/savings.py FixPrediction) as a dict too; why the prediction is
+        coarse, where it is, as `predicted_note` (the document's key for what qualifies a prediction)."""
         d = msgspec.structs.asdict(self)
         if self.predicted is not None:
             d["predicted"] = msgspec.structs.asdict(self.predicted)
+            coarse = d["predicted"].pop("coarse", "")
+            if coarse:
+                d["predicted_note"] = coarse
         return d
 
     @property

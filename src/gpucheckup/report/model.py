@@ -122,12 +122,29 @@ def _gaps(a: TraceAnalysis) -> dict:
 
 def fix_dicts(d: Diagnosis) -> list[dict]:
     """The report's `fixes`: Diagnosis.ranked_fixes (each catalogue key once), with the finding that offers each
-    and its replayed prediction (diagnosis/savings.py; null, with `predicted_note` saying why, when none)."""
+    and its replayed prediction (diagnosis/savings.py; null, with `predicted_note` saying why, when none;
+    `predicted_note` also says why a prediction is coarse)."""
     return [{"action": f.action, "tier": f.tier, "saving_ms": f.saving_ms, "how": f.how, "key": f.key,
              "reason": f.reason, "finding": fd.id,
-             "predicted": fields_of(f.predicted) if f.predicted is not None else None,
-             "predicted_note": None if f.predicted is not None else _not_replayed(f.key)}
+             "predicted": _prediction(f.predicted), "predicted_note": _prediction_note(f)}
             for f, fd in d.ranked_fixes()]
+
+
+def _prediction(p) -> dict | None:
+    """A replayed prediction's fields as the document holds them (its `coarse` goes to `predicted_note`)."""
+    if p is None:
+        return None
+    d = fields_of(p)
+    d.pop("coarse", None)
+    return d
+
+
+def _prediction_note(f) -> str | None:
+    """Why a fix has no prediction, or why its prediction is coarse (a light window's: diagnosis/savings.py COARSE);
+    None for a full prediction."""
+    if f.predicted is None:
+        return _not_replayed(f.key)
+    return getattr(f.predicted, "coarse", "") or None
 
 
 def _not_replayed(key: str) -> str:

@@ -44,11 +44,11 @@ def cost_line(f: dict) -> str:
 
 
 def saving_text(fx: dict) -> str:
-    """A fix's saving as every format prints it: its replayed prediction and the edit that made it, else
-    its bound and why it was not replayed."""
+    """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse where
+    its `predicted_note` says so), else its bound and why it was not replayed."""
     p = fx.get("predicted")
     if p:
-        coarse = "; coarse: light window, no operators" if p.get("coarse") else ""
+        coarse = "; coarse: light window, no operators" if fx.get("predicted_note") else ""
         return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
                 f"({p['saving_pct']:.1f}%{coarse})")
     bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
