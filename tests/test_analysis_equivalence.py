@@ -145,3 +145,45 @@ def test_categorize_equals_its_definition():
             "splitKreduce", "SPLITKREDUCE", "concat", "no rule here", ""]
     for name in sorted(names) + made + [n.upper() for n in made] + [n.swapcase() for n in sorted(names)[:300]]:
         assert categorize(name) == _categorize_by_definition(name), name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_inside_any_equals_a_pass_per_interval(seed):
+    """Points inside intervals on their thread, by sorted search, against one pass over all points per interval
+    (the plain definition): nested, overlapping, touching, empty and NaN intervals, NaN points, several threads."""
+    from gpucheckup.analysis.intervals import inside_any
+
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(0, 120)), 2000
+    starts = rng.integers(0, 500, m).astype(float)
+    ends = starts + rng.integers(-2, 60, m)
+    ends[rng.random(m) < 0.05] = np.nan
+    threads = rng.integers(0, 3, m)
+    t = np.concatenate([rng.integers(0, 560, n).astype(float), starts, ends, [np.nan]])
+    thread = rng.integers(0, 4, len(t))
+    expect = np.zeros(len(t), dtype=bool)
+    for s, e, th in zip(starts, ends, threads):
+        expect |= (t >= s) & (t <= e) & (thread == th)
+    assert inside_any(t, thread, starts, ends, threads).tolist() == expect.tolist()
+
+
+def test_optimizer_kernels_equal_the_plain_definition():
+    """Kernels launched inside an `Optimizer.step#` annotation on the real trace: the sorted search against a
+    pass per annotation."""
+    from conftest import trace_path
+
+    from gpucheckup.analysis import kernels
+    from gpucheckup.trace.tables import USER_ANNOTATION
+
+    trace = read_trace(trace_path("launch_bound_stacks"))
+    host, rows = trace.host, launches.launch_rows(trace)
+    ann = [a for a in np.flatnonzero(host.cat == USER_ANNOTATION).tolist()
+           if trace.names[host.name[a]].startswith("Optimizer.step#")]
+    assert ann
+    ok = rows >= 0
+    expect = np.zeros(len(rows), dtype=bool)
+    for a in ann:
+        expect[ok] |= ((host.start[rows[ok]] >= host.start[a]) & (host.start[rows[ok]] <= host.end[a])
+                       & (host.tid[rows[ok]] == host.tid[a]))
+    got = kernels._launched_in_optimizer(trace, rows)
+    assert got.any() and got.tolist() == expect.tolist()

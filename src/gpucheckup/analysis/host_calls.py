@@ -254,8 +254,8 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     ok = np.where(parent >= 0, low[np.maximum(parent, 0)] >= starts, depth == 0)
     bad = np.flatnonzero(~ok)
     if len(bad) <= MAX_SEARCHED_FRAMES:
-        for i in bad.tolist():
-            parent[i] = _last_open(starts, ends, i)
+        if len(bad):
+            parent[bad] = _last_open(starts, ends, bad)
         return parent
     parent = [-1] * n  # many overlapping frames: the stack walk, which defines the answer
     stack: list[tuple[int, float]] = []  # (frame, its end)
@@ -268,15 +268,30 @@ def frame_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.array(parent, dtype=np.int64)
 
 
-def _last_open(starts: np.ndarray, ends: np.ndarray, i: int) -> int:
-    """The latest frame before frame i that has not ended before it starts, -1 when none: searched backwards
-    in growing windows (the answer is usually a near neighbour)."""
-    width = 256
-    while True:
-        lo = max(0, i - width)
-        found = np.flatnonzero(ends[lo:i] >= starts[i])
-        if len(found):
-            return lo + int(found[-1])
-        if lo == 0:
-            return -1
-        width *= 16
+def _last_open(starts: np.ndarray, ends: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """Per frame i asked: the latest frame before it that has not ended before it starts, -1 when none. The
+    ends go into a tree of maxima (each node the latest end below it), built once; each frame walks up from
+    its left neighbour to the first node on its left reaching its start, then down to that node's last such
+    frame: O(log n) per frame however far back the answer lies."""
+    n = len(ends)
+    size = 1 << max(n - 1, 0).bit_length()
+    tree = np.full(2 * size, -np.inf)
+    tree[size:size + n] = np.where(np.isnan(ends), -np.inf, ends)  # a NaN end holds no frame open
+    lo = size
+    while lo > 1:
+        tree[lo // 2:lo] = np.maximum(tree[lo:2 * lo:2], tree[lo + 1:2 * lo:2])
+        lo //= 2
+    out = np.full(len(frames), -1, dtype=np.int64)
+    for k, (i, s) in enumerate(zip(frames.tolist(), starts[frames].tolist())):
+        node, found = size + i, -1  # the leaf of frame i; the nodes on its left are visited right to left
+        while node > 1:
+            if node & 1 and tree[node - 1] >= s:  # a right child: its left sibling covers frames before it
+                found = node - 1
+                break
+            node //= 2
+        if found < 0:
+            continue
+        while found < size:  # down to the last leaf below that reaches s
+            found = 2 * found + 1 if tree[2 * found + 1] >= s else 2 * found
+        out[k] = found - size
+    return out
