@@ -77,9 +77,10 @@ def _parents_by_stack(starts, ends):
     return out
 
 
+@pytest.mark.parametrize("block", [1, 5, 1 << 16])  # frames taken together between points where none is open
 @pytest.mark.parametrize("searched", [0, 10**9])  # frames outside the tree: the stack walk, or each searched
 @pytest.mark.parametrize("seed", range(6))
-def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
+def test_frame_parents_nested_and_overlapping(seed, searched, block, monkeypatch):
     """Nested call trees (the fast path) and the same trees with some frames ending a little after their parent
     (rounding in real traces; the walk), touching frames and ties included."""
     rng = np.random.default_rng(seed)
@@ -96,7 +97,8 @@ def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
                 break
             call(a, b, depth + 1)
             t = b
-    call(0.0, 200.0, 0)
+    for root in range(4):  # several call trees one after another, some touching, some overlapping their neighbour
+        call(250.0 * root - (root == 3) * 60.0, 250.0 * root + 200.0 + (root == 1) * 50.0, 0)
     starts, ends = np.array(starts), np.array(ends)
     if seed % 2:  # some frames overlap their parent's end
         bump = rng.random(len(ends)) < 0.05
@@ -104,12 +106,15 @@ def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
     order = np.lexsort((-ends, starts))
     starts, ends = starts[order], ends[order]
     monkeypatch.setattr(host_calls, "MAX_SEARCHED_FRAMES", searched)
+    monkeypatch.setattr(host_calls, "BLOCK_FRAMES", block)
     assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
 
 
+@pytest.mark.parametrize("block", [1, 3, 1 << 16])
 @pytest.mark.parametrize("seed", range(4))
-def test_frame_parents_any_intervals(seed):
+def test_frame_parents_any_intervals(seed, block, monkeypatch):
     """Intervals with no nesting at all (the stack walk) and a few overlapping ones in a nested tree."""
+    monkeypatch.setattr(host_calls, "BLOCK_FRAMES", block)
     rng = np.random.default_rng(seed)
     starts = np.sort(rng.integers(0, 300, 400)).astype(float)
     ends = starts + rng.integers(0, 40, 400)
