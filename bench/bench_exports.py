@@ -6,9 +6,11 @@ CPU seconds (user + system, from os.wait4, the process and the children it waite
 the median and range of the ratios. Ratios taken pair by pair hold on a loaded machine, where seconds do not.
 
 The traces: `launch_bound_stacks` from the H200 fixtures ($GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200
-beside the repository, else tests/data/h200), tiled K times with bench/scale_trace.py into --workdir.
+beside the repository), tiled K times with bench/scale_trace.py into --workdir; from a plain clone, the bundled
+`compute_bound` instead (said in a note).
 
-Usage: python bench/bench_exports.py [--sizes 1,16] [--repeat 5] [--exports perfetto.gz,perfetto,html,markdown]
+Usage (from a clone, after `pip install -e .`):
+    python bench/bench_exports.py [--sizes 1,16] [--repeat 5] [--exports perfetto.gz,perfetto,html,markdown]
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_analyze import BIG, BENCH, REPO, find_fixture, load, run  # noqa: E402
+from bench_analyze import BIG, BENCH, REPO, SMALL, find_fixture, load, run  # noqa: E402
 
 EXPORTS = {"perfetto.gz": ["--perfetto", "{d}/out.json.gz"], "perfetto": ["--perfetto", "{d}/out.json"],
            "html": ["--html", "{d}/out.html"], "markdown": ["--markdown", "{d}/out.md"]}
@@ -35,10 +37,10 @@ def main() -> int:
     p.add_argument("--exports", default=",".join(EXPORTS), help=f"any of {', '.join(EXPORTS)}")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
     args = p.parse_args()
-    big = find_fixture(BIG)
+    name, big = BIG, find_fixture(BIG)
     if big is None:
-        print(f"no {BIG}/trace.json.gz found: set GPUCHECKUP_FIXTURES to the H200 fixtures folder")
-        return 2
+        name, big = SMALL, find_fixture(SMALL)
+        print(f"note: no {BIG} trace (set GPUCHECKUP_FIXTURES to the H200 fixtures folder): {SMALL} instead")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(REPO / "src")
     gc = [sys.executable, "-m", "gpucheckup"]
@@ -49,7 +51,7 @@ def main() -> int:
           f"{'B/A RSS':>20}  load")
     with tempfile.TemporaryDirectory() as d:
         for k in [int(x) for x in args.sizes.split(",") if x]:
-            path = big if k == 1 else args.workdir / f"{BIG}_x{k}.json.gz"
+            path = big if k == 1 else args.workdir / f"{name}_x{k}.json.gz"
             if not path.exists():
                 subprocess.run([sys.executable, str(BENCH / "scale_trace.py"), str(big), str(k), str(path)],
                                check=True, stdout=subprocess.DEVNULL)
