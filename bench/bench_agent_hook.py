@@ -9,7 +9,9 @@ validation jobs. Run-to-run noise on the H200 (about +-10% between whole runs) i
 launcher, outside the job: their cost is CPU on another core (0.16 cores of 16 while a job ran,
 docs/validation.md).
 
-Usage: python bench/bench_agent_hook.py [N]
+Usage (from a clone; the hook is measured against a real torch module):
+    pip install -e . torch
+    python bench/bench_agent_hook.py [N]
 """
 
 import os
