@@ -9,7 +9,9 @@ validation jobs. Run-to-run noise on the H200 (about +-10% between whole runs) i
 launcher, outside the job: their cost is CPU on another core (0.16 cores of 16 while a job ran,
 docs/validation.md).
 
-Usage: python bench/bench_agent_hook.py [N]
+Usage (from a clone; the hook is measured against a real torch module):
+    pip install -e . torch
+    python bench/bench_agent_hook.py [N]
 """
 
 import os
@@ -25,13 +27,15 @@ def main() -> int:
         os.environ.update({"GPUCHECKUP_SKIP": "100000000", "GPUCHECKUP_CONTROL": "0"})
         from gpucheckup.capture import agent as agent_mod
         from gpucheckup.capture.agent.steplog import StepLog
+        from gpucheckup.capture.safe_dir import RunDirectory
 
         import torch
 
-        a = agent_mod.Agent(d)
+        rd = RunDirectory.existing(d)  # the agent writes relative to the run directory's descriptor
+        a = agent_mod.Agent(rd)
         a.passive = False
         a.torch = torch  # as activate() sets it once the job imports torch
-        a.steplog = StepLog(os.path.join(d, a.files["steps"]))
+        a.steplog = StepLog(rd, a.files["steps"])
         opt = object()
         runs = []
         for _ in range(5):
@@ -41,7 +45,7 @@ def main() -> int:
             runs.append((time.perf_counter() - t) / (n // 5) * 1e6)
         a.steplog.flush()
         us = statistics.median(runs)
-        rows = sum(1 for _ in open(a.steplog.part)) - 1
+        rows = sum(1 for _ in open(os.path.join(d, a.steplog.part))) - 1
     print(f"agent step hook: {us:.2f} us per step (median of 5 x {n // 5} calls; {rows} rows in steps.csv; "
           f"errors logged: {a.error_count})")
     print(f"{'job (H200, unprofiled step)':<36}{'step ms':>10}{'hook share':>12}")

@@ -8,19 +8,21 @@ operating system (os.wait4). Medians over --repeat runs. The rows:
   events written as 1.05 GB of plain JSON.
 - the decode floor (bench/floor.py): gunzip + msgspec typed decode of the fields gpucheckup reads.
 - HTA (HolisticTraceAnalysis, its TraceAnalysis parse only: bench/hta_parse.py), run with the Python
-  of its own environment:  python -m venv /work/hta-venv && /work/hta-venv/bin/pip install HolisticTraceAnalysis
-  (--hta-python, or $HTA_PYTHON; skipped with a note when absent; by default only at 1x: it grows
-  with the square of the events).
+  of its own environment: the repository's ignored .hta-venv/ (`--setup-hta` creates it and installs HTA
+  from PyPI, as `python bench/hta_parse.py --setup` does), or --hta-python / $HTA_PYTHON; skipped with a
+  note when absent; by default only at 1x (it grows with the square of the events).
 - a folder of --ranks copies of the `compute_bound` trace (1 MB each), `analyze` on the folder.
 - a 1 MB trace (`compute_bound`) checked up end to end, and `gpucheckup --help`.
 Each row ends with the machine's load average (1 minute) before and after it: on a shared machine wall
 times inflate with the load, CPU seconds much less, and ratios of CPU seconds least.
 
-The traces: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repository, else
-/work/shared/fixtures/h200, else tests/data/h200 (which lacks launch_bound_stacks: the size rows are
-then skipped with a note). Scaled traces are written once to --workdir.
+The traces: the H200 fixtures folder in $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the
+repository, else the traces bundled with the package (src/gpucheckup/data/demo) and tests/data/h200. Those
+lack launch_bound_stacks: from a plain clone the size rows tile the bundled `compute_bound` instead (45k
+events, 15 MB of JSON; said in a note). Scaled traces are written once to --workdir.
 
-Usage: python bench/bench_analyze.py [--sizes 1,2,4,8,16] [--ranks 32] [--repeat 3]
+Usage (from a clone, after `pip install -e .`):
+    python bench/bench_analyze.py [--sizes 1,2,4,8,16] [--ranks 32] [--repeat 3] [--setup-hta]
 """
 
 from __future__ import annotations
@@ -39,15 +41,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+import hta_parse  # noqa: E402
 BIG = "launch_bound_stacks"
 SMALL = "compute_bound"
 PLAIN = 20  # this tiling is written as plain JSON: 1.05 GB, the "1 GB JSON trace" row
 
 
 def fixture_dirs() -> list[Path]:
+    """Where real traces are looked for, in order: $GPUCHECKUP_FIXTURES, beside the repository, in it."""
     env = os.environ.get("GPUCHECKUP_FIXTURES")
     return [Path(p) for p in ([env] if env else [])] + [
-        REPO.parent / "shared" / "fixtures" / "h200", Path("/work/shared/fixtures/h200"), REPO / "tests" / "data" / "h200"]
+        REPO.parent / "shared" / "fixtures" / "h200", REPO / "src" / "gpucheckup" / "data" / "demo",
+        REPO / "tests" / "data" / "h200"]
 
 
 def find_fixture(case: str) -> Path | None:
@@ -105,7 +111,9 @@ def main() -> int:
                    help="tiling factors of the big trace (default 1,2,4,8,16,20; 20 is written as plain JSON: 1 GB)")
     p.add_argument("--ranks", type=int, default=32, help="ranks in the folder row (0: skip)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/hta-venv/bin/python"))
+    p.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", str(hta_parse.venv_python())),
+                   help="the Python of an environment with HTA (default: the repository's .hta-venv)")
+    p.add_argument("--setup-hta", action="store_true", help="create .hta-venv and install HTA into it first")
     p.add_argument("--hta-max-size", type=int, default=1, help="largest tiling HTA is run on (default 1)")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
     args = p.parse_args()
@@ -114,7 +122,7 @@ def main() -> int:
     env["PYTHONPATH"] = str(REPO / "src")
     py = sys.executable
     gc = [py, "-m", "gpucheckup"]
-    hta = Path(args.hta_python)
+    hta = hta_parse.setup() if args.setup_hta else Path(args.hta_python)
     has_hta = hta.exists() and subprocess.run([str(hta), "-c", "import hta"], capture_output=True).returncode == 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     run(gc + ["--help"], env)  # a warm-up: compiles the bytecode once, as an installed package has it
@@ -124,21 +132,23 @@ def main() -> int:
     print(f"rows: median of {args.repeat} whole-process runs; wall s / CPU s / peak RSS MB; load: the 1-minute "
           f"load average before -> after the row ({os.cpu_count()} cores)\n")
     big, small = find_fixture(BIG), find_fixture(SMALL)
+    name = BIG
     if big is None:
-        print(f"note: no {BIG}/trace.json.gz under {', '.join(map(str, fixture_dirs()))}: size rows skipped "
-              "(set GPUCHECKUP_FIXTURES to the H200 fixtures folder)")
+        big, name = small, SMALL
+        print(f"note: no {BIG}/trace.json.gz under {', '.join(map(str, fixture_dirs()))}: the size rows tile "
+              f"{SMALL} instead (set GPUCHECKUP_FIXTURES to the H200 fixtures folder for {BIG})")
     if not has_hta:
-        print(f"note: HTA not found at {hta}: HTA columns skipped (python -m venv /work/hta-venv && "
-              "/work/hta-venv/bin/pip install HolisticTraceAnalysis; or --hta-python)")
+        print(f"note: HTA not found at {hta}: HTA columns skipped (--setup-hta installs it under .hta-venv/; "
+              "or --hta-python)")
 
-    print(f"trace: {BIG} tiled K times ({big})" if big else "")
+    print(f"trace: {name} tiled K times ({big})" if big else "")
     header = (f"{'K':<22}{'events':>9}{'JSON MB':>9} | {'floor':>17} | {'gpucheckup analyze':>19} | "
               f"{'vs floor':>14} | {'MB/M ev':>7} | {'HTA parse':>18} | {'HTA/ours':>15} | load")
     print(header)
     print("-" * len(header))
     fmt = lambda r: f"{r.wall:5.2f} {r.cpu:5.2f} {r.rss_mb:5.0f}"  # noqa: E731
     for k in [int(x) for x in args.sizes.split(",") if x] if big else []:
-        path = big if k == 1 else args.workdir / f"{BIG}_x{k}.json{'' if k == PLAIN else '.gz'}"
+        path = big if k == 1 else args.workdir / f"{name}_x{k}.json{'' if k == PLAIN else '.gz'}"
         if not path.exists():
             subprocess.run([py, str(BENCH / "scale_trace.py"), str(big), str(k), str(path)], check=True,
                            stdout=subprocess.DEVNULL)

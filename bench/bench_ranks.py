@@ -27,12 +27,9 @@ sys.path.insert(0, str(REPO / "tests"))
 from synthetic_ranks import write_folder  # noqa: E402
 
 RUNNER = """
-import json, resource, runpy, sys
-sys.argv = ["gpucheckup"] + sys.argv[1:]
-try:
-    runpy.run_module("gpucheckup", run_name="__main__")
-except SystemExit as e:
-    code = e.code
+import json, resource, sys
+from gpucheckup.cli import main
+code = main(sys.argv[1:])  # not `python -m gpucheckup`: that ends the process at once, before the figures
 self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 print(json.dumps({"code": code, "self_mib": self_kb / 1024, "worker_mib": child_kb / 1024}), file=sys.stderr)

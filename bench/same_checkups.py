@@ -4,9 +4,9 @@ checked up by two source trees, their JSON and terminal text compared byte for b
 Usage: python bench/same_checkups.py OLD_SRC [NEW_SRC]
   OLD_SRC, NEW_SRC: a `src` folder (NEW_SRC defaults to this checkout's), e.g. from
   `git worktree add /tmp/old HEAD~3` then /tmp/old/src, or `git archive HEAD~3 | tar -x -C /tmp/old`.
-The inputs: every trace and run directory under tests/data and the shared H200 fixtures
-($GPUCHECKUP_FIXTURES, ../shared/fixtures/h200, /work/shared/fixtures/h200). Standard error is compared
-without its blank lines (a progress bar leaves one). Exit 0 when all are the same, 1 otherwise.
+The inputs: every trace and run directory under tests/data, the traces bundled with the package, and the H200
+fixtures ($GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repository) where present. Standard
+error is compared without its blank lines (a progress bar leaves one). Exit 0 when all are the same, 1 otherwise.
 """
 
 from __future__ import annotations

@@ -77,9 +77,10 @@ def _parents_by_stack(starts, ends):
     return out
 
 
+@pytest.mark.parametrize("block", [1, 5, 1 << 16])  # frames taken together between points where none is open
 @pytest.mark.parametrize("searched", [0, 10**9])  # frames outside the tree: the stack walk, or each searched
 @pytest.mark.parametrize("seed", range(6))
-def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
+def test_frame_parents_nested_and_overlapping(seed, searched, block, monkeypatch):
     """Nested call trees (the fast path) and the same trees with some frames ending a little after their parent
     (rounding in real traces; the walk), touching frames and ties included."""
     rng = np.random.default_rng(seed)
@@ -96,7 +97,8 @@ def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
                 break
             call(a, b, depth + 1)
             t = b
-    call(0.0, 200.0, 0)
+    for root in range(4):  # several call trees one after another, some touching, some overlapping their neighbour
+        call(250.0 * root - (root == 3) * 60.0, 250.0 * root + 200.0 + (root == 1) * 50.0, 0)
     starts, ends = np.array(starts), np.array(ends)
     if seed % 2:  # some frames overlap their parent's end
         bump = rng.random(len(ends)) < 0.05
@@ -104,12 +106,15 @@ def test_frame_parents_nested_and_overlapping(seed, searched, monkeypatch):
     order = np.lexsort((-ends, starts))
     starts, ends = starts[order], ends[order]
     monkeypatch.setattr(host_calls, "MAX_SEARCHED_FRAMES", searched)
+    monkeypatch.setattr(host_calls, "BLOCK_FRAMES", block)
     assert host_calls.frame_parents(starts, ends).tolist() == _parents_by_stack(starts.tolist(), ends.tolist())
 
 
+@pytest.mark.parametrize("block", [1, 3, 1 << 16])
 @pytest.mark.parametrize("seed", range(4))
-def test_frame_parents_any_intervals(seed):
+def test_frame_parents_any_intervals(seed, block, monkeypatch):
     """Intervals with no nesting at all (the stack walk) and a few overlapping ones in a nested tree."""
+    monkeypatch.setattr(host_calls, "BLOCK_FRAMES", block)
     rng = np.random.default_rng(seed)
     starts = np.sort(rng.integers(0, 300, 400)).astype(float)
     ends = starts + rng.integers(0, 40, 400)
@@ -145,3 +150,45 @@ def test_categorize_equals_its_definition():
             "splitKreduce", "SPLITKREDUCE", "concat", "no rule here", ""]
     for name in sorted(names) + made + [n.upper() for n in made] + [n.swapcase() for n in sorted(names)[:300]]:
         assert categorize(name) == _categorize_by_definition(name), name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_inside_any_equals_a_pass_per_interval(seed):
+    """Points inside intervals on their thread, by sorted search, against one pass over all points per interval
+    (the plain definition): nested, overlapping, touching, empty and NaN intervals, NaN points, several threads."""
+    from gpucheckup.analysis.intervals import inside_any
+
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(0, 120)), 2000
+    starts = rng.integers(0, 500, m).astype(float)
+    ends = starts + rng.integers(-2, 60, m)
+    ends[rng.random(m) < 0.05] = np.nan
+    threads = rng.integers(0, 3, m)
+    t = np.concatenate([rng.integers(0, 560, n).astype(float), starts, ends, [np.nan]])
+    thread = rng.integers(0, 4, len(t))
+    expect = np.zeros(len(t), dtype=bool)
+    for s, e, th in zip(starts, ends, threads):
+        expect |= (t >= s) & (t <= e) & (thread == th)
+    assert inside_any(t, thread, starts, ends, threads).tolist() == expect.tolist()
+
+
+def test_optimizer_kernels_equal_the_plain_definition():
+    """Kernels launched inside an `Optimizer.step#` annotation on the real trace: the sorted search against a
+    pass per annotation."""
+    from conftest import trace_path
+
+    from gpucheckup.analysis.one_trace import kernels
+    from gpucheckup.trace.tables import USER_ANNOTATION
+
+    trace = read_trace(trace_path("launch_bound_stacks"))
+    host, rows = trace.host, launches.launch_rows(trace)
+    ann = [a for a in np.flatnonzero(host.cat == USER_ANNOTATION).tolist()
+           if trace.names[host.name[a]].startswith("Optimizer.step#")]
+    assert ann
+    ok = rows >= 0
+    expect = np.zeros(len(rows), dtype=bool)
+    for a in ann:
+        expect[ok] |= ((host.start[rows[ok]] >= host.start[a]) & (host.start[rows[ok]] <= host.end[a])
+                       & (host.tid[rows[ok]] == host.tid[a]))
+    got = kernels._launched_in_optimizer(trace, rows)
+    assert got.any() and got.tolist() == expect.tolist()

@@ -164,3 +164,38 @@ def test_splice_edge_cases():
     doc = json.loads(annotated_trace(b'{"a": 1, "traceEvents": [\n{"ph": "M"}\n]\n, "b": [2]}', extra))
     assert doc == {"a": 1, "traceEvents": [{"ph": "M"}, *extra], "b": [2]}
     assert json.loads(annotated_trace(b'{"schemaVersion": 1}', extra))["traceEvents"] == extra
+
+
+def test_streamed_output_is_the_original_file_with_our_events_spliced_in(tmp_path):
+    """The annotated file is the original's bytes up to the events array's `]` (its whitespace before it dropped),
+    our events, then the original's bytes from that `]` on: top-level fields and their layout kept exactly."""
+    src = trace_path("moe_seed")
+    raw = gzip.decompress(src.read_bytes())
+    array = bytes(msgspec.json.decode(raw, type=dict[str, msgspec.Raw])["traceEvents"]).strip()
+    close = raw.index(array) + len(array) - 1  # the array's `]` in the original
+    out = tmp_path / "annotated.json"
+    res = run_cli("analyze", str(src), "--quiet", "--perfetto", str(out))
+    assert res.returncode == 0, res.stderr
+    written = out.read_bytes()
+    head = raw[:close].rstrip()
+    assert written.startswith(head + b",\n") and written.endswith(raw[close:])
+    added = json.loads(b"[" + written[len(head) + 2: len(written) - len(raw[close:])] + b"]")
+    assert added == json.loads(written)["traceEvents"][len(json.loads(raw)["traceEvents"]):]
+    assert added and all(e["cat"].startswith("gpucheckup") for e in added if "cat" in e)
+
+
+def test_a_file_the_stream_cannot_cut_is_annotated_whole(tmp_path):
+    """A `traceEvents` key nested before the top-level one (the stream finds the nested one first): the file is
+    read whole, and the output still holds every original field and event, ours appended to the top-level array."""
+    raw = gzip.decompress(trace_path("moe_seed").read_bytes())
+    assert raw.lstrip().startswith(b"{")
+    odd = raw.replace(b"{", b'{"meta": {"traceEvents": [], "n": 1}, ', 1)
+    src = tmp_path / "odd.json"
+    src.write_bytes(odd)
+    out = tmp_path / "annotated.json.gz"
+    res = run_cli("analyze", str(src), "--quiet", "--perfetto", str(out))
+    assert res.returncode == 0, res.stderr
+    orig, doc = json.loads(odd), load(out)
+    n = len(orig["traceEvents"])
+    assert doc["traceEvents"][:n] == orig["traceEvents"] and doc["meta"] == {"traceEvents": [], "n": 1}
+    ours(doc, n)

@@ -5,20 +5,31 @@ Standard library only: the in-job agent uses it too, and it must not import anyt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_atomic(path: Path | str, data: bytes) -> None:
     """Write a file so that readers see either the old or the complete new content."""
+    with open_atomic(path) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def open_atomic(path: Path | str) -> Iterator[BinaryIO]:
+    """A file to write in parts (a large output, never whole in memory) that replaces `path` only once
+    complete; readers see either the old or the complete new content, and an error leaves no part behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:

@@ -115,3 +115,24 @@ def gaps(iv: Intervals, lo: float, hi: float) -> Intervals:
     ends = np.concatenate((s, [hi]))
     keep = ends > starts
     return starts[keep], ends[keep]
+
+
+def inside_any(t: np.ndarray, thread: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               threads: np.ndarray) -> np.ndarray:
+    """Per point (time t on a thread): whether some interval [start, end] on the same thread holds it. One sort
+    and one sorted search per thread that has intervals: a point is inside the union when the latest end among
+    the intervals starting at or before it reaches it (no pass over all points per interval)."""
+    t = np.asarray(t, dtype=np.float64)
+    out = np.zeros(len(t), dtype=bool)
+    keep = starts <= ends  # an empty or NaN interval holds no point
+    starts, ends, threads = starts[keep], ends[keep], threads[keep]
+    if len(starts) == 0 or len(t) == 0:
+        return out
+    for th in unique(threads).tolist():
+        mine = threads == th
+        order = np.argsort(starts[mine], kind="stable")
+        s, reach = starts[mine][order], np.maximum.accumulate(ends[mine][order])
+        at = np.flatnonzero(thread == th)
+        last = np.searchsorted(s, t[at], side="right") - 1  # the last interval starting at or before the point
+        out[at] = (last >= 0) & (reach[np.maximum(last, 0)] >= t[at])
+    return out

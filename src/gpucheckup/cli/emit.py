@@ -171,7 +171,7 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
         for _, slug, c in items:
             path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)
             with Console(stderr=True).status(f"writing the annotated trace {escape(str(path))}"):
-                write_atomic(path, perfetto.render(c.analysis, c.report, path.name))
+                perfetto.write(c.analysis, c.report, path)
             console.print(f"annotated trace written to {path} (open it in ui.perfetto.dev)", style="dim",
                           markup=False, soft_wrap=True)
 

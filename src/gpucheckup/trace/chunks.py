@@ -169,6 +169,7 @@ class EventChunks:
         self.top = b""
         self.head = b""
         self.dropped = 0  # bytes of the decompressed stream consumed before buf[0]
+        self.array_end = -1  # after feed: where the events array's closing `]` is in the decompressed stream
 
     def _read(self) -> bool:
         """Append the next block to the buffer; False when there is none."""
@@ -286,6 +287,7 @@ class EventChunks:
                 raise CheckupError(f"{self.path}: not valid JSON ({msg.splitlines()[0][:160]}); "
                                    "the trace may be truncated or corrupt") from None
             close = rest.rindex(b"]", 0, int(m.group(1)) - 1)
+        self.array_end = self.dropped + close
         try:  # skipping checks less than decoding (bad UTF-8 in a string): then read the file whole, to say why
             consume(memoryview(rest)[: close + 1])
         except msgspec.DecodeError:

@@ -225,6 +225,7 @@ class _Builder:
         self.cbf_durations: list[float] = []  # each one, in order: a part read after another adds them to its sum
         self.host_rows = 0  # host rows so far: the row of a chunk's event i is host_rows + i
         self.comm: list[tuple] = []  # collective calls: host row, collective, pg, group size, in, out, dtype
+        self.events_end: int | None = None  # a streamed read: where the events array's `]` is (Trace.events_end)
 
     def num_id(self, v) -> int:
         """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
@@ -484,6 +485,7 @@ def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
     kt, events = _decode_top(path, stream.top)
     if kt.traceEvents != [] or events not in (None, []):
         raise chunks.StreamError("the traceEvents found is not the top-level one")
+    b.events_end = stream.array_end
     return kt
 
 
@@ -565,6 +567,7 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
         if part is None:
             return None
         b.after(part)
+        b.events_end = stream.array_end
         return b, kt
     except Exception:  # noqa: BLE001 - whatever it is, the one-process read says it (or reads the file)
         return None
@@ -637,6 +640,7 @@ def build_trace(path: Path, b: _Builder, kt: schema.KinetoTrace) -> Trace:
         warnings=warnings,
         comms=_comm_args(b.comm),
         light_activities=_light_activities(kt.gpucheckup_light),
+        events_end=b.events_end,
     )
 
 

@@ -148,6 +148,9 @@ class Trace(msgspec.Struct):
     comms: CommArgs | None = None  # many GPUs (issue 9): collective calls' arguments, None when none
     # a CUPTI light window's recorded activity kinds (its `gpucheckup_light` block); None for every other trace
     light_activities: tuple[str, ...] | None = None
+    # where the top-level traceEvents array's closing `]` lies in the decompressed file (a streamed read: the
+    # annotated trace is spliced there without holding the file); None when the file was read whole
+    events_end: int | None = None
 
     def name_ids(self, predicate) -> np.ndarray:
         """Indices into `names` of the names for which predicate(name) is true."""

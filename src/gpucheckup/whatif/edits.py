@@ -25,6 +25,7 @@ from gpucheckup.whatif import replay
 from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.flops.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
 from gpucheckup.analysis.groups import by_key
+from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize, data_movement_family
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
@@ -112,12 +113,9 @@ def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
     host = g.trace.host
     ids = g.trace.name_ids(lambda n: n.startswith(prefix))
     ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+    rows = g.h_row[g.h_row >= 0]
     out = np.zeros(len(g.h_kind), dtype=bool)
-    rows = g.h_row
-    ok = rows >= 0
-    t, tid = host.start[np.maximum(rows, 0)], host.tid[np.maximum(rows, 0)]
-    for a in ann:
-        out |= ok & (t >= host.start[a]) & (t <= host.end[a]) & (tid == host.tid[a])
+    out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], host.start[ann], host.end[ann], host.tid[ann])
     return out
 
 

@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile
+from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
 
@@ -323,10 +324,6 @@ def _launched_in_optimizer(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
     if len(ann) == 0:
         return out
     ok = launch_rows >= 0
-    t = host.start[launch_rows[ok]]
-    tid = host.tid[launch_rows[ok]]
-    hit = np.zeros(ok.sum(), dtype=bool)
-    for a in ann:
-        hit |= (t >= host.start[a]) & (t <= host.end[a]) & (tid == host.tid[a])
-    out[ok] = hit
+    rows = launch_rows[ok]
+    out[ok] = inside_any(host.start[rows], host.tid[rows], host.start[ann], host.end[ann], host.tid[ann])
     return out
