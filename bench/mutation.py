@@ -30,6 +30,7 @@ import ast
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -40,19 +41,19 @@ PKG = "src/gpucheckup"
 
 # The one table to edit when a module moves: short name -> (module path, the fast tests that exercise it).
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "verdict": ("diagnosis/verdict.py", ["tests/test_pin_verdict.py", "tests/test_verdicts.py",
-                                         "tests/test_rule_table.py", "tests/test_whatif_reports.py"]),
+    "verdict": ("diagnosis/verdict.py", ["tests/test_pin_verdict.py", "tests/test_rule_table.py",
+                                         "tests/test_whatif_reports.py", "tests/test_verdicts.py"]),
     "rules": ("diagnosis/rules.py", ["tests/test_rule_table.py", "tests/test_synthetic_rules.py",
-                                     "tests/test_verdicts.py", "tests/test_more_cases.py"]),
+                                     "tests/test_more_cases.py", "tests/test_verdicts.py"]),
     "fixes": ("diagnosis/fixes.py", ["tests/test_fixes.py", "tests/test_rule_table.py",
                                      "tests/test_whatif_reports.py"]),
-    "timeline": ("analysis/timeline.py", ["tests/test_pin_timeline.py", "tests/test_fuzz_regressions.py",
-                                          "tests/test_one_window.py", "tests/test_verdicts.py"]),
-    "gap_causes": ("analysis/gap_causes.py", ["tests/test_verdicts.py", "tests/test_synthetic_rules.py",
-                                              "tests/test_more_cases.py", "tests/test_one_window.py"]),
-    "steps": ("analysis/steps.py", ["tests/test_pin_steps.py", "tests/test_fuzz_regressions.py",
-                                    "tests/test_one_window.py", "tests/test_verdicts.py"]),
-    "window": ("analysis/window.py", ["tests/test_one_window.py", "tests/test_verdicts.py"]),
+    "timeline": ("analysis/timeline.py", ["tests/test_pin_timeline.py", "tests/test_synthetic_rules.py",
+                                          "tests/test_more_cases.py", "tests/test_verdicts.py"]),
+    "gap_causes": ("analysis/gap_causes.py", ["tests/test_synthetic_rules.py", "tests/test_more_cases.py",
+                                              "tests/test_verdicts.py"]),
+    "steps": ("analysis/steps.py", ["tests/test_pin_steps.py", "tests/test_synthetic_rules.py",
+                                    "tests/test_more_cases.py", "tests/test_verdicts.py"]),
+    "window": ("analysis/window.py", ["tests/test_pin_steps.py", "tests/test_one_window.py"]),
     "replay": ("analysis/replay.py", ["tests/test_replay.py", "tests/test_replay_events.py",
                                       "tests/test_replay_segments.py", "tests/test_replay_fast.py"]),
     "whatif": ("analysis/whatif.py", ["tests/test_replay_whatif.py", "tests/test_replay_events.py",
@@ -175,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         p.error(f"unknown module(s) {' '.join(unknown)}; known: {' '.join(MODULES)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still removes its copy
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     print(f"seed {seed} (repeat with --seed {seed} --sample {args.sample})", flush=True)
     fixtures = REPO.parent / "shared" / "fixtures" / "h200"
