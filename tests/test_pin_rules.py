@@ -1,0 +1,116 @@
+"""Each rule's threshold at its boundary (diagnosis/rules.py; docs/metrics.md's rule table): a real H200 analysis
+(compute_bound: busy, little idle) with one metric set exactly at the documented threshold, and just below it.
+The step time is set to 100 ms so that a cost of x ms is x% of the step, exactly."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+from msgspec.structs import replace
+
+from conftest import trace_path
+from gpucheckup.analysis.checkup import analyze
+from gpucheckup.analysis.gap_causes import CAUSES, GapSummary
+from gpucheckup.analysis.window import Window
+from gpucheckup.diagnosis import rules
+from gpucheckup.trace import read_trace
+
+STEP_MS = 100.0
+
+
+@lru_cache(maxsize=None)
+def base():
+    a = analyze(read_trace(trace_path("compute_bound")))
+    w = Window(STEP_MS, "test", STEP_MS, a.window.length_us, 1, a.window.steps)
+    zero = {c: 0.0 for c in CAUSES}
+    return replace(a, window=w, gaps_summary=GapSummary(dict(zero), dict(zero), dict(zero)),
+                   copies=replace(a.copies, pageable_count=0, exposed_ms_per_step=0.0),
+                   communication=replace(a.communication, exposed_ms_per_step=0.0),
+                   dataloader=replace(a.dataloader, pct_of_step=0.0))
+
+
+def idle(**ms):
+    """The base analysis with these gap causes' idle ms per step (= percent of the 100 ms step)."""
+    a = base()
+    per = {c: ms.get(c, 0.0) for c in CAUSES}
+    return replace(a, gaps_summary=GapSummary({c: 0.0 for c in CAUSES}, per, dict(per)))
+
+
+# rule, gap causes it sums, threshold, critical threshold (None: one severity)
+IDLE_RULES = [
+    (rules.input_pipeline, ("input",), 5.0, 20.0),
+    (rules.launch_overhead, ("launch", "other_host", "allocation"), 10.0, 30.0),
+    (rules.synchronizations, ("sync",), 2.0, 15.0),
+    (rules.allocations, ("allocation",), 2.0, None),
+    (rules.gpu_side_gaps, ("queued",), 10.0, None),
+    (rules.exposed_communication, ("communication",), 5.0, 20.0),
+]
+
+
+@pytest.mark.parametrize("rule,causes,thr,critical", IDLE_RULES, ids=lambda x: getattr(x, "__name__", None))
+def test_idle_rules_fire_from_their_threshold_inclusive(rule, causes, thr, critical):
+    n = len(causes)
+    assert rule(idle(**{c: (thr - 0.01) / n for c in causes})) is None
+    f = rule(idle(**{c: thr / n for c in causes}))
+    assert f is not None and f.cost_ms_per_step == pytest.approx(thr) and f.cost_pct_of_step == pytest.approx(thr)
+    assert f"{thr:g}%" in f.rule
+    if critical is not None:
+        assert f.severity == "warning"
+        assert rule(idle(**{c: (critical - 0.01) / n for c in causes})).severity == "warning"
+        assert rule(idle(**{c: critical / n for c in causes})).severity == "critical"
+    # one cause alone carries the sum (launch overhead: any of its three)
+    if n > 1:
+        for c in causes:
+            assert rule(idle(**{c: thr})) is not None
+
+
+def test_a_cost_never_exceeds_the_step():
+    f = rules.launch_overhead(idle(launch=80.0, other_host=50.0))
+    assert f.cost_ms_per_step == STEP_MS and f.cost_pct_of_step == 100.0
+
+
+def test_input_rule_also_fires_on_dataloader_time_alone():
+    a = base()
+    assert rules.input_pipeline(replace(a, dataloader=replace(a.dataloader, pct_of_step=9.99))) is None
+    f = rules.input_pipeline(replace(a, dataloader=replace(a.dataloader, pct_of_step=10.0)))
+    assert f is not None and f.severity == "warning"
+
+
+def test_exposed_copies_and_communication_kernels():
+    a = base()
+    assert rules.exposed_copies(replace(a, copies=replace(a.copies, exposed_ms_per_step=4.99))) is None
+    assert rules.exposed_copies(replace(a, copies=replace(a.copies, exposed_ms_per_step=5.0))) is not None
+    comm = replace(a.communication, exposed_ms_per_step=3.0)
+    assert rules.exposed_communication(replace(idle(communication=1.99), communication=comm)) is None
+    f = rules.exposed_communication(replace(idle(communication=2.0), communication=comm))  # 3 exposed + 2 waiting
+    assert f.cost_ms_per_step == pytest.approx(5.0) and f.severity == "warning"
+
+
+def test_pageable_copies_from_one_mb_per_step_and_warning_from_one_percent():
+    a = base()
+
+    def with_copies(count, mb, ms):
+        return replace(a, copies=replace(a.copies, pageable_count=count, pageable_mb_per_step=mb,
+                                         pageable_ms_per_step=ms))
+
+    assert rules.pageable_copies(with_copies(3, 0.99, 5.0)) is None
+    assert rules.pageable_copies(with_copies(0, 5.0, 5.0)) is None
+    assert rules.pageable_copies(with_copies(3, 1.0, 0.99)).severity == "info"
+    assert rules.pageable_copies(with_copies(3, 1.0, 1.0)).severity == "warning"
+
+
+@pytest.mark.parametrize("count,cv,fires", [(3, 20.0, True), (3, 19.99, False), (2, 50.0, False), (10, 20.0, True)])
+def test_unstable_steps_from_20_percent_cv_over_3_steps(count, cv, fires):
+    a = base()
+    f = rules.unstable_steps(replace(a, step_summary=replace(a.step_summary, count=count, cv_pct=cv)))
+    assert (f is not None) == fires
+    if fires:
+        assert f.severity == "info" and f.cost_ms_per_step == 0.0
+
+
+@pytest.mark.parametrize("cat_pct,fires", [(15.0, True), (14.99, False)])
+def test_data_movement_from_15_percent_of_kernel_time(cat_pct, fires):
+    a = base()
+    k = replace(a.kernels, categories_pct={**a.kernels.categories_pct, "data_movement": cat_pct})
+    assert (rules.data_movement(replace(a, kernels=k)) is not None) == fires
