@@ -43,7 +43,7 @@ PKG = "src/gpucheckup"
 MODULES: dict[str, tuple[str, list[str]]] = {
     "verdict": ("diagnosis/verdict.py", ["tests/test_pin_verdict.py", "tests/test_rule_table.py",
                                          "tests/test_whatif_reports.py", "tests/test_verdicts.py"]),
-    "rules": ("diagnosis/rules.py", ["tests/test_rule_table.py", "tests/test_synthetic_rules.py",
+    "rules": ("diagnosis/rules.py", ["tests/test_pin_rules.py", "tests/test_rule_table.py", "tests/test_synthetic_rules.py",
                                      "tests/test_more_cases.py", "tests/test_verdicts.py"]),
     "fixes": ("diagnosis/fixes.py", ["tests/test_fixes.py", "tests/test_rule_table.py",
                                      "tests/test_whatif_reports.py"]),
