@@ -45,7 +45,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                          "tests/test_whatif_reports.py", "tests/test_verdicts.py"]),
     "rules": ("diagnosis/rules.py", ["tests/test_pin_rules.py", "tests/test_rule_table.py", "tests/test_synthetic_rules.py",
                                      "tests/test_more_cases.py", "tests/test_verdicts.py"]),
-    "fixes": ("diagnosis/fixes.py", ["tests/test_fixes.py", "tests/test_rule_table.py",
+    "fixes": ("diagnosis/fixes.py", ["tests/test_pin_fixes.py", "tests/test_fixes.py", "tests/test_rule_table.py",
                                      "tests/test_whatif_reports.py"]),
     "timeline": ("analysis/timeline.py", ["tests/test_pin_timeline.py", "tests/test_synthetic_rules.py",
                                           "tests/test_more_cases.py", "tests/test_verdicts.py"]),
