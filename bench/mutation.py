@@ -59,7 +59,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "whatif": ("analysis/whatif.py", ["tests/test_replay_whatif.py", "tests/test_compile_edit.py",
                                       "tests/test_static_shapes.py", "tests/test_whatif_reports.py"]),
     "ranks": ("analysis/ranks.py", ["tests/test_ranks_h200x2.py", "tests/test_ranks.py"]),
-    "collectives": ("analysis/collectives.py", ["tests/test_ranks_h200x2.py", "tests/test_ranks.py"]),
+    "collectives": ("analysis/collectives.py", ["tests/test_pin_collectives.py", "tests/test_ranks_h200x2.py",
+                                                "tests/test_ranks.py"]),
 }
 
 SKIP_OPERATORS = ("_BitOr", "_BitAnd", "_BitXor", "_LShift", "_RShift", "_Is", "_IsNot",
