@@ -56,7 +56,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "window": ("analysis/window.py", ["tests/test_pin_steps.py", "tests/test_one_window.py"]),
     "replay": ("analysis/replay.py", ["tests/test_pin_replay.py", "tests/test_replay.py", "tests/test_replay_events.py",
                                       "tests/test_replay_fast.py"]),
-    "whatif": ("analysis/whatif.py", ["tests/test_replay_whatif.py", "tests/test_compile_edit.py",
+    "whatif": ("analysis/whatif.py", ["tests/test_pin_whatif.py", "tests/test_replay_whatif.py", "tests/test_compile_edit.py",
                                       "tests/test_static_shapes.py", "tests/test_whatif_reports.py"]),
     "ranks": ("analysis/ranks.py", ["tests/test_pin_ranks.py", "tests/test_ranks_h200x2.py", "tests/test_ranks.py"]),
     "collectives": ("analysis/collectives.py", ["tests/test_pin_collectives.py", "tests/test_ranks_h200x2.py",
