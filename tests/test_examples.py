@@ -41,7 +41,8 @@ RUNS = {
     # a CPU run has nothing to pin (the example says so); the flag is accepted and pins nothing
     ("copies", ("--pin-memory",)): lambda p, base: "aten::pin_memory" not in p["ops"] and p["ops"] == base["ops"],
     ("input", ()): lambda p, base: p["ops"][SINGLE] == STEPS and WORKERS not in p["ops"],
-    ("input", ("--workers", "1", "--pin-memory")): lambda p, base: p["ops"][WORKERS] == STEPS and SINGLE not in p["ops"],
+    ("input", ("--workers", "1", "--pin-memory")): lambda p, base: p["ops"][WORKERS] == STEPS
+    and SINGLE not in p["ops"],
     # int(counts.max()): one host read a step; top-2 of 8 experts for 256 tokens
     ("moe", ()): lambda p, base: items(p) == STEPS and p["topk"] == [2, [256, 8]],
     # a fixed capacity: no host read; top-1 routing over 4 experts

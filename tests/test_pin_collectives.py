@@ -22,7 +22,8 @@ def plain_calls(doc: dict) -> list[tuple]:
     """(issue time, kernel start, kernel end, bytes, group size, step label) of each NCCL kernel whose launch lies
     inside a record_param_comms op on the launching thread (the innermost, latest-starting one), in issue order."""
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     ops = [e for e in ev if e.get("name") == "record_param_comms"]
     marks = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in ev
                    if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
