@@ -142,3 +142,10 @@ def test_idle_shape_matches_a_plain_implementation(items):
         "spread between kernels" if largest_pct < 20 else "mixed")
     if min(abs(largest_pct - 50), abs(largest_pct - 20), abs(start_pct - 50)) > 1e-6:  # off float ties
         assert p["shape"] == want
+
+
+def test_no_gpu_work_is_an_empty_timeline(tmp_path):
+    # a CPU-only trace (the check-up refuses it earlier; the timeline itself has nothing to report)
+    tl, st = build(tmp_path, [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::mm", 10, 100)])
+    assert tl.busy == {} and tl.busy_pct == 0.0 and len(tl.gaps) == 0 and tl.busy_by_stream == {}
+    assert tl.step_busy_pct.tolist() == [0.0] and tl.window == (0.0, 1000.0)
