@@ -86,3 +86,20 @@ def test_a_sync_returning_inside_the_gap_drained_it(tmp_path):
     assert got == pytest.approx({"launch": 50, "other_host": 450})
     got, _, _ = causes(tmp_path, [ev("cuda_runtime", "cudaDeviceSynchronize", 20, 80)])
     assert got == pytest.approx({"sync": 500})
+
+
+def test_the_last_gap_with_no_next_op_is_split_up_to_the_window_end(tmp_path):
+    # one step [0, 1000] (annotated on thread 1); the only kernel [0, 400] is launched from thread 2, which makes
+    # thread 2 the training thread; the gap [400, 1000] has no next op: its host stretch runs to the window end and
+    # no launch latency follows. Thread 2 waits for data 500-700: input 200, other host 400
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(0, 0, 400, 1, tid=2)
+    events += [ev("user_annotation", LOADER, 500, 200, tid=2), ev("user_annotation", LOADER, 450, 100, tid=1)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    tl = timeline.gpu_timeline(tr, st)
+    c = gap_causes.attribute_gaps(tr, st, tl, rows)
+    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(400, 1000)]
+    assert dict(zip(gap_causes.CAUSES, c.time[0].tolist())) == pytest.approx(
+        {"input": 200, "sync": 0, "communication": 0, "allocation": 0, "launch": 0, "other_host": 400, "queued": 0})
+    assert c.thread.tolist() == [[1, 2]]

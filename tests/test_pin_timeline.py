@@ -149,3 +149,13 @@ def test_no_gpu_work_is_an_empty_timeline(tmp_path):
     tl, st = build(tmp_path, [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::mm", 10, 100)])
     assert tl.busy == {} and tl.busy_pct == 0.0 and len(tl.gaps) == 0 and tl.busy_by_stream == {}
     assert tl.step_busy_pct.tolist() == [0.0] and tl.window == (0.0, 1000.0)
+
+
+def test_one_gap_across_a_step_boundary_is_cut_there(tmp_path):
+    # steps [0, 1000] and [1000, 2000]; one kernel [0, 500] in step 1: the single gap [500, 2000] is two gaps
+    ev_ = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "ProfilerStep#2", 1000, 1000)]
+    tl, _ = build(tmp_path, ev_ + kernel(0, 500, 1))
+    g = tl.gaps
+    assert list(zip(g.start.tolist(), g.end.tolist())) == [(500, 1000), (1000, 2000)]
+    assert g.step.tolist() == [0, 1] and g.position.tolist() == pytest.approx([0.5, 0.0])
+    assert tl.step_busy_pct.tolist() == pytest.approx([50.0, 0.0])
