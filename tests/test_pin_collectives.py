@@ -104,3 +104,18 @@ def test_no_world_size_leaves_group_size_unknown(tmp_path):
     got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
     assert np.isnan(got.group_size).all() and got.nbytes.tolist() == [16.0]  # not multiplied by an unknown size
     assert got.keys == [("default", "all_gather", "whole trace", 0)]
+
+
+def test_every_dtype_size_is_the_element_size():
+    # numpy's item sizes for the C and numpy names; bfloat16 and the float8 formats by their bit widths
+    c_names = {"float": np.float32, "float32": np.float32, "double": np.float64, "float64": np.float64,
+               "half": np.float16, "c10::half": np.float16, "float16": np.float16, "long": np.int64,
+               "long int": np.int64, "int64": np.int64, "int": np.int32, "int32": np.int32, "short": np.int16,
+               "char": np.int8, "signed char": np.int8, "unsigned char": np.uint8, "bool": np.bool_, "byte": np.uint8}
+    by_bits = {"bfloat16": 16, "c10::bfloat16": 16, "float8_e4m3fn": 8, "float8_e5m2": 8, "c10::float8_e4m3fn": 8,
+               "c10::float8_e5m2": 8}
+    assert set(collectives.DTYPE_BYTES) == set(c_names) | set(by_bits)
+    for name, t in c_names.items():
+        assert collectives.dtype_bytes(name) == np.dtype(t).itemsize, name
+    for name, bits in by_bits.items():
+        assert collectives.dtype_bytes(name) == bits // 8, name
