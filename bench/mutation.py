@@ -3,7 +3,7 @@
 Tool: cosmic-ray (maintained, `pip install -e '.[mutation]'`). Its operators list every one-token change
 of a module (a comparison, an arithmetic operator, a number +-1, True/False, and/or, a `not` added, a loop
 that runs zero times, an exception type). We drive its Python API (operator positions, `mutate_and_test`)
-instead of its session database so that each module runs against its own short list of tests, so that a
+instead of its sqlite work database so that each module runs against its own short list of tests, so that a
 seeded random sample can be drawn (`--seed`, `--sample`), and so that the working tree is never mutated:
 the repository (without .git and virtual environments) is copied to a temporary directory, PYTHONPATH
 points at the copy's src/, and each mutant is applied there.

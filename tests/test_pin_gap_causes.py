@@ -103,3 +103,18 @@ def test_the_last_gap_with_no_next_op_is_split_up_to_the_window_end(tmp_path):
     assert dict(zip(gap_causes.CAUSES, c.time[0].tolist())) == pytest.approx(
         {"input": 200, "sync": 0, "communication": 0, "allocation": 0, "launch": 0, "other_host": 400, "queued": 0})
     assert c.thread.tolist() == [[1, 2]]
+
+
+def test_without_launch_calls_the_first_host_thread_is_the_training_thread(tmp_path):
+    # no CUDA call in the trace (kernels launched before it began): every gap is charged to the first host event's
+    # thread, (1, 1) here; its loader wait 500-700 in the gap [400, 1000] is input, another process's is not
+    kern = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 400,
+            "args": {"device": 0, "stream": 7}}
+    other = dict(ev("user_annotation", LOADER, 600, 300), pid=2)
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), other, kern, ev("user_annotation", LOADER, 500, 200)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    c = gap_causes.attribute_gaps(tr, st, timeline.gpu_timeline(tr, st), rows)
+    assert c.thread.tolist() == [[1, 1]]
+    assert dict(zip(gap_causes.CAUSES, c.time[0].tolist()))["input"] == pytest.approx(200)
