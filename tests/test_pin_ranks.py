@@ -72,5 +72,15 @@ def test_no_straggler_when_lateness_is_spread_or_small():
     assert [row.wait_ms for row in a.table] == pytest.approx([0.04, 0.0, 0.02])
 
 
+def test_no_straggler_below_a_tenth_of_the_step():
+    # ranks 0 and 1 arrive at 7600 and 7700, rank 2 at 8300 (650 us late at each call); the others wait 700 and
+    # 600 us, all of it exposed: 650 us a step caused, under 10% of the 10 ms step
+    a = ranks.analyze_ranks([rank_input(r, arrive={0: 7600.0, 1: 7700.0, 2: 8300.0}) for r in range(3)])
+    t = {row.rank: row for row in a.table}
+    assert t[2].late_ms == pytest.approx(0.65) and t[2].last_pct == 100.0
+    assert [t[r].exposed_wait_ms for r in (0, 1)] == pytest.approx([0.7, 0.6])
+    assert a.straggler is None and a.straggler_late_ms == 0.0 and a.waited_ms == 0.0
+
+
 def test_fewer_than_two_ranks_with_calls():
     assert ranks.analyze_ranks([rank_input(0)]) is None

@@ -114,3 +114,13 @@ def test_data_movement_from_15_percent_of_kernel_time(cat_pct, fires):
     a = base()
     k = replace(a.kernels, categories_pct={**a.kernels.categories_pct, "data_movement": cat_pct})
     assert (rules.data_movement(replace(a, kernels=k)) is not None) == fires
+
+
+def test_code_lines_evidence_keeps_lines_of_half_a_percent_or_more():
+    # weights in us: 996 + 4 on lines, 0 off them: the 0.4% line is left out; shares of the total
+    assert rules._by_line({"a.py:1": 996.0, "b.py:2": 4.0}, "idle") == ["idle by line of your code: a.py:1 (100%)"]
+    assert rules._by_line({"a.py:1": 0.3, "b.py:2": 0.2}, "idle") == [
+        "idle by line of your code: a.py:1 (60%), b.py:2 (40%)"]
+    assert rules._by_line({None: 5.0}, "idle") == [
+        "idle: none under a Python frame (autograd's backward thread has none)"]
+    assert rules._by_line({}, "idle") == []

@@ -135,3 +135,5 @@ def test_traced_window_and_its_normalizers():
     assert one.devices == 1 and one.basis == "the whole trace (no ProfilerStep markers)" and one.step_ms == 5.0
     empty = window.Window(0.0, "", 0.0, 0.0, 1, 0)
     assert empty.share(5.0) == 0.0 and empty.pct(1.0) == 0.0
+    sub_ms = window.Window(0.5, "", 0.5, 1000.0, 1, 2)  # a step under a millisecond still has percents
+    assert sub_ms.pct(0.1) == pytest.approx(20.0)
