@@ -84,3 +84,34 @@ def test_no_straggler_below_a_tenth_of_the_step():
 
 def test_fewer_than_two_ranks_with_calls():
     assert ranks.analyze_ranks([rank_input(0)]) is None
+
+
+def test_rank_input_compute_and_idle_per_step_against_the_raw_events():
+    """One rank of a real 2-GPU H200 DDP job: per step window, the GPU time of everything but NCCL kernels and the
+    idle time, computed here from the raw JSON with a plain interval union."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    import independent as ind
+    from gpucheckup.trace import read_trace
+
+    path = Path(__file__).resolve().parent / "data" / "h200x2" / "ddp_healthy" / "traces" / "rank0.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    windows = ind.step_windows(doc)
+    ops = [(e["ts"], e["ts"] + e["dur"], "nccl" in e["name"].lower() and e["cat"] == "kernel")
+           for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ind.GPU_CATS]
+
+    def covered(spans, lo, hi):
+        return ind.union_length([(max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo)])
+
+    compute = [covered([(s, e) for s, e, c in ops if not c], lo, hi) / 1e3 for lo, hi in windows]
+    idle = [((hi - lo) - covered([(s, e) for s, e, _ in ops], lo, hi)) / 1e3 for lo, hi in windows]
+    r = ranks.rank_input(read_trace(path))
+    assert r.rank == 0 and r.device == "NVIDIA H200"
+    assert r.step_compute_ms.tolist() == pytest.approx(compute, abs=1e-6)
+    assert r.step_idle_ms.tolist() == pytest.approx(idle, abs=1e-6)
+    # over the whole window, per step: the windows tile it, so the sums of the per-step figures over the steps
+    assert r.compute_ms == pytest.approx(sum(compute) / len(windows), abs=1e-6)
+    assert r.idle_ms == pytest.approx(sum(idle) / len(windows), abs=1e-6)
