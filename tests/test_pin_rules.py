@@ -4,6 +4,7 @@ The step time is set to 100 ms so that a cost of x ms is x% of the step, exactly
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 import pytest
@@ -59,6 +60,7 @@ def test_idle_rules_fire_from_their_threshold_inclusive(rule, causes, thr, criti
         assert f.severity == "warning"
         assert rule(idle(**{c: (critical - 0.01) / n for c in causes})).severity == "warning"
         assert rule(idle(**{c: critical / n for c in causes})).severity == "critical"
+        assert rule(idle(**{c: (critical + 10) / n for c in causes})).severity == "critical"
     # one cause alone carries the sum (launch overhead: any of its three)
     if n > 1:
         for c in causes:
@@ -124,3 +126,61 @@ def test_code_lines_evidence_keeps_lines_of_half_a_percent_or_more():
     assert rules._by_line({None: 5.0}, "idle") == [
         "idle: none under a Python frame (autograd's backward thread has none)"]
     assert rules._by_line({}, "idle") == []
+
+
+# ---- evidence lines on real traces, against figures computed here from the raw events ----
+
+def test_gpu_bound_evidence_gives_the_median_launch_delay():
+    import statistics
+
+    import independent as ind
+    from conftest import raw_events
+    from gpucheckup.pipeline import check_path
+
+    doc = raw_events(trace_path("compute_bound"))
+    windows = ind.step_windows(doc)
+    lo, hi = windows[0][0], windows[-1][1]
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    launch = {e["args"]["correlation"]: e["ts"] for e in ev
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    delays = [e["ts"] - launch[e["args"]["correlation"]] for e in ev
+              if e.get("cat") == "kernel" and lo <= e["ts"] <= hi and e["args"].get("correlation") in launch]
+    med = statistics.median(delays)
+    assert med > 1000  # queued: over a millisecond
+    f = {x.id: x for x in check_path(trace_path("compute_bound"))[0].diagnosis.findings}["gpu_bound"]
+    assert f"median launch-to-start delay {med / 1000:.1f} ms: kernels wait in the queue behind earlier work" in \
+        f.evidence
+
+
+def test_with_python_stacks_the_idle_and_the_launches_are_put_on_lines_of_code():
+    from gpucheckup.pipeline import check_path
+
+    f = {x.id: x for x in check_path(trace_path("launch_bound_stacks"))[0].diagnosis.findings}["launch_overhead"]
+    for what in ("the idle time", "kernel launches"):
+        (line,) = [e for e in f.evidence if e.startswith(f"{what} by line of your code: ")]
+        shares = [int(x) for x in re.findall(r"\((\d+)%\)", line)]
+        rest = int(re.search(r"; (\d+)% on threads with no Python frame", line)[1])
+        assert shares and 95 <= sum(shares) + rest <= 101, line  # rounded shares of one whole
+
+
+def test_data_movement_events_are_data_movement_kernels():
+    from gpucheckup.analysis.kernels import categorize
+    from gpucheckup.pipeline import check_path
+
+    f = {x.id: x for x in check_path(trace_path("moe_seed"))[0].diagnosis.findings}["data_movement"]
+    assert f.events and all(categorize(e.name) == "data_movement" for e in f.events)
+
+
+def test_the_profiler_finding_mentions_collectives_only_when_they_waited():
+    import json
+
+    from conftest import DEMO
+    from gpucheckup.analysis.mfu import MfuInputs
+
+    case = DEMO / "launch_bound"
+    unprofiled = json.loads((case / "meta.json").read_text())["step_s_unprofiled"] * 1000
+    a = analyze(read_trace(case / "trace.json.gz"), MfuInputs(unprofiled_step_ms=unprofiled))
+    f = rules.profiler_overhead(a)
+    assert f is not None and a.profiler.comm_wait_ms == 0
+    assert not any("collective" in e for e in f.evidence)
+    assert f"against {unprofiled:.2f} ms without the profiler" in f.evidence[0]
