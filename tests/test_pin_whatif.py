@@ -74,3 +74,26 @@ def test_unknown_fix_and_nothing_to_change(tmp_path):
                      ("comm_overlap", "no collective kernels"), ("dataloader_workers", "no DataLoader waits")):
         p = whatif.predict(g, fix)
         assert p.changed == 0 and p.step_ms_after == p.step_ms_before == pytest.approx(1.0) and why in p.transform
+
+
+def test_the_pinned_rate_comes_from_pinned_copies_of_a_mebibyte_or_more(tmp_path):
+    def trace_with(nbytes):
+        events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+                  ev("cuda_runtime", "cudaMemcpyAsync", 10, 5, correlation=1),
+                  gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 100, 1, bytes=nbytes)]
+        return read_trace(write_trace(tmp_path / "t.json", events))
+
+    # 1 MiB in 100 us: 10.48576 GB/s; one byte less does not measure the link
+    assert whatif._pinned_rate(trace_with(1 << 20)) == pytest.approx(10.48576)
+    assert whatif._pinned_rate(trace_with((1 << 20) - 1)) is None
+
+
+def test_a_larger_batch_doubles_the_data_wait_too(tmp_path):
+    # step [0, 1000]: the host waits in the DataLoader [0, 300], launches at 310 a 300 us kernel [320, 620] and works
+    # to 1000. Twice the batch: a 600 us wait (all later host work 300 us later: it ends at 1300), the kernel
+    # launched at 610 runs [620, 1220]: a 1300 us step for two batches, 650 us per batch
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", loader, 0, 300),
+              ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
+    p = whatif.predict(graph(tmp_path, events), "larger_batch")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.65)
