@@ -131,3 +131,81 @@ def test_run_level_fixes():
     assert [f.key for f in fixes.offer(hot, "check_cooling")] == ["check_cooling"]
     capped = run_analysis(nvml={"throttle": {"by_reason_pct": {"SW power cap": 30.0}}})
     assert fixes.offer(capped, "check_cooling") == []
+
+
+def ms_of(a, us: float) -> float:
+    """A GPU-side window total in ms per step, worked out from the window's definition (share x traced step)."""
+    return us / (a.window.length_us * a.window.devices) * a.window.traced_step_ms
+
+
+def test_loader_fixes_apply_with_a_loader_or_with_input_waits():
+    a = base()
+    present = replace(a, dataloader=replace(a.dataloader, present=True, iterators=[]))
+    assert offered(present, "gpu_augment", "fast_storage") == {"gpu_augment": 0.0, "fast_storage": 0.0}
+    assert offered(idle(input=2.0), "gpu_augment") == {"gpu_augment": 2.0}  # waits seen, no annotation
+    assert offered(a, "gpu_augment") == {}
+
+
+def test_compile_saves_the_launch_share_and_half_the_fusable_kernel_time():
+    a = idle(launch=4.0, other_host=2.0)
+    k = a.kernels
+    n = len(k.category_of_row)
+    from gpucheckup.analysis.kernels import CATEGORIES
+
+    cat = k.category_of_row.copy()
+    cat[:] = CATEGORIES.index("gemm_conv")
+    cat[: n // 4] = CATEGORIES.index("elementwise")  # a quarter of the launches fusable
+    us = {c: 0.0 for c in k.categories_us} | {"elementwise": 2000.0, "reduction_norm": 1000.0}
+    a = replace(a, kernels=replace(k, category_of_row=cat, categories_us=us, data_movement=[], count=n))
+    want = 6.0 * (n // 4) / n + 0.5 * ms_of(a, 3000.0)
+    assert offered(a, "torch_compile") == {"torch_compile": pytest.approx(want)}
+
+
+def test_moe_dispatch_needs_routing_grouping_and_movement_ops(tmp_path):
+    from conftest import write_trace
+
+    def trace_with(*ops):
+        events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+                   "dur": 1000, "args": {}},
+                  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 500,
+                   "args": {"device": 0, "stream": 7}}]
+        events += [{"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1, "args": {}}
+                   for i, op in enumerate(ops)]
+        return analyze(read_trace(write_trace(tmp_path / "t.json", events)))
+
+    assert "moe_dispatch" in offered(trace_with("aten::topk", "aten::argsort", "aten::index_add_"), "moe_dispatch")
+    for ops in (("aten::topk",), ("aten::topk", "aten::argsort"), ("aten::argsort", "aten::index_add_"),
+                ("aten::topk", "aten::index_add_")):
+        assert offered(trace_with(*ops), "moe_dispatch") == {}, ops
+
+
+def test_moe_dispatch_saves_the_sort_gather_scatter_and_index_kernels():
+    a = base()
+    fams = [{"family": "sort", "pct": 10.0}, {"family": "gather", "pct": 5.0}, {"family": "copy", "pct": 50.0}]
+    a = replace(a, kernels=replace(a.kernels, data_movement=fams, total_us=40_000.0))
+    # 15% of 40 ms of kernel time: 6000 us over the window
+    assert fixes._moe_ms(a) == pytest.approx(ms_of(a, 6000.0))
+
+
+def test_bigger_gemms_and_the_low_mfu_cost_below_35_percent():
+    a = base()
+    k = replace(a.kernels, categories_us={c: 0.0 for c in a.kernels.categories_us} | {"gemm_conv": 50_000.0})
+    for pct, want in ((35.0, None), (17.5, min(ms_of(a, 50_000.0) * 0.5, 100.0 * 0.5))):
+        b = replace(a, kernels=k, mfu=replace(a.mfu, pct=pct))
+        got = offered(b, "bigger_gemms")
+        assert got == ({} if want is None else {"bigger_gemms": pytest.approx(want)}), pct
+    b = replace(a, kernels=k, mfu=replace(a.mfu, pct=7.0))
+    assert fixes._low_mfu_cost(b) == pytest.approx(100.0 * (1 - 7.0 / 35.0))  # the step above 35% MFU's
+
+
+def test_cudnn_benchmark_from_convolutions_of_a_tenth_of_the_step():
+    a = base()
+    # window.ms(1000 x total_ms) = 10 ms (10% of the 100 ms step) when total_ms = length_us / 10_000 (one device)
+    at = a.window.length_us / 10_000
+
+    def with_conv(total_ms):
+        return replace(a, kernels=replace(a.kernels, per_name=[{"name": "sm90_xmma_fprop_implicit_gemm",
+                                                                "total_ms": total_ms}]))
+
+    assert "cudnn_benchmark" in offered(with_conv(at), "cudnn_benchmark")
+    assert offered(with_conv(at * 0.99), "cudnn_benchmark") == {}
