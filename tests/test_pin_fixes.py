@@ -209,3 +209,17 @@ def test_cudnn_benchmark_from_convolutions_of_a_tenth_of_the_step():
 
     assert "cudnn_benchmark" in offered(with_conv(at), "cudnn_benchmark")
     assert offered(with_conv(at * 0.99), "cudnn_benchmark") == {}
+
+
+def test_tf32_and_bf16_save_the_fp32_gemm_time_less_its_share_at_the_faster_peak():
+    # the H200 datasheet (src/gpucheckup/data/gpu_peaks.json): fp32 67, tf32 494.7, bf16 989.4 TFLOP/s
+    a = base()
+    assert a.trace.devices[0].name == "NVIDIA H200"
+    gemm = {"name": "ampere_sgemm_128x64_nn", "category": "gemm_conv", "count": 10, "total_ms": 20.0,
+            "mean_us": 2000.0, "pct": 50.0}
+    a = replace(a, kernels=replace(a.kernels, per_name=[gemm]))
+    fp32 = ms_of(a, 20_000.0)
+    got = offered(a, "tf32", "bf16_autocast")
+    assert got == {"tf32": pytest.approx(fp32 * (1 - 67 / 494.7)),
+                   "bf16_autocast": pytest.approx(fp32 * (1 - 67 / 989.4))}
+    assert offered(replace(a, kernels=replace(a.kernels, per_name=[])), "tf32", "bf16_autocast") == {}

@@ -184,3 +184,33 @@ def test_the_profiler_finding_mentions_collectives_only_when_they_waited():
     assert f is not None and a.profiler.comm_wait_ms == 0
     assert not any("collective" in e for e in f.evidence)
     assert f"against {unprofiled:.2f} ms without the profiler" in f.evidence[0]
+
+
+def test_low_mfu_names_the_gemms_dtype():
+    # moe_seed: the first article's MoE layer in fp32 (README's table): every GEMM kernel is fp32
+    from gpucheckup.pipeline import check_path
+
+    f = {x.id: x for x in check_path(trace_path("moe_seed"))[0].diagnosis.findings}["low_mfu"]
+    assert "GEMM kernel time by dtype: fp32 100%" in f.evidence and f.severity == "warning"
+
+
+def test_lock_contention_costs_the_slow_calls_host_time(tmp_path):
+    # one 10 ms step; one launch takes 800 us while another thread allocates: 800 us of the 10 ms window on the
+    # host, 0.8 ms of the 10 ms step
+    from conftest import write_trace
+
+    def e(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events, t = [e("user_annotation", "ProfilerStep#1", 0, 10_000)], 10.0
+    for corr in range(1, 41):
+        events += [e("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr),
+                   {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t + 6, "dur": 100,
+                    "args": {"device": 0, "stream": 7, "correlation": corr}}]
+        t += 110
+    events += [e("cuda_runtime", "cudaHostAlloc", t - 50, 900, tid=2), e("cuda_runtime", "cudaLaunchKernel", t, 800,
+                                                                         correlation=41),
+               {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t + 801, "dur": 100,
+                "args": {"device": 0, "stream": 7, "correlation": 41}}]
+    f = rules.lock_contention(analyze(read_trace(write_trace(tmp_path / "t.json", events))))
+    assert f.cost_ms_per_step == pytest.approx(0.8) and f.cost_pct_of_step == pytest.approx(8.0)
