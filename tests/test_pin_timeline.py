@@ -159,3 +159,11 @@ def test_one_gap_across_a_step_boundary_is_cut_there(tmp_path):
     assert list(zip(g.start.tolist(), g.end.tolist())) == [(500, 1000), (1000, 2000)]
     assert g.step.tolist() == [0, 1] and g.position.tolist() == pytest.approx([0.5, 0.0])
     assert tl.step_busy_pct.tolist() == pytest.approx([50.0, 0.0])
+
+
+def test_a_device_busy_all_the_time_has_no_gaps(tmp_path):
+    ev_ = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "ProfilerStep#2", 1000, 1000)]
+    tl, st = build(tmp_path, ev_ + kernel(0, 1200, 1) + kernel(1200, 2000, 2))
+    assert len(tl.gaps) == 0 and tl.busy_pct == pytest.approx(100.0)
+    assert tl.step_busy_pct.tolist() == pytest.approx([100.0, 100.0])
+    assert timeline.gap_pattern(tl, st)["shape"] == "none"
