@@ -5,6 +5,7 @@ a gap whose next op was already queued as queued, and a sync that returned insid
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import write_trace
@@ -118,3 +119,9 @@ def test_without_launch_calls_the_first_host_thread_is_the_training_thread(tmp_p
     c = gap_causes.attribute_gaps(tr, st, timeline.gpu_timeline(tr, st), rows)
     assert c.thread.tolist() == [[1, 1]]
     assert dict(zip(gap_causes.CAUSES, c.time[0].tolist()))["input"] == pytest.approx(200)
+
+
+def test_no_gaps_no_dominant_cause():
+    empty = gap_causes.GapCauses(np.zeros((0, len(gap_causes.CAUSES))), np.zeros((0, 2), dtype=np.int64),
+                                 np.zeros(0, dtype=np.int64))
+    assert empty.dominant().tolist() == [] and set(empty.by_cause_us().values()) == {0.0}

@@ -77,6 +77,13 @@ def test_nested_and_overlapping_profiler_steps(tmp_path):
     assert not any("overlap" in w for w in tr.warnings)  # touching is not overlapping
 
 
+def test_an_annotation_ending_half_a_microsecond_later_is_not_nested(tmp_path):
+    # [500, 1000.5] ends after step 1 [0, 1000]: it overlaps, so it is a step of its own, from 1000 to 1000.5
+    st, tr = find(tmp_path, [step(1, 0, 1000), step(2, 500, 1000.5)] + launch(10, 20, 100, 1))
+    assert windows(st) == [(0, 1000), (1000, 1000.5)]
+    assert any("1 ProfilerStep# annotations overlap" in w for w in tr.warnings)
+
+
 def test_launches_between_or_outside_steps_belong_to_none(tmp_path):
     # host steps [0, 1000] and [1100, 2000]; a launch at 1050 (between them) of a kernel running to 5000 and one
     # at -50 before the first step extend nothing; a launch exactly at a host step's end or start counts
