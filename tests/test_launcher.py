@@ -1,8 +1,10 @@
 """`gpucheckup run` when things go wrong: jobs killed by uncatchable signals, bad options, a launcher that
-fails part-way. Real subprocesses; no torch needed (the jobs are shells and plain Python)."""
+fails part-way. Real subprocesses; no torch needed (the jobs are shells and plain Python), except where the options'
+limits are checked to take effect on a small torch job."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import subprocess
@@ -77,12 +79,23 @@ def test_a_bad_option_is_refused_before_the_job_starts(tmp_path, option, value):
     assert not out.exists()  # and no run directory was left without a manifest
 
 
-def test_the_option_limits_are_inclusive(tmp_path):
+def test_the_option_limits_are_inclusive_and_take_effect(tmp_path):
+    pytest.importorskip("torch")
     out = tmp_path / "runs"
+    job = Path(__file__).parent / "jobs" / "train_mlp.py"
     res = gpucheckup("run", "--out", str(out), "--no-report", "--nvml-hz", "100", "--skip", "2", "--steps", "1",
-                     "--window", "0.1", "--", PY, "-c", "print('ran')")
+                     "--window", "0.1", "--", PY, str(job), "6")
     assert res.returncode == 0, res.stderr
-    assert "ran" in res.stdout
+    assert "trained 6 steps" in res.stdout
+    run_dir = next(out.iterdir())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["captured"]["nvml"]["hz"] == 100.0  # the sampler was started at 100 Hz (whether or not NVML answers)
+    assert m["agent_settings"]["main"]["window_s"] == 0.1  # the time window's length the agent was given
+    capture = m["captured"]["processes"]["main"]["captures"][0]
+    assert capture["steps"] == [3, 3]  # two steps skipped, one profiled: the third
+    with gzip.open(run_dir / capture["trace"], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X") == 1
 
 
 # ---- a launcher that fails after the job started ------------------------------------------------------

@@ -154,11 +154,15 @@ def test_cupti_window_trace_has_steps_ranges_and_gpu_work_on_unix_time(recorded)
     assert by_cat["gpu_memcpy"][0]["name"] == "Memcpy HtoD (Pinned -> Device)"
     assert by_cat["gpu_memcpy"][0]["args"]["bytes"] == 4096
     assert by_cat["gpu_memset"][0]["name"] == "Memset (Device)"
-    # clock: every GPU record inside its step on Unix time; the offset recovered to a microsecond
+    # clock: the offset recovered within the narrowest bracket's half-width (the bound the bracket guarantees: a
+    # few hundred ns on a quiet machine, more when the reads are preempted on a loaded one), so every GPU record
+    # lies inside its step on Unix time, to that half-width
     clock = doc["gpucheckup_light"]["clock"]
-    assert all(abs(o - FAKE_OFFSET_NS) < 1000 for o in clock["cupti_to_unix_offset_ns"])
+    halves = clock["bracket_half_width_ns"]
+    assert all(abs(o - FAKE_OFFSET_NS) <= h + 1 for o, h in zip(clock["cupti_to_unix_offset_ns"], halves))
+    slack_us = max(halves) / 1000 + 1e-3
     for e in by_cat["kernel"]:
-        assert any(s["ts"] <= e["ts"] <= s["ts"] + s["dur"] for s in steps), e["ts"]
+        assert any(s["ts"] - slack_us <= e["ts"] <= s["ts"] + s["dur"] + slack_us for s in steps), e["ts"]
     base_s = doc["baseTimeNanoseconds"] / 1e9
     assert abs(base_s + steps[0]["ts"] / 1e6 - time.time()) < 60
     assert doc["gpucheckup_light"]["records"] == {"kernel": 6, "memcpy": 6, "memset": 6}  # the warm-up's too

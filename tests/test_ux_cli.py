@@ -85,8 +85,18 @@ def test_short_run_suggests_no_skip_past_its_end(short_runs, steps):
     for n in re.findall(r"--skip (\d+)", text):
         assert int(n) < steps, f"suggests --skip {n} for a {steps}-step job"
     st = report["run_figures"]["steps"]
-    if not st["settled"]:
-        assert any("too short for a steady-state window" in n for n in report["notes"]), report["notes"]
+    assert st["count"] == st["last_step"] == steps
+    if steps < 20 + 5:  # the default window (skip 20, profile 5) never opens: said, with no step number to skip to
+        assert st["profiled_steps"] is None
+        assert any(f"the job ran {steps} optimizer steps, the window needed 25 (use --skip/--steps)" in n
+                   for n in report["notes"]), report["notes"]
+    else:
+        assert st["profiled_steps"] == [21, 25]  # the default window, inside the job
+    # whether the step times settle depends on the machine's load; either way the report says which
+    too_short = any("too short for a steady-state window" in n for n in report["notes"])
+    assert too_short == (not st["settled"]), (st["settled"], report["notes"])
+    if st["settled"]:
+        assert 0 <= st["warmup_steps"] < steps and st["steady_median_ms"] > 0
 
 
 # ---- item 6: files asked for are written, or said and a non-zero exit; `--json -` ----------------------

@@ -1,0 +1,225 @@
+"""The fix catalogue's preconditions and saving models (diagnosis/fixes.py; docs/metrics.md "Fix catalogue"), each
+worked out by hand on a real H200 analysis (compute_bound) with the figures a model reads set to round values; the
+step is 100 ms so that ms and percent coincide."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+from msgspec.structs import replace
+
+from conftest import trace_path
+from gpucheckup.analysis.checkup import analyze
+from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
+from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.analysis.one_trace.window import Window
+from gpucheckup.diagnosis import fixes
+from gpucheckup.trace import read_trace
+
+
+@lru_cache(maxsize=None)
+def base():
+    a = analyze(read_trace(trace_path("compute_bound")))
+    zero = {c: 0.0 for c in CAUSES}
+    return replace(a, window=Window(100.0, "test", 100.0, a.window.length_us, 1, a.window.steps),
+                   gaps_summary=GapSummary(dict(zero), dict(zero), dict(zero)),
+                   copies=replace(a.copies, pageable_count=0, exposed_ms_per_step=0.0),
+                   communication=replace(a.communication, exposed_ms_per_step=0.0),
+                   dataloader=replace(a.dataloader, present=False, iterators=[]),
+                   syncs={**a.syncs, "count": 0, "by_cause": []})
+
+
+def idle(a=None, **ms):
+    a = a or base()
+    per = {c: ms.get(c, 0.0) for c in CAUSES}
+    return replace(a, gaps_summary=GapSummary({c: 0.0 for c in CAUSES}, per, dict(per)))
+
+
+def offered(a, *keys, cap_ms=None):
+    return {f.key: f.saving_ms for f in fixes.offer(a, *keys, cap_ms=cap_ms)}
+
+
+def test_launch_fixes_save_the_launch_idle_and_cuda_graphs_the_queued_too():
+    a = idle(launch=3.0, other_host=2.0, queued=1.5, allocation=7.0)
+    got = offered(a, "cuda_graph", "larger_batch", "fuse_layers")
+    assert got == pytest.approx({"cuda_graph": 3 + 2 + 1.5, "larger_batch": 5.0, "fuse_layers": 5.0})
+    assert offered(idle(queued=1.0), "cuda_graph", "larger_batch", "fuse_layers") == {"cuda_graph": 1.0}
+    assert offered(idle(allocation=7.0), "cuda_graph", "larger_batch", "fuse_layers") == {}
+
+
+def test_savings_are_capped_by_the_findings_cost_and_never_negative():
+    a = idle(launch=3.0, other_host=2.0)
+    assert offered(a, "cuda_graph", cap_ms=4.0) == {"cuda_graph": 4.0}
+    assert offered(a, "cuda_graph", cap_ms=-1.0) == {"cuda_graph": 0.0}
+    assert offered(a, "cuda_graph", cap_ms=9.0) == {"cuda_graph": 5.0}
+
+
+def test_pinning_saves_the_pageable_time_less_the_same_bytes_at_25_gb_s():
+    a = base()
+    a = replace(a, copies=replace(a.copies, pageable_count=4, pageable_mb_per_step=50.0, pageable_ms_per_step=5.0))
+    # 50 MB at 25 GB/s = 2 ms: 5 - 2 = 3 ms
+    assert offered(a, "pin_memory", "pinned_reuse") == pytest.approx({"pin_memory": 3.0, "pinned_reuse": 3.0})
+    a = replace(a, copies=replace(a.copies, pageable_ms_per_step=1.0))  # faster than pinned already: nothing
+    assert offered(a, "pin_memory") == {"pin_memory": 0.0}
+    assert offered(base(), "pin_memory", "pinned_reuse") == {}  # no pageable copy
+
+
+def test_exposed_copies_and_communication_fixes():
+    a = base()
+    a = replace(a, copies=replace(a.copies, exposed_ms_per_step=4.0))
+    assert offered(a, "prefetch_copies", "resident_data") == {"prefetch_copies": 4.0, "resident_data": 4.0}
+    c = idle(communication=2.0)
+    c = replace(c, communication=replace(c.communication, exposed_ms_per_step=3.0))
+    got = offered(c, "ddp_buckets", "nccl_check", "overlap_comm", "reduce_traffic")
+    assert got == {"nccl_check": 5.0, "overlap_comm": 5.0, "reduce_traffic": 5.0}  # no DDP in this trace
+    assert offered(base(), "nccl_check", "overlap_comm") == {}
+
+
+def test_loader_fixes_follow_the_iterator_kind():
+    a = idle(input=6.0)
+    single = replace(a, dataloader=replace(a.dataloader, present=True,
+                                           iterators=["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]))
+    multi = replace(a, dataloader=replace(a.dataloader, present=True,
+                                          iterators=["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"]))
+    keys = ("dataloader_workers", "more_workers", "gpu_augment", "fast_storage")
+    assert offered(single, *keys) == {"dataloader_workers": 6.0, "gpu_augment": 6.0, "fast_storage": 6.0}
+    assert offered(multi, *keys) == {"more_workers": 6.0, "gpu_augment": 6.0, "fast_storage": 6.0}
+
+
+def test_sync_fixes_save_their_ops_share_of_the_sync_idle():
+    by_cause = [{"op": "aten::item", "inner_op": None, "gpu_idle_ms": 3.0},
+                {"op": "aten::nonzero", "inner_op": "aten::_local_scalar_dense", "gpu_idle_ms": 1.0},
+                {"op": "aten::bincount", "inner_op": None, "gpu_idle_ms": 4.0}]
+    a = idle(sync=10.0)
+    a = replace(a, syncs={**a.syncs, "count": 3, "by_cause": by_cause})
+    # host reads: .item() and the nonzero's inner _local_scalar_dense, 4 of the 8 ms after syncs; data-dependent
+    # shapes: nonzero and bincount, 5 of 8; each share of the 10 ms sync idle
+    got = offered(a, "no_host_reads", "static_shapes", "sync_debug")
+    assert got == pytest.approx({"no_host_reads": 10 * 4 / 8, "static_shapes": 10 * 5 / 8, "sync_debug": 0.0})
+
+
+def test_fused_optimizer_from_5_percent_of_kernel_time():
+    a = idle(launch=4.0)
+    for pct, offered_ in ((4.99, False), (5.0, True)):
+        k = replace(a.kernels, categories_pct={**a.kernels.categories_pct, "optimizer": pct})
+        assert ("fused_optimizer" in offered(replace(a, kernels=k), "fused_optimizer")) == offered_
+
+
+def run_analysis(steps=None, loaders=None, nvml=None):
+    return RunAnalysis(run=None, steps_key="main", steps=steps, nvml=nvml, cpu=None,
+                       loaders=loaders or {"max_workers": 2, "workers_on_host": 0, "usable_cores": 0,
+                                           "processes_on_host": 1})
+
+
+def test_run_level_fixes():
+    slow = {"count": 3, "period": 100, "extra_ms": 300.0}
+    ra = run_analysis(steps={"warmup_steps": 12, "slow": slow, "plain_count": 150})
+    got = {f.key: f for f in fixes.offer(ra, "async_periodic", "profile_later", "pin_memory", "cuda_graph")}
+    assert set(got) == {"async_periodic", "profile_later"}  # the trace-level fixes are never offered on a run
+    assert got["async_periodic"].saving_ms == pytest.approx(300 / 150)
+    assert "--skip 17" in got["profile_later"].action  # warm-up + 5
+    ra = run_analysis(steps={"warmup_steps": None, "slow": {**slow, "period": None}, "plain_count": 150})
+    assert fixes.offer(ra, "async_periodic", "profile_later") == []
+    busy = run_analysis(loaders={"max_workers": 0, "workers_on_host": 12, "usable_cores": 8, "processes_on_host": 2})
+    got = {f.key: f for f in fixes.offer(busy, "fewer_workers", "dataloader_workers")}
+    assert set(got) == {"fewer_workers", "dataloader_workers"}
+    assert "num_workers to about 3 per process" in got["fewer_workers"].action  # 8 cores // 2 processes - 1
+    ok = run_analysis(loaders={"max_workers": 2, "workers_on_host": 8, "usable_cores": 8, "processes_on_host": 1})
+    assert fixes.offer(ok, "fewer_workers", "dataloader_workers") == []
+    hot = run_analysis(nvml={"throttle": {"by_reason_pct": {"HW thermal slowdown": 3.0}}})
+    assert [f.key for f in fixes.offer(hot, "check_cooling")] == ["check_cooling"]
+    capped = run_analysis(nvml={"throttle": {"by_reason_pct": {"SW power cap": 30.0}}})
+    assert fixes.offer(capped, "check_cooling") == []
+
+
+def ms_of(a, us: float) -> float:
+    """A GPU-side window total in ms per step, worked out from the window's definition (share x traced step)."""
+    return us / (a.window.length_us * a.window.devices) * a.window.traced_step_ms
+
+
+def test_loader_fixes_apply_with_a_loader_or_with_input_waits():
+    a = base()
+    present = replace(a, dataloader=replace(a.dataloader, present=True, iterators=[]))
+    assert offered(present, "gpu_augment", "fast_storage") == {"gpu_augment": 0.0, "fast_storage": 0.0}
+    assert offered(idle(input=2.0), "gpu_augment") == {"gpu_augment": 2.0}  # waits seen, no annotation
+    assert offered(a, "gpu_augment") == {}
+
+
+def test_compile_saves_the_launch_share_and_half_the_fusable_kernel_time():
+    a = idle(launch=4.0, other_host=2.0)
+    k = a.kernels
+    n = len(k.category_of_row)
+    from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+
+    cat = k.category_of_row.copy()
+    cat[:] = CATEGORIES.index("gemm_conv")
+    cat[: n // 4] = CATEGORIES.index("elementwise")  # a quarter of the launches fusable
+    us = {c: 0.0 for c in k.categories_us} | {"elementwise": 2000.0, "reduction_norm": 1000.0}
+    a = replace(a, kernels=replace(k, category_of_row=cat, categories_us=us, data_movement=[], count=n))
+    want = 6.0 * (n // 4) / n + 0.5 * ms_of(a, 3000.0)
+    assert offered(a, "torch_compile") == {"torch_compile": pytest.approx(want)}
+
+
+def test_moe_dispatch_needs_routing_grouping_and_movement_ops(tmp_path):
+    from conftest import write_trace
+
+    def trace_with(*ops):
+        events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+                   "dur": 1000, "args": {}},
+                  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 500,
+                   "args": {"device": 0, "stream": 7}}]
+        events += [{"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1, "args": {}}
+                   for i, op in enumerate(ops)]
+        return analyze(read_trace(write_trace(tmp_path / "t.json", events)))
+
+    assert "moe_dispatch" in offered(trace_with("aten::topk", "aten::argsort", "aten::index_add_"), "moe_dispatch")
+    for ops in (("aten::topk",), ("aten::topk", "aten::argsort"), ("aten::argsort", "aten::index_add_"),
+                ("aten::topk", "aten::index_add_")):
+        assert offered(trace_with(*ops), "moe_dispatch") == {}, ops
+
+
+def test_moe_dispatch_saves_the_sort_gather_scatter_and_index_kernels():
+    a = base()
+    fams = [{"family": "sort", "pct": 10.0}, {"family": "gather", "pct": 5.0}, {"family": "copy", "pct": 50.0}]
+    a = replace(a, kernels=replace(a.kernels, data_movement=fams, total_us=40_000.0))
+    # 15% of 40 ms of kernel time: 6000 us over the window
+    assert fixes._moe_ms(a) == pytest.approx(ms_of(a, 6000.0))
+
+
+def test_bigger_gemms_and_the_low_mfu_cost_below_35_percent():
+    a = base()
+    k = replace(a.kernels, categories_us={c: 0.0 for c in a.kernels.categories_us} | {"gemm_conv": 50_000.0})
+    for pct, want in ((35.0, None), (17.5, min(ms_of(a, 50_000.0) * 0.5, 100.0 * 0.5))):
+        b = replace(a, kernels=k, mfu=replace(a.mfu, pct=pct))
+        got = offered(b, "bigger_gemms")
+        assert got == ({} if want is None else {"bigger_gemms": pytest.approx(want)}), pct
+    b = replace(a, kernels=k, mfu=replace(a.mfu, pct=7.0))
+    assert fixes._low_mfu_cost(b) == pytest.approx(100.0 * (1 - 7.0 / 35.0))  # the step above 35% MFU's
+
+
+def test_cudnn_benchmark_from_convolutions_of_a_tenth_of_the_step():
+    a = base()
+    # window.ms(1000 x total_ms) = 10 ms (10% of the 100 ms step) when total_ms = length_us / 10_000 (one device)
+    at = a.window.length_us / 10_000
+
+    def with_conv(total_ms):
+        return replace(a, kernels=replace(a.kernels, per_name=[{"name": "sm90_xmma_fprop_implicit_gemm",
+                                                                "total_ms": total_ms}]))
+
+    assert "cudnn_benchmark" in offered(with_conv(at), "cudnn_benchmark")
+    assert offered(with_conv(at * 0.99), "cudnn_benchmark") == {}
+
+
+def test_tf32_and_bf16_save_the_fp32_gemm_time_less_its_share_at_the_faster_peak():
+    # the H200 datasheet (src/gpucheckup/data/gpu_peaks.json): fp32 67, tf32 494.7, bf16 989.4 TFLOP/s
+    a = base()
+    assert a.trace.devices[0].name == "NVIDIA H200"
+    gemm = {"name": "ampere_sgemm_128x64_nn", "category": "gemm_conv", "count": 10, "total_ms": 20.0,
+            "mean_us": 2000.0, "pct": 50.0}
+    a = replace(a, kernels=replace(a.kernels, per_name=[gemm]))
+    fp32 = ms_of(a, 20_000.0)
+    got = offered(a, "tf32", "bf16_autocast")
+    assert got == {"tf32": pytest.approx(fp32 * (1 - 67 / 494.7)),
+                   "bf16_autocast": pytest.approx(fp32 * (1 - 67 / 989.4))}
+    assert offered(replace(a, kernels=replace(a.kernels, per_name=[])), "tf32", "bf16_autocast") == {}

@@ -1,0 +1,117 @@
+"""The cross-rank split (analysis/job/ranks.py) on three hand-built ranks whose every figure is worked out by hand from
+docs/metrics.md's definitions: clock offsets from matched calls' ends, transfer = the shortest duration, wait = the
+rest, exposed wait = wait with no compute beside it, lateness and the straggler, bus bandwidth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpucheckup.analysis.job import ranks
+from gpucheckup.analysis.one_trace.collectives import Calls
+from gpucheckup.analysis.one_trace.steps import Steps
+
+LABELS = ["ProfilerStep#1", "ProfilerStep#2"]
+# aligned clock, per step s (0 or 1, + 10 ms each): rank 0 arrives at 5000, rank 1 at 5200, rank 2 at 8000 (late);
+# the all-reduce of 1 MB ends at 8500 on every rank. Rank 1's clock runs 1000 us ahead.
+ARRIVE = {0: 5000.0, 1: 5200.0, 2: 8000.0}
+OFFSET = {0: 0.0, 1: 1000.0, 2: 0.0}
+
+
+def rank_input(r: int, extra_call: bool = False, arrive: dict = ARRIVE) -> ranks.RankInput:
+    off = OFFSET[r]
+    starts = [arrive[r] + 10_000 * s + off for s in (0, 1)]
+    ends = [8500.0 + 10_000 * s + off for s in (0, 1)]
+    keys = [("0", "all_reduce", LABELS[s], 0) for s in (0, 1)]
+    if extra_call:  # a call only this rank has: unmatched
+        keys.append(("0", "broadcast", LABELS[1], 1))
+        starts.append(19_000.0 + off)
+        ends.append(19_100.0 + off)
+    calls = Calls(keys=keys, collective=[k[1] for k in keys], start=np.array(starts), end=np.array(ends),
+                  nbytes=np.full(len(keys), 1e6), group_size=np.full(len(keys), 3.0), on_gpu=True)
+    w = np.array([0.0, 10_000.0, 20_000.0]) + off
+    st = Steps(list(LABELS), w[:-1], w[1:], w[:-1], w[1:], w[:-1], w[1:], True)
+    # rank 0 computes [5000, 6000] in step 1 only: 1000 us of its 3000 us wait there is hidden
+    computing = (np.array([5000.0]), np.array([6000.0])) if r == 0 else (np.zeros(0), np.zeros(0))
+    compute = np.array([1.0, 0.0]) if r == 0 else np.zeros(2)
+    return ranks.RankInput(rank=r, steps=st, calls=calls, computing=computing, step_compute_ms=compute,
+                           step_idle_ms=np.array([0.5, 0.7]), compute_ms=None, idle_ms=None, activity={})
+
+
+def test_three_ranks_by_hand():
+    a = ranks.analyze_ranks([rank_input(2), rank_input(0, extra_call=True), rank_input(1)])
+    assert a.ranks == [0, 1, 2] and a.on_gpu and a.steps == 2
+    assert (a.matched, a.unmatched) == (2, 1) and "1 collective calls were not found" in a.notes[0]
+    t = {row.rank: row for row in a.table}
+    assert [t[r].offset_us for r in (0, 1, 2)] == [0.0, 1000.0, 0.0]
+    # durations 3500, 3300, 500: transfer 500 for all, waits 3000, 2800, 0
+    assert [t[r].transfer_ms for r in (0, 1, 2)] == pytest.approx([0.5] * 3)
+    assert [t[r].wait_ms for r in (0, 1, 2)] == pytest.approx([3.0, 2.8, 0.0])
+    # rank 0's exposed wait: 2000 in step 1 (1000 hidden by compute), 3000 in step 2: median 2.5 ms
+    assert [t[r].exposed_wait_ms for r in (0, 1, 2)] == pytest.approx([2.5, 2.8, 0.0])
+    assert t[0].compute_ms == pytest.approx(0.5) and t[0].idle_ms == pytest.approx(0.6)
+    assert [t[r].step_ms for r in (0, 1, 2)] == pytest.approx([10.0] * 3)
+    # rank 2 arrives 8000 - median(5000, 5200) = 2900 us late at both calls: 2.9 ms a step, last at every call
+    assert t[2].late_ms == pytest.approx(2.9) and t[2].last_pct == 100.0 and t[0].late_ms == 0.0
+    # the others' exposed wait it caused: mean(2000, 2800) + mean(3000, 2800) = 5300 us, 2.65 ms a step >= 10% of 10
+    assert a.straggler == 2 and a.straggler_late_ms == pytest.approx(2.9) and a.straggler_last_pct == 100.0
+    assert a.waited_ms == pytest.approx((2.5 + 2.8) / 2)
+    (c,) = a.collectives
+    assert (c.name, c.bytes, c.count, c.group_size) == ("all_reduce", 1e6, 2, 3)
+    assert c.transfer_ms == pytest.approx(0.5) and c.wait_ms == pytest.approx((3000 + 2800) / 3 / 1000)
+    # 1 MB in 0.5 ms = 2 GB/s algorithm bandwidth; an all-reduce's bus factor over 3 ranks is 2 (3 - 1) / 3
+    assert c.busbw_gb_s == pytest.approx(2.0 * 4 / 3) and a.busbw_gb_s == pytest.approx(2.0 * 4 / 3)
+    assert a.call_waits[0][:2].tolist() == [3000.0, 3000.0] and np.isnan(a.call_waits[0][2])
+
+
+def test_no_straggler_when_lateness_is_spread_or_small():
+    # everyone arrives together (within 40 us, under MIN_LATE_US 50): no one is late, no straggler
+    arrive = {0: 8000.0, 1: 8040.0, 2: 8020.0}
+    a = ranks.analyze_ranks([rank_input(r, arrive=arrive) for r in range(3)])
+    assert a.straggler is None and all(row.late_ms == 0.0 for row in a.table)
+    assert [row.wait_ms for row in a.table] == pytest.approx([0.04, 0.0, 0.02])
+
+
+def test_no_straggler_below_a_tenth_of_the_step():
+    # ranks 0 and 1 arrive at 7600 and 7700, rank 2 at 8300 (650 us late at each call); the others wait 700 and
+    # 600 us, all of it exposed: 650 us a step caused, under 10% of the 10 ms step
+    a = ranks.analyze_ranks([rank_input(r, arrive={0: 7600.0, 1: 7700.0, 2: 8300.0}) for r in range(3)])
+    t = {row.rank: row for row in a.table}
+    assert t[2].late_ms == pytest.approx(0.65) and t[2].last_pct == 100.0
+    assert [t[r].exposed_wait_ms for r in (0, 1)] == pytest.approx([0.7, 0.6])
+    assert a.straggler is None and a.straggler_late_ms == 0.0 and a.waited_ms == 0.0
+
+
+def test_fewer_than_two_ranks_with_calls():
+    assert ranks.analyze_ranks([rank_input(0)]) is None
+
+
+def test_rank_input_compute_and_idle_per_step_against_the_raw_events():
+    """One rank of a real 2-GPU H200 DDP job: per step window, the GPU time of everything but NCCL kernels and the
+    idle time, computed here from the raw JSON with a plain interval union."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    import independent as ind
+    from gpucheckup.trace import read_trace
+
+    path = Path(__file__).resolve().parent / "data" / "h200x2" / "ddp_healthy" / "traces" / "rank0.json.gz"
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    windows = ind.step_windows(doc)
+    ops = [(e["ts"], e["ts"] + e["dur"], "nccl" in e["name"].lower() and e["cat"] == "kernel")
+           for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ind.GPU_CATS]
+
+    def covered(spans, lo, hi):
+        return ind.union_length([(max(s, lo), min(e, hi)) for s, e in spans if min(e, hi) > max(s, lo)])
+
+    compute = [covered([(s, e) for s, e, c in ops if not c], lo, hi) / 1e3 for lo, hi in windows]
+    idle = [((hi - lo) - covered([(s, e) for s, e, _ in ops], lo, hi)) / 1e3 for lo, hi in windows]
+    r = ranks.rank_input(read_trace(path))
+    assert r.rank == 0 and r.device == "NVIDIA H200"
+    assert r.step_compute_ms.tolist() == pytest.approx(compute, abs=1e-6)
+    assert r.step_idle_ms.tolist() == pytest.approx(idle, abs=1e-6)
+    # over the whole window, per step: the windows tile it, so the sums of the per-step figures over the steps
+    assert r.compute_ms == pytest.approx(sum(compute) / len(windows), abs=1e-6)
+    assert r.idle_ms == pytest.approx(sum(idle) / len(windows), abs=1e-6)

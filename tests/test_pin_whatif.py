@@ -1,0 +1,99 @@
+"""What-if edits (whatif/edits.py) on one-step synthetic traces whose predicted step is worked out by hand from
+the replay model (docs/metrics.md "Replay", "What-if"): the step is the later of the host's end and the GPU's."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import write_trace
+from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.trace import read_trace
+
+
+def ev(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def gpu(cat, name, ts, dur, corr, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr, **args}}
+
+
+def graph(tmp_path, events):
+    return replay.build(read_trace(write_trace(tmp_path / "t.json", events)))
+
+
+def test_removing_a_sync_lets_the_host_run_ahead(tmp_path):
+    # step [0, 2000]: a 1000 us kernel launched at 10 runs [20, 1020]; cudaDeviceSynchronize from 20 returns at 1025
+    # (5 us after the kernel: its own cost); the host then works 975 us to the step's end at 2000. Without the wait
+    # the sync costs its 5 us (returns at 25), the host ends at 25 + 975 = 1000, the kernel at 1020: step 1020 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 2000), ev("cuda_runtime", "cudaLaunchKernel", 10, 5,
+                                                                   correlation=1),
+              gpu("kernel", "k", 20, 1000, 1), ev("cuda_runtime", "cudaDeviceSynchronize", 20, 1005)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "remove_syncs")
+    assert p.step_ms_before == pytest.approx(2.0) and p.step_ms_after == pytest.approx(1.02)
+    assert p.saving_ms == pytest.approx(0.98) and p.saving_pct == pytest.approx(49.0) and p.changed == 1
+    assert p.transform == "1 sync calls no longer wait for the GPU"
+    # a sync inside an operator not asked for stays
+    assert whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"})).changed == 0
+
+
+def test_pinning_a_pageable_copy_runs_it_at_the_pinned_rate(tmp_path):
+    # step [0, 6000]: a 25 MB copy to the host from pageable memory takes [15, 5015] and its call [10, 5020] waits
+    # for it; the host then works 980 us to 6000. Pinned at 25 GB/s it takes 1000 us: [15, 1015], the call returns
+    # 5 us after it at 1020, the host ends at 2000
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 6000),
+              ev("cuda_runtime", "cudaMemcpyAsync", 10, 5010, correlation=1),
+              gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 15, 5000, 1, bytes=25_000_000)]
+    g = graph(tmp_path, events)
+    e = whatif.pin_memory(g)
+    assert e.changed == 1 and e.graph.g_dur.tolist() == pytest.approx([1000.0])
+    assert "1 pageable copies at 25 GB/s pinned, 0 to the GPU non_blocking" == e.what
+    p = whatif.predict(g, "pin_memory")
+    assert p.step_ms_before == pytest.approx(6.0) and p.step_ms_after == pytest.approx(2.0)
+    assert whatif.pin_memory(g, pinned_gb_s=50.0).graph.g_dur.tolist() == pytest.approx([500.0])
+
+
+def test_a_larger_batch_scales_the_gpu_work_and_saves_per_original_batch(tmp_path):
+    # step [0, 1000]: one 800 us kernel [100, 900]; twice the batch: [100, 1700], a 1700 us step for two batches,
+    # 850 us per batch
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaLaunchKernel", 90, 5,
+                                                                   correlation=1), gpu("kernel", "k", 100, 800, 1)]
+    p = whatif.predict(graph(tmp_path, events), "larger_batch")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.85)
+
+
+def test_unknown_fix_and_nothing_to_change(tmp_path):
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaLaunchKernel", 90, 5,
+                                                                   correlation=1), gpu("kernel", "k", 100, 800, 1)]
+    g = graph(tmp_path, events)
+    with pytest.raises(KeyError, match="no transformation for fix 'nope'"):
+        whatif.predict(g, "nope")
+    for fix, why in (("remove_syncs", "0 sync calls"), ("pin_memory", "no pageable copies"),
+                     ("comm_overlap", "no collective kernels"), ("dataloader_workers", "no DataLoader waits")):
+        p = whatif.predict(g, fix)
+        assert p.changed == 0 and p.step_ms_after == p.step_ms_before == pytest.approx(1.0) and why in p.transform
+
+
+def test_the_pinned_rate_comes_from_pinned_copies_of_a_mebibyte_or_more(tmp_path):
+    def trace_with(nbytes):
+        events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+                  ev("cuda_runtime", "cudaMemcpyAsync", 10, 5, correlation=1),
+                  gpu("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 20, 100, 1, bytes=nbytes)]
+        return read_trace(write_trace(tmp_path / "t.json", events))
+
+    # 1 MiB in 100 us: 10.48576 GB/s; one byte less does not measure the link
+    assert whatif._pinned_rate(trace_with(1 << 20)) == pytest.approx(10.48576)
+    assert whatif._pinned_rate(trace_with((1 << 20) - 1)) is None
+
+
+def test_a_larger_batch_doubles_the_data_wait_too(tmp_path):
+    # step [0, 1000]: the host waits in the DataLoader [0, 300], launches at 310 a 300 us kernel [320, 620] and works
+    # to 1000. Twice the batch: a 600 us wait (all later host work 300 us later: it ends at 1300), the kernel
+    # launched at 610 runs [620, 1220]: a 1300 us step for two batches, 650 us per batch
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", loader, 0, 300),
+              ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
+    p = whatif.predict(graph(tmp_path, events), "larger_batch")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.65)
