@@ -44,6 +44,12 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.monitor_live import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
+    if args.max_json_gib is not None:
+        if not args.max_json_gib > 0:
+            raise CheckupError(f"--max-json-gib must be a positive number, got {args.max_json_gib}")
+        from gpucheckup.trace import chunks
+
+        chunks.set_json_limit(int(args.max_json_gib * (1 << 30)))
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
     if jobs is not None and jobs < 1:
         raise CheckupError(f"--jobs must be 1 or more, got {jobs}")

@@ -28,6 +28,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
+from gpucheckup.trace.files import check_regular
 
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
@@ -163,6 +164,7 @@ def read_nvml_recording(path: Path) -> RunDir:
 
 def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
     """A JSON object from a file, its fields in `types` null or of that type; else a one-line CheckupError."""
+    check_regular(path)  # a FIFO would block the read forever
     try:
         obj = json.loads(path.read_text())
     except FileNotFoundError:
@@ -209,6 +211,7 @@ def _json_type(value) -> str:
 def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -> dict:
     """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns.
     CheckupError when a `required` column is missing or a `filled` column has an empty cell."""
+    check_regular(path)
     try:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))

@@ -1,0 +1,157 @@
+"""Hostile input (issue 25): compressed bombs, sparse files, FIFOs and odd file names end in one line and
+exit 2 with bounded memory and time; files that cannot be written end in exit 4 naming them.
+
+Big inputs are built cheaply: a sparse file by truncate, a gzip of zeros streamed through zlib once per
+session. Peak memory is the subprocess's own, from os.wait4's resource usage."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import trace_path
+
+GIB = 1 << 30
+RSS_LIMIT_MB = 300  # issue 25: a bomb's check-up peaks under this
+HEAD = b'{"traceEvents": ['
+EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
+
+
+def run_measured(*args: str, timeout: float = 120, cwd=None) -> tuple[int, str, str, float]:
+    """Run `python -m gpucheckup ARGS`: exit code, stdout, stderr and its own peak RSS in MB (os.wait4)."""
+    p = subprocess.Popen([sys.executable, "-m", "gpucheckup", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=cwd)
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    try:
+        out, err = p.stdout.read(), p.stderr.read()
+        _, status, usage = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out.decode(errors="replace"), err.decode(errors="replace"), usage.ru_maxrss / 1024
+
+
+def gzip_of_zeros(path: Path, head: bytes, size: int = GIB, fill: bytes = b"\0") -> Path:
+    """One gzip member: `head`, then `size` zero bytes (or `fill` bytes; at level 9, 1 GiB packs into ~1 MB)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = fill * (16 << 20)
+    with open(path, "wb") as f:
+        f.write(c.compress(head))
+        for _ in range(size // len(block)):
+            f.write(c.compress(block))
+        f.write(c.flush())
+    return path
+
+
+@pytest.fixture(scope="session")
+def bombs(tmp_path_factory) -> dict[str, Path]:
+    """A 1 GiB gzip of zeros, the same after `{"traceEvents": [`, and 2 GiB sparse files (plain and after the key)."""
+    d = tmp_path_factory.mktemp("bombs")
+    sparse = d / "sparse.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    sparse_key = d / "sparse_key.json"
+    with open(sparse_key, "wb") as f:
+        f.write(HEAD)
+        f.truncate(2 * GIB)
+    return {"zeros": gzip_of_zeros(d / "zeros.json.gz", b""), "zeros_after_key": gzip_of_zeros(d / "key.json.gz", HEAD),
+            "zeros_after_events": gzip_of_zeros(d / "events.json.gz", HEAD + EVENTS),
+            "sparse": sparse, "sparse_after_key": sparse_key,
+            "long_event": gzip_of_zeros(d / "long.json.gz", HEAD + b'{"name": "', fill=b"a")}
+
+
+def one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["zeros", "zeros_after_key", "zeros_after_events", "sparse", "sparse_after_key"])
+def test_a_bomb_is_one_line_and_exit_2_in_bounded_memory(bombs, kind):
+    """Before: the whole file read into memory twice (2.2 GB for the gzip, 4.2 GB for the sparse file), and the
+    cut search restarting at the same offset on every read after the key (quadratic: 228 s for 1 GB)."""
+    rc, out, err, rss = run_measured("analyze", str(bombs[kind]), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    line = one_line(err)
+    assert rc == 2, err
+    assert str(bombs[kind]) in line and "byte" in line and "0x00" in line, line
+
+
+def test_an_event_without_end_is_refused_after_a_bounded_read(bombs):
+    """Before: the search for a cut between events restarted at the same offset on every read, so time grew with
+    the square of the event's length (a 1 GiB string: minutes). Now it resumes where it stopped, and an event
+    longer than any profiler writes ends the read."""
+    rc, out, err, rss = run_measured("analyze", str(bombs["long_event"]), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    line = one_line(err)
+    assert rc == 2 and str(bombs["long_event"]) in line and "no boundary between two events" in line, line
+
+
+def test_the_decompressed_size_limit_is_a_flag(tmp_path):
+    data = trace_path("launch_bound")
+    rc, out, err, _ = run_measured("analyze", str(data), "--quiet", "--max-json-gib", "0.0001")
+    assert rc == 2 and "--max-json-gib" in one_line(err) and str(data) in err, err
+    rc, out, err, _ = run_measured("analyze", str(data), "--quiet", "--max-json-gib", "1")
+    assert rc == 0, err
+
+
+def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_one(bombs, tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(trace_path("launch_bound"), folder / "rank1.json.gz")
+    os.link(bombs["zeros_after_key"], folder / "rank0.json.gz")
+    rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=60)
+    assert rc == 0, err
+    doc = json.loads(out)
+    notes = [n for n in doc["notes"] if "rank0.json.gz" in n]
+    assert len(notes) == 1 and "skipped" in notes[0] and "0x00" in notes[0], doc["notes"]
+    assert doc["trace"]["path"].endswith("rank1.json.gz")
+    assert rss < RSS_LIMIT_MB + 200, f"peak RSS {rss:.0f} MB"
+
+
+RUN = Path(__file__).parent / "data" / "h200" / "runs" / "20261129-105942-launch_bound"
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_a_fifo_given_as_the_trace_is_refused_at_once(tmp_path, name):
+    """Before: open() of a FIFO without a writer blocked forever."""
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    rc, out, err, _ = run_measured("analyze", str(fifo), timeout=20)
+    assert rc == 2 and "FIFO" in one_line(err) and str(fifo) in err, err
+
+
+def test_a_device_given_as_the_trace_is_refused():
+    rc, out, err, _ = run_measured("analyze", "/dev/zero", timeout=20)
+    assert rc == 2 and "character device" in one_line(err), err
+
+
+@pytest.mark.parametrize("member", ["steps.csv", "manifest.json", "env.json", "nvml.csv"])
+def test_a_fifo_inside_a_run_directory_ends_in_a_line_not_a_hang(tmp_path, member):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / member).unlink()
+    os.mkfifo(run / member)
+    rc, out, err, _ = run_measured("analyze", str(run), "--quiet", "--json", str(tmp_path / "r.json"), timeout=20)
+    assert rc in (0, 2), err
+    assert "Traceback" not in err
+    if rc == 2:
+        assert "FIFO" in one_line(err)
+
+
+def test_a_fifo_in_a_rank_folder_is_passed_over(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(trace_path("launch_bound"), folder / "rank0.json.gz")
+    os.mkfifo(folder / "rank1.json")
+    rc, out, err, _ = run_measured("analyze", str(folder), "--quiet", timeout=20)
+    assert rc == 0, err
