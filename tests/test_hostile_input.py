@@ -155,3 +155,52 @@ def test_a_fifo_in_a_rank_folder_is_passed_over(tmp_path):
     os.mkfifo(folder / "rank1.json")
     rc, out, err, _ = run_measured("analyze", str(folder), "--quiet", timeout=20)
     assert rc == 0, err
+
+
+ODD = os.fsdecode(b"rank0-\xff\xfe-\x1b[2J.json.gz")  # not UTF-8, and an escape sequence
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_output(tmp_path):
+    """Before: --json, --json - and --html ended in exit 70 (UnicodeEncodeError); the terminal and Markdown worked."""
+    trace = tmp_path / ODD
+    shutil.copy(trace_path("launch_bound"), trace)
+    outs = {k: tmp_path / f"out.{k}" for k in ("json", "html", "md")}
+    rc, out, err, _ = run_measured("analyze", str(trace), "--json", str(outs["json"]), "--html", str(outs["html"]),
+                                   "--markdown", str(outs["md"]))
+    assert rc == 0, err
+    rc2, stdout_json, err2, _ = run_measured("analyze", str(trace), "--json", "-", "--quiet")
+    assert rc2 == 0, err2
+    for text in (outs["json"].read_bytes(), stdout_json.encode(), outs["html"].read_bytes(), out.encode()):
+        text.decode("utf-8")  # valid UTF-8
+        assert b"\x1b" not in text and b"\\udcff" in text.replace(b"\\\\", b"\\")
+    # the JSON keeps the name's characters (ESC as JSON's \u001b); the bytes that are not UTF-8 read as escapes
+    assert json.loads(stdout_json)["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
+
+
+def _trace_with_kernel_name(path: Path, name: str) -> Path:
+    import gzip
+
+    doc = json.loads(gzip.decompress(trace_path("launch_bound").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    first = kernels[0]["name"]
+    for e in kernels:
+        if e["name"] == first:
+            e["name"] = name
+    path.write_bytes(json.dumps(doc, ensure_ascii=False).encode())
+    return path
+
+
+def test_c1_and_bidi_characters_of_kernel_names_are_escaped_in_json_and_perfetto(tmp_path):
+    """Before: `--json -` and the Perfetto file carried U+009B (a terminal's CSI) and U+202E raw."""
+    name = "evil\u009b2J\u202ekernel\u0085"
+    trace = _trace_with_kernel_name(tmp_path / "t.json", name)
+    perfetto = tmp_path / "annotated.json"
+    rc, out, err, _ = run_measured("analyze", str(trace), "--json", "-", "--quiet", "--perfetto", str(perfetto))
+    assert rc == 0, err
+    for data in (out.encode(), perfetto.read_bytes()):
+        for ch in ("\u009b", "\u202e", "\u0085"):
+            assert ch.encode() not in data
+    assert name in out.encode().decode("unicode_escape", errors="ignore") or "\\u009b" in out
+    names = {e.get("name") for e in json.loads(perfetto.read_bytes())["traceEvents"]}
+    assert name in names  # the same string to a JSON reader
+    assert name in json.dumps(json.loads(out), ensure_ascii=False)

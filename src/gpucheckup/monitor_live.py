@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -22,6 +21,7 @@ from rich.text import Text
 from gpucheckup.analysis.live_events import MATCH_PCT, heartbeat_now, mean_util_series, throttles_now
 from gpucheckup.atomic import write_atomic
 from gpucheckup.capture.monitor import Monitor
+from gpucheckup.report import json_doc
 
 
 @dataclass
@@ -113,7 +113,7 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
     if not quiet:
         render_run_only(report, console)
     if json_path:
-        data = msgspec.json.format(msgspec.json.encode(report), indent=2)
+        data = json_doc.document(report)
         if str(json_path) == "-":  # `--json -`: standard output (the terminal report went to stderr: cli/__init__)
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()

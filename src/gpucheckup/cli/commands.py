@@ -235,9 +235,9 @@ def cmd_commbench(args, console) -> int:
 
 
 def cmd_scaling(args, console) -> int:
+    from gpucheckup.report import json_doc
     from dataclasses import asdict
 
-    import msgspec
     import numpy as np
     from rich.table import Table
 
@@ -283,13 +283,12 @@ def cmd_scaling(args, console) -> int:
     console.print(t)
     console.print(f"step times: {how}", style="dim", markup=False)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(asdict(sc)), indent=2))
+        write_atomic(args.json, json_doc.document(asdict(sc)))
     return 0
 
 
 def cmd_ab(args, console) -> int:
-    import msgspec
-
+    from gpucheckup.report import json_doc
     from gpucheckup import ab
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report import ab_text
@@ -309,7 +308,7 @@ def cmd_ab(args, console) -> int:
     result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step)
     ab_text.render(result, console)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))
+        write_atomic(args.json, json_doc.document(result.to_dict()))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     return 0
 
@@ -333,8 +332,7 @@ def _report_of(path: Path) -> dict:
 
 
 def cmd_compare(args, console) -> int:
-    import msgspec
-
+    from gpucheckup.report import json_doc
     from gpucheckup.analysis.compare import compare
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report import compare_text
@@ -347,7 +345,7 @@ def cmd_compare(args, console) -> int:
         write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
         console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2))
+        write_atomic(args.json, json_doc.document(c.to_dict()))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
         say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")

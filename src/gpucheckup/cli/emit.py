@@ -14,7 +14,7 @@ from rich.markup import escape
 from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import say
 from gpucheckup.pipeline import Checkups, rank_summary
-from gpucheckup.report import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
+from gpucheckup.report import json_doc, terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
 EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
@@ -51,7 +51,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     if not out.quiet:
         _print(result, console, cases, out.brief)
     if out.json:
-        data = msgspec.json.format(msgspec.json.encode(payload(result, cases)), indent=2)
+        data = json_doc.document(payload(result, cases))
         if out.json == STDOUT:
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()

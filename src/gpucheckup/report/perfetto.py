@@ -34,6 +34,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.gap_causes import CAUSES
 from gpucheckup.errors import CheckupError
+from gpucheckup.safe_text import json_escaped
 from gpucheckup.trace.reader import read_bytes
 
 PID_BASE = 1_000_000_001  # first pid tried for gpucheckup's process; the next free one is taken
@@ -189,7 +190,7 @@ def _append(array: bytes, ours: bytes, source: str) -> bytes:
 def render(a: TraceAnalysis, report: dict, out_name: str) -> bytes:
     """The annotated trace file's bytes, gzip-compressed when the output name ends in .gz."""
     path = Path(a.trace.path)
-    data = annotated_trace(read_bytes(path), annotations(a, report), str(path))
+    data = json_escaped(annotated_trace(read_bytes(path), annotations(a, report), str(path)))  # C1, bidi: inert
     if out_name.endswith(".gz"):
         return gzip.compress(data, compresslevel=6, mtime=0)
     return data
