@@ -6,6 +6,7 @@ session. Peak memory is the subprocess's own, from os.wait4's resource usage."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -204,3 +205,80 @@ def test_c1_and_bidi_characters_of_kernel_names_are_escaped_in_json_and_perfetto
     names = {e.get("name") for e in json.loads(perfetto.read_bytes())["traceEvents"]}
     assert name in names  # the same string to a JSON reader
     assert name in json.dumps(json.loads(out), ensure_ascii=False)
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_is_exit_4_naming_the_file(tmp_path, monkeypatch):
+    """Before: exit 70 "internal error", and the line did not name the file."""
+    from gpucheckup import atomic
+    from gpucheckup.cli import main
+
+    out = tmp_path / "report.json"
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        write = staticmethod(_no_space)
+
+    def fdopen(fd, mode="r", *args, **kwargs):  # only atomic.py's temporary file is opened "wb" by fd here
+        f = real_fdopen(fd, mode, *args, **kwargs)
+        return Full(f) if mode == "wb" else f
+
+    monkeypatch.setattr(atomic.os, "fdopen", fdopen)
+    lines = []
+    monkeypatch.setattr("gpucheckup.cli.say", lines.append)
+    rc = main(["analyze", str(trace_path("launch_bound")), "--quiet", "--json", str(out)])
+    assert rc == 4, lines
+    assert lines == [f"gpucheckup: error: {out}: not written (No space left on device)"]
+    assert os.listdir(tmp_path) == []  # no temporary file left behind
+
+
+def test_a_write_cut_short_by_a_size_limit_is_exit_4(tmp_path):
+    """A real failing write (RLIMIT_FSIZE, as a full disk fails it: mid-file), in a subprocess."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    out = tmp_path / "r.html"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(trace_path("launch_bound")), "--quiet",
+                          "--html", str(out)], preexec_fn=limit, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 4 and f"{out}: not written" in one_line(res.stderr), res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--markdown", "--perfetto"])
+def test_an_output_path_that_is_a_folder_or_under_a_missing_one_is_exit_4_and_creates_nothing(tmp_path, option):
+    """Before: --json at a folder gave exit 70 naming a temporary file; a missing parent was created (even
+    under /), or gave exit 70."""
+    trace = str(trace_path("launch_bound"))
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(tmp_path))
+    assert rc == 4 and one_line(err) == f"gpucheckup: error: {tmp_path}: not written: it is a folder (name a file)"
+    missing = tmp_path / "no" / "such" / "r.out"
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(missing))
+    assert rc == 4 and str(missing) in one_line(err) and "does not exist" in err, err
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_exit_code_table_is_in_help_and_the_readme():
+    from gpucheckup import errors
+
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "--help"], capture_output=True, text=True, timeout=60)
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for code in (errors.EXIT_OK, errors.EXIT_BAD_INPUT, errors.EXIT_FAILED_CONDITION, errors.EXIT_NOT_WRITTEN,
+                 errors.EXIT_INTERNAL):
+        assert f"\n  {code:<3} " in res.stdout, res.stdout
+        assert f"| {code} |" in readme

@@ -11,10 +11,32 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path | str, data: bytes) -> None:
-    """Write a file so that readers see either the old or the complete new content."""
+class NotWritten(Exception):
+    """A file the user named could not be written: one line that names it and says why (exit 4, README)."""
+
+
+def write_atomic(path: Path | str, data: bytes, parents: bool = False) -> None:
+    """Write a file so that readers see either the old or the complete new content. Its folder must exist
+    (`parents`: make it and the folders above it, for a file of our own such as a cache, never for one a user
+    named: a typo must not create folders). NotWritten, naming `path`, when it cannot be written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NotWritten(f"{path}: not written: cannot make its folder ({e.strerror})") from None
+    if path.is_dir():
+        raise NotWritten(f"{path}: not written: it is a folder (name a file)")
+    if not path.parent.is_dir():
+        raise NotWritten(f"{path}: not written: its folder {path.parent} does not exist")
+    try:
+        _replace_with(path, data)
+    except OSError as e:
+        raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
+
+
+def _replace_with(path: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpucheckup.errors import CheckupError, say
+from gpucheckup.errors import EXIT_FAILED_CONDITION, CheckupError, say
 
 DEMO_HTML = Path("gpucheckup-demo.html")
 MFU_NUMBERS = ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers", "d_model",
@@ -59,7 +59,6 @@ def cmd_analyze(args, console) -> int:
     return gate(result, verdicts, tests) or rc
 
 
-EXIT_FAILED_CONDITION = 3  # --fail-on / --fail-if fired (README: exit codes)
 
 
 def _conditions(args) -> tuple[set[str], list]:
@@ -128,6 +127,7 @@ def cmd_run(args, console) -> int:
 
 def _report_run(run_dir: Path, args, inputs, console) -> None:
     """Print (and write) the check-up of a finished job's run; a failure here never changes the exit status."""
+    from gpucheckup.atomic import NotWritten
     from gpucheckup.cli.emit import Output
 
     out = Output.of(args)
@@ -142,6 +142,8 @@ def _report_run(run_dir: Path, args, inputs, console) -> None:
         console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
     except CheckupError as e:
         say(f"gpucheckup: no check-up of {run_dir}: {e}")
+    except NotWritten as e:  # the job's status still passes through
+        say(f"gpucheckup: error: {e}")
     except Exception as e:  # noqa: BLE001 - a closed stdout, a bug in a report: the job's status still passes
         if args.debug:
             raise
@@ -349,7 +351,7 @@ def cmd_compare(args, console) -> int:
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
         say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")
-        return 1
+        return EXIT_FAILED_CONDITION
     return 0
 
 

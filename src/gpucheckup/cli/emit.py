@@ -12,12 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpucheckup.atomic import write_atomic
-from gpucheckup.errors import say
+from gpucheckup.errors import EXIT_NOT_WRITTEN, say
 from gpucheckup.pipeline import Checkups, rank_summary
 from gpucheckup.report import json_doc, terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
-EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
 
 
 class Output(msgspec.Struct):

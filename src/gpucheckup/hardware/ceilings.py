@@ -116,5 +116,5 @@ def find_for(device: str) -> tuple[Ceilings, Path] | None:
 
 def save(c: Ceilings, path: Path) -> Path:
     """Write ceilings atomically."""
-    write_atomic(path, (json.dumps(c.to_dict(), indent=2) + "\n").encode())
+    write_atomic(path, (json.dumps(c.to_dict(), indent=2) + "\n").encode(), parents=Path(path) == default_path(c.device))
     return Path(path)
