@@ -282,3 +282,33 @@ def test_the_exit_code_table_is_in_help_and_the_readme():
                  errors.EXIT_INTERNAL):
         assert f"\n  {code:<3} " in res.stdout, res.stdout
         assert f"| {code} |" in readme
+
+
+def test_nvidia_smi_that_cannot_be_executed_loses_only_the_topology(tmp_path, monkeypatch):
+    """Before: only FileNotFoundError was caught, so a PermissionError (nvidia-smi in a folder the user cannot
+    enter, or without execute permission) lost the whole host environment: env.json kept only the job."""
+    from gpucheckup.capture import environment
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho topo\n")
+    smi.chmod(0o644)  # no execute bit: exec fails with EACCES, for root as well
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    env = environment.collect_host({"NCCL_DEBUG": "INFO"})
+    assert env["topology"].startswith("unavailable: nvidia-smi cannot be run")
+    assert env["hostname"] and env["cpu"]["count"] and env["variables"] == {"NCCL_DEBUG": "INFO"}
+
+
+def test_each_environment_probe_fails_alone(monkeypatch):
+    from gpucheckup.capture import environment
+
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(environment, "cpu_budget", broken)
+    monkeypatch.setattr(environment, "gpu_inventory", broken)
+    env = environment.collect_host({})
+    assert env["cpu"] == {} and env["gpus"] == []  # the types the run directory's reader checks
+    assert env["unavailable"] == {"cpu": "RuntimeError: boom", "gpus": "RuntimeError: boom"}
+    assert env["nvml"] == "unavailable: RuntimeError: boom"
+    assert env["platform"] and env["topology"] and "memory_gb" in env
