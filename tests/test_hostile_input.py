@@ -312,3 +312,15 @@ def test_each_environment_probe_fails_alone(monkeypatch):
     assert env["unavailable"] == {"cpu": "RuntimeError: boom", "gpus": "RuntimeError: boom"}
     assert env["nvml"] == "unavailable: RuntimeError: boom"
     assert env["platform"] and env["topology"] and "memory_gb" in env
+
+
+@pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])
+def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_path, member):
+    """Before: a 2 GB sparse CSV was read as one 2 GB line (4.2 GB peak, 22 s), a JSON file read whole."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    with open(run / member, "r+b") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("analyze", str(run), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    assert rc == 2 and member in one_line(err), err

@@ -10,15 +10,22 @@ from pathlib import Path
 from gpucheckup.errors import CheckupError
 
 
-def check_regular(path: Path) -> None:
-    """CheckupError unless the path names a regular file (stat only: nothing is opened, so a FIFO cannot block)."""
+SMALL_JSON_BYTES = 64 << 20  # a run directory's manifest, env, agent and FLOPs files are kilobytes
+
+
+def check_regular(path: Path, max_bytes: int | None = None) -> None:
+    """CheckupError unless the path names a regular file (stat only: nothing is opened, so a FIFO cannot block),
+    of at most `max_bytes` when given (a file read whole: a 2 GB sparse file must not be read into memory)."""
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except FileNotFoundError:
         raise CheckupError(f"{path}: no such file") from None
     except OSError as e:
         raise CheckupError(f"{path}: cannot read ({e.strerror})") from None
-    refuse_special(path, mode)
+    refuse_special(path, st.st_mode)
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise CheckupError(f"{path}: {st.st_size / (1 << 20):.0f} MiB, over the {max_bytes >> 20} MiB such a file "
+                           "can hold: not a file gpucheckup wrote")
 
 
 def refuse_special(path: Path, mode: int) -> None:

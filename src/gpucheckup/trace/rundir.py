@@ -28,7 +28,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace.files import check_regular
+from gpucheckup.trace.files import SMALL_JSON_BYTES, check_regular
 
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
@@ -164,7 +164,7 @@ def read_nvml_recording(path: Path) -> RunDir:
 
 def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
     """A JSON object from a file, its fields in `types` null or of that type; else a one-line CheckupError."""
-    check_regular(path)  # a FIFO would block the read forever
+    check_regular(path, SMALL_JSON_BYTES)  # a FIFO would block the read forever, a sparse file fill memory
     try:
         obj = json.loads(path.read_text())
     except FileNotFoundError:
@@ -208,13 +208,25 @@ def _json_type(value) -> str:
     return type(value).__name__
 
 
+MAX_CSV_LINE = 1 << 20  # characters; the CSV files gpucheckup writes have lines of a few hundred
+
+
+def _lines(path: Path, f):
+    """The file's lines, each read with a bounded length: a line over MAX_CSV_LINE (a sparse or binary file has
+    none end) is one line of error instead of the whole file read into memory."""
+    while line := f.readline(MAX_CSV_LINE):
+        if len(line) == MAX_CSV_LINE and not line.endswith("\n"):
+            raise CheckupError(f"{path}: a line over {MAX_CSV_LINE >> 20} MiB: not a CSV file gpucheckup wrote")
+        yield line
+
+
 def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -> dict:
     """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns.
     CheckupError when a `required` column is missing or a `filled` column has an empty cell."""
     check_regular(path)
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+            rows = list(csv.reader(_lines(path, f)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CheckupError(f"{path}: not readable CSV ({e})") from None
     if not rows:
