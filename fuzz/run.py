@@ -23,6 +23,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -233,7 +234,10 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
                         p.terminate()
                         p.join()
         rows = sorted((json.loads(line) for line in results.read_text().splitlines() if line), key=lambda r: r["i"])
-    return summarize(rows, seed, start, cases, time.time() - t0)
+    summary = summarize(rows, seed, start, cases, time.time() - t0)
+    # the largest resident set of any worker or subprocess case (descendants waited for; Linux reports KiB)
+    summary["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+    return summary
 
 
 def _supervise(w, current, started, cases: int, t0: float, progress: bool) -> bool:
@@ -288,7 +292,11 @@ def main() -> int:
     p.add_argument("--results", type=Path, help="keep one JSON line per case here")
     p.add_argument("--only", type=int, help="run just this case number, in this process, and print its outcome")
     p.add_argument("--keep", type=Path, help="with --only: write the case's files into this (new) folder")
+    p.add_argument("--hostile-share", type=float, default=mutate.HOSTILE_SHARE,
+                   help=f"share of cases with a bomb, sparse file, FIFO or device in a file's place "
+                        f"(default {mutate.HOSTILE_SHARE})")
     a = p.parse_args()
+    mutate.HOSTILE_SHARE = a.hostile_share
     if a.only is not None:
         case = mutate.build_case(random.Random(f"{a.seed}:{a.only}"))
         folder = a.keep or Path(tempfile.mkdtemp(prefix="gpucheckup-case-"))

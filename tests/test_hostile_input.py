@@ -136,7 +136,7 @@ def test_a_device_given_as_the_trace_is_refused():
     assert rc == 2 and "character device" in one_line(err), err
 
 
-@pytest.mark.parametrize("member", ["steps.csv", "manifest.json", "env.json", "nvml.csv"])
+@pytest.mark.parametrize("member", ["steps.csv", "manifest.json", "env.json", "nvml.csv", "flops.json", "cpu.csv"])
 def test_a_fifo_inside_a_run_directory_ends_in_a_line_not_a_hang(tmp_path, member):
     run = tmp_path / "run"
     shutil.copytree(RUN, run)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 
 FORMAT = "gpucheckup-ceilings/1"
 
@@ -94,6 +95,8 @@ def _from_dict(d: dict, where: str) -> Ceilings:
 
 def load(path: Path) -> Ceilings:
     """Read a ceilings file; CheckupError when it is missing or not one."""
+    if Path(path).exists():
+        check_regular(Path(path), SMALL_JSON_BYTES)  # a FIFO would block the read forever
     try:
         d = json.loads(Path(path).read_text())
     except FileNotFoundError:

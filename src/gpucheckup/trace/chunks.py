@@ -29,7 +29,7 @@ from typing import IO
 import msgspec
 
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace.files import refuse_special
+from gpucheckup.files import refuse_special
 
 try:  # ISA-L's inflate: the same bytes as zlib's, in a third of the CPU time (docs/performance.md)
     from isal.igzip_lib import IsalError

@@ -15,7 +15,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace.files import check_regular
+from gpucheckup.files import check_regular
 
 
 class HostSamples(msgspec.Struct):

@@ -27,7 +27,7 @@ import numpy as np
 
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace import chunks, parallel, schema
-from gpucheckup.trace.files import check_regular
+from gpucheckup.files import check_regular
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,

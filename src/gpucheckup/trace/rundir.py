@@ -28,7 +28,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace.files import SMALL_JSON_BYTES, check_regular
+from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}

@@ -1,5 +1,7 @@
-"""Which paths may be read as input: regular files only. A FIFO blocks its reader until a writer comes (forever,
-when none does), a device like /dev/zero never ends: both are refused with one line. Standard library only."""
+"""Which paths may be read as input: regular files only, and files read whole only up to a size. A FIFO blocks
+its reader until a writer comes (forever, when none does), a device like /dev/zero never ends, a 2 GB sparse
+file read whole fills memory: each is refused with one line. Standard library only; below every reader
+(trace, hardware) in the import layers."""
 
 from __future__ import annotations
 
