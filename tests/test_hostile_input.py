@@ -324,3 +324,24 @@ def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_
     rc, out, err, rss = run_measured("analyze", str(run), "--quiet", timeout=60)
     assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
     assert rc == 2 and member in one_line(err), err
+
+
+@pytest.mark.parametrize("value", ["1e300", "-1e300", "9.3e18"])
+def test_a_huge_clock_reason_in_nvml_csv_is_unknown_not_a_cast_overflow(tmp_path, value):
+    """Before: the float was cast to int64 (RuntimeWarning 'invalid value encountered in cast' on stderr, and a
+    garbage bit mask read as throttling)."""
+    import csv
+
+    rows = list(csv.reader((RUN / "nvml.csv").open()))
+    j = rows[0].index("clock_reasons")
+    for r in rows[1:]:
+        r[j] = value
+    rec = tmp_path / "rec.csv"
+    with rec.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    res = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "gpucheckup", "analyze", str(rec),
+                          "--json", str(tmp_path / "r.json"), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["run_figures"]["nvml"]["throttle"]["known"] is False  # no sample holds a bit mask
+    assert not any(doc["nvml"]["throttled"])
