@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -345,3 +346,64 @@ def test_a_huge_clock_reason_in_nvml_csv_is_unknown_not_a_cast_overflow(tmp_path
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["run_figures"]["nvml"]["throttle"]["known"] is False  # no sample holds a bit mask
     assert not any(doc["nvml"]["throttled"])
+
+
+def _control_server(seconds: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, str(Path(__file__).parent / "jobs" / "control_server.py"), str(seconds)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def _trickle(path: str, stop: threading.Event) -> None:
+    """A same-user client that sends its request a byte at a time, never finishing the line."""
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    try:
+        while not stop.is_set():
+            s.sendall(b" ")
+            stop.wait(0.3)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+def test_slow_clients_cannot_hold_the_control_channel():
+    """Before: the 2 s timeout was per read, so 16 clients sending a byte every 0.3 s held every slot for as long
+    as they liked: `attach` found 'no agent answers' and --mode auto fell back to py-spy without a word."""
+    from gpucheckup.capture import attach, control
+    from gpucheckup.capture.agent.server import MAX_CLIENTS
+
+    server = _control_server(30)
+    stop = threading.Event()
+    try:
+        path = str(control.socket_path(server.pid))
+        slow = [threading.Thread(target=_trickle, args=(path, stop)) for _ in range(MAX_CLIENTS)]
+        for t in slow:
+            t.start()
+        time.sleep(0.5)  # every slot taken
+        try:
+            busy = control.request(server.pid, {"cmd": "status"}, 2.0)
+            assert busy and not busy[0]["ok"] and "too many connections" in busy[0]["error"]
+        except (ConnectionResetError, BrokenPipeError):  # the busy answer, closed before our request was read
+            pass
+        found, why = attach.find_agent(server.pid)  # the slots come back within the request deadline
+        assert found == server.pid, why
+    finally:
+        stop.set()
+        server.kill()
+        server.wait()
+
+
+def test_attach_says_why_no_agent_answers(tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        res = subprocess.run([sys.executable, "-m", "gpucheckup", "attach", "--pid", str(job.pid), "--mode", "agent",
+                              "--duration", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    finally:
+        job.kill()
+        job.wait()
+    assert res.returncode == 2 and "no control socket in it or its children" in one_line(res.stderr), res.stderr
