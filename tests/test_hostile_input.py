@@ -1,8 +1,8 @@
-"""Hostile input (issue 25): compressed bombs, sparse files, FIFOs and odd file names end in one line and
+"""Hostile input: compressed bombs, sparse files, FIFOs and odd file names end in one line and
 exit 2 with bounded memory and time; files that cannot be written end in exit 4 naming them.
 
 Big inputs are built cheaply: a sparse file by truncate, a gzip of zeros streamed through zlib once per
-session. Peak memory is the subprocess's own, from os.wait4's resource usage."""
+test run. Peak memory is the subprocess's own, from os.wait4's resource usage."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 from conftest import trace_path
 
 GIB = 1 << 30
-RSS_LIMIT_MB = 300  # issue 25: a bomb's check-up peaks under this
+RSS_LIMIT_MB = 300  # a bomb's check-up peaks under this (docs/reliability.md)
 HEAD = b'{"traceEvents": ['
 EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
 
