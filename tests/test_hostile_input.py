@@ -280,7 +280,7 @@ def test_the_exit_code_table_is_in_help_and_the_readme():
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "--help"], capture_output=True, text=True, timeout=60)
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     for code in (errors.EXIT_OK, errors.EXIT_BAD_INPUT, errors.EXIT_FAILED_CONDITION, errors.EXIT_NOT_WRITTEN,
-                 errors.EXIT_INTERNAL):
+                 errors.EXIT_INTERNAL, errors.EXIT_BROKEN_PIPE, errors.EXIT_INTERRUPTED):
         assert f"\n  {code:<3} " in res.stdout, res.stdout
         assert f"| {code} |" in readme
 

@@ -9,10 +9,9 @@ import sys
 
 from gpucheckup.cli.parser import build_parser
 from gpucheckup.atomic import NotWritten
-from gpucheckup.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_NOT_WRITTEN, CheckupError, say
+from gpucheckup.errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN,
+                               CheckupError, say)
 
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 1  # what Python (and rich's Console) exit with when the reader of stdout went away
 # Commands that open no file they leave to the interpreter's exit to flush or close, start no thread that outlives
 # them, and whose only exit work is the atexit handlers: the process may end right after them (exit_now below).
 EXIT_NOW_COMMANDS = {"analyze"}

@@ -21,7 +21,9 @@ EXIT_CODES = """exit codes (every command; `run` passes the job's own through):
   2   bad input or usage (one line on stderr says what and where)
   3   a --fail-on / --fail-if condition fired (one line each)
   4   an output file could not be written (one line names the file and why)
-  70  an internal error (a bug: please report it with --debug's traceback)"""
+  70  an internal error (a bug: please report it with --debug's traceback)
+  1   the reader of standard output went away (`| head`): quietly
+  130 interrupted (Ctrl-C)"""
 DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
 AB_WARMUP, AB_MEASURE, AB_ROUNDS = 20, 100, 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
 
