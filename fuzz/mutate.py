@@ -14,7 +14,9 @@ import functools
 import gzip
 import json
 import math
+import os
 import random
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -363,6 +365,52 @@ def damage_bytes(data: bytes, rnd: random.Random) -> bytes:
     return bytes(b)
 
 
+# ---- hostile files: compressed bombs, sparse files, FIFOs, devices ----
+
+@dataclass(frozen=True)
+class Special:
+    """A file that is not written as bytes: `sparse` (`size` bytes, `head` first, the rest a hole of zeros), a
+    `fifo` (no writer: a reader that opens it blocks), a `device` (a link to /dev/zero: it never ends)."""
+
+    kind: str
+    size: int = 0
+    head: bytes = b""
+
+
+BOMB_BYTES = 256 << 20  # decompressed size of the harness's gzip bombs (each ~250 KB at level 9)
+SPARSE_BYTES = 1 << 30
+EVENT = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2},'
+BOMB_HEADS = {"zeros": (b"", b"\0"), "zeros_after_key": (b'{"traceEvents":[', b"\0"),
+              "zeros_after_events": (b'{"traceEvents":[' + EVENT * 40000, b"\0"),
+              "long_event": (b'{"traceEvents":[{"name":"', b"a"), "spaces": (b'{"traceEvents":[', b" ")}
+
+
+@functools.lru_cache(maxsize=None)
+def gzip_bomb(kind: str) -> bytes:
+    """One gzip member: a head, then BOMB_BYTES of one byte (built once per process)."""
+    head, fill = BOMB_HEADS[kind]
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = fill * (16 << 20)
+    return c.compress(head) + b"".join(c.compress(block) for _ in range(BOMB_BYTES // len(block))) + c.flush()
+
+
+HOSTILE_KINDS = [*(f"bomb:{k}" for k in BOMB_HEADS), "sparse", "sparse_after_key", "fifo", "device"]
+
+
+def hostile_file(rnd: random.Random) -> tuple[str, bytes | Special]:
+    """A hostile replacement for a file: its kind and its content."""
+    kind = rnd.choice(HOSTILE_KINDS)
+    if kind.startswith("bomb:"):
+        return kind, gzip_bomb(kind[5:])
+    if kind.startswith("sparse"):
+        return kind, Special("sparse", SPARSE_BYTES, b'{"traceEvents": [' if kind == "sparse_after_key" else b"")
+    return kind, Special(kind)
+
+
+ODD_NAMES = ["\x1b[2Jtrace\u202e\x07\u009b", os.fsdecode(b"trace-\xff\xfe-"), os.fsdecode(b"\xe9t\xe9-\x9b-"),
+             "sp ace\nnew line-", "-dash-"]
+
+
 # ---- a whole case ----
 
 @dataclass
@@ -370,7 +418,7 @@ class Case:
     """Files to write (relative path -> bytes) and the argv after `analyze PATH`."""
 
     kind: str
-    files: dict[str, bytes]
+    files: dict[str, bytes | Special]
     options: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
     target: str = "."  # what `analyze` is given, relative to the case folder
@@ -428,6 +476,7 @@ OPTIONS = [["--html", "{out}/r.html"], ["--markdown", "{out}/r.md"], ["--perfett
            ["--gpu", "H200-SXM"], ["--gpu", "NVIDIA " + "H" * 400], ["--unprofiled-step-ms", "3"],
            ["--samples-per-step", "32"], ["--peak-tflops", "1e308"]]
 TERMINAL_SHARE = 0.25  # cases that render the terminal report (the slowest part of a check-up); others --quiet
+HOSTILE_SHARE = 0.02  # cases with a hostile file (hostile_file) in place of one of theirs
 
 
 def build_case(rnd: random.Random) -> Case:
@@ -470,15 +519,22 @@ def build_case(rnd: random.Random) -> Case:
                     continue
                 files[k] = encode(mutate_json_value(v, rnd), rnd)
                 ops.append(f"json:{k}")
-    if kind == "trace" and rnd.random() < 0.05:  # a trace whose file name carries escape sequences
-        name = "\x1b[2Jtrace\u202e\x07\u009b" + target
-        files[name] = files.pop(target)
-        target = name
+    names = [k for k in files if k.endswith((".json.gz", ".json")) and (kind != "run" or "traces" in k)]
+    if names and rnd.random() < 0.05:  # a trace whose file name carries escape sequences or is not UTF-8
+        k = target if kind == "trace" else rnd.choice(names)
+        head, _, base = k.rpartition("/")
+        name = (head + "/" if head else "") + rnd.choice(ODD_NAMES) + base
+        files[name] = files.pop(k)
+        target = name if target == k else target
         ops.append("file_name")
     if rnd.random() < 0.12:
         k = rnd.choice(list(files))
         files[k] = damage_bytes(files[k], rnd)
         ops.append(f"bytes:{k}")
+    if rnd.random() < HOSTILE_SHARE:  # a compressed bomb, a sparse file, a FIFO or a device in a file's place
+        k = target if kind == "trace" else rnd.choice(list(files))
+        what, files[k] = hostile_file(rnd)
+        ops.append(f"hostile:{what}:{k}")
     options: list[str] = [] if rnd.random() < TERMINAL_SHARE else ["--quiet"]
     for _ in range(rnd.choice([0, 0, 1, 2])):
         options += rnd.choice(OPTIONS)
@@ -494,6 +550,15 @@ def write_case(case: Case, folder: Path) -> list[str]:
     for rel, data in case.files.items():
         p = inp / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
+        if not isinstance(data, Special):
+            p.write_bytes(data)
+        elif data.kind == "sparse":
+            with open(p, "wb") as f:
+                f.write(data.head)
+                f.truncate(data.size)
+        elif data.kind == "fifo":
+            os.mkfifo(p)
+        else:
+            os.symlink("/dev/zero", p)
     target = inp if case.target == "." else inp / case.target
     return ["--debug", "analyze", str(target)] + [o.format(out=out) for o in case.options]

@@ -23,6 +23,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -130,10 +131,11 @@ def run_case(seed: int, i: int, root: Path, subprocess_every: int) -> dict:
     folder.mkdir()
     try:
         argv = mutate.write_case(case, folder)
+        reset_peak_rss()
         t0 = time.perf_counter()
         outcome, key, detail = invoke(argv)
         row = {"i": i, "outcome": outcome, "class": key, "s": round(time.perf_counter() - t0, 4),
-               "kind": case.kind, "ops": case.ops, "options": case.options}
+               "kind": case.kind, "ops": case.ops, "options": case.options, "rss_mb": peak_rss_mb()}
         if detail:
             row["detail"] = detail
         if subprocess_every and i % subprocess_every == 0:
@@ -141,6 +143,49 @@ def run_case(seed: int, i: int, root: Path, subprocess_every: int) -> dict:
         return row
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak resident set again from its current size (Linux: clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident set since the last reset_peak_rss (VmHWM), in MB; None where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+LEGIT_OPTIONS = ["--html", "{out}/r.html", "--markdown", "{out}/r.md", "--perfetto", "{out}/p.json.gz", "--json",
+                 "{out}/r.json"]
+
+
+def legit_peak_rss(root: Path) -> dict:
+    """The peak resident set of each corpus item's own check-up, unmutated, with every output and the terminal
+    report, measured as the cases are (from this process's size at the start): the yardstick for the cases'."""
+    peaks = {}
+    for kind, path in mutate.corpus_items():
+        folder = root / f"legit-{path.name}"
+        folder.mkdir()
+        files = ({path.name: path.read_bytes()} if kind == "trace" else
+                 {str(p.relative_to(path)): p.read_bytes() for p in mutate._files_under(path)})
+        case = mutate.Case(kind, files, list(LEGIT_OPTIONS), [], path.name if kind == "trace" else ".")
+        argv = mutate.write_case(case, folder)
+        reset_peak_rss()
+        outcome, _, _ = invoke(argv)
+        peaks[f"{kind}:{path.name}"] = {"outcome": outcome, "rss_mb": peak_rss_mb()}
+        shutil.rmtree(folder, ignore_errors=True)
+    return peaks
 
 
 def run_subprocess(argv: list[str]) -> dict:
@@ -214,6 +259,8 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
     numbers = list(range(start, start + cases))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the workers too
     with tempfile.TemporaryDirectory(prefix="gpucheckup-fuzz-", dir=_case_root()) as root:
+        with _env_for_cases(Path(root)):
+            legit = legit_peak_rss(Path(root))
         results = results or Path(root) / "results.jsonl"
         results.write_text("")
         if workers <= 1:
@@ -233,7 +280,20 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
                         p.terminate()
                         p.join()
         rows = sorted((json.loads(line) for line in results.read_text().splitlines() if line), key=lambda r: r["i"])
-    return summarize(rows, seed, start, cases, time.time() - t0)
+    summary = summarize(rows, seed, start, cases, time.time() - t0)
+    legit_max = max((v["rss_mb"] or 0 for v in legit.values()), default=0)
+    worst = max(rows, key=lambda r: r.get("rss_mb") or 0, default={})
+    hostile = [r for r in rows if any(o.startswith("hostile:") for o in r.get("ops") or [])]
+    summary["peak_rss"] = {
+        "legit_max_mb": legit_max,  # the largest unmutated corpus item's own check-up
+        "case_max_mb": worst.get("rss_mb"), "case_max_i": worst.get("i"), "case_max_ops": worst.get("ops"),
+        "hostile_max_mb": max((r.get("rss_mb") or 0 for r in hostile), default=None),
+        "ratio": round((worst.get("rss_mb") or 0) / legit_max, 2) if legit_max else None,
+        # the largest resident set of any worker or subprocess over the whole run (Linux reports KiB)
+        "any_process_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "legit": legit,
+    }
+    return summary
 
 
 def _supervise(w, current, started, cases: int, t0: float, progress: bool) -> bool:
@@ -288,7 +348,11 @@ def main() -> int:
     p.add_argument("--results", type=Path, help="keep one JSON line per case here")
     p.add_argument("--only", type=int, help="run just this case number, in this process, and print its outcome")
     p.add_argument("--keep", type=Path, help="with --only: write the case's files into this (new) folder")
+    p.add_argument("--hostile-share", type=float, default=mutate.HOSTILE_SHARE,
+                   help=f"share of cases with a bomb, sparse file, FIFO or device in a file's place "
+                        f"(default {mutate.HOSTILE_SHARE})")
     a = p.parse_args()
+    mutate.HOSTILE_SHARE = a.hostile_share
     if a.only is not None:
         case = mutate.build_case(random.Random(f"{a.seed}:{a.only}"))
         folder = a.keep or Path(tempfile.mkdtemp(prefix="gpucheckup-case-"))

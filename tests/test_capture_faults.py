@@ -232,3 +232,20 @@ def test_attach_refuses_a_pid_out_of_range_in_one_line(pid):
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [f"gpucheckup: error: --pid must be a process id from 1 to "
                                                f"{Path('/proc/sys/kernel/pid_max').read_text().strip()}, got {pid}"]
+
+
+def test_a_disk_full_from_the_start_is_blamed_on_the_disk_not_on_empty_files_or_the_job(tiny_disk):
+    """Before: with the run directory's disk full when the job started, the check-up ended in 'cpu.csv: empty
+    file (no header)' and the manifest said 'the job did not exit cleanly' beside exit code 0."""
+    with open(tiny_disk / "filler", "wb") as f:  # all but 24 KiB of the 6 MB taken
+        f.write(b"\0" * (6 * 1024 * 1024 - 24 * 1024))
+    out = tiny_disk / "runs"
+    res = gpucheckup("run", "--out", str(out), "--skip", "2", "--steps", "2", "--no-nvml", "--",
+                     PY, str(JOBS / "fill_disk.py"), "6", "99", str(tiny_disk / "filler2"), "0")
+    assert res.returncode == 0, res.stderr
+    assert "no check-up of" not in res.stderr and "empty file" not in res.stderr, res.stderr
+    assert "Whole run" in res.stdout and "ENOSPC" in res.stdout
+    manifest = json.loads((the_run_dir(out) / "manifest.json").read_text())
+    assert manifest["exit_code"] == 0
+    said = json.dumps(manifest["failed"])
+    assert "did not exit cleanly" not in said and manifest["failed"]["disk"].startswith("ENOSPC"), said

@@ -32,7 +32,7 @@ def test_two_different_jobs_are_flagged_with_the_verdict_change(tmp_path, capsys
     assert c.verdict_a != c.verdict_b
     md = tmp_path / "cmp.md"
     rc = main(["compare", str(pa), str(pb), "--markdown", str(md), "--fail-if-slower", "10"])
-    assert rc == 1  # compute_bound's step is ~7x launch_bound's
+    assert rc == 3  # compute_bound's step is ~7x launch_bound's: the gate fired (README: exit codes)
     text = md.read_text()
     assert "| `steps.median_ms` |" in text and "beyond noise" in text
     assert main(["compare", str(pb), str(pa), "--fail-if-slower", "10"]) == 0  # faster passes the gate

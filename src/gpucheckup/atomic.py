@@ -6,6 +6,7 @@ Standard library only: the in-job agent uses it too, and it must not import anyt
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -14,24 +15,51 @@ from pathlib import Path
 from typing import BinaryIO
 
 
-def write_atomic(path: Path | str, data: bytes) -> None:
-    """Write a file so that readers see either the old or the complete new content."""
-    with open_atomic(path) as f:
+class NotWritten(Exception):
+    """A file the user named could not be written: one line that names it and says why (exit 4, README)."""
+
+
+# Errors of writing itself (a full disk, a quota, a file too large): the output is not written, whatever wrote.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+def write_atomic(path: Path | str, data: bytes, parents: bool = False) -> None:
+    """Write a file so that readers see either the old or the complete new content (open_atomic)."""
+    with open_atomic(path, parents) as f:
         f.write(data)
 
 
 @contextlib.contextmanager
-def open_atomic(path: Path | str) -> Iterator[BinaryIO]:
+def open_atomic(path: Path | str, parents: bool = False) -> Iterator[BinaryIO]:
     """A file to write in parts (a large output, never whole in memory) that replaces `path` only once
-    complete; readers see either the old or the complete new content, and an error leaves no part behind."""
+    complete; readers see either the old or the complete new content, and an error leaves no part behind.
+    Its folder must exist (`parents`: make it and the folders above it, for a file of our own such as a cache,
+    never for one a user named: a typo must not create folders). NotWritten, naming `path`, when it cannot be
+    written (a folder, a missing folder, a full disk)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if parents:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NotWritten(f"{path}: not written: cannot make its folder ({e.strerror})") from None
+    if path.is_dir():
+        raise NotWritten(f"{path}: not written: it is a folder (name a file)")
+    if not path.parent.is_dir():
+        raise NotWritten(f"{path}: not written: its folder {path.parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        if e.errno in WRITE_ERRNOS:
+            raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -8,6 +8,11 @@ reorder the text a reader sees. `safe` shows every one of them escaped, as Pytho
 (`\\x1b`, `\\x9b`, `\\u202e`), so the text is printed inert and still says what the trace holds. Lone
 surrogates (which no encoder writes) are escaped the same way. Newline and tab are kept.
 
+JSON keeps the text's value instead: `json_escaped` writes DEL, C1 and bidi characters of an encoded JSON
+document as `\\u` escapes (a JSON reader gets the same strings; a terminal showing `--json -` or a viewer
+showing a Perfetto file gets inert text), and `without_surrogates` escapes lone surrogates (a file name that
+is not UTF-8, as Python reads it) as text, since no UTF-8 encoder writes them.
+
 One character class, one pass: linear in the text's length. The only imports are the standard
 library's, so every layer (errors, report renderers) may use it.
 """
@@ -34,15 +39,43 @@ def safe(text) -> str:
 
 def safe_tree(value):
     """A copy of a report (dicts, lists, tuples, dataclasses) with every string, keys included, made `safe`."""
+    return _strings_mapped(value, UNSAFE)
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(value):
+    """A copy of a report (as safe_tree walks it) with lone surrogates in its strings shown as escapes (`\\udcff`)."""
+    return _strings_mapped(value, SURROGATE)
+
+
+def _strings_mapped(value, pattern: re.Pattern):
+    """A copy of a report with the characters `pattern` matches in its strings (keys included) escaped."""
     if isinstance(value, str):
-        return safe(value) if UNSAFE.search(value) else value
+        return pattern.sub(_escaped, value) if pattern.search(value) else value
     if isinstance(value, dict):
-        return {safe_tree(k): safe_tree(v) for k, v in value.items()}
+        return {_strings_mapped(k, pattern): _strings_mapped(v, pattern) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        out = [safe_tree(v) for v in value]
+        out = [_strings_mapped(v, pattern) for v in value]
         return out if isinstance(value, list) else type(value)(out) if not hasattr(value, "_fields") else \
             type(value)(*out)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: safe_tree(getattr(value, f.name))
+        return dataclasses.replace(value, **{f.name: _strings_mapped(getattr(value, f.name), pattern)
                                              for f in dataclasses.fields(value) if f.init})
     return value
+
+
+# DEL, C1 controls (UTF-8 C2 80-9F) and bidi marks, embeddings, overrides and isolates, as UTF-8 bytes. In a JSON
+# document these bytes only occur inside strings (a lead byte C2 or E2 starts a character there and nowhere else).
+_JSON_UNSAFE = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]")
+
+
+def _json_escape(m: re.Match) -> bytes:
+    return b"\\u%04x" % ord(m.group().decode())
+
+
+def json_escaped(data: bytes) -> bytes:
+    """A UTF-8 JSON document with its DEL, C1 and bidi characters written as `\\u` escapes: the same strings to
+    a JSON reader, inert on a terminal (C0 controls are escaped by every JSON encoder already)."""
+    return _JSON_UNSAFE.sub(_json_escape, data)

@@ -42,7 +42,8 @@ from gpucheckup.capture.sampler import find_pyspy
 from gpucheckup.capture.telemetry import NvmlSampler
 from gpucheckup.errors import CheckupError
 
-STATUS_TIMEOUT_S = 5.0
+STATUS_TIMEOUT_S = 5.0  # the whole status exchange, retries of a busy agent included
+BUSY_RETRY_S = 0.2  # between retries when the agent answers that it serves too many connections
 INJECT_WAIT_S = 20.0
 PYSPY_TIMEOUT_S = 10.0
 
@@ -67,12 +68,13 @@ def capture(args: AttachOptions, note: Callable[[str], None] = _quiet) -> Captur
     args.check()
     _check_process(pid)
     if args.mode in ("auto", "agent"):
-        agent_pid = find_agent(pid)
+        agent_pid, why = find_agent(pid)
         if agent_pid is not None:
             return Captured(trace=attach_agent(agent_pid, args, note))
         if args.mode == "agent":
-            raise CheckupError(f"no gpucheckup agent answers in process {pid} or its children "
+            raise CheckupError(f"no gpucheckup agent answers in process {pid} or its children: {why} "
                                "(start the job under `gpucheckup run`, or use --mode py-spy)")
+        note(f"gpucheckup attach: no agent to ask: {why}; trying the other ways in")
     if args.mode in ("auto", "inject"):
         injected = inject_agent(pid, args, note)
         if injected is not None:
@@ -121,18 +123,40 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def find_agent(pid: int) -> int | None:
-    """The first process among pid and its descendants whose agent answers on its control socket."""
+def find_agent(pid: int) -> tuple[int | None, str]:
+    """The first process among pid and its descendants whose agent answers on its control socket, and why none
+    did when none does. An agent busy with other connections is asked again until STATUS_TIMEOUT_S has passed
+    (it gives a slot back within its request deadline)."""
+    why = []
     for p in descendants(pid):
         if not control.socket_path(p).exists():
             continue
+        answer, reason = _status(p)
+        if answer:
+            return p, ""
+        why.append(f"process {p}'s agent {reason}")
+    if not why:
+        return None, "no control socket in it or its children"
+    return None, "; ".join(why)
+
+
+def _status(pid: int) -> tuple[dict | None, str]:
+    """The agent's status answer, or None and why it gave none."""
+    deadline = time.monotonic() + STATUS_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
         try:
-            answers = control.request(p, {"cmd": "status"}, STATUS_TIMEOUT_S)
-        except OSError:
-            continue
+            answers = control.request(pid, {"cmd": "status"}, max(left, 0.1))
+        except (ConnectionResetError, BrokenPipeError):  # a busy agent closes at once, before reading the request
+            answers = [{"ok": False, "error": "reset the connection: it serves too many connections"}]
+        except OSError as e:
+            return None, f"did not answer ({e.strerror or type(e).__name__})"
         if answers and answers[0].get("ok"):
-            return p
-    return None
+            return answers[0], ""
+        error = str(answers[0].get("error")) if answers else "closed the connection without an answer"
+        if "too many connections" not in error or left <= BUSY_RETRY_S:
+            return None, f"said: {error}" if answers else error
+        time.sleep(BUSY_RETRY_S)
 
 
 def attach_agent(agent_pid: int, args: AttachOptions, note: Callable[[str], None]) -> Path:
@@ -168,6 +192,8 @@ def inject_agent(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     directory it writes to and the manifest written there (None when it could not be loaded)."""
     remote_exec = getattr(sys, "remote_exec", None)
     if remote_exec is None:
+        note(f"gpucheckup attach: cannot inject the agent (sys.remote_exec needs Python 3.14+, this is "
+             f"{sys.version.split()[0]}); sampling from outside instead")
         return None
     rd = make_run_dir(args.out, f"attach-{pid}")
     run_dir, run_dir_id = Path(rd.path), rd.id
@@ -188,7 +214,7 @@ def inject_agent(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
         return None
     deadline = time.time() + INJECT_WAIT_S
     while time.time() < deadline:
-        if find_agent(pid) == pid:
+        if find_agent(pid)[0] == pid:
             shutil.rmtree(tmp, ignore_errors=True)
             manifest = write_manifest(run_dir, {
                 "gpucheckup_version": __version__, "kind": layout.KIND_ATTACH_INJECT,

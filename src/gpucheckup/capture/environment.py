@@ -24,20 +24,37 @@ SMI_TIMEOUT_S = 15
 
 
 def collect_host(environ=None) -> dict:
-    """Everything the host says about the run's environment."""
+    """Everything the host says about the run's environment; each probe on its own, so that one that fails
+    (an unexpected error included) loses only its own fields: they keep an empty value of their type (the
+    reader checks types) and `unavailable` says why."""
     environ = os.environ if environ is None else environ
-    return {
-        "collected_epoch_s": time.time(),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python_launcher": sys.version.split()[0],
-        "cpu": cpu_budget(),
-        "memory_gb": _memory_gb(),
-        "variables": {k: v for k, v in sorted(environ.items())
-                      if k.startswith(VARIABLE_PREFIXES) or k in VARIABLE_NAMES},
-        **gpu_inventory(),
-        "topology": nvidia_smi_topology(),
-    }
+    out: dict = {"collected_epoch_s": time.time()}
+    unavailable = {}
+    for key, probe, empty in (
+        ("hostname", socket.gethostname, ""),
+        ("platform", platform.platform, ""),
+        ("python_launcher", lambda: sys.version.split()[0], ""),
+        ("cpu", cpu_budget, {}),
+        ("memory_gb", _memory_gb, None),
+        ("variables", lambda: {k: v for k, v in sorted(environ.items())
+                               if k.startswith(VARIABLE_PREFIXES) or k in VARIABLE_NAMES}, {}),
+        ("gpus", gpu_inventory, {"gpus": []}),  # several fields: gpus, nvml, driver, cuda_driver
+        ("topology", nvidia_smi_topology, ""),
+    ):
+        try:
+            value = probe()
+        except Exception as e:  # noqa: BLE001 - one probe's failure must not lose the others' fields
+            unavailable[key] = f"{type(e).__name__}: {e}"
+            value = empty
+        if key == "gpus":
+            out.update(value)
+            if key in unavailable:
+                out["nvml"] = f"unavailable: {unavailable[key]}"
+        else:
+            out[key] = value
+    if unavailable:
+        out["unavailable"] = unavailable
+    return out
 
 
 def cpu_budget() -> dict:
@@ -169,6 +186,8 @@ def nvidia_smi_topology() -> str:
         res = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
     except FileNotFoundError:
         return "unavailable: nvidia-smi not found"
+    except OSError as e:  # found but not runnable: a folder on PATH it cannot enter, no execute permission
+        return f"unavailable: nvidia-smi cannot be run ({e.strerror or e})"
     except subprocess.TimeoutExpired:
         return f"unavailable: nvidia-smi topo -m took over {SMI_TIMEOUT_S} s"
     if res.returncode != 0:

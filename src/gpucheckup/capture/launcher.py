@@ -377,6 +377,12 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
         failed["agent_exit"] = (f"the job's process ({', '.join(execd)}) exec'd a program that did not re-arm the "
                                 f"agent (not Python, or it never imported torch); steps counted until the exec were "
                                 f"published: {', '.join(recovered)}")
+    elif recovered and disk:  # the writes that would have finished them failed: the job's exit says nothing here
+        failed["partial_files"] = (f"ENOSPC (the run directory's file system was full, failed.disk): partial files "
+                                   f"published as they were: {', '.join(recovered)}")
+    elif recovered and rc == 0:
+        failed["agent_exit"] = (f"the job exited 0, but files were left unfinished (its process ended without the "
+                                f"agent's exit handler, e.g. os._exit); published as they were: {', '.join(recovered)}")
     elif recovered:
         failed["agent_exit"] = (f"the job did not exit cleanly; partial files published as they were: "
                                 f"{', '.join(recovered)}")

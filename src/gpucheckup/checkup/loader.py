@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
 from rich.console import Console
 
 from gpucheckup.analysis.run_logs.environment import usable_cores
 from gpucheckup.analysis.run_logs.loader_advice import Rate, advise, gpu_step_from_report
 from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import CheckupError
+from gpucheckup.report import json_doc
 
 PIN_CHOICES = {"false": (False,), "true": (True,), "both": (False, True)}
 
@@ -79,6 +79,6 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
     render_loader(bench.to_dict(), adv.to_dict(), console)
     if json_path:
         doc = {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()}
-        write_atomic(json_path, msgspec.json.format(msgspec.json.encode(doc), indent=2))
+        write_atomic(json_path, json_doc.document(doc))
         console.print(f"JSON written to {json_path}", style="dim", markup=False)
     return 0

@@ -21,6 +21,7 @@ from rich.text import Text
 from gpucheckup.analysis.run_logs.live_events import MATCH_PCT, heartbeat_now, mean_util_series, throttles_now
 from gpucheckup.atomic import write_atomic
 from gpucheckup.capture.monitor import Monitor
+from gpucheckup.report import json_doc
 
 
 @dataclass
@@ -114,11 +115,10 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
         render_run_only(report, console)
     if json_path:
         from gpucheckup.checkup.assemble import document
-        from gpucheckup.document import encode
         from gpucheckup.checkup.pipeline import Checkups, RunCheckup
 
         rc = RunCheckup(run=run, analysis=ra, findings=findings, no_timeline=why, report=report)
-        data = encode(document(Checkups(Path(path), run=rc)))
+        data = json_doc.document(document(Checkups(Path(path), run=rc)))
         if str(json_path) == "-":  # `--json -`: standard output (the terminal report went to stderr: cli/__init__)
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()

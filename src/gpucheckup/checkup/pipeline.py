@@ -30,6 +30,7 @@ from gpucheckup.analysis.flops.mfu import MfuInputs
 from gpucheckup.diagnosis import Diagnosis, diagnose, savings
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
 from gpucheckup.report.model import checkup_dict
 from gpucheckup.report.text.progress import progress_bar
@@ -165,6 +166,7 @@ def agent_flops(path: Path) -> dict | None:
     f = path / layout.flops_file() if path.is_dir() else None
     if f is None or not f.exists():
         return None
+    check_regular(f, SMALL_JSON_BYTES)  # a FIFO would block the read forever, a sparse file fill memory
     try:
         d = json.loads(f.read_text())
         flops = float(d["flops_per_step"])

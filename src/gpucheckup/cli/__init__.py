@@ -8,12 +8,10 @@ import os
 import sys
 
 from gpucheckup.cli.parser import build_parser
-from gpucheckup.errors import CheckupError, say
+from gpucheckup.atomic import NotWritten
+from gpucheckup.errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN,
+                               CheckupError, say)
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130
-EXIT_BROKEN_PIPE = 1  # what Python (and rich's Console) exit with when the reader of stdout went away
 # Commands that open no file they leave to the interpreter's exit to flush or close, start no thread that outlives
 # them, and whose only exit work is the atexit handlers: the process may end right after them (exit_now below).
 EXIT_NOW_COMMANDS = {"analyze"}
@@ -53,6 +51,9 @@ def _run(args) -> int:
     except CheckupError as e:
         say(f"gpucheckup: error: {e}")
         return EXIT_BAD_INPUT
+    except NotWritten as e:
+        say(f"gpucheckup: error: {e}")
+        return EXIT_NOT_WRITTEN
     except KeyboardInterrupt:
         say("gpucheckup: interrupted")
         return EXIT_INTERRUPTED

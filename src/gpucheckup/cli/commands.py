@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpucheckup.errors import CheckupError, say
+from gpucheckup.errors import EXIT_FAILED_CONDITION, CheckupError, say
 
 DEMO_HTML = Path("gpucheckup-demo.html")
 MFU_NUMBERS = ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers", "d_model",
@@ -44,6 +44,12 @@ def cmd_analyze(args, console) -> int:
         from gpucheckup.checkup.monitor import analyze_recording
 
         return analyze_recording(args.path, console, quiet=args.quiet, json_path=args.json)
+    if args.max_json_gib is not None:
+        if not args.max_json_gib > 0:
+            raise CheckupError(f"--max-json-gib must be a positive number, got {args.max_json_gib}")
+        from gpucheckup.trace import chunks
+
+        chunks.set_json_limit(int(args.max_json_gib * (1 << 30)))
     jobs = 1 if args.perfetto else args.jobs  # the annotated trace needs each analysis in this process
     if jobs is not None and jobs < 1:
         raise CheckupError(f"--jobs must be 1 or more, got {jobs}")
@@ -53,7 +59,6 @@ def cmd_analyze(args, console) -> int:
     return gate(result, verdicts, tests) or rc
 
 
-EXIT_FAILED_CONDITION = 3  # --fail-on / --fail-if fired (README: exit codes)
 
 
 def _conditions(args) -> tuple[set[str], list]:
@@ -122,6 +127,7 @@ def cmd_run(args, console) -> int:
 
 def _report_run(run_dir: Path, args, inputs, console) -> None:
     """Print (and write) the check-up of a finished job's run; a failure here never changes the exit status."""
+    from gpucheckup.atomic import NotWritten
     from gpucheckup.cli.emit import Output
 
     out = Output.of(args)
@@ -136,6 +142,8 @@ def _report_run(run_dir: Path, args, inputs, console) -> None:
         console.print(f"run directory: {run_dir}", style="dim", markup=False, highlight=False, soft_wrap=True)
     except CheckupError as e:
         say(f"gpucheckup: no check-up of {run_dir}: {e}")
+    except NotWritten as e:  # the job's status still passes through
+        say(f"gpucheckup: error: {e}")
     except Exception as e:  # noqa: BLE001 - a closed stdout, a bug in a report: the job's status still passes
         if args.debug:
             raise
@@ -229,9 +237,9 @@ def cmd_commbench(args, console) -> int:
 
 
 def cmd_scaling(args, console) -> int:
+    from gpucheckup.report import json_doc
     from dataclasses import asdict
 
-    import msgspec
     import numpy as np
     from rich.table import Table
 
@@ -276,13 +284,12 @@ def cmd_scaling(args, console) -> int:
     console.print(t)
     console.print(f"step times: {how}", style="dim", markup=False)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(asdict(sc)), indent=2))
+        write_atomic(args.json, json_doc.document(asdict(sc)))
     return 0
 
 
 def cmd_ab(args, console) -> int:
-    import msgspec
-
+    from gpucheckup.report import json_doc
     from gpucheckup.checkup import ab
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report.text import ab_text
@@ -302,7 +309,7 @@ def cmd_ab(args, console) -> int:
     result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step)
     ab_text.render(result, console)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(result.to_dict()), indent=2))
+        write_atomic(args.json, json_doc.document(result.to_dict()))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     return 0
 
@@ -321,8 +328,7 @@ def _report_of(path: Path) -> dict:
 
 
 def cmd_compare(args, console) -> int:
-    import msgspec
-
+    from gpucheckup.report import json_doc
     from gpucheckup.analysis.comparison.compare import compare
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report.text import compare_text
@@ -335,11 +341,11 @@ def cmd_compare(args, console) -> int:
         write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
         console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
     if args.json:
-        write_atomic(args.json, msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2))
+        write_atomic(args.json, json_doc.document(c.to_dict()))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
         say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")
-        return 1
+        return EXIT_FAILED_CONDITION
     return 0
 
 

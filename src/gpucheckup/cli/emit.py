@@ -13,13 +13,12 @@ from rich.markup import escape
 
 from gpucheckup.checkup.assemble import document
 from gpucheckup.atomic import write_atomic
-from gpucheckup.document import encode
-from gpucheckup.errors import say
+from gpucheckup.errors import EXIT_NOT_WRITTEN, say
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
-from gpucheckup.report.text import terminal, terminal_run
+from gpucheckup.report import json_doc
+from gpucheckup.report.text import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
-EXIT_NOT_WRITTEN = 4  # a file an output option asked for could not be written (README: exit codes)
 
 
 class Output(msgspec.Struct):
@@ -53,7 +52,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     if not out.quiet:
         _print(result, console, cases, out.brief)
     if out.json:
-        data = encode(document(result, cases))
+        data = json_doc.document(document(result, cases))
         if out.json == STDOUT:
             sys.stdout.buffer.write(data + b"\n")
             sys.stdout.flush()

@@ -16,6 +16,14 @@ from gpucheckup.capture import options as capture
 from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, SETTINGS
 from gpucheckup.cli import commands
 
+EXIT_CODES = """exit codes (every command; `run` passes the job's own through):
+  0   done
+  2   bad input or usage (one line on stderr says what and where)
+  3   a --fail-on / --fail-if condition fired (one line each)
+  4   an output file could not be written (one line names the file and why)
+  70  an internal error (a bug: please report it with --debug's traceback)
+  1   the reader of standard output went away (`| head`): quietly
+  130 interrupted (Ctrl-C)"""
 DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
 AB_WARMUP, AB_MEASURE, AB_ROUNDS = 20, 100, 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
 
@@ -26,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpucheckup",
         description="A performance check-up for PyTorch GPU training: what bounds the job, the evidence, "
                     "and what to fix first.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"gpucheckup {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
@@ -96,6 +105,9 @@ def _analyze(sub, common) -> None:
     a.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes for a folder of traces over 8 MB (default: one per core); --jobs 1 keeps "
                         "every rank in this process (the cross-rank analysis runs either way)")
+    a.add_argument("--max-json-gib", type=float, metavar="G",
+                   help="read traces holding up to G GiB of JSON once decompressed (default: this machine's memory, "
+                        "at least 8; a larger stream is refused as a compressed bomb)")
     output_options(a)
     g = a.add_argument_group("CI (exit 3 when one fires; README: exit codes)")
     g.add_argument("--fail-on", action="append", metavar="VERDICT[,..]",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 
 FORMAT = "gpucheckup-ceilings/1"
 
@@ -94,6 +95,8 @@ def _from_dict(d: dict, where: str) -> Ceilings:
 
 def load(path: Path) -> Ceilings:
     """Read a ceilings file; CheckupError when it is missing or not one."""
+    if Path(path).exists():
+        check_regular(Path(path), SMALL_JSON_BYTES)  # a FIFO would block the read forever
     try:
         d = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -116,5 +119,5 @@ def find_for(device: str) -> tuple[Ceilings, Path] | None:
 
 def save(c: Ceilings, path: Path) -> Path:
     """Write ceilings atomically."""
-    write_atomic(path, (json.dumps(c.to_dict(), indent=2) + "\n").encode())
+    write_atomic(path, (json.dumps(c.to_dict(), indent=2) + "\n").encode(), parents=Path(path) == default_path(c.device))
     return Path(path)

@@ -39,6 +39,7 @@ from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES
 from gpucheckup.atomic import open_atomic
 from gpucheckup.errors import CheckupError
+from gpucheckup.safe_text import json_escaped
 from gpucheckup.trace import chunks
 from gpucheckup.trace.reader import read_bytes
 
@@ -215,13 +216,15 @@ def write(a: TraceAnalysis, report: dict, out: Path) -> None:
     ours = _encoded(annotations(a, report))
     end = a.trace.events_end
     with open_atomic(out) as f:
-        sink = _Gzip(f) if out.name.endswith(".gz") else f
+        gz = _Gzip(f) if out.name.endswith(".gz") else None
+        sink = _Escaped(gz or f)  # DEL, C1 and bidi characters of kernel names as \u escapes: inert in a viewer
         if end is None:
             sink.write(_annotated_whole(read_bytes(path), ours, str(path)))
         else:
             _splice(path, end, ours, sink)
-        if sink is not f:
-            sink.close()
+        sink.close()
+        if gz is not None:
+            gz.close()
 
 
 def _splice(path: Path, end: int, ours: bytes, sink) -> None:
@@ -249,6 +252,24 @@ def _splice(path: Path, end: int, ours: bytes, sink) -> None:
         at += len(block)
     if at <= end:
         raise CheckupError(f"{path}: the trace changed while it was being annotated")
+
+
+class _Escaped:
+    """A sink that writes JSON through safe_text.json_escaped, block by block: a block's last bytes that may begin
+    an unsafe character (a lead byte C2 or E2, or E2 80 / E2 81) wait for the next block."""
+
+    def __init__(self, sink):
+        self.sink, self.held = sink, b""
+
+    def write(self, data: bytes) -> None:
+        data = self.held + data
+        keep = 2 if data[-2:] in (b"\xe2\x80", b"\xe2\x81") else 1 if data[-1:] in (b"\xc2", b"\xe2") else 0
+        self.held = data[len(data) - keep:] if keep else b""
+        self.sink.write(json_escaped(data[:len(data) - keep]))
+
+    def close(self) -> None:
+        self.sink.write(json_escaped(self.held))
+        self.held = b""
 
 
 class _Gzip:

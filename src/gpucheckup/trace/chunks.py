@@ -5,11 +5,19 @@ A cut is placed at a `}` `,` `{` sequence (between two events in any JSON writer
 proven by decoding: `[` + the bytes since the last cut + `]` only decodes when the cut lies between
 two elements of the array (a cut inside a string or a nested object leaves the JSON unbalanced).
 Anything this cannot place (no `traceEvents` key near the top, repeated failed cuts) makes
-`StreamError`, and the caller reads the file whole instead.
+`StreamError`, and the caller reads the file whole instead (only a file of at most WHOLE_READ_BYTES).
+
+Hostile input ends early, in bounded memory and time: bytes no JSON text holds (NUL and the other C0 controls
+but tab, newline and return) where the top-level object or an event should start, or anywhere in the head or
+in a search for a cut, end the read with a line that says where and what was found; the search for a cut
+resumes where the last one stopped (linear in the file); an event longer than MAX_EVENT_BYTES, a stream
+decompressing past the JSON limit (`json_limit`: this machine's memory, at least MIN_JSON_LIMIT; `--max-json-gib`
+raises it), and anything but a regular file (a FIFO would block forever, a device never end) are refused.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
@@ -21,6 +29,7 @@ from typing import IO
 import msgspec
 
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import refuse_special
 
 try:  # ISA-L's inflate: the same bytes as zlib's, in a third of the CPU time (docs/performance.md)
     from isal.igzip_lib import IsalError
@@ -36,7 +45,16 @@ HEAD_LIMIT = 64 << 20  # the `traceEvents` key must appear within this many byte
 CUT_TRIES = 8  # candidate cuts tried before a chunk is given up on
 TAIL_SEARCH = 256 << 10  # the last chunk is cut this far before the end, to bound the work of finding the array's end
 
+WHOLE_READ_BYTES = 128 << 20  # a file the stream cannot cut is read whole only up to this size
+MAX_EVENT_BYTES = 64 << 20  # no cut between events within this many bytes (a profiler's are under 1 MB): not a trace
+MAX_CUT_RUN = 4 << 10  # longest run of whitespace, commas and `}` tracked across reads in a search for a cut
+MIN_JSON_LIMIT = 8 << 30  # the decompressed-size limit is this machine's memory, and at least this
+_json_limit: list[int] = []  # set by set_json_limit (the command line's --max-json-gib)
+
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BAD_BYTE = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")  # no JSON text holds these raw (RFC 8259)
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+_VALUE_START = frozenset(b'{["-0123456789tfn')  # bytes a JSON value may start with
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")  # the end of one event, a comma, the start of the next
 _TRAILING_AT = re.compile(r"trailing characters \(byte (\d+)\)")
 _SKIP = msgspec.json.Decoder(msgspec.Raw)
@@ -46,23 +64,75 @@ class StreamError(Exception):
     """The file could not be cut into chunks; read it whole."""
 
 
+def json_limit() -> int:
+    """The most decompressed bytes a trace may hold: set_json_limit's, else this machine's memory (at least
+    MIN_JSON_LIMIT). A profiler writes its trace from the profiled process's memory; more than a whole machine's
+    memory of JSON from a small file is a compressed bomb, not a trace."""
+    if _json_limit:
+        return _json_limit[-1]
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 0
+    return max(MIN_JSON_LIMIT, memory)
+
+
+def set_json_limit(n_bytes: int) -> None:
+    """Raise (or lower) the decompressed-size limit for this process (`--max-json-gib`)."""
+    _json_limit.append(int(n_bytes))
+
+
 def _not_found(path: Path) -> CheckupError:
     return CheckupError(f"{path}: no such file")
 
 
 def open_file(path: Path) -> IO[bytes]:
-    """The file opened for reading, with one-line errors."""
+    """The file opened for reading, with one-line errors; anything but a regular file is refused (opened without
+    blocking, so that a FIFO without a writer cannot hang the open itself)."""
     try:
-        return open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise _not_found(path) from None
     except IsADirectoryError:
         raise CheckupError(f"{path}: is a folder, expected a trace file") from None
     except OSError as e:
         raise CheckupError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        refuse_special(path, os.fstat(fd).st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def too_large(path: Path, limit: int) -> CheckupError:
+    """The line for a trace whose JSON is over the decompressed-size limit."""
+    size = f"{limit / (1 << 30):.1f} GiB" if limit >= 1 << 30 else f"{limit / (1 << 20):.1f} MiB"
+    whose = "set by --max-json-gib" if _json_limit else "this machine's memory"
+    return CheckupError(f"{path}: holds over {size} of JSON once decompressed, the limit ({whose}): a compressed "
+                        "bomb, or not one trace; --max-json-gib raises the limit")
+
+
+def bad_byte(path: Path, offset: int, byte: int, where: str) -> CheckupError:
+    """The line for a byte that no JSON text holds (or that cannot start what must follow), at a stream offset."""
+    return CheckupError(f"{path}: not valid JSON (byte {offset} is 0x{byte:02x}, {where}): the file is damaged "
+                        "or is not a trace")
 
 
 def blocks(path: Path, limit: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes in blocks of at most `limit`, gunzipped on the fly when it is gzip (by magic number);
+    CheckupError past the decompressed-size limit (json_limit)."""
+    most, total = json_limit(), 0
+    for block in _blocks(path, limit):
+        total += len(block)
+        if total > most:
+            raise too_large(path, most)
+        yield block
+
+
+def _blocks(path: Path, limit: int) -> Iterator[bytes]:
     """The file's bytes in blocks of at most `limit`, gunzipped on the fly when it is gzip (by magic number)."""
     with open_file(path) as f:
         try:
@@ -187,15 +257,64 @@ class EventChunks:
         self.dropped += n
 
     def _find_array(self) -> None:
-        """Leave the `[` of the top-level `traceEvents` at buf[0]; `head` keeps the bytes before it."""
+        """Leave the `[` of the top-level `traceEvents` at buf[0]; `head` keeps the bytes before it. A first byte
+        that cannot start JSON, a byte no JSON holds in the head, or an event that cannot start: CheckupError."""
+        at = self._value_at(0, "where the JSON should start")
+        if self.buf[at] != 0x7B:  # `{`: any other value is not a trace (the whole read says which)
+            raise StreamError("the top level is not an object")
+        searched = 0
         while True:
-            m = _KEY.search(self.buf)
+            m = _KEY.search(self.buf, max(searched - 64, 0))
+            bad = _BAD_BYTE.search(self.buf, searched, m.start() if m else len(self.buf))
+            if bad:
+                raise bad_byte(self.path, self.dropped + bad.start(), self.buf[bad.start()], "in the head of the trace")
             if m:
                 self.head = bytes(self.buf[: m.end() - 1])
                 self._drop(m.end() - 1)
-                return
+                break
+            searched = len(self.buf)
             if len(self.buf) > HEAD_LIMIT or not self._read():
                 raise StreamError("no traceEvents key near the top")
+        at = self._value_at(1, "where the first event should start", b"]")
+        if self.buf[at] not in b"{]":
+            raise StreamError("the events are not objects")
+
+    def _value_at(self, start: int, where: str, also: bytes = b"") -> int:
+        """The offset in buf of the first byte at or after `start` that is not whitespace (reading on as needed);
+        CheckupError when it cannot start a JSON value (nor is one of `also`), StreamError when the stream ends first."""
+        search = start
+        while (m := _NOT_SPACE.search(self.buf, search)) is None:
+            search = len(self.buf)
+            if search - start > MAX_EVENT_BYTES:
+                raise CheckupError(f"{self.path}: not a trace: over {MAX_EVENT_BYTES >> 20} MiB of whitespace from "
+                                   f"byte {self.dropped + start} of its JSON")
+            if not self._read():
+                raise StreamError("the stream ends in whitespace")
+        if self.buf[m.start()] not in _VALUE_START and self.buf[m.start()] not in also:
+            raise bad_byte(self.path, self.dropped + m.start(), self.buf[m.start()], where)
+        return m.start()
+
+    def _cut_from(self, search: int) -> re.Match | None:
+        """The first `}` `,` `{` in buf at or after `search`, reading on until one is found (None: the stream
+        ended first). Each read resumes where the last search stopped, less the trailing bytes a match could
+        begin with (linear in the file, and exact: child and parent of a split read find the same cut)."""
+        start, checked = search, 0
+        while (m := _BETWEEN.search(self.buf, search)) is None:
+            n = len(self.buf)
+            tail = bytes(self.buf[max(n - MAX_CUT_RUN - 1, search) : n])
+            run = len(tail) - len(tail.rstrip(b" \t\r\n,}"))
+            if run > MAX_CUT_RUN:
+                raise StreamError("a long run of whitespace, commas and braces")
+            if n - start > MAX_EVENT_BYTES:
+                raise CheckupError(f"{self.path}: not a trace: no boundary between two events in the {n >> 20} MiB "
+                                   f"from byte {self.dropped} of its JSON (a profiler's events are far shorter)")
+            if not self._read():
+                return None
+            bad = _BAD_BYTE.search(self.buf, checked)  # only on this slow path: a long event, or no events at all
+            if bad:
+                raise bad_byte(self.path, self.dropped + bad.start(), self.buf[bad.start()], "inside the events")
+            search, checked = n - run, len(self.buf)
+        return m
 
     def _try(self, m: re.Match, consume: Callable[[memoryview], None]) -> bool:
         """Frame buf[0 : the `}` that m starts with] as a JSON array and consume it; False if it is not one."""
@@ -235,10 +354,8 @@ class EventChunks:
             if until is not None and until < search:
                 search = until
             while True:
-                m = _BETWEEN.search(self.buf, search)
+                m = self._cut_from(search)  # a very long event: reads on
                 if m is None:
-                    if self._read():
-                        continue  # no cut within reach yet (a very long event): read on
                     raise StreamError("no place to cut between events")
                 if until is not None and m.start() >= until:  # the first cut at or after the split point
                     return self._try(m, consume)
@@ -260,9 +377,8 @@ class EventChunks:
             if not self._read():
                 raise StreamError("the split point lies past the end")
         self._drop(at - self.dropped)
-        while (m := _BETWEEN.search(self.buf)) is None:
-            if not self._read():
-                raise StreamError("no cut after the split point")
+        if (m := self._cut_from(0)) is None:
+            raise StreamError("no cut after the split point")
         self._next_at(m)
 
     def _last(self, consume: Callable[[memoryview], None], tail_search: int) -> None:

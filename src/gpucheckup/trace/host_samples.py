@@ -15,6 +15,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import check_regular
 
 
 class HostSamples(msgspec.Struct):
@@ -31,6 +32,7 @@ class HostSamples(msgspec.Struct):
 
 def read_host_samples(path: Path) -> HostSamples:
     """One host-samples file; CheckupError when it is unreadable."""
+    check_regular(Path(path))  # a FIFO would block the read forever
     try:
         d = json.loads(Path(path).read_text())
         base_us = float(d["spawned_epoch_s"]) * 1e6

@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import check_regular
 
 SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
@@ -83,6 +84,7 @@ def _table_lines(text: str) -> list[str]:
 def read_ncu_csv(path: str | Path) -> list[NcuLaunch]:
     """Every profiled launch in an `ncu --csv` file (long or raw form)."""
     path = Path(path)
+    check_regular(path)  # a FIFO would block the read forever
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:

@@ -27,6 +27,7 @@ import numpy as np
 
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace import chunks, parallel, schema
+from gpucheckup.files import check_regular
 from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
@@ -116,9 +117,15 @@ def is_trace_file(path: Path) -> bool:
     return path.name.endswith(TRACE_SUFFIXES)
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it is gzip (by magic number, whatever its name)."""
-    return b"".join(chunks.blocks(path))
+def read_bytes(path: Path, limit: int | None = None) -> bytearray:
+    """The file's bytes, gunzipped when it is gzip (by magic number, whatever its name), gathered in one buffer
+    (never a list of blocks and their join: the file is held once); CheckupError past `limit` bytes."""
+    data = bytearray()
+    for block in chunks.blocks(path):
+        data += block
+        if limit is not None and len(data) > limit:
+            raise CheckupError(f"{path}: over {limit >> 20} MiB of JSON that cannot be cut into events")
+    return data
 
 
 def _short(err: Exception) -> str:
@@ -489,9 +496,16 @@ def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
     return kt
 
 
-def _read_whole(path: Path, b: _Builder) -> schema.KinetoTrace:
-    """Read the whole file at once (a file the stream could not cut: unusual layout, or bad JSON)."""
-    data = read_bytes(path)
+def _read_whole(path: Path, b: _Builder, why: str = "") -> schema.KinetoTrace:
+    """Read the whole file at once (a file the stream could not cut: unusual layout, or bad JSON), when it holds
+    at most chunks.WHOLE_READ_BYTES of JSON (else one line, with `why` the stream could not cut it)."""
+    try:
+        data = read_bytes(path, chunks.WHOLE_READ_BYTES)
+    except CheckupError as e:
+        if "cannot be cut" not in str(e):
+            raise
+        raise CheckupError(f"{path}: not read: it cannot be cut into events ({why}) and holds over "
+                           f"{chunks.WHOLE_READ_BYTES >> 20} MiB of JSON, too much to read whole") from None
     if not data.strip():
         raise CheckupError(f"{path}: file is empty")
     kt, events = _decode_top(path, data)
@@ -577,15 +591,16 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
 
 def read_tables(path: Path, split: bool = False) -> tuple[_Builder, schema.KinetoTrace]:
     """Stream the file into column pieces and its top-level fields (`split`: a large file in two processes)."""
+    check_regular(path)
     try:
         try:
             if split and (got := _read_split(path)) is not None:
                 return got
             b = _Builder(path)
             return b, _read_streaming(path, b)
-        except chunks.StreamError:
+        except chunks.StreamError as e:
             b = _Builder(path)
-            return b, _read_whole(path, b)
+            return b, _read_whole(path, b, str(e))
     except RecursionError:
         raise CheckupError(f"{path}: JSON nested too deeply (over about {sys.getrecursionlimit()} levels): "
                            "not a profiler trace") from None

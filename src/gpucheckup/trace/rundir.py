@@ -28,6 +28,7 @@ import numpy as np
 
 from gpucheckup import layout
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 
 STEP_TEXT = {"phase"}
 CPU_TEXT = {"name"}
@@ -107,15 +108,17 @@ def read_run(path: Path) -> RunDir:
         run.agents[a.get("key") or p.stem] = a
     for p in sorted(path.glob(layout.STEPS_GLOB)):
         key = layout.steps_key(p.name)
+        if _lost_to_failure(p, manifest, "steps"):
+            continue
         run.steps[key] = read_csv(p, STEP_TEXT, STEP_NEEDED, STEP_FILLED)
         for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
             bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
             if len(bad):
                 value = float(run.steps[key][col][bad[0]])
                 raise CheckupError(f"{p}: line {bad[0] + 2}, column {col}: {value!r} is out of range (0 to {top:g})")
-    if (path / layout.NVML).exists():
+    if (path / layout.NVML).exists() and not _lost_to_failure(path / layout.NVML, manifest, "nvml"):
         run.nvml = read_csv(path / layout.NVML, required=NVML_NEEDED, filled=NVML_FILLED)
-    if (path / layout.CPU).exists():
+    if (path / layout.CPU).exists() and not _lost_to_failure(path / layout.CPU, manifest, "cpu"):
         run.cpu = read_csv(path / layout.CPU, CPU_TEXT, CPU_NEEDED, CPU_FILLED)
     if (path / layout.flops_file()).exists():
         run.flops = read_json(path / layout.flops_file(), FLOPS_TYPES)
@@ -130,6 +133,18 @@ def read_run(path: Path) -> RunDir:
             raise CheckupError(f"{path / layout.SAMPLES}: no column main_stack (the header has: "
                                f"{','.join(run.samples)[:120]})")
     return run
+
+
+def _lost_to_failure(path: Path, manifest: dict, key: str) -> bool:
+    """Whether a CSV file is empty (0 bytes) and the manifest says why: a full disk (failed.disk) or its writer's
+    failure (failed.<key>). Such a file was never written, and reads as not captured (the report lists the
+    failure), not as a malformed file that stops the check-up."""
+    try:
+        empty = path.stat().st_size == 0
+    except OSError:
+        return False
+    failed = manifest.get("failed") or {}
+    return empty and ("disk" in failed or key in failed)
 
 
 def refuse_links_outside(path: Path) -> None:
@@ -163,6 +178,7 @@ def read_nvml_recording(path: Path) -> RunDir:
 
 def read_json(path: Path, types: dict[str, str] | None = None) -> dict:
     """A JSON object from a file, its fields in `types` null or of that type; else a one-line CheckupError."""
+    check_regular(path, SMALL_JSON_BYTES)  # a FIFO would block the read forever, a sparse file fill memory
     try:
         obj = json.loads(path.read_text())
     except FileNotFoundError:
@@ -206,12 +222,25 @@ def _json_type(value) -> str:
     return type(value).__name__
 
 
+MAX_CSV_LINE = 1 << 20  # characters; the CSV files gpucheckup writes have lines of a few hundred
+
+
+def _lines(path: Path, f):
+    """The file's lines, each read with a bounded length: a line over MAX_CSV_LINE (a sparse or binary file has
+    none end) is one line of error instead of the whole file read into memory."""
+    while line := f.readline(MAX_CSV_LINE):
+        if len(line) == MAX_CSV_LINE and not line.endswith("\n"):
+            raise CheckupError(f"{path}: a line over {MAX_CSV_LINE >> 20} MiB: not a CSV file gpucheckup wrote")
+        yield line
+
+
 def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -> dict:
     """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns.
     CheckupError when a `required` column is missing or a `filled` column has an empty cell."""
+    check_regular(path)
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+            rows = list(csv.reader(_lines(path, f)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CheckupError(f"{path}: not readable CSV ({e})") from None
     if not rows:

@@ -74,7 +74,7 @@ def gpu_series(nvml: dict) -> dict:
     reasons = nvml["clock_reasons"][sel]
     throttled = np.zeros(len(times), dtype=bool)
     reason_any = np.zeros(len(times), dtype=np.int64)
-    ok = np.isfinite(reasons)
+    ok = (reasons >= 0) & (reasons < 2.0 ** 63)  # a bit mask: NaN, negative or past int64 is not one (unknown)
     bits = np.where(ok, reasons, 0).astype(np.int64)
     np.bitwise_or.at(reason_any, inv, bits)
     throttled = (reason_any & THROTTLE_MASK) != 0
@@ -87,7 +87,7 @@ def gpu_series(nvml: dict) -> dict:
         "mem_used": agg("mem_used_mb", np.sum),
         "mem_total": agg("mem_total_mb", np.sum),
         "reasons": reason_any,
-        "reasons_known": np.isfinite(agg("clock_reasons", np.max)),
+        "reasons_known": np.bincount(inv[ok], minlength=len(times)) > 0,
         "throttled": throttled,
     }
 

@@ -1,6 +1,8 @@
 """The agent's end of the control socket (the protocol is capture/control.py's): clients served
 concurrently (a thread each, at most MAX_CLIENTS at once), from the job's own user only, each with
-REQUEST_TIMEOUT_S to send its request line, so that idle clients neither delay nor block `attach`;
+REQUEST_TIMEOUT_S in all to send its request line (a deadline for the whole line, not for each read: a client
+trickling a byte at a time cannot hold its slot longer), so that idle or slow clients neither delay nor block
+`attach` for more than that;
 and the answers to its requests (`status`, `profile`). Blocked in accept() it costs the job nothing.
 Sockets of this user's agents whose process is gone (killed by a signal, no exit handler ran) are
 removed when an agent starts."""
@@ -10,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 from gpucheckup.capture.agent.windows import Request
 
 IDLE_WAIT_MIN_S = 10.0  # a profile request waits at least this long for the next step (3 median steps if longer)
-REQUEST_TIMEOUT_S = 2.0  # a client has this long to send its request line
+REQUEST_TIMEOUT_S = 2.0  # a client has this long, in all, to send its request line
 SEND_TIMEOUT_S = 10.0  # an answer not taken by the client in this long closes the connection
 MAX_CLIENTS = 16  # connections served at once; more are answered "busy" and closed
 BACKLOG = 64
@@ -100,10 +103,14 @@ def _client(agent, conn, control, slots) -> None:
             if uid is not None and uid != os.getuid():
                 agent.log(f"refused a control connection from uid {uid}")
                 return
-            conn.settimeout(REQUEST_TIMEOUT_S)
+            deadline = time.monotonic() + REQUEST_TIMEOUT_S
             data = b""
             try:
                 while b"\n" not in data and len(data) <= control.REQUEST_MAX_BYTES:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return  # a slow client: its slot goes back
+                    conn.settimeout(left)
                     chunk = conn.recv(1024)
                     if not chunk:
                         break

@@ -21,6 +21,7 @@ from gpucheckup import __version__
 from gpucheckup.analysis.one_trace.kernels import kernel_label
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.pages import plots
+from gpucheckup.report import json_doc
 from gpucheckup.report.text.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
@@ -176,7 +177,7 @@ def _page(title: str, parts: list[str], data) -> str:
 
 def json_for_script(obj) -> str:
     """JSON that is safe inside a <script> element: no `</script>`, `<!--`, or JS line terminators."""
-    text = msgspec.json.encode(obj).decode()
+    text = json_doc.encode(obj).decode()
     for ch, rep in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"),
                     ("\u2029", "\\u2029")):
         text = text.replace(ch, rep)

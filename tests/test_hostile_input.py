@@ -1,0 +1,409 @@
+"""Hostile input: compressed bombs, sparse files, FIFOs and odd file names end in one line and
+exit 2 with bounded memory and time; files that cannot be written end in exit 4 naming them.
+
+Big inputs are built cheaply: a sparse file by truncate, a gzip of zeros streamed through zlib once per
+test run. Peak memory is the subprocess's own, from os.wait4's resource usage."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import trace_path
+
+GIB = 1 << 30
+RSS_LIMIT_MB = 300  # a bomb's check-up peaks under this (docs/reliability.md)
+HEAD = b'{"traceEvents": ['
+EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
+
+
+def run_measured(*args: str, timeout: float = 120, cwd=None) -> tuple[int, str, str, float]:
+    """Run `python -m gpucheckup ARGS`: exit code, stdout, stderr and its own peak RSS in MB (os.wait4)."""
+    p = subprocess.Popen([sys.executable, "-m", "gpucheckup", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=cwd)
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    try:
+        out, err = p.stdout.read(), p.stderr.read()
+        _, status, usage = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, out.decode(errors="replace"), err.decode(errors="replace"), usage.ru_maxrss / 1024
+
+
+def gzip_of_zeros(path: Path, head: bytes, size: int = GIB, fill: bytes = b"\0") -> Path:
+    """One gzip member: `head`, then `size` zero bytes (or `fill` bytes; at level 9, 1 GiB packs into ~1 MB)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = fill * (16 << 20)
+    with open(path, "wb") as f:
+        f.write(c.compress(head))
+        for _ in range(size // len(block)):
+            f.write(c.compress(block))
+        f.write(c.flush())
+    return path
+
+
+@pytest.fixture(scope="session")
+def bombs(tmp_path_factory) -> dict[str, Path]:
+    """A 1 GiB gzip of zeros, the same after `{"traceEvents": [`, and 2 GiB sparse files (plain and after the key)."""
+    d = tmp_path_factory.mktemp("bombs")
+    sparse = d / "sparse.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    sparse_key = d / "sparse_key.json"
+    with open(sparse_key, "wb") as f:
+        f.write(HEAD)
+        f.truncate(2 * GIB)
+    return {"zeros": gzip_of_zeros(d / "zeros.json.gz", b""), "zeros_after_key": gzip_of_zeros(d / "key.json.gz", HEAD),
+            "zeros_after_events": gzip_of_zeros(d / "events.json.gz", HEAD + EVENTS),
+            "sparse": sparse, "sparse_after_key": sparse_key,
+            "long_event": gzip_of_zeros(d / "long.json.gz", HEAD + b'{"name": "', fill=b"a")}
+
+
+def one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", ["zeros", "zeros_after_key", "zeros_after_events", "sparse", "sparse_after_key"])
+def test_a_bomb_is_one_line_and_exit_2_in_bounded_memory(bombs, kind):
+    """Before: the whole file read into memory twice (2.2 GB for the gzip, 4.2 GB for the sparse file), and the
+    cut search restarting at the same offset on every read after the key (quadratic: 228 s for 1 GB)."""
+    rc, out, err, rss = run_measured("analyze", str(bombs[kind]), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    line = one_line(err)
+    assert rc == 2, err
+    assert str(bombs[kind]) in line and "byte" in line and "0x00" in line, line
+
+
+def test_an_event_without_end_is_refused_after_a_bounded_read(bombs):
+    """Before: the search for a cut between events restarted at the same offset on every read, so time grew with
+    the square of the event's length (a 1 GiB string: minutes). Now it resumes where it stopped, and an event
+    longer than any profiler writes ends the read."""
+    rc, out, err, rss = run_measured("analyze", str(bombs["long_event"]), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    line = one_line(err)
+    assert rc == 2 and str(bombs["long_event"]) in line and "no boundary between two events" in line, line
+
+
+def test_the_decompressed_size_limit_is_a_flag(tmp_path):
+    data = trace_path("launch_bound")
+    rc, out, err, _ = run_measured("analyze", str(data), "--quiet", "--max-json-gib", "0.0001")
+    assert rc == 2 and "--max-json-gib" in one_line(err) and str(data) in err, err
+    rc, out, err, _ = run_measured("analyze", str(data), "--quiet", "--max-json-gib", "1")
+    assert rc == 0, err
+
+
+def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_one(bombs, tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(trace_path("launch_bound"), folder / "rank1.json.gz")
+    os.link(bombs["zeros_after_key"], folder / "rank0.json.gz")
+    rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=60)
+    assert rc == 0, err
+    doc = json.loads(out)
+    notes = [n for n in doc["notes"] if "rank0.json.gz" in n]
+    assert len(notes) == 1 and "skipped" in notes[0] and "0x00" in notes[0], doc["notes"]
+    assert doc["trace"]["path"].endswith("rank1.json.gz")
+    assert rss < RSS_LIMIT_MB + 200, f"peak RSS {rss:.0f} MB"
+
+
+RUN = Path(__file__).parent / "data" / "h200" / "runs" / "20261129-105942-launch_bound"
+
+
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_a_fifo_given_as_the_trace_is_refused_at_once(tmp_path, name):
+    """Before: open() of a FIFO without a writer blocked forever."""
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    rc, out, err, _ = run_measured("analyze", str(fifo), timeout=20)
+    assert rc == 2 and "FIFO" in one_line(err) and str(fifo) in err, err
+
+
+def test_a_device_given_as_the_trace_is_refused():
+    rc, out, err, _ = run_measured("analyze", "/dev/zero", timeout=20)
+    assert rc == 2 and "character device" in one_line(err), err
+
+
+@pytest.mark.parametrize("member", ["steps.csv", "manifest.json", "env.json", "nvml.csv", "flops.json", "cpu.csv"])
+def test_a_fifo_inside_a_run_directory_ends_in_a_line_not_a_hang(tmp_path, member):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / member).unlink()
+    os.mkfifo(run / member)
+    rc, out, err, _ = run_measured("analyze", str(run), "--quiet", "--json", str(tmp_path / "r.json"), timeout=20)
+    assert rc in (0, 2), err
+    assert "Traceback" not in err
+    if rc == 2:
+        assert "FIFO" in one_line(err)
+
+
+def test_a_fifo_in_a_rank_folder_is_passed_over(tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(trace_path("launch_bound"), folder / "rank0.json.gz")
+    os.mkfifo(folder / "rank1.json")
+    rc, out, err, _ = run_measured("analyze", str(folder), "--quiet", timeout=20)
+    assert rc == 0, err
+
+
+ODD = os.fsdecode(b"rank0-\xff\xfe-\x1b[2J.json.gz")  # not UTF-8, and an escape sequence
+
+
+def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_output(tmp_path):
+    """Before: --json, --json - and --html ended in exit 70 (UnicodeEncodeError); the terminal and Markdown worked."""
+    trace = tmp_path / ODD
+    shutil.copy(trace_path("launch_bound"), trace)
+    outs = {k: tmp_path / f"out.{k}" for k in ("json", "html", "md")}
+    rc, out, err, _ = run_measured("analyze", str(trace), "--json", str(outs["json"]), "--html", str(outs["html"]),
+                                   "--markdown", str(outs["md"]))
+    assert rc == 0, err
+    rc2, stdout_json, err2, _ = run_measured("analyze", str(trace), "--json", "-", "--quiet")
+    assert rc2 == 0, err2
+    for text in (outs["json"].read_bytes(), stdout_json.encode(), outs["html"].read_bytes(), out.encode()):
+        text.decode("utf-8")  # valid UTF-8
+        assert b"\x1b" not in text and b"\\udcff" in text.replace(b"\\\\", b"\\")
+    # the JSON keeps the name's characters (ESC as JSON's \u001b); the bytes that are not UTF-8 read as escapes
+    assert json.loads(stdout_json)["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
+
+
+def _trace_with_kernel_name(path: Path, name: str) -> Path:
+    import gzip
+
+    doc = json.loads(gzip.decompress(trace_path("launch_bound").read_bytes()))
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    first = kernels[0]["name"]
+    for e in kernels:
+        if e["name"] == first:
+            e["name"] = name
+    path.write_bytes(json.dumps(doc, ensure_ascii=False).encode())
+    return path
+
+
+def test_c1_and_bidi_characters_of_kernel_names_are_escaped_in_json_and_perfetto(tmp_path):
+    """Before: `--json -` and the Perfetto file carried U+009B (a terminal's CSI) and U+202E raw."""
+    name = "evil\u009b2J\u202ekernel\u0085"
+    trace = _trace_with_kernel_name(tmp_path / "t.json", name)
+    perfetto = tmp_path / "annotated.json"
+    rc, out, err, _ = run_measured("analyze", str(trace), "--json", "-", "--quiet", "--perfetto", str(perfetto))
+    assert rc == 0, err
+    for data in (out.encode(), perfetto.read_bytes()):
+        for ch in ("\u009b", "\u202e", "\u0085"):
+            assert ch.encode() not in data
+    assert name in out.encode().decode("unicode_escape", errors="ignore") or "\\u009b" in out
+    names = {e.get("name") for e in json.loads(perfetto.read_bytes())["traceEvents"]}
+    assert name in names  # the same string to a JSON reader
+    assert name in json.dumps(json.loads(out), ensure_ascii=False)
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_is_exit_4_naming_the_file(tmp_path, monkeypatch):
+    """Before: exit 70 "internal error", and the line did not name the file."""
+    from gpucheckup import atomic
+    from gpucheckup.cli import main
+
+    out = tmp_path / "report.json"
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        write = staticmethod(_no_space)
+
+    def fdopen(fd, mode="r", *args, **kwargs):  # only atomic.py's temporary file is opened "wb" by fd here
+        f = real_fdopen(fd, mode, *args, **kwargs)
+        return Full(f) if mode == "wb" else f
+
+    monkeypatch.setattr(atomic.os, "fdopen", fdopen)
+    lines = []
+    monkeypatch.setattr("gpucheckup.cli.say", lines.append)
+    rc = main(["analyze", str(trace_path("launch_bound")), "--quiet", "--json", str(out)])
+    assert rc == 4, lines
+    assert lines == [f"gpucheckup: error: {out}: not written (No space left on device)"]
+    assert os.listdir(tmp_path) == []  # no temporary file left behind
+
+
+def test_a_write_cut_short_by_a_size_limit_is_exit_4(tmp_path):
+    """A real failing write (RLIMIT_FSIZE, as a full disk fails it: mid-file), in a subprocess."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    out = tmp_path / "r.html"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(trace_path("launch_bound")), "--quiet",
+                          "--html", str(out)], preexec_fn=limit, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 4 and f"{out}: not written" in one_line(res.stderr), res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--markdown", "--perfetto"])
+def test_an_output_path_that_is_a_folder_or_under_a_missing_one_is_exit_4_and_creates_nothing(tmp_path, option):
+    """Before: --json at a folder gave exit 70 naming a temporary file; a missing parent was created (even
+    under /), or gave exit 70."""
+    trace = str(trace_path("launch_bound"))
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(tmp_path))
+    assert rc == 4 and one_line(err) == f"gpucheckup: error: {tmp_path}: not written: it is a folder (name a file)"
+    missing = tmp_path / "no" / "such" / "r.out"
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(missing))
+    assert rc == 4 and str(missing) in one_line(err) and "does not exist" in err, err
+    assert not (tmp_path / "no").exists()
+
+
+def test_the_exit_code_table_is_in_help_and_the_readme():
+    from gpucheckup import errors
+
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "--help"], capture_output=True, text=True, timeout=60)
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for code in (errors.EXIT_OK, errors.EXIT_BAD_INPUT, errors.EXIT_FAILED_CONDITION, errors.EXIT_NOT_WRITTEN,
+                 errors.EXIT_INTERNAL, errors.EXIT_BROKEN_PIPE, errors.EXIT_INTERRUPTED):
+        assert f"\n  {code:<3} " in res.stdout, res.stdout
+        assert f"| {code} |" in readme
+
+
+def test_nvidia_smi_that_cannot_be_executed_loses_only_the_topology(tmp_path, monkeypatch):
+    """Before: only FileNotFoundError was caught, so a PermissionError (nvidia-smi in a folder the user cannot
+    enter, or without execute permission) lost the whole host environment: env.json kept only the job."""
+    from gpucheckup.capture import environment
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho topo\n")
+    smi.chmod(0o644)  # no execute bit: exec fails with EACCES, for root as well
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    env = environment.collect_host({"NCCL_DEBUG": "INFO"})
+    assert env["topology"].startswith("unavailable: nvidia-smi cannot be run")
+    assert env["hostname"] and env["cpu"]["count"] and env["variables"] == {"NCCL_DEBUG": "INFO"}
+
+
+def test_each_environment_probe_fails_alone(monkeypatch):
+    from gpucheckup.capture import environment
+
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(environment, "cpu_budget", broken)
+    monkeypatch.setattr(environment, "gpu_inventory", broken)
+    env = environment.collect_host({})
+    assert env["cpu"] == {} and env["gpus"] == []  # the types the run directory's reader checks
+    assert env["unavailable"] == {"cpu": "RuntimeError: boom", "gpus": "RuntimeError: boom"}
+    assert env["nvml"] == "unavailable: RuntimeError: boom"
+    assert env["platform"] and env["topology"] and "memory_gb" in env
+
+
+@pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])
+def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_path, member):
+    """Before: a 2 GB sparse CSV was read as one 2 GB line (4.2 GB peak, 22 s), a JSON file read whole."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    with open(run / member, "r+b") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("analyze", str(run), "--quiet", timeout=60)
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    assert rc == 2 and member in one_line(err), err
+
+
+@pytest.mark.parametrize("value", ["1e300", "-1e300", "9.3e18"])
+def test_a_huge_clock_reason_in_nvml_csv_is_unknown_not_a_cast_overflow(tmp_path, value):
+    """Before: the float was cast to int64 (RuntimeWarning 'invalid value encountered in cast' on stderr, and a
+    garbage bit mask read as throttling)."""
+    import csv
+
+    rows = list(csv.reader((RUN / "nvml.csv").open()))
+    j = rows[0].index("clock_reasons")
+    for r in rows[1:]:
+        r[j] = value
+    rec = tmp_path / "rec.csv"
+    with rec.open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    res = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "gpucheckup", "analyze", str(rec),
+                          "--json", str(tmp_path / "r.json"), "--quiet"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["run_figures"]["nvml"]["throttle"]["known"] is False  # no sample holds a bit mask
+    assert not any(doc["nvml"]["throttled"])
+
+
+def _control_server(seconds: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, str(Path(__file__).parent / "jobs" / "control_server.py"), str(seconds)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def _trickle(path: str, stop: threading.Event) -> None:
+    """A same-user client that sends its request a byte at a time, never finishing the line."""
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    try:
+        while not stop.is_set():
+            s.sendall(b" ")
+            stop.wait(0.3)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+def test_slow_clients_cannot_hold_the_control_channel():
+    """Before: the 2 s timeout was per read, so 16 clients sending a byte every 0.3 s held every slot for as long
+    as they liked: `attach` found 'no agent answers' and --mode auto fell back to py-spy without a word."""
+    from gpucheckup.capture import attach, control
+    from gpucheckup.capture.agent.server import MAX_CLIENTS
+
+    server = _control_server(30)
+    stop = threading.Event()
+    try:
+        path = str(control.socket_path(server.pid))
+        slow = [threading.Thread(target=_trickle, args=(path, stop)) for _ in range(MAX_CLIENTS)]
+        for t in slow:
+            t.start()
+        time.sleep(0.5)  # every slot taken
+        try:
+            busy = control.request(server.pid, {"cmd": "status"}, 2.0)
+            assert busy and not busy[0]["ok"] and "too many connections" in busy[0]["error"]
+        except (ConnectionResetError, BrokenPipeError):  # the busy answer, closed before our request was read
+            pass
+        found, why = attach.find_agent(server.pid)  # the slots come back within the request deadline
+        assert found == server.pid, why
+    finally:
+        stop.set()
+        server.kill()
+        server.wait()
+
+
+def test_attach_says_why_no_agent_answers(tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        res = subprocess.run([sys.executable, "-m", "gpucheckup", "attach", "--pid", str(job.pid), "--mode", "agent",
+                              "--duration", "1", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    finally:
+        job.kill()
+        job.wait()
+    assert res.returncode == 2 and "no control socket in it or its children" in one_line(res.stderr), res.stderr
