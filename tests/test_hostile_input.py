@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import trace_path
+from conftest import trace_path, flat, read_report
 
 GIB = 1 << 30
 RSS_LIMIT_MB = 300  # a bomb's check-up peaks under this (docs/reliability.md)
@@ -113,7 +113,7 @@ def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_
     os.link(bombs["zeros_after_key"], folder / "rank0.json.gz")
     rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=60)
     assert rc == 0, err
-    doc = json.loads(out)
+    doc = flat(json.loads(out))
     notes = [n for n in doc["notes"] if "rank0.json.gz" in n]
     assert len(notes) == 1 and "skipped" in notes[0] and "0x00" in notes[0], doc["notes"]
     assert doc["trace"]["path"].endswith("rank1.json.gz")
@@ -176,7 +176,7 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_output(tmp_pat
         text.decode("utf-8")  # valid UTF-8
         assert b"\x1b" not in text and b"\\udcff" in text.replace(b"\\\\", b"\\")
     # the JSON keeps the name's characters (ESC as JSON's \u001b); the bytes that are not UTF-8 read as escapes
-    assert json.loads(stdout_json)["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
+    assert flat(json.loads(stdout_json))["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
 
 
 def _trace_with_kernel_name(path: Path, name: str) -> Path:
@@ -343,7 +343,7 @@ def test_a_huge_clock_reason_in_nvml_csv_is_unknown_not_a_cast_overflow(tmp_path
     res = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "gpucheckup", "analyze", str(rec),
                           "--json", str(tmp_path / "r.json"), "--quiet"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stderr == "", res.stderr
-    doc = json.loads((tmp_path / "r.json").read_text())
+    doc = read_report(tmp_path / "r.json")
     assert doc["run_figures"]["nvml"]["throttle"]["known"] is False  # no sample holds a bit mask
     assert not any(doc["nvml"]["throttled"])
 
