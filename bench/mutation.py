@@ -10,7 +10,8 @@ points at the copy's src/, and each mutant is applied there.
 
 Operators left out: replacements by bitwise or shift operators and by `is`/`is not` (on floats and arrays
 they raise at once, which inflates the score without testing anything), decorator removal (removes
-@dataclass-like machinery, caught by import), and the variable replacer/inserter (random names).
+@dataclass-like machinery, caught by import), and the variable replacer/inserter (random names). Mutants
+inside type annotations are skipped: with `from __future__ import annotations` they are never evaluated.
 
 Usage:
     nice -n 10 python bench/mutation.py                      # every module, a fresh random sample of 40

@@ -97,3 +97,21 @@ def test_a_larger_batch_doubles_the_data_wait_too(tmp_path):
               ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
     p = whatif.predict(graph(tmp_path, events), "larger_batch")
     assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.65)
+
+
+def test_overlapping_a_collective_frees_the_compute_stream(tmp_path):
+    # step [0, 100] on the host; the GPU runs A [20, 120] (launched at 10), an all-reduce C [120, 620] (launched at
+    # 15, queued behind A) and B [620, 720] (launched at 20, queued behind C): step 720 us. With the collective on its
+    # own stream, B runs right after A, [120, 220], and C no longer waits for A: it starts between its call (15) and
+    # the trace's launch latency after it (A's, 10 us), so it ends between 515 and 525, and that ends the step
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100)]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "comm_overlap")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(0.72)
+    assert 0.515 - 1e-9 <= p.step_ms_after <= 0.525 + 1e-9
+    r = replay.replay(whatif.comm_overlap(g).graph)
+    names = [g.trace.names[i] for i in g.trace.gpu.name]
+    assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
