@@ -437,7 +437,6 @@ def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     predicted = [f for f in r["fixes"] if f["predicted"]]
     assert predicted and all(f["predicted_note"] == COARSE and "coarse" not in f["predicted"] for f in predicted)
     assert all("coarse" in saving_text(f) for f in predicted)
-    assert any(COARSE in n for n in r["notes"])
 
 
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------

@@ -49,8 +49,6 @@ def diagnose(a: TraceAnalysis, predictions: Predictions | None = None) -> Diagno
     notes = list(a.trace.warnings)
     if predictions is not None and predictions.note:
         notes.append(predictions.note)
-    if predictions is not None and predictions.coarse and predictions.by_key:
-        notes.append(f"what-if predictions are {predictions.coarse}")
     linked = float((a.launch_rows >= 0).mean()) if len(a.launch_rows) else 1.0
     if linked < 0.5:
         notes.append(f"only {100 * linked:.0f}% of GPU ops are linked to the CUDA call that launched them (correlation "

@@ -44,8 +44,8 @@ CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 
 NO_LAUNCH_CALLS = ("not replayed: the trace holds no CUDA launch call (a light window recorded through CUPTI keeps "
                    "the GPU's work only), and every edit acts on the host's launches; fixes are ranked by their bounds "
                    "(a full window, `gpucheckup run` without --light, replays them)")
-COARSE = ("coarse: a light window records no operators, so the replay sees launch calls but no operator dispatch "
-          "to remove (torch_compile and cuda_graphs read low)")
+COARSE = ("coarse: the trace records no operators (a light window), so the replay sees launch calls but no operator "
+          "dispatch to remove (torch_compile and cuda_graphs read low)")
 
 
 class FixPrediction(msgspec.Struct):
@@ -69,7 +69,7 @@ class Predictions(msgspec.Struct):
     pending: tuple | None = None  # (calibrated graph, its replayed step, the report's step, wanted entries)
     helper: object | None = None  # trace/child.Child computing _calibrated_and_replayed, or None
     analysis: TraceAnalysis | None = None  # with a helper: the analysis to predict from here if it fails
-    coarse: str = ""  # COARSE where the trace has no operators: said by every prediction and in the notes
+    coarse: str = ""  # COARSE where the trace has no operators: said by every prediction (its predicted_note)
 
     def replay_edits(self, keys: set[str]) -> None:
         """Replay the graph edits of the wanted fixes whose key is in `keys` (each edit once, catalogue order)

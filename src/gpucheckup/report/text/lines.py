@@ -48,7 +48,7 @@ def saving_text(fx: dict) -> str:
     its `predicted_note` says so), else its bound and why it was not replayed."""
     p = fx.get("predicted")
     if p:
-        coarse = "; coarse: light window, no operators" if fx.get("predicted_note") else ""
+        coarse = "; coarse: no operators recorded" if fx.get("predicted_note") else ""
         return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
                 f"({p['saving_pct']:.1f}%{coarse})")
     bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
