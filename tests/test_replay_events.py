@@ -79,8 +79,9 @@ def test_two_baselines_of_one_job_predict_tf32_alike():
 
 def test_constant_lies_among_the_calibrated_traces():
     """PROFILER_EVENT_LAUNCHES against the per-event cost the calibration gives on this repository's calibrated H200
-    run directories ((1 - host_scale) x host time / events, in launch calls): 0.62 (launch_bound), 0.91 and 0.88
-    (the MoE example's two baselines)."""
+    run directories ((1 - host_scale) x host time / events, in launch calls): 0.62 (launch_bound), 0.97 and 0.91
+    (the MoE example's two baselines), with the unprofiled step as the throughput of the steps before the window
+    (docs/metrics.md, "The step time"; their median gave 0.62, 0.91 and 0.88)."""
     runs = [REPO / "tests/data/h200/runs/20261129-105942-launch_bound",
             RUNS / "moe/20261130-172136-python3", RUNS / "moe_shapes/20261130-210532-python3"]
     costs = []
@@ -91,7 +92,7 @@ def test_constant_lies_among_the_calibrated_traces():
         g.host_scale = 1.0
         host_ms, events = replay.host_per_step(g)
         costs.append((1 - c.host_scale) * host_ms / events / replay.typical_launch_us(g))
-    assert costs == pytest.approx([0.62, 0.91, 0.88], abs=0.02)
+    assert costs == pytest.approx([0.62, 0.97, 0.91], abs=0.02)
     assert min(costs) <= replay.PROFILER_EVENT_LAUNCHES <= max(costs)
 
 

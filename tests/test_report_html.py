@@ -246,6 +246,10 @@ def test_demo_writes_html_and_says_where(tmp_path):
     assert [r["verdict"]["primary"] for r in data] == ["gpu_bound", "launch_bound"]
     other = tmp_path / "elsewhere" / "demo.html"
     res = run_cli("demo", "--case", "moe_seed", "--quiet", "--html", str(other), cwd=tmp_path)
+    assert res.returncode == 4 and not other.parent.exists()  # no folder is made that the user did not ask for
+    assert "elsewhere" in res.stderr and "does not exist" in res.stderr
+    other.parent.mkdir()
+    res = run_cli("demo", "--case", "moe_seed", "--quiet", "--html", str(other), cwd=tmp_path)
     assert res.returncode == 0 and other.exists() and str(other) in res.stdout
 
 

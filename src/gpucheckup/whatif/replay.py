@@ -81,7 +81,8 @@ SEGMENT_COST_NODES = 100
 # unprofiled step as analysis/run_logs/step_history.py takes it), each against its median launch call: launch_bound
 # 5.33 us / 8.57 (0.62), launch call1 2.48 / 5.72 (0.43), call5 5.23 / 8.02 (0.65), launch --compile 6.10 / 7.43
 # (0.82), --cuda-graphs 1.89 / 5.33 (0.35), input 6.79 / 8.92 (0.76), moe call2 5.32 / 5.87 (0.91), call6 6.75 /
-# 7.65 (0.88); the median, 0.70 (1.9-6.8 us per event; docs/validation.md 6c measured 1.9-5.5 us per op for a
+# 7.65 (0.88) (with the unprofiled step as a median of steps; as their throughput, launch_bound 0.62, moe 0.97 and
+# 0.91); the median, 0.70 (1.9-6.8 us per event; docs/validation.md 6c measured 1.9-5.5 us per op for a
 # CUDA-only window).
 # Left out: the copies example (its host time is mostly pageable copies' own duration, not the profiler's).
 PROFILER_EVENT_LAUNCHES = 0.70
