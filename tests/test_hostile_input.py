@@ -421,3 +421,18 @@ def test_attach_says_why_no_agent_answers(tmp_path):
         job.kill()
         job.wait()
     assert res.returncode == 2 and "no control socket in it or its children" in one_line(res.stderr), res.stderr
+
+
+@pytest.mark.parametrize("name", [-1e9, [], {"a": 1}, None])
+def test_a_gpu_name_of_the_wrong_type_in_env_json_checks_up(tmp_path, name):
+    """Found by the seed-500 fuzz run (cases 10489, 19995): a float or a list as a GPU's name in env.json made
+    the run's figures fail (TypeError joining or hashing it)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    env = json.loads((run / "env.json").read_text())
+    env["gpus"] = [{"index": 0, "name": name}]
+    (run / "env.json").write_text(json.dumps(env))
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "environment" in res.stdout and "?" in res.stdout
