@@ -246,6 +246,10 @@ def test_demo_writes_html_and_says_where(tmp_path):
     assert [r["verdict"]["primary"] for r in data] == ["gpu_bound", "launch_bound"]
     other = tmp_path / "elsewhere" / "demo.html"
     res = run_cli("demo", "--case", "moe_seed", "--quiet", "--html", str(other), cwd=tmp_path)
+    assert res.returncode == 4 and f"{other}: not written: its folder" in res.stderr  # no folder made unasked
+    assert not other.parent.exists()
+    other.parent.mkdir()
+    res = run_cli("demo", "--case", "moe_seed", "--quiet", "--html", str(other), cwd=tmp_path)
     assert res.returncode == 0 and other.exists() and str(other) in res.stdout
 
 
