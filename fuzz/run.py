@@ -253,6 +253,8 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
     import gpucheckup.cli  # noqa: F401 - imported once, before the workers fork
 
     _parser_once()
+    for kind in mutate.BOMB_HEADS:  # built once here, before the workers fork: never inside a case's hang timer
+        mutate.gzip_bomb(kind)
     ctx = mp.get_context("fork")
     t0 = time.time()
     deadline = t0 + 60 * max_minutes if max_minutes else float("inf")

@@ -308,7 +308,8 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
     data = read_report(report)
     coarse = data["run_figures"]["coarse"]
     assert coarse["verdict"] == "unknown" and coarse["samples"] >= 4
-    assert coarse["main_states_pct"].get("dataloader", 0) >= 50
+    states = coarse["main_states_pct"]  # 16 random samples: a share is known to about +-12 points, so the test
+    assert states.get("dataloader", 0) == max(states.values()) >= 35  # asks that the loader leads, not a share
     run_dir = the_run_dir(out)
     assert_manifest_complete(run_dir)
     assert (run_dir / "samples.csv").read_text().count("dataloader") >= 2

@@ -2,7 +2,7 @@
 exit 2 with bounded memory and time; files that cannot be written end in exit 4 naming them.
 
 Big inputs are built cheaply: a sparse file by truncate, a gzip of zeros streamed through zlib once per
-test run. Peak memory is the subprocess's own, from os.wait4's resource usage."""
+test run. Peak memory is the subprocess's own (VmHWM, which it writes at exit)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -27,19 +28,32 @@ HEAD = b'{"traceEvents": ['
 EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
 
 
+# The command as `gpucheckup` runs it, writing its own peak RSS (VmHWM) to the file $PEAK_RSS_OUT at exit. Not
+# the child's ru_maxrss: at exec the kernel folds the spawning process's resident set into it, so a child of a
+# test process that has grown (a whole suite: ~600 MB) would be charged for it.
+MEASURED = """import atexit, os, sys
+def _peak():
+    with open("/proc/self/status") as f, open(os.environ["PEAK_RSS_OUT"], "w") as out:
+        out.write(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
+atexit.register(_peak)
+sys.argv = ["gpucheckup", *sys.argv[1:]]
+from gpucheckup.cli import entry
+entry()
+"""
+
+
 def run_measured(*args: str, timeout: float = 120, cwd=None) -> tuple[int, str, str, float]:
-    """Run `python -m gpucheckup ARGS`: exit code, stdout, stderr and its own peak RSS in MB (os.wait4)."""
-    p = subprocess.Popen([sys.executable, "-m", "gpucheckup", *args], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, cwd=cwd)
-    timer = threading.Timer(timeout, p.kill)
-    timer.start()
+    """Run `gpucheckup ARGS`: exit code, stdout, stderr and its own peak RSS in MB (VmHWM, from the process)."""
+    fd, peak = tempfile.mkstemp(prefix="peak-rss-")
+    os.close(fd)
     try:
-        out, err = p.stdout.read(), p.stderr.read()
-        _, status, usage = os.wait4(p.pid, 0)
+        res = subprocess.run([sys.executable, "-c", MEASURED, *args], capture_output=True, cwd=cwd, timeout=timeout,
+                             env={**os.environ, "PEAK_RSS_OUT": peak})
+        text = Path(peak).read_text()
     finally:
-        timer.cancel()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out.decode(errors="replace"), err.decode(errors="replace"), usage.ru_maxrss / 1024
+        os.unlink(peak)
+    rss = int(text) / 1024 if text else float("nan")
+    return res.returncode, res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace"), rss
 
 
 def gzip_of_zeros(path: Path, head: bytes, size: int = GIB, fill: bytes = b"\0") -> Path:
@@ -407,3 +421,18 @@ def test_attach_says_why_no_agent_answers(tmp_path):
         job.kill()
         job.wait()
     assert res.returncode == 2 and "no control socket in it or its children" in one_line(res.stderr), res.stderr
+
+
+@pytest.mark.parametrize("name", [-1e9, [], {"a": 1}, None])
+def test_a_gpu_name_of_the_wrong_type_in_env_json_checks_up(tmp_path, name):
+    """Found by the seed-500 fuzz run (cases 10489, 19995): a float or a list as a GPU's name in env.json made
+    the run's figures fail (TypeError joining or hashing it)."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    env = json.loads((run / "env.json").read_text())
+    env["gpus"] = [{"index": 0, "name": name}]
+    (run / "env.json").write_text(json.dumps(env))
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--html", str(tmp_path / "r.html")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "environment" in res.stdout and "?" in res.stdout

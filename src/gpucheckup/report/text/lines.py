@@ -188,7 +188,8 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
                                    f", {ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})"))
     env = report.get("env") or {}
     torch = env.get("torch") or {}
-    gpus = ", ".join(sorted({g.get("name", "?") for g in env.get("gpus") or []})) or "no GPU seen by NVML"
+    names = [g.get("name") for g in env.get("gpus") or []]  # env.json is only type-checked to its items
+    gpus = ", ".join(sorted({n if isinstance(n, str) else "?" for n in names})) or "no GPU seen by NVML"
     rows.append(("environment", f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'} "
                                 f"(CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
                                 f"NCCL {version_text('nccl', torch.get('nccl'))})"))
