@@ -56,6 +56,22 @@ def fixture_dirs() -> list[Path]:
         REPO / "tests" / "data" / "h200"]
 
 
+def source_env() -> dict:
+    """The environment for a timed child: this checkout's src/ first, bytecode cached as an installed package has it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(REPO / "src")
+    return env
+
+
+def big_trace(instead: str) -> tuple[str, Path]:
+    """The BIG fixture trace (its name and path), else SMALL's, saying so (`instead`: what is done with it)."""
+    path = find_fixture(BIG)
+    if path is not None:
+        return BIG, path
+    print(f"note: no {BIG} trace (set GPUCHECKUP_FIXTURES to the H200 fixtures folder): {instead}")
+    return SMALL, find_fixture(SMALL)
+
+
 def find_fixture(case: str) -> Path | None:
     for d in fixture_dirs():
         if (d / case / "trace.json.gz").is_file():
@@ -118,8 +134,7 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
     args = p.parse_args()
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # as installed: bytecode cached
-    env["PYTHONPATH"] = str(REPO / "src")
+    env = source_env()
     py = sys.executable
     gc = [py, "-m", "gpucheckup"]
     hta = hta_parse.setup() if args.setup_hta else Path(args.hta_python)

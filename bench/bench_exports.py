@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_analyze import BIG, BENCH, REPO, SMALL, find_fixture, load, run  # noqa: E402
+from bench_analyze import BENCH, SMALL, big_trace, load, run, source_env  # noqa: E402
 
 EXPORTS = {"perfetto.gz": ["--perfetto", "{d}/out.json.gz"], "perfetto": ["--perfetto", "{d}/out.json"],
            "html": ["--html", "{d}/out.html"], "markdown": ["--markdown", "{d}/out.md"]}
@@ -37,12 +37,8 @@ def main() -> int:
     p.add_argument("--exports", default=",".join(EXPORTS), help=f"any of {', '.join(EXPORTS)}")
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
     args = p.parse_args()
-    name, big = BIG, find_fixture(BIG)
-    if big is None:
-        name, big = SMALL, find_fixture(SMALL)
-        print(f"note: no {BIG} trace (set GPUCHECKUP_FIXTURES to the H200 fixtures folder): {SMALL} instead")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(REPO / "src")
+    name, big = big_trace(f"{SMALL} instead")
+    env = source_env()
     gc = [sys.executable, "-m", "gpucheckup"]
     args.workdir.mkdir(parents=True, exist_ok=True)
     run(gc + ["--help"], env)  # compiles the bytecode once, as an installed package has it

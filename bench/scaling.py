@@ -37,7 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_analyze import BENCH, BIG, REPO, SMALL, find_fixture, load, run  # noqa: E402
+from bench_analyze import BENCH, REPO, SMALL, big_trace, load, run, source_env  # noqa: E402
 
 SRC = str(REPO / "src" / "gpucheckup") + os.sep
 PROFILED = """
@@ -96,12 +96,8 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
     args = p.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    name, src = BIG, find_fixture(BIG)
-    if src is None:
-        name, src = SMALL, find_fixture(SMALL)
-        print(f"note: no {BIG} trace (set GPUCHECKUP_FIXTURES to the H200 fixtures folder): tiling {SMALL}")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(REPO / "src")
+    name, src = big_trace(f"tiling {SMALL}")
+    env = source_env()
     py = sys.executable
     args.workdir.mkdir(parents=True, exist_ok=True)
     run([py, "-m", "gpucheckup", "--help"], env)  # compiles the bytecode once, as an installed package has it

@@ -1,7 +1,7 @@
 """Write the check-up document's JSON Schema, generated from its types (gpucheckup/document.py), to the two
 places it is shipped: the package (`gpucheckup schema` prints it) and docs/. Run after changing a type:
 
-    python scripts/write_schema.py          # tests/test_schema.py fails while either copy differs
+    python scripts/write_schema.py          # tests/test_document.py fails while either copy differs
 """
 
 import json

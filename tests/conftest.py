@@ -61,20 +61,15 @@ def _written_documents_validate(request):
             CHECKED_DOCUMENTS.append(f)
 
 
-RUN_KEYS = {"run": "info", "nvml": "nvml", "step_history": "step_history", "env": "env", "run_figures": "figures"}
-
-
 def flat(doc: dict, i: int = 0) -> dict:
-    """Check-up i of a check-up document (docs/schema.md) as one report: its trace's keys with its run's
-    run-level keys (`run`, `run_figures`, ...), the shape a report had before the document wrapped it; a run
-    with no trace: the job's verdict, fixes and notes with the run's keys."""
-    reports = doc["checkups"] or doc["cpu_checkups"]
-    out = dict(reports[i]) if reports else {k: doc[k] for k in ("verdict", "fixes", "notes")}
-    if doc["run"] is not None:
-        out.update({key: doc["run"][field] for key, field in RUN_KEYS.items()})
-        if doc["checkups"]:
-            out["run_figures"] = {**out["run_figures"], "host_samples": out.get("host_samples")}
-    return out
+    """Check-up i of a check-up document (docs/schema.md) read back through its types, as one report: its trace's
+    keys with its run's run-level keys (`run`, `run_figures`, ...), the shape a report had before the document
+    wrapped it (gpucheckup.document.flat_report)."""
+    import msgspec
+
+    from gpucheckup.document import Document, flat_report
+
+    return flat_report(msgspec.convert(doc, Document), i)
 
 
 def document_of(result, cases=None) -> dict:

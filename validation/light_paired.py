@@ -139,6 +139,19 @@ def summary(cycles: list[list[dict]], modes=MODES) -> dict:
     return out
 
 
+def print_summary(s: dict, modes) -> None:
+    """Each mode's block and median step against plain (median and quartiles over cycles), and plain's block."""
+    for mode in modes[1:]:
+        m = s.get(mode)
+        if m:
+            print(f"  {mode:6s} block {m['block_pct']['median']:+.1f}% (q {m['block_pct']['q1']:+.1f}.."
+                  f"{m['block_pct']['q3']:+.1f}), median step {m['median_pct']['median']:+.1f}% "
+                  f"(q {m['median_pct']['q1']:+.1f}..{m['median_pct']['q3']:+.1f}), n {m['block_pct']['n']}")
+    if s.get("plain"):
+        print(f"  plain block {s['plain']['block_ms']['median']:.2f} ms (q {s['plain']['block_ms']['q1']:.2f}.."
+              f"{s['plain']['block_ms']['q3']:.2f})")
+
+
 def run_job(torch, cw, cupti, name: str, seconds: float, py_spy: str, hz: float, partial: str,
             modes=MODES) -> dict:
     step = jobs(torch)[name]
@@ -187,17 +200,8 @@ def main() -> None:
         results["jobs"].append(r)
         with open(a.out, "w") as f:
             json.dump(results, f)
-        s = r["summary"] or {}
         print(f"{name}: {len(r['cycles'])} cycles, errors {r['errors']}")
-        for mode in modes[1:]:
-            m = s.get(mode)
-            if m:
-                print(f"  {mode:6s} block {m['block_pct']['median']:+.1f}% (q {m['block_pct']['q1']:+.1f}.."
-                      f"{m['block_pct']['q3']:+.1f}), median step {m['median_pct']['median']:+.1f}% "
-                      f"(q {m['median_pct']['q1']:+.1f}..{m['median_pct']['q3']:+.1f}), n {m['block_pct']['n']}")
-        if s.get("plain"):
-            print(f"  plain block {s['plain']['block_ms']['median']:.2f} ms (q {s['plain']['block_ms']['q1']:.2f}.."
-                  f"{s['plain']['block_ms']['q3']:.2f})")
+        print_summary(r["summary"] or {}, modes)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from light_paired import LEAD_S, spawn_spy, stop_spy, summary  # noqa: E402
+from light_paired import LEAD_S, print_summary, spawn_spy, stop_spy, summary  # noqa: E402
 
 WARMUP_S = 3.0
 PHASE_S = 0.3
@@ -185,13 +185,5 @@ class PairedSteps:
         if self.phase is not None:
             self._end_phase(keep=False)
         res = self._write()
-        s = res["summary"] or {}
         print(f"paired: {len(self.cycles)} cycles of {self.steps} steps, errors {self.errors}")
-        for mode in self.modes[1:]:
-            m = s.get(mode)
-            if m:
-                print(f"  {mode:6s} block {m['block_pct']['median']:+.1f}% (q {m['block_pct']['q1']:+.1f}.."
-                      f"{m['block_pct']['q3']:+.1f}), median step {m['median_pct']['median']:+.1f}% "
-                      f"(q {m['median_pct']['q1']:+.1f}..{m['median_pct']['q3']:+.1f}), n {m['block_pct']['n']}")
-        if s.get("plain"):
-            print(f"  plain block {s['plain']['block_ms']['median']:.2f} ms")
+        print_summary(res["summary"] or {}, self.modes)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from gpucheckup.document import RUN_KEYS, Document, flat_report
+from gpucheckup.document import Document, flat_report
 from gpucheckup.errors import CheckupError
 
 # The verdict ids (diagnosis/verdict.py's scores; cpu_only: report/cpu_model.py; no_timeline: a run directory
@@ -93,7 +93,7 @@ class CheckUp:
         """The job's check-up from its document: the job's verdict, fixes and step; each check-up in `ranks`."""
         n = len(doc.checkups) + len(doc.cpu_checkups)
         ups = [cls.of(flat_report(doc, i)) for i in range(len(doc.checkups))]
-        ups += [cls.of(_cpu_flat(doc, i)) for i in range(len(doc.cpu_checkups))]
+        ups += [cls.of(flat_report(doc, i, cpu=True)) for i in range(len(doc.cpu_checkups))]
         first = ups[0] if ups else cls.of(flat_report(doc))
         v = msgspec.to_builtins(doc.verdict)
         figs = dict(first.figures) if n <= 1 else dict.fromkeys(FIGURES)  # several: each rank's are its own
@@ -126,15 +126,6 @@ def _finding(f: dict) -> Finding:
 def _fix(x: dict) -> Fix:
     """A Fix of a report's fix dict."""
     return Fix(x.get("key", ""), x["action"], x["tier"], x.get("saving_ms"), x.get("finding") or "")
-
-
-def _cpu_flat(doc: Document, i: int) -> dict:
-    """CPU-side check-up i with its run's run-level keys (a folder mixing GPU and CPU-only traces lists them
-    after the GPU ones)."""
-    if not doc.checkups:
-        return flat_report(doc, i)
-    return {**msgspec.to_builtins(doc.cpu_checkups[i]),
-            **({k: v for k, v in flat_report(doc, 0).items() if k in RUN_KEYS} if doc.run else {})}
 
 
 def figures(report: dict) -> dict[str, float | None]:

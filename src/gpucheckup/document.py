@@ -202,25 +202,21 @@ def json_schema() -> dict:
     return schema
 
 
-def encode(doc: Document) -> bytes:
-    """The document as indented JSON (NaN and infinities as null: msgspec writes them so)."""
-    return msgspec.json.format(msgspec.json.encode(doc), indent=2)
-
-
 def decode(data: bytes) -> Document:
     """A document read back through its types; msgspec.ValidationError names the first key that does not fit."""
     return msgspec.json.decode(data, type=Document)
 
 
-def flat_report(doc: Document, i: int = 0) -> dict:
-    """Check-up i as one report dict with its run's run-level keys (the shape the renderers and `compare` read)."""
-    reports = doc.checkups or doc.cpu_checkups
+def flat_report(doc: Document, i: int = 0, cpu: bool = False) -> dict:
+    """Check-up i (of `cpu_checkups` when `cpu`, or when there is no GPU one) as one report dict with its run's
+    run-level keys (the shape the renderers and `compare` read)."""
+    reports = doc.cpu_checkups if cpu else (doc.checkups or doc.cpu_checkups)
     out = msgspec.to_builtins(reports[i]) if reports else {"verdict": msgspec.to_builtins(doc.verdict),
                                                            "fixes": msgspec.to_builtins(doc.fixes),
                                                            "notes": list(doc.notes)}
     if doc.run is not None:
         run = msgspec.to_builtins(doc.run)
         out.update({key: run[field] for key, field in RUN_KEYS.items()})
-        if doc.checkups:
+        if reports is doc.checkups and doc.checkups:
             out["run_figures"] = {**out["run_figures"], "host_samples": out.get("host_samples")}
     return out

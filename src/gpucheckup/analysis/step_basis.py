@@ -30,11 +30,6 @@ def throughput_ms(ms) -> float:
     return float(a.sum() / len(a)) if len(a) else float("nan")
 
 
-def window_step(step_ms: float, basis: str) -> Step:
-    """The step of one check-up: its window's step time (analysis/one_trace/window.py) and what it stands on."""
-    return Step(ms=float(step_ms), basis=basis)
-
-
 def run_step(stats: dict | None, steps_file: str) -> Step | None:
     """The step of a run without a checked-up trace: its unprofiled steps' throughput (step_history's
     `unprofiled_ms`), else the second half's median when its steps never settled; None with neither."""

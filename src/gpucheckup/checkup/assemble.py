@@ -23,7 +23,6 @@ from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.document import RUN_KEYS, SCHEMA_VERSION, Document, Step, decode
 from gpucheckup.errors import CheckupError
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
-from gpucheckup.report.model import _clean
 
 CPU_STEP_BASIS = "median ProfilerStep of the trace (CPU-side check-up)"
 
@@ -34,7 +33,8 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
     cpu = [c.report for c in result.cpu]
     run_report = result.run.report if result.run and result.run.report else None
     first = (reports or cpu or [run_report])[0]
-    verdict, lead = _job_verdict(result, reports, cpu, run_report)
+    head = _job_head(result)
+    verdict, lead = _job_verdict(result, head, reports, cpu, run_report)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "gpucheckup_version": __version__,
@@ -46,7 +46,7 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
         "notes": _notes(lead, reports + cpu),
         "checkups": [_trace_part(r) for r in reports],
         "cpu_checkups": [_cpu_part(r) for r in cpu],
-        "job": _job(result),
+        "job": {"ranks": head["ranks"], "communication": head.get("communication")} if head else None,
         "run": _run(first, bool(reports)) if result.run else None,
         "cases": list(cases) if cases else None,
     }
@@ -64,11 +64,11 @@ def _kind(result: Checkups, cases: list[str] | None) -> str:
     return "trace" if result.checkups else "cpu_trace"
 
 
-def _job_verdict(result: Checkups, reports: list[dict], cpu: list[dict], run_report: dict | None):
+def _job_verdict(result: Checkups, head: dict | None, reports: list[dict], cpu: list[dict],
+                 run_report: dict | None):
     """The job's verdict (module docstring) and the report whose fixes and notes go with it."""
     if result.job is not None:
-        primary, reason = result.job.primary, result.job.reason
-        findings = _clean([f.to_dict() for f in result.job.findings])
+        primary, reason, findings = result.job.primary, result.job.reason, head["verdict"]["findings"]
     elif not reports and not cpu:
         return run_report["verdict"], run_report
     elif len(reports) + len(cpu) == 1:
@@ -87,7 +87,7 @@ def _job_verdict(result: Checkups, reports: list[dict], cpu: list[dict], run_rep
 
 def _step(result: Checkups, reports: list[dict], cpu: list[dict], first: dict) -> Step | None:
     """The job's step time (analysis/step_basis.py)."""
-    steps = [(_label(r, i), step_basis.window_step(r["window"]["step_ms"], r["window"]["basis"]))
+    steps = [(_label(r, i), Step(ms=r["window"]["step_ms"], basis=r["window"]["basis"]))
              for i, r in enumerate(reports) if r["window"]["step_ms"] is not None]
     if steps:  # in a run directory, each window's step is already its step log's (analysis/step_basis.py)
         return step_basis.job_step(steps)
@@ -136,15 +136,15 @@ def _run(first: dict, traces: bool) -> dict:
     return out
 
 
-def _job(result: Checkups) -> dict | None:
-    """The cross-rank section: the job's ranks and collectives, or the plain ranks table of several traces."""
+def _job_head(result: Checkups) -> dict | None:
+    """The cross-rank part (checkup/ranks.job_dict: ranks, communication, the job's verdict), or the plain ranks
+    table of several traces; None for one."""
     if len(result.checkups) < 2 and result.job is None:
         return None
     from gpucheckup.checkup.ranks import job_dict, plain_ranks_dict
 
     summary = rank_summary(result.checkups)
-    head = job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
-    return {"ranks": head["ranks"], "communication": head.get("communication")}
+    return job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
 
 
 def is_document(path: Path) -> bool:
