@@ -21,7 +21,8 @@ from gpucheckup.capture.sampler import main_thread_changes
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 PY = sys.executable
-SKIP, STEPS = 5, 30
+# SKIP: enough warm-up steps (~64 ms each) that py-spy gets its whole lead (LEAD_S) before the window
+SKIP, STEPS = 36, 30
 RATE_HZ = 200.0
 # py-spy samples at random intervals (exponential, mean 1/rate), so a share p of a window of N samples is good to
 # about sqrt(p(1-p)/N): 30 steps of ~64 ms at 200 Hz are ~380 samples, a standard error of 2.5 points at p = 0.57;
@@ -104,7 +105,7 @@ def test_main_thread_changes_follow_the_main_thread_only():
 def test_sampling_starts_ahead_of_the_window_at_the_jobs_pace():
     assert lead_due(19, 20, [])  # the warm-up step comes next
     assert not lead_due(3, 20, [])  # no pace known yet
-    assert not lead_due(3, 20, [100.0] * 5)  # 16 steps of 0.1 s to go: 1.6 s
+    assert not lead_due(3, 20, [1000.0 * LEAD_S / 8] * 5)  # 16 steps to go: twice the lead
     assert lead_due(3, 20, [1000.0 * LEAD_S / 16] * 5)
 
 

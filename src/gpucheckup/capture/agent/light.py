@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import time
 
-LEAD_S = 1.0  # the launcher's py-spy is asked to start this long before the window: it attached in ~0.1 s
+# the launcher's py-spy is asked to start this long before the window: it attaches in ~0.1 s on an idle machine and
+# took ~1 s on a 2-core one running a test suite besides (a window then read 62% covered); sampling is nonblocking,
+# so the lead costs the job next to nothing
+LEAD_S = 2.0
 
 
 def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
