@@ -21,13 +21,14 @@ import numpy as np
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, closure_ranges
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
-from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION
+from gpucheckup.trace.tables import CPU_OP
 
 from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for a pageable copy
 # A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
@@ -97,20 +98,16 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
 
 
 def _optimizer_idle_share(a: TraceAnalysis) -> float:
-    """The share of the GPU's idle time (in the window) that falls inside `Optimizer.step#` ranges (any thread), less
-    the idle inside the closures the optimizer calls there (`Optimizer.closure#`: the model's forward and backward)."""
-    gaps, host = a.timeline.gaps, a.trace.host
+    """The share of the GPU's idle time (in the window) that falls inside the optimizer's own spans
+    (analysis/one_trace/optimizer_spans.py: `Optimizer.step#` ranges less the closures they call)."""
+    gaps = a.timeline.gaps
     total = float(gaps.dur.sum())
-    ids = a.trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    rows = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
-    if total <= 0 or len(rows) == 0:
+    lo, hi, _ = optimizer_rows(a.trace)
+    if total <= 0 or len(lo) == 0:
         return 0.0
-
-    def idle_in(rows: np.ndarray) -> float:
-        return sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, lo), 0.0, None).sum())
-                   for lo, h in zip(host.start[rows].tolist(), host.end[rows].tolist()))
-
-    return min(max(idle_in(rows) - idle_in(closure_ranges(a.trace)), 0.0) / total, 1.0)
+    idle = sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, s), 0.0, None).sum())
+               for s, h in zip(lo.tolist(), hi.tolist()))
+    return min(idle / total, 1.0)
 
 
 def _kernel_ms(a: TraceAnalysis, *cats: str) -> float:

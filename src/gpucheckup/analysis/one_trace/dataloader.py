@@ -11,7 +11,6 @@ behind compute entirely (num_workers, prefetching).
 from __future__ import annotations
 
 import msgspec
-import numpy as np
 
 from gpucheckup.analysis.one_trace import host_calls
 from gpucheckup.analysis import intervals as iv

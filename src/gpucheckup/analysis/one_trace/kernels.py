@@ -7,14 +7,14 @@ inside the analysis window.
   (the articles' "small-kernel storm": mean kernel time under 20 us is too fragmented, over
   50 us is healthy).
 - category: the first rule of CATEGORY_RULES whose pattern is found in the kernel's name, except
-  that any kernel launched from inside an `Optimizer.step#...` annotation is `optimizer`.
+  that any kernel launched inside the optimizer's own span (analysis/one_trace/optimizer_spans.py: an
+  `Optimizer.step#...` range less the closure it calls, where the model's forward and backward run) is
+  `optimizer`.
   Shares are percent of summed kernel time. A trace with no launch call (a light window recorded
   through CUPTI) does not say where a kernel was launched; there a kernel is `optimizer` when it
-  started inside an `Optimizer.step#` range after the GPU had gone idle in that range (its device
+  started inside the optimizer's own span after the GPU had gone idle in that span (its device
   running nothing for at least CAUGHT_UP_US): a kernel starting after that moment was launched after
-  it, so inside the range. Kernels starting inside a closure the optimizer calls in its step
-  (`Optimizer.closure#` ranges of the CUPTI window: Lightning runs the forward and backward so) are
-  the model's, not the optimizer's.
+  it, so inside the span.
   Where the GPU never catches up inside the range (work queued ahead, a GPU-bound job) no kernel
   is attributed so: the kernels it runs then were launched earlier.
 - data_movement: kernels that move or rearrange data without arithmetic (index, gather, scatter,
@@ -36,14 +36,14 @@ import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.analysis.intervals import inside_any
+from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.one_trace.steps import Steps
-from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
+from gpucheckup.trace.tables import KERNEL, Trace
 
 SMALL_KERNEL_US = 20.0
 # An idle stretch this long means the GPU had caught up with the host: kernels queued back to back start 1-3 us apart
 # on an H200 (the launch-bound MLP's kernels, each launched as the host gets to it, 10-30 us apart)
 CAUGHT_UP_US = 10.0
-CLOSURE_RANGE = "Optimizer.closure#"  # a closure the optimizer calls inside its step (capture/agent/cupti_window.py)
 STARVED_DELAY_US = 50.0
 QUEUED_DELAY_US = 1000.0
 TOP_N = 10
@@ -269,13 +269,12 @@ def _data_movement(trace, uniq, cat_counts, per_name_us, per_name_n, total) -> l
 
 
 def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For a trace without launch calls: whether each GPU op of `rows` started inside an `Optimizer.step#` range
-    (any thread) after its device went idle in that range for at least CAUGHT_UP_US (see the module docstring)."""
-    host, gpu = trace.host, trace.gpu
+    """For a trace without launch calls: whether each GPU op of `rows` started inside the optimizer's own span
+    after its device went idle in that span for at least CAUGHT_UP_US (see the module docstring)."""
+    gpu = trace.gpu
     out = np.zeros(len(rows), dtype=bool)
-    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, opt_ids))
-    if len(ann) == 0 or len(rows) == 0:
+    span_lo, span_hi, _ = optimizer_rows(trace)
+    if len(span_lo) == 0 or len(rows) == 0:
         return out
     starts = gpu.start[rows]
     for dev in np.unique(gpu.device[rows]).tolist():
@@ -285,23 +284,13 @@ def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
         long = ge - gs >= CAUGHT_UP_US
         gs, ge = gs[long], ge[long]
         mine = gpu.device[rows] == dev
-        for a in ann.tolist():
-            lo, hi = host.start[a], host.end[a]
+        for lo, hi in zip(span_lo.tolist(), span_hi.tolist()):
             if len(bs) == 0 or lo < bs[0]:
                 continue  # before the device's first recorded op: its state is unknown
             j = np.searchsorted(ge, lo, side="right")  # the first long gap ending after lo
             if j < len(gs) and gs[j] < hi:
                 out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
-    for a in closure_ranges(trace).tolist():
-        out &= ~((starts >= host.start[a]) & (starts <= host.end[a]))
     return out
-
-
-def closure_ranges(trace: Trace) -> np.ndarray:
-    """Host rows of the `Optimizer.closure#` ranges: closures the optimizer called inside its step."""
-    host = trace.host
-    ids = trace.name_ids(lambda n: n.startswith(CLOSURE_RANGE))
-    return np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
 
 
 def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -316,14 +305,12 @@ def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _launched_in_optimizer(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
-    """Whether each kernel's launching call lies inside an `Optimizer.step#` annotation on its thread."""
+    """Whether each kernel's launching call lies inside the optimizer's own span on its thread."""
     host = trace.host
     out = np.zeros(len(launch_rows), dtype=bool)
-    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, opt_ids))
-    if len(ann) == 0:
-        return out
+    lo, hi, tid = optimizer_rows(trace)
     ok = launch_rows >= 0
-    rows = launch_rows[ok]
-    out[ok] = inside_any(host.start[rows], host.tid[rows], host.start[ann], host.end[ann], host.tid[ann])
+    if len(lo) and ok.any():
+        rows = launch_rows[ok]
+        out[ok] = inside_any(host.start[rows], host.tid[rows], lo, hi, tid)
     return out
