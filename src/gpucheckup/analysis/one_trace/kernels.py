@@ -63,11 +63,12 @@ CATEGORY_RULES = [
     ("optimizer", re.compile(r"adam|FusedOptimizer|lamb_|sgd_|_fused_sgd", re.I)),
     ("data_movement", re.compile(
         r"(?<!with_)index|gather|scatter|sort|copy|CatArray|\bcat\b|concat|repeat_interleave|embedding|"
-        r"transpose|permute", re.I)),
+        r"transpose|permute|padding|DeviceSelect|DeviceUnique", re.I)),
     ("reduction_norm", re.compile(
         r"reduce|norm|softmax|welford|Scan|cumsum|pool|nll_loss|cross_entropy|GammaBeta|triton_red|triton_per",
         re.I)),
-    ("elementwise", re.compile(r"elementwise|Functor|triton_poi|gelu|relu|silu|dropout|fill|arange|clamp", re.I)),
+    ("elementwise", re.compile(r"elementwise|Functor|triton_poi|gelu|relu|silu|dropout|fill|arange|clamp|scal_kernel",
+                               re.I)),
 ]
 # Data-movement kernels by what they do, first match wins. PyTorch's scatter/gather kernel is
 # one template: `_cuda_scatter_gather_internal_kernel<true, ...>` scatters, `<false, ...>` gathers.
@@ -134,9 +135,53 @@ def _lowered(rules: list) -> list:
 _CATEGORY_LOWER = _lowered(CATEGORY_RULES)
 
 
+_CALLED = re.compile(r"(\w+)\(")  # an identifier called: in a template argument, the function a lambda comes from
+
+
+def work_names(name: str) -> str:
+    """The names in a kernel's name that say what it does: its function's qualified name, and inside its
+    template arguments the functions and functors it runs (`direct_copy_kernel_cuda(...)::{lambda}`,
+    `FusedAdamMathFunctor`, `index_put_kernel_impl`), never the types (`index_t`, `OpaqueType<4>`, accessors) nor
+    the parameter list. A CUTLASS `Kernel`/`Kernel2` is named by its first template argument."""
+    head = name.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
+    cut = min((i for i in (head.find("<"), head.find("(")) if i > 0), default=len(head))
+    qualified, template = head[:cut], ""
+    if head[cut:cut + 1] == "<":
+        depth = 0
+        for i in range(cut, len(head)):
+            depth += {"<": 1, ">": -1}.get(head[i], 0)
+            if depth == 0:
+                template = head[cut + 1:i]
+                break
+        else:
+            template = head[cut + 1:]
+    words = _CALLED.findall(template) + [i for w in _WORD.findall(template) for i in _inner_names(w)]
+    base = qualified.split("::")[-1]
+    if base.lower() in ("kernel", "kernel2") and template:
+        words.insert(0, re.split(r"[<>(,]", template, maxsplit=1)[0].strip())
+    if base in _BY_OP_ARGUMENT:  # the op is a template argument (`at::native::Copy<float, float>`): name each one
+        words += [_WORD.findall(a.split("<", 1)[0])[-1] for a in _top_level(template) if _WORD.search(a)]
+    return " ".join([qualified, *dict.fromkeys(words)])
+
+
+_BY_OP_ARGUMENT = {"multi_tensor_apply_kernel"}  # launchers whose work is a template argument, not a function
+
+
+def _top_level(template: str) -> list[str]:
+    """A template's arguments at its top level (not those of the templates inside it)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(template):
+        depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(template[start:i])
+            start = i + 1
+    return out + [template[start:]]
+
+
 @functools.lru_cache(maxsize=1 << 14)  # asked for the same names by several analyses of each trace
 def categorize(name: str) -> str:
-    """The category of a kernel by its name alone."""
+    """The category of a kernel by the names of what it runs (work_names), never by its template's types."""
+    name = work_names(name)
     rules, text = (_CATEGORY_LOWER, name.lower()) if name.isascii() else (CATEGORY_RULES, name)
     for cat, pattern in rules:
         if pattern.search(text):
