@@ -6,7 +6,8 @@ inside the analysis window.
   kernel is comparable to the kernel itself, so the GPU cannot be kept busy from eager Python
   (the articles' "small-kernel storm": mean kernel time under 20 us is too fragmented, over
   50 us is healthy).
-- category: the first rule of CATEGORY_RULES whose pattern is found in the kernel's name, except
+- category: the first rule of CATEGORY_RULES whose pattern is found in the names of what the kernel runs
+  (work_names: never its template's types nor its parameters), except
   that any kernel launched inside the optimizer's own span (analysis/one_trace/optimizer_spans.py: an
   `Optimizer.step#...` range less the closure it calls, where the model's forward and backward run) is
   `optimizer`.
