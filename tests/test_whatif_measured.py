@@ -55,3 +55,25 @@ def test_a_model_already_in_cuda_graphs_gains_nothing_from_graphing_it(doc):
     # the forward and backward already run as graph replays: only the eager optimizer is left, which
     # mode="reduce-overhead" does not capture
     assert _fix(doc, "cuda_graph")["predicted"]["saving_pct"] < 5.0
+
+
+def test_the_worker_count_advised_is_the_one_replayed(tmp_path):
+    # the demo's input-bound job loads each batch in the training process (num_workers=0); from its raw events,
+    # over its steps: L = time in DataLoader __next__, R = the rest of the steps' time; ceil(L / R) workers, each as
+    # fast as the training process, deliver a batch per step
+    from conftest import DEMO
+
+    ev = raw_events(DEMO / "input_bound" / "trace.json.gz")["traceEvents"]
+    steps = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    loads = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("enumerate(DataLoader)#")]
+    load = sum(min(e["ts"] + e["dur"], s["ts"] + s["dur"]) - max(e["ts"], s["ts"]) for s in steps for e in loads
+               if e["ts"] < s["ts"] + s["dur"] and e["ts"] + e["dur"] > s["ts"]) / len(steps)
+    step = sum(s["dur"] for s in steps) / len(steps)
+    workers = -(-load // (step - load))  # ceil
+    out = tmp_path / "input.json"
+    p = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(DEMO / "input_bound"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    fx = _fix(json.loads(out.read_text()), "dataloader_workers")
+    assert f"num_workers={int(workers)})" in fx["action"] and f"num_workers={int(workers)}," in fx["how"], fx
+    assert f"with {int(workers)} workers" in fx["predicted"]["what"], fx["predicted"]

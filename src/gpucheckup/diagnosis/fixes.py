@@ -70,9 +70,30 @@ class CatalogueFix(msgspec.Struct, frozen=True):
     bottleneck: str = ""  # the verdict (diagnosis/verdict.py) whose cost the fix removes; "" when it names none
     replay: str = ""  # the graph edit that predicts its saving (whatif/edits.py TRANSFORMS); "" when none
     replay_params: tuple = ()  # (name, value) pairs passed to that edit
+    edit_params: Callable[[object], tuple] | None = None  # more (name, value) pairs, read off the trace
+
+    def params(self, a) -> tuple:
+        """The (name, value) pairs the graph edit is replayed with on this trace's analysis."""
+        return self.replay_params + (self.edit_params(a) if self.edit_params else ())
 
 
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
+
+def _workers(a: TraceAnalysis) -> int:
+    """The worker count the advice names and the edit replays (analysis/one_trace/dataloader.py)."""
+    return max(a.dataloader.workers_to_keep_pace, 1)
+
+
+def _workers_advice(x) -> dict:
+    """The worker count and its reason, for the action and `how` (a run directory has no per-batch cost)."""
+    if _is_run(x):
+        return {"workers": "N", "why": "N up to the CPU cores left free (a trace says how many keep pace)"}
+    d = x.dataloader
+    rest = max(x.window.step_ms - d.ms_per_step, 0.0)
+    return {"workers": _workers(x), "why": f"loading takes {d.ms_per_step:.1f} ms a batch in the training process "
+            f"and the rest of the step {rest:.1f} ms, so {_workers(x)} workers keep pace; it needs that many free "
+            "cores (with fewer, the wait shrinks in proportion)"}
+
 
 def _idle(a: TraceAnalysis, *causes: str) -> float:
     return sum(a.gaps_summary.per_step_ms[c] for c in causes)
@@ -260,14 +281,14 @@ LAUNCH_SAVES = "the GPU idle while the host launches kernels or runs Python betw
 
 CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
-        "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers=N) with N up to the free "
-        "CPU cores", "config",
+        "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers={workers})", "config",
         when="the training loop iterates a single-process DataLoader (_SingleProcessDataLoaderIter; in a run "
              "directory: every DataLoader has num_workers=0)",
         saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes",
         applies=_no_workers, saving=_trace(lambda a: _idle(a, "input")),
-        how="DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)",
-        bottleneck="input_bound", replay="dataloader_workers"),
+        how="DataLoader(dataset, num_workers={workers}, persistent_workers=True): {why}",
+        fill=lambda x: _workers_advice(x), bottleneck="input_bound", replay="dataloader_workers",
+        edit_params=lambda a: (("workers", _workers(a)),)),
     CatalogueFix(
         "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
         when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU waits for it",
@@ -533,6 +554,10 @@ def _action(entry: CatalogueFix, x) -> str:
     return entry.action.format(**entry.fill(x)) if entry.fill else entry.action
 
 
+def _how(entry: CatalogueFix, x) -> str:
+    return entry.how.format(**entry.fill(x)) if entry.fill and entry.how else entry.how
+
+
 def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:
     """The catalogue's fixes for these keys whose precondition holds on x (a TraceAnalysis or RunAnalysis),
     each saving at most cap_ms (the cost the finding measures) when given."""
@@ -544,11 +569,11 @@ def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:
         saving = max(float(e.saving(x)), 0.0)
         if cap_ms is not None:
             saving = min(saving, max(cap_ms, 0.0))
-        out.append(Fix(_action(e, x), e.tier, saving, e.how, key, e.saves))
+        out.append(Fix(_action(e, x), e.tier, saving, _how(e, x), key, e.saves))
     return out
 
 
 def make(key: str, saving_ms: float, action: str | None = None) -> Fix:
     """A fix from the catalogue with a saving computed by the caller (its precondition checked by the caller)."""
     e = BY_KEY[key]
-    return Fix(action or e.action, e.tier, saving_ms, e.how, key, e.saves)
+    return Fix(action or e.action, e.tier, saving_ms, "" if e.fill else e.how, key, e.saves)
