@@ -82,6 +82,47 @@ def test_no_straggler_below_a_tenth_of_the_step():
     assert a.straggler is None and a.straggler_late_ms == 0.0 and a.waited_ms == 0.0
 
 
+def _taking_turns(r: int, last_at: set[int]) -> ranks.RankInput:
+    """Rank r of two equal ranks, 5 steps of 10 ms with 8 all-reduces each (call i of step s at 10000 s + 1000 i
+    + 100): the rank that arrives last at a call comes 600 us after the other; every call ends 700 us after the
+    later arrival (100 us of transfer)."""
+    keys, starts, ends = [], [], []
+    for s in range(5):
+        for i in range(8):
+            t0 = 10_000.0 * s + 1000.0 * i + 100.0
+            late = (s * 8 + i) in last_at
+            mine_last = late if r == 1 else not late
+            keys.append(("0", "all_reduce", f"ProfilerStep#{s}", s * 8 + i))
+            starts.append(t0 + (600.0 if mine_last else 0.0))
+            ends.append(t0 + 700.0)
+    calls = Calls(keys=keys, collective=[k[1] for k in keys], start=np.array(starts), end=np.array(ends),
+                  nbytes=np.full(len(keys), 1e6), group_size=np.full(len(keys), 2.0), on_gpu=True)
+    w = 10_000.0 * np.arange(6)
+    st = Steps([f"ProfilerStep#{s}" for s in range(5)], w[:-1], w[1:], w[:-1], w[1:], w[:-1], w[1:], True)
+    return ranks.RankInput(rank=r, steps=st, calls=calls, computing=(np.zeros(0), np.zeros(0)),
+                           step_compute_ms=np.zeros(5), step_idle_ms=np.zeros(5), compute_ms=None, idle_ms=None,
+                           activity={})
+
+
+def test_two_equal_ranks_taking_turns_name_no_straggler():
+    # rank 1 last at 24 of the 40 calls (60%), rank 0 at 16: each makes the other wait 600 us exposed a time, so
+    # rank 1 causes 24 x 600 = 14.4 ms (60% of all, 2.9 ms a step, over a tenth of the 10 ms step): the old rule
+    # named it; last at 60% of the calls on two ranks is a coin flip, not a straggler
+    turns = set(range(0, 40, 5)) | set(range(1, 40, 5)) | set(range(2, 40, 5))  # 24 calls
+    a = ranks.analyze_ranks([_taking_turns(0, turns), _taking_turns(1, turns)])
+    t = {row.rank: row for row in a.table}
+    assert t[1].last_pct == pytest.approx(60.0) and t[0].last_pct == pytest.approx(40.0)
+    assert a.straggler is None
+    # lateness per step is the largest in the step (600 us), never the sum over its calls
+    assert t[1].late_ms == pytest.approx(0.6) and all(row.late_ms <= row.step_ms for row in a.table)
+
+
+def test_a_rank_last_at_most_calls_is_the_straggler():
+    a = ranks.analyze_ranks([_taking_turns(0, set(range(32))), _taking_turns(1, set(range(32)))])  # 32 of 40: 80%
+    # steps 0-3: late 600 us at each of their calls, step 4 on time: 4 x 0.6 ms over 5 steps
+    assert a.straggler == 1 and a.straggler_late_ms == pytest.approx(0.6 * 4 / 5)
+
+
 def test_fewer_than_two_ranks_with_calls():
     assert ranks.analyze_ranks([rank_input(0)]) is None
 

@@ -12,7 +12,10 @@ Definitions (also in docs/metrics.md):
   own non-communication GPU ops ran: waiting that costs it time. A prefetched FSDP all-gather
   that waits behind compute waits without cost. On CPU traces every wait is exposed.
 - arrival: a call's start on the aligned clock; the last rank to arrive at a call is late by its
-  arrival minus the median arrival of the others, and causes the others' exposed wait there.
+  arrival minus the median arrival of the others, and causes the others' exposed wait there. A rank's
+  lateness in a step is its largest lateness at the calls of that step (one delay makes it late at
+  every later call of the step too: summed, it would count the same delay once per call and could
+  exceed the step); late_ms is its mean over the steps.
 - per rank, per step, each the median over the profiled steps (robust to a long first step; the
   same step on ranks that run in lockstep): step_ms (step window), transfer_ms, wait_ms,
   exposed_wait_ms (sums over its calls in that step), compute_ms (GPU time of non-communication
@@ -20,7 +23,11 @@ Definitions (also in docs/metrics.md):
   less the union of every GPU op; 0 on CPU traces); late_ms: its lateness per step, the mean.
 - straggler: the rank that causes at least STRAGGLER_SHARE of all exposed wait (the others'
   mean exposed wait at the calls it arrives last at), when that is at least STRAGGLER_STEP_PCT
-  of the median step per step: the others wait for it.
+  of the median step per step, and it arrives last far more often than 1/N of the calls would
+  have it (N ranks): at least halfway from chance to always, (1 + 1/N) / 2 of the calls whose
+  last rank was at least MIN_LATE_US late (75% of them on two ranks, 67% on three, just over
+  half on many). Two equal ranks take turns: one last at 59% of the calls is a coin flip, not a
+  straggler, though the others' waits behind it add up. Then the others wait for it.
 - busbw per collective: bytes / transfer x nccl-tests' factor (hardware/links.py), the median
   over its calls; the job's busbw: the byte-weighted mean over every call.
 """
@@ -44,6 +51,12 @@ from gpucheckup.trace.tables import KERNEL, Trace
 STRAGGLER_SHARE = 0.6  # of all lateness, on one rank
 STRAGGLER_STEP_PCT = 10.0  # exposed wait per step, % of the median step: the bar checkup.STRAGGLER_PCT sets for a slow rank
 MIN_LATE_US = 50.0  # a call whose last rank is later than this counts towards lateness
+
+
+def last_often(last: int, calls: int, ranks: int) -> bool:
+    """Whether a rank last at `last` of `calls` late calls is last far more often than 1/ranks: at least halfway
+    from chance to always."""
+    return calls > 0 and ranks >= 2 and last / calls >= (1 + 1 / ranks) / 2
 
 
 @dataclass
@@ -92,7 +105,7 @@ class RankRow:
     wait_ms: float
     exposed_wait_ms: float  # the part of wait_ms with no compute of its own beside it
     idle_ms: float
-    late_ms: float  # how late it arrives per step, summed over the calls where it was last
+    late_ms: float  # how late it arrives per step: its largest lateness in each step, the mean over steps
     last_pct: float  # share of matched calls it arrived last at
     offset_us: float  # its clock offset against the lowest rank
 
@@ -156,7 +169,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     computing = [r.computing for r in inputs]
     call_waits = [np.full(len(r.calls), np.nan) for r in inputs]
     per_step: list[dict] = [defaultdict(lambda: np.zeros(3)) for _ in inputs]  # step label -> transfer, wait, exposed
-    late = np.zeros(len(inputs))
+    late_in_step: list[dict] = [defaultdict(float) for _ in inputs]  # step label -> its largest lateness there
     last_count = np.zeros(len(inputs))
     per_coll: dict[tuple, list] = defaultdict(list)
     bytes_total = bytes_time = 0.0
@@ -182,7 +195,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         others = np.delete(start, last)
         lateness = float(start[last] - median(others))
         if lateness >= MIN_LATE_US:
-            late[ris[last]] += lateness
+            late_in_step[ris[last]][k[2]] = max(late_in_step[ris[last]][k[2]], lateness)
             last_count[ris[last]] += 1
             caused[ris[last]] += float(np.delete(ex, last).mean())
         c0 = inputs[ris[0]].calls
@@ -193,6 +206,7 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
             bytes_total += nbytes * links.bus_factor(k[1], size)
             bytes_time += tr
     steps_ms = np.array([float(median(r.steps.duration)) / 1e3 for r in inputs])
+    late = np.array([sum(d.values()) for d in late_in_step])
     table = []
     for ri, r in enumerate(inputs):
         tr, wt, ex = np.array([per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
@@ -217,7 +231,9 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     if total_caused > 0:
         top = int(np.argmax(caused))
         per_step = caused[top] / 1e3 / n_steps
-        if caused[top] >= STRAGGLER_SHARE * total_caused and per_step >= STRAGGLER_STEP_PCT / 100 * float(median(steps_ms)):
+        if (caused[top] >= STRAGGLER_SHARE * total_caused and last_often(int(last_count[top]), int(last_count.sum()),
+                                                                          len(inputs))
+                and per_step >= STRAGGLER_STEP_PCT / 100 * float(median(steps_ms))):
             straggler, s_late = inputs[top].rank, late[top] / 1e3 / n_steps
             s_last = table[top].last_pct
             waited = float(np.mean([t.exposed_wait_ms for i, t in enumerate(table) if i != top]))
