@@ -46,6 +46,7 @@ class TraceAnalysis(msgspec.Struct):
     ncu: ncu_bounds.NcuBounds | None = None
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
     window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/one_trace/window.py)
+    framework: str = ""  # the loop's framework from the run's agent ("": unknown, a bare trace)
 
     @property
     def busy_pct(self) -> float:
@@ -115,6 +116,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         ncu=_ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
         profiler=prof,
         window=w,
+        framework=inputs.framework,
     )
 
 

@@ -303,6 +303,9 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     ncu = _ncu_launches(ncu_csv)
     run = read_run(path)
     ra = analyze_run(run)
+    if not inputs.framework:  # the loop's framework, as the agent saw it at the first step (one for every rank)
+        inputs = msgspec.structs.replace(inputs, framework=next(
+            (str(a["framework"]) for a in run.agents.values() if isinstance(a.get("framework"), str)), ""))
     st = ra.steps or {}
     if inputs.unprofiled_step_ms is None and st.get("unprofiled_ms") and st.get("profiled_median_ms"):
         steps_file = layout.steps_file(ra.steps_key)

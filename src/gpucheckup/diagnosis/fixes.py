@@ -27,6 +27,7 @@ from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
+from gpucheckup.diagnosis.framework_words import framework_how
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import CPU_OP
 
@@ -91,8 +92,9 @@ def _workers_advice(x) -> dict:
     d = x.dataloader
     rest = max(x.window.step_ms - d.ms_per_step, 0.0)
     return {"workers": _workers(x), "why": f"loading takes {d.ms_per_step:.1f} ms a batch in the training process "
-            f"and the rest of the step {rest:.1f} ms, so {_workers(x)} workers keep pace; it needs that many free "
-            "cores (with fewer, the wait shrinks in proportion)"}
+            f"and the rest of the step {rest:.1f} ms, so {_workers(x)} "
+            f"{'worker keeps' if _workers(x) == 1 else 'workers keep'} pace; it needs that many free cores (with "
+            "fewer, the wait shrinks in proportion)"}
 
 
 def _idle(a: TraceAnalysis, *causes: str) -> float:
@@ -555,7 +557,11 @@ def _action(entry: CatalogueFix, x) -> str:
 
 
 def _how(entry: CatalogueFix, x) -> str:
-    return entry.how.format(**entry.fill(x)) if entry.fill and entry.how else entry.how
+    """How to make the change: in the words of the framework that runs the loop when one is known
+    (diagnosis/framework_words.py), else the plain PyTorch `how`."""
+    fill = entry.fill(x) if entry.fill else {}
+    words = framework_how(entry.key, getattr(x, "framework", "") or "", fill)
+    return words or (entry.how.format(**fill) if fill and entry.how else entry.how)
 
 
 def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:

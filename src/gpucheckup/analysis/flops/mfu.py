@@ -50,6 +50,7 @@ class MfuInputs(msgspec.Struct):
     ceilings: ceil.Ceilings | None = None
     ceilings_path: str | None = None
     agent_flops: dict | None = None  # {"flops_per_step": F, "how": "...", "path": "..."}
+    framework: str = ""  # the training loop's framework, as the agent saw it (capture/agent/framework.py)
     unprofiled_step_ms: float | None = None  # step time without the profiler (profiler_overhead.py)
     unprofiled_from: str = ""  # where that figure came from
 

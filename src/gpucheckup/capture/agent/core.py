@@ -10,7 +10,7 @@ import time
 
 from gpucheckup import layout
 from gpucheckup.capture import safe_dir
-from gpucheckup.capture.agent import loaders, server
+from gpucheckup.capture.agent import framework, loaders, server
 from gpucheckup.capture.agent.gpu_clock import GpuClock
 from gpucheckup.capture.agent.settings import DURATION_MAX_STEPS, parse_settings, process_key
 from gpucheckup.capture.agent.steplog import StepLog
@@ -321,6 +321,7 @@ class Agent:
                     self.error(f"timing step {n} on the GPU (gpu-steps.csv: not written)", e)
             if n == 1:
                 self.info["torch"] = loaders.torch_info(self.torch, self.log)
+                self.info["framework"] = framework.calling_framework(sys._getframe(1))
                 self._write_info()
             self._after_step(n, now)
         except Exception as e:  # noqa: BLE001

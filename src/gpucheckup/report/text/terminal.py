@@ -148,6 +148,8 @@ def fix_lines(fixes: list[dict], limit: int | None = MAX_FIXES) -> Table:
         line.append(fx["action"])
         line.append(f" ({saving_text(fx)})", style="dim")
         g.add_row(f"{i}.", line)
+        if fx.get("how"):  # where to make the change (in the loop's framework's words when known)
+            g.add_row("", Text(fx["how"], style="italic"))
     return g
 
 
