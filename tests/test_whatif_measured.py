@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import REPO, raw_events
@@ -77,3 +78,24 @@ def test_the_worker_count_advised_is_the_one_replayed(tmp_path):
     fx = _fix(json.loads(out.read_text()), "dataloader_workers")
     assert f"num_workers={int(workers)})" in fx["action"] and f"num_workers={int(workers)}," in fx["how"], fx
     assert f"with {int(workers)} workers" in fx["predicted"]["what"], fx["predicted"]
+
+
+def test_a_shortening_edit_never_claims_more_than_it_takes_out(monkeypatch):
+    # on the bundled sync-bound trace, an edit filed as shortening (as tf32 is) that instead stops the host waiting
+    # at its syncs (a dependency change, as remove_syncs makes) takes no time out of any node: whatever the replay
+    # then saves is capped to nothing, and the sentence says so
+    from gpucheckup.trace.reader import read_trace
+    from gpucheckup.whatif import edits, replay
+
+    g = replay.build(read_trace(REPO / "tests" / "data" / "h200" / "sync_bound" / "trace.json.gz"))
+    before = replay.calibrate(g, None).replayed_ms
+    monkeypatch.setitem(edits.TRANSFORMS, "tf32", lambda graph: edits.remove_syncs(graph))
+    free = edits.predict(g, "remove_syncs", before)
+    capped = edits.predict(g, "tf32", before)
+    assert free.saving_ms > 1.0  # the syncs' waits are real time on this trace
+    assert capped.saving_ms == 0.0 and "capped there" in capped.transform
+    # a shortening that takes 0.5 ms out of one GPU op is bounded by exactly that
+    shorter = g.copy()
+    op = int(np.flatnonzero((g.g_step == 1) & (g.g_dur > 600))[0])
+    shorter.g_dur[op] -= 500.0
+    assert edits.removed_ms(g, shorter) == pytest.approx(0.5)

@@ -796,14 +796,48 @@ TRANSFORMS = {
 }
 
 
+# Edits that only shorten nodes (durations, gaps, latencies): a step cannot end earlier than by the time they take
+# out of it, which bounds what the replay may claim (the mechanism's time on the critical path at most).
+SHORTENING = frozenset({"tf32", "fused_optimizer", "torch_compile", "cuda_graphs"})
+
+
+def removed_ms(before: Graph, after: Graph) -> float:
+    """The most time an edit took out of one step: per step, the host nodes' shortened durations and gaps and the
+    GPU ops' shortened durations, gaps and latencies, summed; the largest step's, in ms."""
+    n = len(before.step_start_node)
+    if n == 0:
+        return float("inf")
+    h_step = np.searchsorted(before.step_start_node, np.arange(len(before.h_kind)), side="right") - 1
+    dh = (np.maximum(before.h_dur - after.h_dur, 0.0)
+          + np.maximum(np.maximum(before.h_gap, 0.0) - np.maximum(after.h_gap, 0.0), 0.0))
+    lat_b, lat_a = (np.maximum(x, 0.0) for x in (before.g_lat, after.g_lat))  # NO_DEP: a latency that never binds
+    dg = (np.maximum(before.g_dur - after.g_dur, 0.0) + np.maximum(np.maximum(before.g_gap, 0.0)
+                                                                   - np.maximum(after.g_gap, 0.0), 0.0)
+          + np.maximum(lat_b - lat_a, 0.0))
+    per = np.zeros(n)
+    ok = (h_step >= 0) & (h_step < n)
+    np.add.at(per, h_step[ok], dh[ok])
+    ok = (before.g_step >= 0) & (before.g_step < n)
+    np.add.at(per, before.g_step[ok], dg[ok])
+    return float(per.max()) / 1000
+
+
 def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Prediction:
-    """The predicted median step with one fix applied to a (calibrated) graph."""
+    """The predicted median step with one fix applied to a (calibrated) graph; a shortening edit's saving at most
+    the time it took out of a step (SHORTENING), and its sentence says when the replay claimed more."""
     if fix not in TRANSFORMS:
         raise KeyError(f"no transformation for fix {fix!r}; known: {', '.join(TRANSFORMS)}")
     before = replay.replay(g).median_ms if before_ms is None else before_ms
     edit = TRANSFORMS[fix](g, **params)
     after = replay.replay(edit.graph).median_ms / edit.per_batch_factor if edit.changed else before
-    return Prediction(fix, before, after, edit.what, edit.changed)
+    what = edit.what
+    if fix in SHORTENING and edit.changed:
+        bound = removed_ms(g, edit.graph)
+        if before - after > bound:
+            what += (f"; the replay saved {before - after:.2f} ms, more than the {bound:.2f} ms the edit takes out of "
+                     "a step: capped there")
+            after = before - bound
+    return Prediction(fix, before, after, what, edit.changed)
 
 
 def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:
