@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
 
@@ -79,7 +80,7 @@ def own_spans(trace: Trace) -> OptimizerSpans:
     backward = np.flatnonzero((host.cat == CPU_OP) & np.isin(host.name, trace.name_ids(
         lambda n: n.startswith(BACKWARD_OP))))
     for work in (closures, backward):
-        for pid in np.unique(host.pid[rows]).tolist():
+        for pid in unique(host.pid[rows]).tolist():
             mine, theirs = host.pid[rows] == pid, work[host.pid[work] == pid]
             last = _last_end_inside(host.start[theirs], host.end[theirs], lo[mine], hi[mine])
             cut[mine] = np.fmax(cut[mine], np.minimum(last, hi[mine]))
