@@ -226,5 +226,6 @@ def failed(up: CheckUp, verdicts: set[str], tests: list[tuple]) -> list[str]:
 
 
 def unmeasured(up: CheckUp, tests: list[tuple]) -> list[str]:
-    """The --fail-if figures this check-up has no value for (they cannot fire)."""
+    """The --fail-if figures this check-up has no value for (the command line fails such a gate unless
+    --allow-missing)."""
     return sorted({name for c in up.ranks or [up] for name, *_ in tests if c.figures.get(name) is None})
