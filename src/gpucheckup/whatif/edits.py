@@ -681,6 +681,11 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
                 len(rows))
 
 
+def bf16(g: Graph) -> Edit:
+    """fp32 GEMMs run in bf16 under autocast: `tf32` with the bf16 tensor-core peak as the target."""
+    return tf32(g, "bf16")
+
+
 def _categories(g: Graph) -> np.ndarray:
     """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
     -1 for the names of host events), once per trace."""
@@ -789,6 +794,7 @@ TRANSFORMS = {
     "cuda_graphs": cuda_graphs,
     "torch_compile": torch_compile,
     "tf32": tf32,
+    "bf16": bf16,
     "comm_overlap": comm_overlap,
     "larger_batch": larger_batch,
 }
