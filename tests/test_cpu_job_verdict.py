@@ -61,6 +61,7 @@ def test_a_cpu_only_ddp_job_has_one_verdict_everywhere(cpu_ddp_run, tmp_path):
     up = gpucheckup.analyze(run)
     assert up.verdict == "cpu_only" and [r.verdict for r in up.ranks] == ["cpu_only", "cpu_only"]
     assert [f.action for f in up.fixes] == [x["action"] for x in doc["fixes"]]
+    assert up.report["verdict"] == doc["verdict"]  # the API's report holds the job's verdict, not rank 0's
     for table_row in doc["job"]["ranks"]["table"]:
         assert table_row["verdict"] == "cpu_only"
 
