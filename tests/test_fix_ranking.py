@@ -91,6 +91,11 @@ def test_long_kernel_names_fit_two_lines_at_80_columns_and_stay_whole_in_json_an
     for i in starts:  # the bullet's lines: up to the next bullet or event line
         n = next(j for j in range(i + 1, len(lines)) if lines[j].lstrip()[:1] in ("•", "-", "r", ""))
         assert n - i <= 2, lines[i:n]
+    table = lines[next(i for i, x in enumerate(lines) if x.startswith("Top kernels")) + 4:]
+    table = table[:next(i for i, x in enumerate(table) if not x.strip())]
+    rows = [x.rstrip().endswith("%") for x in table]  # a row's first line ends with its share
+    assert sum(rows) == 5 and rows[0]
+    assert "False, False" not in str(rows), table  # no label folds over a third line
     top = json.loads((tmp_path / "r.json").read_text())["checkups"][0]["kernels"]["top"]
     names = [t["name"] for t in top[:3]]
     assert all(len(n) > 80 for n in names)  # names longer than the terminal is wide...

@@ -47,7 +47,7 @@ def render(report: dict, console: Console, brief: bool = False) -> None:
     for f in report["verdict"]["findings"]:
         console.print(_finding(f, console.width))
     console.print(_fixes(report))
-    console.print(_figures(report))
+    console.print(_figures(report, console.width))
     render_hardware(report, console)
     for note in report["notes"]:
         console.print(Text("note: " + note, style="dim"))
@@ -126,6 +126,7 @@ def _bullets(items: list[Text], indent: int = 0, mark: str = "•") -> Table:
     return g
 
 
+TOP_OTHER_COLUMNS = 49  # the top-kernels table's columns but the kernel's, with their padding, at their minimum
 NAME_SHARE = 0.6  # of the terminal's width: the longest unbroken name (a kernel's) an evidence line shows whole
 _WORD_RUN = re.compile(r"\S+")
 _TOKEN_END = re.compile(r"^(.*?)((?:\.\.\.)?[:,;)]*)$", re.S)
@@ -136,16 +137,17 @@ def fit_names(text: str, width: int) -> str:
     an ellipsis, its head and tail kept (templated names differ in both), so that a line naming it wraps to two
     lines at most, not three; paths (with a /) stay whole. Terminal only: JSON and HTML keep the names."""
     limit = max(24, int(NAME_SHARE * width))
+    return _WORD_RUN.sub(lambda m: m.group(0) if "/" in m.group(0) else shorten(m.group(0), limit), text)
 
-    def cut(m: re.Match) -> str:
-        tok = m.group(0)
-        if len(tok) <= limit or "/" in tok:
-            return tok
-        core, end = _TOKEN_END.match(tok).groups()
-        keep = max(limit - 3 - len(end), 8)
-        return core[:keep - keep // 2] + "..." + core[-(keep // 2):] + end
 
-    return _WORD_RUN.sub(cut, text)
+def shorten(name: str, limit: int) -> str:
+    """A name of at most `limit` characters: cut in its middle with an ellipsis (a trailing '...' or punctuation
+    it already ends with kept at the end)."""
+    if len(name) <= limit:
+        return name
+    core, end = _TOKEN_END.match(name).groups()
+    keep = max(limit - 3 - len(end), 8)
+    return core[:keep - keep // 2] + "..." + core[-(keep // 2):] + end
 
 
 def _finding(f: dict, width: int = 80) -> Group:
@@ -193,7 +195,7 @@ def _fixes(r: dict) -> Group:
     return Group(*parts)
 
 
-def _figures(r: dict) -> Group:
+def _figures(r: dict, width: int = 80) -> Group:
     k = r["kernels"]
     figs = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)
     figs.add_column("figure")
@@ -216,8 +218,10 @@ def _figures(r: dict) -> Group:
     top.add_column("count", justify="right", no_wrap=True, min_width=5)
     top.add_column("total ms", justify="right", no_wrap=True, min_width=8)
     top.add_column("share", justify="right", no_wrap=True, min_width=6)
-    for t in k["top"][:5]:
-        top.add_row(Text(t["label"]), t["category"], str(t["count"]), f"{t['total_ms']:.2f}", f"{t['pct']:.1f}%")
+    column = max(16, width - TOP_OTHER_COLUMNS)  # what the other columns leave the kernel's label
+    for t in k["top"][:5]:  # a label folds over two lines at most (the JSON and HTML keep the whole name)
+        top.add_row(Text(shorten(t["label"], 2 * column - 2)), t["category"], str(t["count"]),
+                    f"{t['total_ms']:.2f}", f"{t['pct']:.1f}%")
     return Group(figs, cats, top)
 
 
