@@ -296,7 +296,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     from gpucheckup.diagnosis.coarse import coarse_verdict
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.report.run_model import fix_dicts, run_only_dict, run_parts
+    from gpucheckup.report.run_model import run_only_dict, run_parts
 
     path = Path(path)
     if not is_run_dir(path):
