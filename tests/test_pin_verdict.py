@@ -113,7 +113,8 @@ def test_the_largest_saving_wins_and_ties_keep_the_first_offered():
     fixes = [fix("pin_memory", 6.0), fix("dataloader_workers", 30.0), fix("cuda_graph", 12.0)]
     got, reason = verdict.from_savings(fixes, 100.0)
     assert got == "input_bound"
-    assert reason == ("the fix that saves the most in the replay addresses it: dataloader_workers saves 30.00 "
+    assert reason == ("of the fixes that remove one bottleneck, the one that saves the most in the replay addresses it: "
+                      "dataloader_workers saves 30.00 "
                       "ms/step (30.0%) of the 100.00 ms step (t edit)")
     assert verdict.from_savings([fix("pin_memory", 7.0), fix("cuda_graph", 7.0)], 100.0)[0] == "copy_bound"
     assert verdict.from_savings([fix("cuda_graph", 7.0), fix("pin_memory", 7.0)], 100.0)[0] == "launch_bound"

@@ -8,7 +8,8 @@
 
 `CheckUp` holds the job's verdict, fixes and step (for one trace, that trace's) and, for a folder or a
 run of several ranks, every rank's check-up in `ranks`. Its `report` is the first check-up's report
-(with its run's run-level keys); `figures` are the few numbers that `--fail-if` tests (FIGURES says
+(with its run's run-level keys), and for several ranks the job's verdict, fixes and notes in it (each rank's
+own report is in `ranks`); `figures` are the few numbers that `--fail-if` tests (FIGURES says
 what each is). `conditions` / `failed` are the `--fail-on` and `--fail-if` tests of the command line.
 """
 
@@ -98,9 +99,11 @@ class CheckUp:
         v = msgspec.to_builtins(doc.verdict)
         figs = dict(first.figures) if n <= 1 else dict.fromkeys(FIGURES)  # several: each rank's are its own
         figs["step_ms"] = doc.step.ms if doc.step else None
+        fixes = msgspec.to_builtins(doc.fixes)
+        report = first.report if n <= 1 else {**first.report, "verdict": v, "fixes": fixes, "notes": list(doc.notes)}
         return cls(path=doc.path, verdict=v["primary"] or "no_timeline", verdict_title=v["title"],
                    reason=v["reason"], findings=[_finding(f) for f in v["findings"]],
-                   fixes=[_fix(x) for x in msgspec.to_builtins(doc.fixes)], figures=figs, report=first.report,
+                   fixes=[_fix(x) for x in fixes], figures=figs, report=report,
                    ranks=ups if n > 1 else [], document=doc)
 
     @property
@@ -226,5 +229,6 @@ def failed(up: CheckUp, verdicts: set[str], tests: list[tuple]) -> list[str]:
 
 
 def unmeasured(up: CheckUp, tests: list[tuple]) -> list[str]:
-    """The --fail-if figures this check-up has no value for (they cannot fire)."""
+    """The --fail-if figures this check-up has no value for (the command line fails such a gate unless
+    --allow-missing)."""
     return sorted({name for c in up.ranks or [up] for name, *_ in tests if c.figures.get(name) is None})

@@ -7,7 +7,8 @@ The job's verdict, in order: several ranks matched by their collectives: the cro
 (checkup/ranks.check_job: the straggler's bound, a slow link, else what most ranks share);
 several traces without that: what most share; one trace: its own; a run with no trace: the
 run-level check-up's. The job's fixes and notes: those of the check-up whose verdict is the job's
-(the first such in rank order), its notes with every other check-up's that it lacks.
+(the first such in rank order; for a CPU-only job of several ranks, its cross-rank findings' fixes first),
+its notes with every other check-up's that it lacks.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
     first = (reports or cpu or [run_report])[0]
     head = _job_head(result)
     verdict, lead = _job_verdict(result, head, reports, cpu, run_report)
+    fixes = _cpu_job_fixes(verdict, lead) if result.job is not None and not reports else lead["fixes"]
     doc = {
         "schema_version": SCHEMA_VERSION,
         "gpucheckup_version": __version__,
@@ -42,7 +44,7 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
         "path": str(result.path),
         "verdict": verdict,
         "step": _step(result, reports, cpu, first),
-        "fixes": lead["fixes"],
+        "fixes": fixes,
         "notes": _notes(lead, reports + cpu),
         "checkups": [_trace_part(r) for r in reports],
         "cpu_checkups": [_cpu_part(r) for r in cpu],
@@ -83,6 +85,16 @@ def _job_verdict(result: Checkups, head: dict | None, reports: list[dict], cpu: 
     lead = next((r for r in reports + cpu if r["verdict"]["primary"] == primary), (reports or cpu)[0])
     title = VERDICT_TITLES.get(primary) or lead["verdict"]["title"]
     return {"primary": primary, "title": title, "reason": reason, "scores": {}, "findings": findings}, lead
+
+
+def _cpu_job_fixes(verdict: dict, lead: dict) -> list[dict]:
+    """A CPU-only job's fixes: those of its cross-rank findings (a GPU rank's check-up holds them already:
+    checkup/ranks.check_job), then the lead rank's, each catalogue key (else action) once."""
+    found = [{**x, "finding": f["id"]} for f in verdict["findings"] if f["severity"] != "info" for x in f["fix"]]
+    out: dict[str, dict] = {}
+    for x in found + list(lead["fixes"]):
+        out.setdefault(x.get("key") or x["action"], x)
+    return list(out.values())
 
 
 def _step(result: Checkups, reports: list[dict], cpu: list[dict], first: dict) -> Step | None:

@@ -62,6 +62,7 @@ class CpuCheckup(msgspec.Struct):
 
     profile: CpuProfile
     report: dict
+    findings: list[Finding] = msgspec.field(default_factory=list)  # diagnosis/cpu_rules.py
 
 
 class RunCheckup(msgspec.Struct):
@@ -206,17 +207,20 @@ def _rank_table(a: TraceAnalysis):
     return rank_input(a.trace, None, a.launch_rows, a.steps)
 
 
-def cpu_checkup(trace) -> CpuCheckup:
-    """The CPU-side check-up of a trace without device activity; CheckupError when it has no CPU operators
-    either (nothing to check up)."""
+def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
+    """The CPU-side check-up of a trace without device activity (`step_ms`: the job's step without the profiler,
+    when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up)."""
     from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.diagnosis.cpu_rules import cpu_findings
     from gpucheckup.report.cpu_model import cpu_dict
 
     p = cpu_profile(trace)
     if p is None:
         raise CheckupError(f"{trace.path}: nothing to check up: no device activity (no kernels, copies, memsets "
                            "or other accelerator work) and no CPU operators (cpu_op events)")
-    return CpuCheckup(p, cpu_dict(trace, p))
+    p.step_ms = step_ms
+    findings = cpu_findings(p)
+    return CpuCheckup(p, cpu_dict(trace, p, findings), findings)
 
 
 def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:
@@ -292,7 +296,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     from gpucheckup.diagnosis.coarse import coarse_verdict
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.report.run_model import fix_dicts, run_only_dict, run_parts
+    from gpucheckup.report.run_model import run_only_dict, run_parts
 
     path = Path(path)
     if not is_run_dir(path):
@@ -332,7 +336,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
             from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
 
             if cpu_profile(trace) is not None:
-                out.cpu.append(cpu_checkup(trace))
+                out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms))
             continue
         used.append(str(p.relative_to(path)))
         out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(findings)))
@@ -352,10 +356,16 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     for c in out.checkups:
         c.report.update(run_parts(ra, used, None, coarse))
         _add_sampled(c.report, c.analysis, sampled, all_traces)
-    for c in out.cpu:
+    for c in out.cpu:  # its CPU-side findings (with the job's threads and cores), then the run-level ones
+        from gpucheckup.analysis.run_logs.environment import thread_budget
+        from gpucheckup.diagnosis.cpu_rules import cpu_findings
+        from gpucheckup.report.cpu_model import cpu_fix_dicts
+
+        p = c.profile
+        c.findings = cpu_findings(p, thread_budget(run.env or {}, p.per_step(p.main_thread.busy_ms)))
         c.report.update(run_parts(ra, parts_traces, None, coarse))
-        c.report["verdict"]["findings"] = [f.to_dict() for f in findings]
-        c.report["fixes"] = fix_dicts(findings)
+        c.report["verdict"]["findings"] = [f.to_dict() for f in c.findings + findings]
+        c.report["fixes"] = cpu_fix_dicts(c.findings + findings)
     if not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
         _add_sampled(rc.report, None, sampled, all_traces)

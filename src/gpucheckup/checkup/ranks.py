@@ -4,8 +4,9 @@
 timeline), matches their collectives (analysis/job/ranks.py), finds the straggler and its cause and
 judges the collectives' bus bandwidth against the link (diagnosis/rank_rules.py), discounts the
 waiting ranks' communication findings, and gives the job one verdict: the bound of the straggler's
-cause when one is named (else the straggler's own verdict) when there is a straggler, `communication_bound` when the link is slow, else the verdict most
-ranks share. `job_dict` is its JSON part (`ranks`, `communication`, `verdict`).
+cause when one is named (else the straggler's own verdict) when there is a straggler, `communication_bound` when
+the link is slow, else the verdict most ranks share. A job none of whose ranks has device activity is `cpu_only`
+(no GPU bound holds where no kernel ran), with the straggler and its cause in its reason and findings. `job_dict` is its JSON part (`ranks`, `communication`, `verdict`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpucheckup.analysis.job.ranks import RankInput, RanksAnalysis, analyze_rank
 from gpucheckup.diagnosis import rank_rules
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.hardware import links
+from gpucheckup.report.cpu_model import CPU_VERDICT
 
 
 @dataclass
@@ -111,7 +113,16 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
         if ra.straggler is not None:
             c.diagnosis.findings.insert(0, findings[0])
     verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
-    if ra.straggler is not None:
+    if not checkups and not ra.on_gpu:  # no rank launched a kernel: no GPU bound can hold (report/cpu_model.py)
+        verdicts = {r.rank: CPU_VERDICT for r in ra.table}
+        primary = CPU_VERDICT
+        if ra.straggler is not None:
+            why = rank_rules.CPU_CAUSE_TEXT.get(cause or "", "with no single cause")
+            reason = (f"no rank has device activity (a CPU-only job); rank {ra.straggler} is the straggler "
+                      f"({ra.straggler_late_ms:.2f} ms late per step, {why}) and the job runs at its pace")
+        else:
+            reason = f"no rank has device activity (a CPU-only job) and no rank is a straggler ({len(ra.table)} ranks)"
+    elif ra.straggler is not None:
         # the cause found against the other ranks is the sharper evidence; else the straggler's own check-up
         primary = rank_rules.CAUSE_BOUND.get(cause or "") or verdicts.get(ra.straggler) or "unknown"
         why = rank_rules.CAUSE_TEXT.get(cause, "with no single cause") if cause else "with no single cause"

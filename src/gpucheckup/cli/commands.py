@@ -56,7 +56,7 @@ def cmd_analyze(args, console) -> int:
     verdicts, tests = _conditions(args)  # checked before the work
     result = check(args.path, mfu_inputs(args), args.ncu, jobs=jobs)
     rc = emit(result, Output.of(args), console)
-    return gate(result, verdicts, tests) or rc
+    return gate(result, verdicts, tests, getattr(args, "allow_missing", False)) or rc
 
 
 
@@ -70,9 +70,10 @@ def _conditions(args) -> tuple[set[str], list]:
     return api.conditions(args.fail_on, args.fail_if)
 
 
-def gate(result, verdicts: set[str], tests: list) -> int:
-    """EXIT_FAILED_CONDITION and one line per condition that fired, else 0; a --fail-if figure the check-up
-    has no value for is said, and fires nothing."""
+def gate(result, verdicts: set[str], tests: list, allow_missing: bool = False) -> int:
+    """EXIT_FAILED_CONDITION and one line per condition that fired, else 0. A --fail-if figure the check-up has
+    no value for fails the gate too (a gate that cannot be tested has not passed), one line naming it, unless
+    `allow_missing` (--allow-missing), which lets it pass with a line saying so."""
     if not (verdicts or tests):
         return 0
     from gpucheckup import api
@@ -80,12 +81,17 @@ def gate(result, verdicts: set[str], tests: list) -> int:
     up = api.checkup_of(result)
     if up is None:
         return 0
-    for name in api.unmeasured(up, tests):
-        say(f"gpucheckup: --fail-if {name}: not measured in this check-up, so it cannot fire")
+    missing = api.unmeasured(up, tests)
+    for name in missing:
+        if allow_missing:
+            say(f"gpucheckup: --fail-if {name}: not measured in this check-up; passed under --allow-missing")
+        else:
+            say(f"gpucheckup: failed: --fail-if {name}: not measured in this check-up ({api.FIGURES[name]}), so "
+                "the gate cannot pass; --allow-missing lets a missing figure pass")
     fired = api.failed(up, verdicts, tests)
     for line in fired:
         say(f"gpucheckup: failed: {line}")
-    return EXIT_FAILED_CONDITION if fired else 0
+    return EXIT_FAILED_CONDITION if fired or (missing and not allow_missing) else 0
 
 
 def cmd_demo(args, console) -> int:
@@ -343,7 +349,16 @@ def cmd_compare(args, console) -> int:
     if args.json:
         write_atomic(args.json, json_doc.document(c.to_dict()))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
-    if args.fail_if_slower is not None and c.step_change_pct is not None and c.step_change_pct > args.fail_if_slower:
+    if args.fail_if_slower is None:
+        return 0
+    if c.step_change_pct is None:  # a gate that cannot be tested has not passed (as analyze's --fail-if)
+        if args.allow_missing:
+            say("gpucheckup compare: --fail-if-slower: no step time to compare; passed under --allow-missing")
+            return 0
+        say("gpucheckup compare: failed: --fail-if-slower: A or B has no step time, so the gate cannot pass; "
+            "--allow-missing lets it pass")
+        return EXIT_FAILED_CONDITION
+    if c.step_change_pct > args.fail_if_slower:
         say(f"gpucheckup compare: B is {c.step_change_pct:.1f}% slower than A (limit {args.fail_if_slower:g}%)")
         return EXIT_FAILED_CONDITION
     return 0

@@ -68,7 +68,12 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         _write_files(list(zip(labels, slugs, checkups)), out, console, title, job)
         return 0
     if result.cpu:
-        return _write_cpu_files(result, out, console)
+        job = None
+        if result.job and (out.html or out.markdown):  # a CPU-only job of several ranks: its verdict first
+            from gpucheckup.checkup.ranks import job_dict
+
+            job = job_dict(result.job, [], result.reports())
+        return _write_cpu_files(result, out, console, job)
     if result.run:
         if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
             from gpucheckup.report.pages import html
@@ -84,18 +89,20 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
     return 0
 
 
-def _write_cpu_files(result: Checkups, out: Output, console: Console) -> int:
-    """Write the HTML and Markdown of CPU-side check-ups; the annotated trace is not made for them (one line)."""
+def _write_cpu_files(result: Checkups, out: Output, console: Console, job: dict | None = None) -> int:
+    """Write the HTML and Markdown of CPU-side check-ups (`job`: the ranks' job section, checkup/ranks.job_dict,
+    first); the annotated trace is not made for them (one line)."""
     from gpucheckup.report.pages import cpu_pages
+    from gpucheckup.report.pages.job_pages import html_section, markdown_section
 
     pages = [(f"rank {c.report['trace']['rank']}: {Path(c.report['trace']['path']).name}"
               if c.report["trace"]["rank"] is not None else Path(c.report["trace"]["path"]).name, c.report)
              for c in result.cpu]
     if out.html:
-        write_atomic(out.html, cpu_pages.render_html(pages).encode())
+        write_atomic(out.html, cpu_pages.render_html(pages, head=html_section(job) if job else "").encode())
         console.print(f"HTML report written to {out.html}", markup=False, soft_wrap=True)
     if out.markdown:
-        write_atomic(out.markdown, cpu_pages.render_markdown(pages).encode())
+        write_atomic(out.markdown, cpu_pages.render_markdown(pages, head=markdown_section(job) if job else "").encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
         say(f"gpucheckup: not written: --perfetto {out.perfetto}: the annotated trace adds GPU tracks and this "

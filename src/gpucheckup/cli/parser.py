@@ -19,7 +19,8 @@ from gpucheckup.cli import commands
 EXIT_CODES = """exit codes (every command; `run` passes the job's own through):
   0   done
   2   bad input or usage (one line on stderr says what and where)
-  3   a --fail-on / --fail-if condition fired (one line each)
+  3   a gate fired: --fail-on, --fail-if, compare --fail-if-slower, or a gate's figure is missing
+      (one line each; --allow-missing lets a missing figure pass)
   4   an output file could not be written (one line names the file and why)
   70  an internal error (a bug: please report it with --debug's traceback)
   1   the reader of standard output went away (`| head`): quietly
@@ -114,7 +115,11 @@ def _analyze(sub, common) -> None:
                    help="exit 3 when the verdict is one of these (e.g. launch_bound,input_bound; docs/api.md)")
     g.add_argument("--fail-if", action="append", metavar="FIGURE<N",
                    help="exit 3 when a figure passes a bound, e.g. 'mfu_pct<30', 'busy_pct<80', 'step_ms>120', "
-                        "'gap_launch_pct>=20' (<, <=, >, >=; repeatable; figures: docs/api.md)")
+                        "'gap_launch_pct>=20' (<, <=, >, >=; repeatable; figures: docs/api.md); a figure the "
+                        "check-up has no value for fails the gate (exit 3, one line naming it)")
+    g.add_argument("--allow-missing", action="store_true",
+                   help="let a --fail-if figure the check-up has no value for pass (a line says so) instead of "
+                        "failing the gate")
     mfu_options(a)
     a.set_defaults(func=commands.cmd_analyze)
 
@@ -298,7 +303,10 @@ def _compare(sub, common) -> None:
     c.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
     c.add_argument("--changed", action="store_true", help="print only the figures that changed beyond noise")
     c.add_argument("--fail-if-slower", type=float, metavar="PCT",
-                   help="exit with status 1 when B's step time is more than PCT percent above A's (a CI gate)")
+                   help="exit 3 (as analyze's gates) when B's step time is more than PCT percent above A's (a CI "
+                        "gate); when either step time is missing the gate fails too, unless --allow-missing")
+    c.add_argument("--allow-missing", action="store_true",
+                   help="let --fail-if-slower pass (a line says so) when either check-up has no step time")
     c.set_defaults(func=commands.cmd_compare)
 
 

@@ -16,6 +16,9 @@ VERDICT_TITLES = {
 SEVERITIES = ("critical", "warning", "info")
 TIERS = ("config", "code", "refactor")  # configuration-only first, then code changes, then refactors
 TIER_TITLES = {"config": "configuration only", "code": "code change", "refactor": "refactor"}
+# A saving under this prints as 0.00 ms: nothing measurable. Such a fix ranks after every fix that saves more,
+# whatever its tier (a configuration change that saves nothing is not the first thing to try).
+NO_SAVING_MS = 0.005
 
 
 class Fix(msgspec.Struct):
@@ -99,7 +102,8 @@ class Diagnosis(msgspec.Struct):
         return VERDICT_TITLES[self.primary]
 
     def ranked_fixes(self, limit: int | None = None) -> list[tuple[Fix, Finding]]:
-        """All fixes, configuration-only first, then by the time each saves (predicted, else its bound)."""
+        """All fixes, configuration-only first, then by the time each saves (predicted, else its bound); those
+        that save nothing measurable (under NO_SAVING_MS) last, whatever their tier."""
         best: dict[str, tuple[Fix, Finding]] = {}
         for fd in self.findings:
             if fd.severity == "info":
@@ -108,5 +112,6 @@ class Diagnosis(msgspec.Struct):
                 key = f.key or f.action
                 if key not in best or f.saving_ms > best[key][0].saving_ms:
                     best[key] = (f, fd)
-        pairs = sorted(best.values(), key=lambda p: (TIERS.index(p[0].tier), -p[0].expected_ms))
+        pairs = sorted(best.values(), key=lambda p: (p[0].expected_ms < NO_SAVING_MS, TIERS.index(p[0].tier),
+                                                     -p[0].expected_ms))
         return pairs[:limit] if limit else pairs

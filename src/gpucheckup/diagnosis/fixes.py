@@ -2,7 +2,8 @@
 
 Each entry has a key (one change, however many findings point at it), the action, its tier
 (configuration only, code change, refactor), how to do it, its precondition (checked on the
-trace's analysis, or on the run's for run-level fixes: a fix is offered only where it holds) and
+trace's analysis, on the run's for run-level fixes, or on the CPU-side profile of a trace without device
+activity (analysis/one_trace/cpu_profile.py) for CPU-side ones: a fix is offered only where it holds) and
 its saving model with the reason for it. Savings are ms per step of the window's step time
 (analysis/one_trace/window.py), predicted from the cost the fix removes and never more than it; a fix that
 removes part of a cost names the part. docs/metrics.md ("Fix catalogue") repeats every model.
@@ -19,11 +20,14 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
+from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.dataloader import workers_to_keep_pace
 from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
+from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
@@ -86,15 +90,18 @@ def _workers(a: TraceAnalysis) -> int:
 
 
 def _workers_advice(x) -> dict:
-    """The worker count and its reason, for the action and `how` (a run directory has no per-batch cost)."""
+    """The worker count and its reason, for the action and `how` (a run directory has no per-batch cost; a CPU-side
+    profile's is its main thread's time in DataLoader __next__ per step)."""
     if _is_run(x):
         return {"workers": "N", "why": "N up to the CPU cores left free (a trace says how many keep pace)"}
-    d = x.dataloader
-    rest = max(x.window.step_ms - d.ms_per_step, 0.0)
-    return {"workers": _workers(x), "why": f"loading takes {d.ms_per_step:.1f} ms a batch in the training process "
-            f"and the rest of the step {rest:.1f} ms, so {_workers(x)} "
-            f"{'worker keeps' if _workers(x) == 1 else 'workers keep'} pace; it needs that many free cores (with "
-            "fewer, the wait shrinks in proportion)"}
+    if _is_cpu(x):
+        load, step = x.per_step(x.dataloader_ms), x.per_step(x.span_ms)
+        n = max(workers_to_keep_pace(load, step), 1)
+    else:
+        load, step, n = x.dataloader.ms_per_step, x.window.step_ms, _workers(x)
+    return {"workers": n, "why": f"loading takes {load:.1f} ms a batch in the training process and the rest of the "
+            f"step {max(step - load, 0.0):.1f} ms, so {n} {'worker keeps' if n == 1 else 'workers keep'} pace; it "
+            "needs that many free cores (with fewer, the wait shrinks in proportion)"}
 
 
 def _idle(a: TraceAnalysis, *causes: str) -> float:
@@ -256,17 +263,37 @@ def _is_run(x) -> bool:
     return isinstance(x, RunAnalysis)
 
 
+def _is_cpu(x) -> bool:
+    return isinstance(x, CpuProfile)
+
+
 def _no_workers(x) -> bool:
+    if _is_cpu(x):
+        return any("_SingleProcessDataLoaderIter" in n for n in x.loader_iterators)
     return x.loaders["max_workers"] == 0 if _is_run(x) else single_process_loader(x)
 
 
 def _trace(f: Callable[[TraceAnalysis], float]) -> Callable[[object], float]:
-    """A saving model that the trace measures; 0 for a run-level finding (no per-step figure)."""
-    return lambda x: 0.0 if _is_run(x) else f(x)
+    """A saving model that the trace measures; 0 for a run-level finding (no per-step figure) and a CPU-side one."""
+    return lambda x: 0.0 if _is_run(x) or _is_cpu(x) else f(x)
 
 
 def _never_on_run(f: Callable[[TraceAnalysis], bool]) -> Callable[[object], bool]:
-    return lambda x: (not _is_run(x)) and f(x)
+    """A GPU trace's precondition: never on a run's or a CPU-side profile's finding."""
+    return lambda x: not (_is_run(x) or _is_cpu(x)) and f(x)
+
+
+def _input_wait_ms(x) -> float:
+    """The time per step the loop waits for data: the GPU's `input` idle, or on a CPU-side profile the main
+    thread's time in DataLoader __next__ (the most that batches ready when asked for can give back)."""
+    if _is_cpu(x):
+        return x.per_step(x.dataloader_ms)
+    return 0.0 if _is_run(x) else _idle(x, "input")
+
+
+def _cpu_python_ms(x) -> float:
+    """A CPU-side profile's Python between operators outside the DataLoader, per step; 0 elsewhere."""
+    return x.per_step(x.python_outside_loader_ms) if _is_cpu(x) else 0.0
 
 
 def _zero(_x) -> float:
@@ -280,22 +307,31 @@ def _always(_x) -> bool:
 INPUT_SAVES = ("all of the GPU idle while the host waits for data (`input` gap time): with batches ready when "
                "asked for, that wait is gone; the loading work itself moves off the critical path")
 LAUNCH_SAVES = "the GPU idle while the host launches kernels or runs Python between them (`launch` + `other_host`)"
+CPU_INPUT_SAVES = ("the main thread's time in DataLoader __next__ per step: with batches ready when asked for, the "
+                   "loop stops waiting; more cores on the loading cannot give back more than that wait")
+CPU_PYTHON_SAVES = ("the main thread's Python between operators outside the DataLoader, per step (upper bound: all "
+                    "of it): the time the loop spends in Python with no operator running")
 
 CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers={workers})", "config",
         when="the training loop iterates a single-process DataLoader (_SingleProcessDataLoaderIter; in a run "
              "directory: every DataLoader has num_workers=0)",
-        saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes",
-        applies=_no_workers, saving=_trace(lambda a: _idle(a, "input")),
+        saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes (CPU-side: " + CPU_INPUT_SAVES
+              + ")",
+        applies=_no_workers, saving=_input_wait_ms,
         how="DataLoader(dataset, num_workers={workers}, persistent_workers=True): {why}",
         fill=lambda x: _workers_advice(x), bottleneck="input_bound", replay="dataloader_workers",
         edit_params=lambda a: (("workers", _workers(a)),)),
     CatalogueFix(
         "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
-        when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU waits for it",
-        saves=INPUT_SAVES + "; more workers raise the batch rate until it matches the GPU's",
-        applies=_never_on_run(_multi_process_loader), saving=_trace(lambda a: _idle(a, "input")),
+        when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU (CPU-side: the "
+             "training loop) waits for it",
+        saves=INPUT_SAVES + "; more workers raise the batch rate until it matches the GPU's (CPU-side: "
+              + CPU_INPUT_SAVES + ")",
+        applies=lambda x: (any("_MultiProcessingDataLoaderIter" in n for n in x.loader_iterators) if _is_cpu(x)
+                           else _never_on_run(_multi_process_loader)(x)),
+        saving=_input_wait_ms,
         bottleneck="input_bound", replay="dataloader_workers"),
     CatalogueFix(
         "pin_memory", "Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config",
@@ -312,8 +348,9 @@ CATALOGUE: list[CatalogueFix] = [
         bottleneck="input_bound"),
     CatalogueFix(
         "fast_storage", "Store the dataset in a faster format or on local disk (sharded, pre-decoded)", "refactor",
-        when="the host waits in the DataLoader", saves=INPUT_SAVES,
-        applies=_never_on_run(_input_wait), saving=_trace(lambda a: _idle(a, "input")),
+        when="the host waits in the DataLoader", saves=INPUT_SAVES + " (CPU-side: " + CPU_INPUT_SAVES + ")",
+        applies=lambda x: x.dataloader_ms > 0 if _is_cpu(x) else _never_on_run(_input_wait)(x),
+        saving=_input_wait_ms,
         bottleneck="input_bound"),
     CatalogueFix(
         "fused_optimizer", "Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per parameter "
@@ -450,7 +487,30 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the FP32 GEMM time x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0),
         saving=_trace(lambda a: _faster_dtype_saving(a, "bf16")),
-        bottleneck="gpu_bound", replay="tf32", replay_params=(("target", "bf16"),)),
+        bottleneck="gpu_bound", replay="bf16"),
+    CatalogueFix(
+        "compile_cpu", "Compile the model for the CPU: model = torch.compile(model) runs forward and backward as "
+        "generated C++ instead of one Python-dispatched operator after another", "code",
+        when="CPU-side check-up: the main thread runs Python with no operator open outside the DataLoader",
+        saves=CPU_PYTHON_SAVES + "; a compiled graph runs its operators without returning to Python between them",
+        applies=lambda x: _is_cpu(x) and x.python_outside_loader_ms > 0, saving=_cpu_python_ms),
+    CatalogueFix(
+        "python_off_loop", "Take per-step Python off the training loop: vectorize per-sample Python loops into "
+        "tensor ops, compute metrics and log every N steps (py-spy shows where the time goes)", "code",
+        when="CPU-side check-up: the main thread runs Python with no operator open outside the DataLoader",
+        saves=CPU_PYTHON_SAVES + "; Python that no longer runs every step costs the step nothing",
+        applies=lambda x: _is_cpu(x) and x.python_outside_loader_ms > 0, saving=_cpu_python_ms),
+    CatalogueFix(
+        "cpu_threads", "Give each process its share of the cores for its operators: torch.set_num_threads({k}) at "
+        "start (torchrun sets OMP_NUM_THREADS=1 unless told: OMP_NUM_THREADS={k})", "config",
+        when="CPU-side check-up of a run directory: the job's processes run fewer intra-op threads "
+             "(torch.get_num_threads()) than the usable cores per process",
+        saves="the main thread's operator time per step x (1 - threads / (usable cores / processes)): an operator "
+              "that splits its work over k threads instead of t takes t/k of its time at best (upper bound)",
+        applies=lambda x: isinstance(x, ThreadBudget) and 0 < x.threads < x.cores_per_process,
+        saving=lambda x: x.busy_ms_per_step * (1 - x.threads / x.cores_per_process)
+        if isinstance(x, ThreadBudget) and x.cores_per_process > 0 else 0.0,
+        fill=lambda x: {"k": x.cores_per_process}),
     CatalogueFix(
         "expandable_segments", "Let the caching allocator grow instead of reallocating: "
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "config",

@@ -30,6 +30,9 @@ CAUSE_BOUND = {"input": "input_bound", "sync": "sync_bound", "outside_ops": "lau
 CAUSE_TEXT = {"input": "waiting for its DataLoader", "sync": "in host-GPU synchronizations",
               "outside_ops": "in host work between operators (Python, launches)",
               "gpu_compute": "in GPU compute (a slower GPU or more work on this rank)"}
+# The same causes on ranks with no device activity: nothing is launched, so host work is Python and operators.
+CPU_CAUSE_TEXT = {**CAUSE_TEXT, "sync": "in waits on the host", "outside_ops": "in host work between operators (Python)",
+                  "gpu_compute": "in its operators (more work on this rank or a slower core)"}
 COMM_FINDING = "exposed_communication"
 COMM_FIX_KEYS = ("Tune DDP bucketing", "Check NCCL's transport")  # replaced by the slow-link finding
 
@@ -67,7 +70,7 @@ def straggler_finding(ra: RanksAnalysis, cause: str, excess_ms: float, excess: d
     else:
         fixes += [Fix(f"Look at rank {ra.straggler}'s own check-up below: no one activity explains its lateness",
                       "code", ra.waited_ms)]
-    what = CAUSE_TEXT.get(cause, cause) if named else "with no single cause"
+    what = (CAUSE_TEXT if ra.on_gpu else CPU_CAUSE_TEXT).get(cause, cause) if named else "with no single cause"
     return Finding(
         id="straggler", severity="critical" if 100 * ra.waited_ms / step >= 20 else "warning",
         title=f"Rank {ra.straggler} is the straggler: the others wait for it, {what}",

@@ -79,5 +79,6 @@ def from_savings(fixes: list, step_ms: float) -> tuple[str, str] | None:
         return None
     p = best.predicted
     verdict = BY_KEY[best.key].bottleneck
-    return verdict, (f"the fix that saves the most in the replay addresses it: {best.key} saves {p.saving_ms:.2f} "
+    return verdict, (f"of the fixes that remove one bottleneck, the one that saves the most in the replay addresses "
+                     f"it: {best.key} saves {p.saving_ms:.2f} "
                      f"ms/step ({p.saving_pct:.1f}%) of the {step_ms:.2f} ms step ({p.transform} edit)")

@@ -683,6 +683,11 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
                 len(rows))
 
 
+def bf16(g: Graph) -> Edit:
+    """fp32 GEMMs run in bf16 under autocast: `tf32` with the bf16 tensor-core peak as the target."""
+    return tf32(g, "bf16")
+
+
 def _categories(g: Graph) -> np.ndarray:
     """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
     -1 for the names of host events), once per trace."""
@@ -791,6 +796,7 @@ TRANSFORMS = {
     "cuda_graphs": cuda_graphs,
     "torch_compile": torch_compile,
     "tf32": tf32,
+    "bf16": bf16,
     "comm_overlap": comm_overlap,
     "larger_batch": larger_batch,
 }
@@ -798,7 +804,7 @@ TRANSFORMS = {
 
 # Edits that only shorten nodes (durations, gaps, latencies): a step cannot end earlier than by the time they take
 # out of it, which bounds what the replay may claim (the mechanism's time on the critical path at most).
-SHORTENING = frozenset({"tf32", "fused_optimizer", "torch_compile", "cuda_graphs"})
+SHORTENING = frozenset({"tf32", "bf16", "fused_optimizer", "torch_compile", "cuda_graphs"})
 
 
 def removed_ms(before: Graph, after: Graph) -> float:

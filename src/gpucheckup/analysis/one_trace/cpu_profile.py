@@ -10,14 +10,22 @@ Definitions (also in docs/metrics.md, "CPU-side check-up"):
 - Python between ops: the main thread's span less its busy time: the host runs Python (or waits)
   with no operator open.
 - DataLoader: the union of `enumerate(DataLoader)#...__next__` annotations (and operators) on the
-  main thread, as a share of the span: the training loop waiting for its next batch.
+  main thread, as a share of the span: the training loop waiting for its next batch (with
+  num_workers=0, the loading itself). `loader_iterators`: their distinct names, which say whether
+  the loader runs in-process (_SingleProcessDataLoaderIter) or in workers (_MultiProcessingDataLoaderIter).
+- Python outside the DataLoader: Python between ops less the DataLoader's time (the Dataset's Python
+  runs inside `__next__` with no operator open; it is the DataLoader's, not the loop's).
+- per step: a figure over the span divided by the number of ProfilerStep windows (1 without them: the
+  span is one step); when the job's step time without the profiler is known (`step_ms`: a run
+  directory's unprofiled steps), its share of the span times that step, so that no per-step figure
+  exceeds the step the job really runs (the profiler slows the profiled steps' host side).
 - steps: `ProfilerStep#N` annotations, when the trace has them; their median length.
 Analysis reads no torch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -74,6 +82,16 @@ class CpuProfile:
     top_ops: list[OpRow]
     threads: list[ThreadRow]
     summary: str  # one line: where the main thread's time goes
+    python_outside_loader_ms: float = 0.0  # Python between ops outside the DataLoader's __next__
+    loader_iterators: list[str] = field(default_factory=list)  # the DataLoader annotations' distinct names
+    step_ms: float | None = None  # the job's step without the profiler, when known (a run directory's)
+
+    def per_step(self, ms: float) -> float:
+        """A figure over the span (ms) per step: its share of the span times the job's unprofiled step when known,
+        else over the ProfilerStep windows (the span as one step without them)."""
+        if self.step_ms:
+            return ms / self.span_ms * self.step_ms if self.span_ms > 0 else 0.0
+        return ms / max(self.steps, 1)
 
 
 def self_times(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +148,11 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
     names = np.asarray(trace.names, dtype=object)
     dl_ids = trace.name_ids(lambda s: s.startswith(DATALOADER_PREFIX))
     dl = on_main & np.isin(h.name, dl_ids) & np.isin(h.cat, (CPU_OP, USER_ANNOTATION))
-    dl_us = iv.total(iv.intersect(iv.union(h.start[dl], h.end[dl]), windows)) if dl.any() else 0.0
+    dl_iv = iv.intersect(iv.union(h.start[dl], h.end[dl]), windows) if dl.any() else None
+    dl_us = iv.total(dl_iv) if dl_iv is not None else 0.0
+    idle = iv.subtract(windows, iv.intersect(top_union[main_key], windows))  # main thread: no operator open
+    outside_us = iv.total(iv.subtract(idle, dl_iv) if dl_iv is not None else idle)
+    loaders = sorted({str(names[i]) for i in np.unique(h.name[dl])}) if dl.any() else []
     total_self = float(self_t.sum())
     by_name: dict[int, list] = {}
     op_names = h.name[ops]
@@ -146,7 +168,8 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
         python_between_ms=between / 1e3, python_between_pct=100 * between / span,
         dataloader_ms=dl_us / 1e3, dataloader_pct=100 * dl_us / span,
         steps=int(st.sum()), step_median_ms=float(median(step_len)) / 1e3 if st.any() else None,
-        top_ops=top_ops, threads=rows[:TOP_THREADS], summary="")
+        top_ops=top_ops, threads=rows[:TOP_THREADS], summary="", python_outside_loader_ms=outside_us / 1e3,
+        loader_iterators=loaders)
     prof.summary = summary_line(prof)
     return prof
 

@@ -7,9 +7,13 @@ Definitions (docs/capture.md):
   processes that reported.
 - DataLoader workers on the host: the largest `num_workers` of any DataLoader the job created,
   times the processes on the host (each rank runs its own loader workers).
+- intra-op threads: the fewest `torch.get_num_threads()` any process reported at its first step
+  (`job.<process>.torch.intra_op_threads`); cores per process: usable cores / processes on the host.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 MAX_COUNT = 10**6  # a count of workers, processes or cores above this is not a real machine's
@@ -55,3 +59,28 @@ def dataloader_load(env: dict) -> dict:
         "cores_limited_by": limit,
         "pin_memory": sorted({bool(d.get("pin_memory")) for d in loaders}),
     }
+
+
+@dataclass(frozen=True)
+class ThreadBudget:
+    """A CPU-only job's operator time against the threads it gives them: what intra-op threads could speed up."""
+
+    busy_ms_per_step: float  # the main thread's operator time per step (analysis/one_trace/cpu_profile.py)
+    threads: int  # intra-op threads the job's processes run (the fewest reported)
+    cores_per_process: int  # usable cores / processes on the host, rounded down
+
+
+def intra_op_threads(env: dict) -> int | None:
+    """The fewest intra-op threads any of the job's processes reported (None when none did)."""
+    seen = [_count(_dict(_dict(a).get("torch")).get("intra_op_threads")) for a in _dict(env.get("job")).values()]
+    seen = [n for n in seen if n]
+    return min(seen) if seen else None
+
+
+def thread_budget(env: dict, busy_ms_per_step: float) -> ThreadBudget | None:
+    """The thread budget of a CPU-only job (module docstring), or None when the threads or cores are unknown."""
+    threads, load = intra_op_threads(env), dataloader_load(env)
+    if threads is None or not load["usable_cores"]:
+        return None
+    per = int(load["usable_cores"] // max(load["processes_on_host"], 1))
+    return ThreadBudget(busy_ms_per_step, threads, per)

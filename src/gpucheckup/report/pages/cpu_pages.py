@@ -58,8 +58,9 @@ def _md_findings(r: dict) -> list[str]:
     return out
 
 
-def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up") -> str:
-    """One HTML page holding each (label, report) CPU-side check-up; no script, no outside request."""
+def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up", head: str = "") -> str:
+    """One HTML page holding each (label, report) CPU-side check-up, after `head` (the job's section, escaped
+    HTML: report/pages/job_pages.py); no script, no outside request."""
     parts = []
     for label, r in pages:
         c, v = r["cpu"], r["verdict"]
@@ -74,12 +75,12 @@ def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up")
             "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=viewport content=\"width=device-width,initial-scale=1\">"
             f"<title>gpucheckup: {_h(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>gpucheckup: {_h(title)}</h1>{''.join(parts)}</body></html>\n")
+            f"<h1>gpucheckup: {_h(title)}</h1>{head}{''.join(parts)}</body></html>\n")
 
 
-def render_markdown(pages: list[tuple[str, dict]], title: str = "CPU-side check-up") -> str:
-    """The CPU-side check-ups as Markdown."""
-    out = [f"# gpucheckup: {md(title)}\n"]
+def render_markdown(pages: list[tuple[str, dict]], title: str = "CPU-side check-up", head: str = "") -> str:
+    """The CPU-side check-ups as Markdown, after `head` (the job's section: report/pages/job_pages.py)."""
+    out = [f"# gpucheckup: {md(title)}\n"] + ([head] if head else [])
     for label, r in pages:
         c, v = r["cpu"], r["verdict"]
         out += [f"## {md(label)}\n", f"{md(r['trace']['path'])}\n", f"**{md(v['title'])}**: {md(v['reason'])}\n"]

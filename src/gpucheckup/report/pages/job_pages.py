@@ -15,7 +15,7 @@ import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.report.pages.html import _finding, _table, esc
-from gpucheckup.report.text.lines import cost_line
+from gpucheckup.report.text.lines import severity_cost
 from gpucheckup.report.pages.markdown import md, table
 from gpucheckup.report.text.terminal_ranks import COLUMNS, MAX_ROWS, outliers
 
@@ -106,7 +106,7 @@ def markdown_section(job: dict) -> str:
     out = ["## The job: ranks side by side\n",
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['reason'])}  \n{md(straggler_line(job))}\n"]
     for f in v["findings"]:
-        out.append(f"### {md(f['title'])} ({md(f['severity'])}, {md(cost_line(f))})\n")
+        out.append(f"### {md(f['title'])} ({md(severity_cost(f))})\n")
         lines = [f"- {md(e)}" for e in f["evidence"]]
         lines += [f"- fix: {md(x['action'])}" for x in f["fix"]]
         lines.append(f"- rule: {md(f['rule'])}")

@@ -16,7 +16,7 @@ from gpucheckup.report.text.hardware_text import (
 )
 from gpucheckup.report.pages.html import environment_rows, nvml_summary, step_rows
 from gpucheckup.report.text.lines import (
-    MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat, saving_text, step_line, sync_rate,
+    MAX_EVENTS, busy_line, event_line, severity_cost, key_figures, profiler_caveat, saving_text, step_line, sync_rate,
 )
 from gpucheckup.safe_text import safe
 
@@ -84,7 +84,7 @@ def _report(r: dict, label: str | None, many: bool) -> str:
         out.append("No fix suggested: no finding above its threshold.\n")
     out.append(f"{h}# Findings\n")
     for f in v["findings"]:
-        out.append(f"{h}## {md(f['title'])} ({md(f['severity'])}, {cost_line(f)})\n")
+        out.append(f"{h}## {md(f['title'])} ({md(severity_cost(f))})\n")
         lines = [f"- {md(e)}" for e in f["evidence"]]
         lines += [f"- {md(event_line(e))}" for e in f["events"][:MAX_EVENTS]]
         lines.append(f"- rule: {md(f['rule'])}")

@@ -38,9 +38,25 @@ def sync_rate(r: dict) -> str:
 
 
 def cost_line(f: dict) -> str:
-    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so."""
+    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so. An
+    informational finding, and one that measures no time per step (a run-level finding such as a warm-up window:
+    0 ms and 0%), has no cost headline (""): its evidence says what it found."""
     ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    if f.get("severity") == "info" or (ms == 0 and pct == 0):
+        return ""
     return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
+
+
+def finding_heading(f: dict) -> str:
+    """A finding's title with its cost after a colon (an informational one's alone)."""
+    cost = cost_line(f)
+    return f"{f['title']}: {cost}" if cost else f["title"]
+
+
+def severity_cost(f: dict) -> str:
+    """'severity, cost' as the pages put it after a finding's title (an informational one's: 'info')."""
+    cost = cost_line(f)
+    return f"{f['severity']}, {cost}" if cost else f["severity"]
 
 
 def saving_text(fx: dict) -> str:

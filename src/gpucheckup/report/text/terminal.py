@@ -6,6 +6,8 @@ objects, never through Rich markup, so a name like `[red]x[/red]` prints as writ
 
 from __future__ import annotations
 
+import re
+
 from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -13,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.report.text.lines import (MAX_EVENTS, busy_line, cost_line, event_line, key_figures, profiler_caveat,
-                                     saving_text, step_line, sync_rate)
+from gpucheckup.report.text.lines import (MAX_EVENTS, busy_line, cost_line, event_line, finding_heading, key_figures,
+                                     profiler_caveat, saving_text, step_line, sync_rate)
 from gpucheckup.report.text.terminal_mfu import render_hardware
 from gpucheckup.safe_text import safe_tree
 
@@ -43,9 +45,9 @@ def render(report: dict, console: Console, brief: bool = False) -> None:
     console.print(_header(report))
     console.print(_verdict(report))
     for f in report["verdict"]["findings"]:
-        console.print(_finding(f))
+        console.print(_finding(f, console.width))
     console.print(_fixes(report))
-    console.print(_figures(report))
+    console.print(_figures(report, console.width))
     render_hardware(report, console)
     for note in report["notes"]:
         console.print(Text("note: " + note, style="dim"))
@@ -62,7 +64,7 @@ def render_brief(r: dict, console: Console) -> None:
         parts.append(Text(warning, style="yellow"))
     big = sorted(v["findings"], key=lambda f: -(f["cost_ms_per_step"] or 0.0))[:BRIEF_FINDINGS]
     if big:
-        parts.append(_bullets([Text(f"{f['title']}: {cost_line(f)}") for f in big], mark="•"))
+        parts.append(_bullets([Text(finding_heading(f)) for f in big], mark="•"))
     used = sum(len(console.render_lines(p, console.options.update(height=None), pad=False)) for p in parts)
     shown = 0
     for n in range(len(r["fixes"]), 0, -1):  # the most fixes that fit with the line saying how many are left out
@@ -124,13 +126,39 @@ def _bullets(items: list[Text], indent: int = 0, mark: str = "•") -> Table:
     return g
 
 
-def _finding(f: dict) -> Group:
-    """One finding: its title and cost (wrapped, never cut), evidence, events and the rule."""
+TOP_OTHER_COLUMNS = 49  # the top-kernels table's columns but the kernel's, with their padding, at their minimum
+NAME_SHARE = 0.6  # of the terminal's width: the longest unbroken name (a kernel's) an evidence line shows whole
+_WORD_RUN = re.compile(r"\S+")
+_TOKEN_END = re.compile(r"^(.*?)((?:\.\.\.)?[:,;)]*)$", re.S)
+
+
+def fit_names(text: str, width: int) -> str:
+    """Text with each unbroken run longer than NAME_SHARE of the width (a long kernel name) cut in its middle with
+    an ellipsis, its head and tail kept (templated names differ in both), so that a line naming it wraps to two
+    lines at most, not three; paths (with a /) stay whole. Terminal only: JSON and HTML keep the names."""
+    limit = max(24, int(NAME_SHARE * width))
+    return _WORD_RUN.sub(lambda m: m.group(0) if "/" in m.group(0) else shorten(m.group(0), limit), text)
+
+
+def shorten(name: str, limit: int) -> str:
+    """A name of at most `limit` characters: cut in its middle with an ellipsis (a trailing '...' or punctuation
+    it already ends with kept at the end)."""
+    if len(name) <= limit:
+        return name
+    core, end = _TOKEN_END.match(name).groups()
+    keep = max(limit - 3 - len(end), 8)
+    return core[:keep - keep // 2] + "..." + core[-(keep // 2):] + end
+
+
+def _finding(f: dict, width: int = 80) -> Group:
+    """One finding: its title and cost (wrapped, never cut), evidence and events (long names shortened to fit
+    `width`: fit_names) and the rule."""
     title = Text(f"[{f['severity']}] ", style=SEVERITY_STYLE.get(f["severity"], ""))
-    title.append(f"{f['title']}: ", style="bold")
-    title.append(cost_line(f))
-    parts = [Text(""), title, _bullets([Text(e) for e in f["evidence"]], indent=1)]
-    events = [Text(event_line(ev), style="dim") for ev in f["events"][:MAX_EVENTS]]
+    cost = cost_line(f)
+    title.append(f"{f['title']}: " if cost else f["title"], style="bold")
+    title.append(cost)
+    parts = [Text(""), title, _bullets([Text(fit_names(e, width)) for e in f["evidence"]], indent=1)]
+    events = [Text(fit_names(event_line(ev), width), style="dim") for ev in f["events"][:MAX_EVENTS]]
     if events:
         parts.append(_bullets(events, indent=3, mark="-"))
     parts.append(_bullets([Text(f["rule"], style="dim italic")], indent=1, mark="rule:"))
@@ -169,7 +197,7 @@ def _fixes(r: dict) -> Group:
     return Group(*parts)
 
 
-def _figures(r: dict) -> Group:
+def _figures(r: dict, width: int = 80) -> Group:
     k = r["kernels"]
     figs = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)
     figs.add_column("figure")
@@ -192,8 +220,10 @@ def _figures(r: dict) -> Group:
     top.add_column("count", justify="right", no_wrap=True, min_width=5)
     top.add_column("total ms", justify="right", no_wrap=True, min_width=8)
     top.add_column("share", justify="right", no_wrap=True, min_width=6)
-    for t in k["top"][:5]:
-        top.add_row(Text(t["label"]), t["category"], str(t["count"]), f"{t['total_ms']:.2f}", f"{t['pct']:.1f}%")
+    column = max(16, width - TOP_OTHER_COLUMNS)  # what the other columns leave the kernel's label
+    for t in k["top"][:5]:  # a label folds over two lines at most (the JSON and HTML keep the whole name)
+        top.add_row(Text(shorten(t["label"], 2 * column - 2)), t["category"], str(t["count"]),
+                    f"{t['total_ms']:.2f}", f"{t['pct']:.1f}%")
     return Group(figs, cats, top)
 
 

@@ -20,7 +20,7 @@ def render(report: dict, console: Console) -> None:
     console.print(Text(f"gpucheckup {r['trace']['path']}", style="bold"), soft_wrap=True)
     console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title=Text("CPU-side check-up"), title_align="left"))
     for f in v["findings"]:  # a run directory's run-level findings
-        console.print(terminal._finding(f))
+        console.print(terminal._finding(f, console.width))
     if r["fixes"]:
         console.print(terminal._fixes(r))
     t = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)

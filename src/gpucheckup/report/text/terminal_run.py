@@ -24,7 +24,7 @@ def render_run_only(report: dict, console: Console) -> None:
     console.print(Panel(Text(report["verdict"]["reason"]), title="No GPU timeline", title_align="left",
                         box=box.ROUNDED))
     for f in report["verdict"]["findings"]:
-        console.print(terminal._finding(f))
+        console.print(terminal._finding(f, console.width))
     if report["fixes"]:
         console.print(terminal._fixes(report))
     render_run(report, console)
