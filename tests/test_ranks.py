@@ -122,10 +122,10 @@ def test_128_synthetic_ranks_find_the_planted_straggler():
     assert ra.straggler == planted
     # 20 ms late at every call: 20 ms a step (its largest lateness in each step, not the sum over its calls)
     assert ra.straggler_late_ms == pytest.approx(late_us / 1e3, rel=0.05)
-    from gpucheckup.report.text.terminal_ranks import outliers
+    from gpucheckup.analysis.job.ranks import distribution
 
-    rows = [{"rank": r.rank, "late_ms": r.late_ms} for r in ra.table]
-    assert outliers(rows, "late_ms") == [planted]
+    late = next(d for d in distribution(ra.table) if d["figure"] == "late_ms")
+    assert late["outliers"] == [planted]
     print(f"128 ranks: peak traced memory {peak / 2**20:.1f} MiB")
     assert peak < 512 * 2**20
 
@@ -135,13 +135,17 @@ def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
 
     from rich.console import Console
 
+    from types import SimpleNamespace
+
+    from gpucheckup.analysis.job.ranks import distribution
     from gpucheckup.report.text.terminal_ranks import render_job
 
     table = [{"rank": r, "step_ms": 100.0, "compute_ms": 80.0 + r % 3, "transfer_ms": 5.0,
               "wait_ms": 0.5 if r == 213 else 30.0, "exposed_wait_ms": 0.5 if r == 213 else 30.0, "idle_ms": 1.0,
               "late_ms": 30.0 if r == 213 else 0.1 * (r % 5)} for r in range(256)]
     d = {"verdict": {"primary": "input_bound", "reason": "rank 213 is the straggler", "findings": []},
-         "ranks": {"table": table}, "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None}}
+         "ranks": {"table": table, "distribution": distribution([SimpleNamespace(**r) for r in table])},
+         "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None}}
     buf = io.StringIO()
     render_job(d, Console(file=buf, width=120))
     out = buf.getvalue()

@@ -70,6 +70,10 @@ def test_markdown_job_section_holds_the_jsons_figures(outputs):
 
 
 def _hostile_job(n: int = 2) -> dict:
+    from types import SimpleNamespace
+
+    from gpucheckup.analysis.job.ranks import distribution
+
     evil = "<img src=x onerror=alert(1)>|*x*`\u202e"
     table = [{"rank": r, "verdict": evil, "step_ms": 100.0, "compute_ms": 80.0, "transfer_ms": 5.0,
               "wait_ms": 0.5 if r == n - 1 else 30.0, "exposed_wait_ms": 10.0, "idle_ms": 1.0,
@@ -79,7 +83,8 @@ def _hostile_job(n: int = 2) -> dict:
                "cost_ms_per_step": 1.0, "cost_pct_of_step": 1.0}
     return {"verdict": {"primary": "input_bound", "reason": evil, "findings": [finding]},
             "ranks": {"straggler": n - 1, "late_ms_per_step": 30.0, "waited_ms_per_step": 10.0, "cause": evil,
-                      "table": table, "matched_calls": 8, "steps": 2, "notes": [evil]},
+                      "table": table, "matched_calls": 8, "steps": 2, "notes": [evil],
+                      "distribution": distribution([SimpleNamespace(**r) for r in table])},
             "communication": {"collectives": [{"name": evil, "bytes": 2**20, "count": 4, "group_size": n,
                                                "transfer_ms": 1.0, "wait_ms": 2.0, "busbw_gb_s": None}],
                               "busbw_gb_s": None, "link_gb_s": 450.0, "link_from": evil}}

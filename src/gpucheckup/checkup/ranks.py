@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpucheckup.analysis.job.ranks import RankInput, RanksAnalysis, analyze_ranks, straggler_cause
+from gpucheckup.analysis.job.ranks import distribution, RankInput, RanksAnalysis, analyze_ranks, straggler_cause
 from gpucheckup.diagnosis import rank_rules
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.hardware import links
@@ -165,6 +165,8 @@ def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[d
         "ranks": {"straggler": ra.straggler, "late_ms_per_step": _r(ra.straggler_late_ms) if ra.straggler is not None
                   else None, "waited_ms_per_step": _r(ra.waited_ms) if ra.straggler is not None else None,
                   "cause": job.cause, "excess_ms": {k: _r(v) for k, v in job.excess.items()}, "table": table,
+                  "distribution": [{k: (_r(v) if isinstance(v, float) else v) for k, v in d.items()}
+                                   for d in distribution(ra.table)],
                   "matched_calls": ra.matched, "unmatched_calls": ra.unmatched, "steps": ra.steps, "notes": ra.notes},
         "communication": {
             "collectives": [{"name": c.name, "bytes": c.bytes, "count": c.count, "group_size": c.group_size,

@@ -41,7 +41,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.one_trace.collectives import Calls, collective_calls
-from gpucheckup.analysis.distinct import median, union1d, unique
+from gpucheckup.analysis.distinct import median, percentile, union1d, unique
 from gpucheckup.analysis.one_trace.kernels import categorize
 from gpucheckup.analysis.one_trace.launches import launch_rows
 from gpucheckup.analysis.one_trace.steps import Steps, find_steps
@@ -108,6 +108,24 @@ class RankRow:
     late_ms: float  # how late it arrives per step: its largest lateness in each step, the mean over steps
     last_pct: float  # share of matched calls it arrived last at
     offset_us: float  # its clock offset against the lowest rank
+
+
+DISTRIBUTED = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_ms")  # the table's columns
+OUTLIER_MADS = 5.0  # a rank this many median absolute deviations above the median stands out
+
+
+def distribution(rows: list[RankRow]) -> list[dict]:
+    """Per column of the rank table: min, median, p90, max over the ranks, and the outlier ranks (more than
+    OUTLIER_MADS median absolute deviations above the median; the deviation at least 1% of the median): how a
+    job of hundreds of ranks is summarised."""
+    out = []
+    for col in DISTRIBUTED:
+        v = np.array([getattr(r, col) or 0.0 for r in rows], dtype=float)
+        med = float(median(v))
+        floor = max(float(median(np.abs(v - med))), 0.01 * abs(med), 1e-3)
+        out.append({"figure": col, "min": float(v.min()), "median": med, "p90": float(percentile(v, 90)),
+                    "max": float(v.max()), "outliers": [r.rank for r, x in zip(rows, v) if x - med > OUTLIER_MADS * floor]})
+    return out
 
 
 @dataclass

@@ -11,13 +11,11 @@ is escaped by the page's own escaping (report/html.esc, report/markdown.md).
 
 from __future__ import annotations
 
-import numpy as np
 
-from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.report.pages.html import _finding, _table, esc
 from gpucheckup.report.text.lines import severity_cost
 from gpucheckup.report.pages.markdown import md, table
-from gpucheckup.report.text.terminal_ranks import COLUMNS, MAX_ROWS, outliers
+from gpucheckup.report.text.terminal_ranks import MAX_ROWS, outlier_text
 
 RANK_HEADERS = ["rank", "verdict", "step ms", "compute ms", "transfer ms", "wait ms", "exposed wait ms", "idle ms",
                 "late ms", "comm hidden"]
@@ -37,15 +35,8 @@ def rank_rows(job: dict) -> tuple[list[str], list[list[str]]]:
         return RANK_HEADERS, [[str(r["rank"]), str(r.get("verdict") or "-")] + [_f(r.get(k)) for k in RANK_KEYS]
                               + [_f(r.get("comm_overlap_pct"), 1) + ("%" if r.get("comm_overlap_pct") is not None
                                                                      else "")] for r in table]
-    rows = []
-    for c in COLUMNS:
-        vals = np.array([r[c] or 0.0 for r in table], dtype=float)
-        out = outliers(table, c)
-        named = ", ".join(map(str, out[:8])) + (f" (+{len(out) - 8})" if len(out) > 8 else "")
-        rows.append([c.replace("_ms", " ms")] + [_f(float(x)) for x in (vals.min(), median(vals),
-                                                                          percentile(vals, 90), vals.max())]
-                    + [named or "-"])
-    return DIST_HEADERS, rows
+    return DIST_HEADERS, [[d["figure"].replace("_ms", " ms")] + [_f(d[k]) for k in ("min", "median", "p90", "max")]
+                          + [outlier_text(d["outliers"])] for d in job["ranks"]["distribution"]]
 
 
 def collective_rows(job: dict) -> list[list[str]]:

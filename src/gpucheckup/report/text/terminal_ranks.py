@@ -1,32 +1,24 @@
 """The terminal view of a job's ranks together: the job's verdict, the straggler, per-rank time, collectives.
 
 More than MAX_ROWS ranks are summarised: the distribution of each column (min, median, p90,
-max) and the outlier ranks (step, wait or lateness beyond OUTLIER_MADS median absolute
-deviations from the median), not hundreds of rows.
+max) and the outlier ranks, as the job's `ranks.distribution` holds them (analysis/job/ranks.py),
+not hundreds of rows.
 """
 
 from __future__ import annotations
 
-import numpy as np
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.analysis.distinct import median, percentile
-
 MAX_ROWS = 16
-OUTLIER_MADS = 5.0
 COLUMNS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_ms")
 
 
-def outliers(table: list[dict], key: str) -> list[int]:
-    """Ranks whose `key` lies more than OUTLIER_MADS median absolute deviations above the median."""
-    v = np.array([r[key] or 0.0 for r in table], dtype=float)
-    med = float(median(v))
-    mad = float(median(np.abs(v - med)))
-    floor = max(mad, 0.01 * abs(med), 1e-3)
-    return [r["rank"] for r, x in zip(table, v) if x - med > OUTLIER_MADS * floor]
+def outlier_text(ranks: list[int]) -> str:
+    """The outlier ranks, the first eight named."""
+    return ", ".join(map(str, ranks[:8])) + (f" (+{len(ranks) - 8})" if len(ranks) > 8 else "") or "-"
 
 
 def _item(console: Console, mark: str, text: str) -> None:
@@ -64,12 +56,9 @@ def render_job(d: dict, console: Console) -> None:
         t.add_column("figure")
         for col in ("min", "median", "p90", "max", "outlier ranks"):
             t.add_column(col, justify="right")
-        for c in COLUMNS:
-            vals = np.array([r[c] or 0.0 for r in table], dtype=float)
-            out = outliers(table, c)
-            t.add_row(c.replace("_ms", ""), *[f"{x:.2f}" for x in (vals.min(), median(vals),
-                                                                     percentile(vals, 90), vals.max())],
-                      ", ".join(map(str, out[:8])) + (f" (+{len(out) - 8})" if len(out) > 8 else "") or "-")
+        for d in ranks["distribution"]:
+            t.add_row(d["figure"].replace("_ms", ""), *[f"{d[k]:.2f}" for k in ("min", "median", "p90", "max")],
+                      outlier_text(d["outliers"]))
     console.print(t)
     if comm["collectives"]:
         c = Table(title="Collectives (matched across ranks; per step, ms)", title_justify="left", box=box.SIMPLE)
