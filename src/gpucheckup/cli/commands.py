@@ -306,7 +306,7 @@ def cmd_ab(args, console) -> int:
 
     a_rounds, b_rounds = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure,
                                    out=args.out, progress=progress)
-    result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step)
+    result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step, args.warmup, args.measure)
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, json_doc.document(result.to_dict()))
