@@ -34,9 +34,11 @@ def loader_settings(loader) -> dict:
 
 
 def torch_info(torch, log) -> dict:
-    """torch, CUDA, cuDNN and NCCL versions and the devices, as the job sees them; log(msg) for what failed."""
+    """torch, CUDA, cuDNN and NCCL versions, intra-op threads and the devices, as the job sees them; log(msg) for
+    what failed."""
     t = {"version": getattr(torch, "__version__", None), "cuda": getattr(torch.version, "cuda", None)}
-    for key, fn in (("cudnn", lambda: torch.backends.cudnn.version()),
+    for key, fn in (("threads", lambda: torch.get_num_threads()),  # intra-op threads (OMP_NUM_THREADS, else cores)
+                    ("cudnn", lambda: torch.backends.cudnn.version()),
                     ("cuda_available", lambda: torch.cuda.is_available()),
                     ("nccl", lambda: ".".join(map(str, torch.cuda.nccl.version()))
                      if torch.cuda.is_available() else None)):
