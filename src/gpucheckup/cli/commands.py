@@ -293,6 +293,8 @@ def cmd_scaling(args, console) -> int:
         for e in sc.env_differences:
             d.add_row(e.name, e.run_1, e.run_n)
         console.print(d)
+    elif r1.run.run.env and rn.run.run.env:
+        console.print("environment (env.json): no difference besides the rank count", style="dim", markup=False)
     if sc.over_100_cause:
         console.print(f"Efficiency above 100%: {n} ranks did more than {n} times the work of one per unit of time. "
                       f"Likely cause: {sc.over_100_cause}.", markup=False)
