@@ -351,9 +351,9 @@ def cmd_compare(args, console) -> int:
     if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
         raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")
     c = compare(_report_of(args.a), _report_of(args.b))
-    compare_text.render(c, console, only_changed=args.changed)
+    compare_text.render(c, console, everything=args.all)
     if args.markdown:
-        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
+        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b), args.all).encode())
         console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
     if args.json:
         write_atomic(args.json, json_doc.document(c.to_dict()))

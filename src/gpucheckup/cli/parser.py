@@ -296,7 +296,8 @@ def _compare(sub, common) -> None:
     c.add_argument("b", type=Path, help="the candidate, the same kinds")
     c.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
     c.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
-    c.add_argument("--changed", action="store_true", help="print only the figures that changed beyond noise")
+    c.add_argument("--all", action="store_true", help="print every figure (default: those that changed beyond noise)")
+    c.add_argument("--changed", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     c.add_argument("--fail-if-slower", type=float, metavar="PCT",
                    help="exit with status 1 when B's step time is more than PCT percent above A's (a CI gate)")
     c.set_defaults(func=commands.cmd_compare)
