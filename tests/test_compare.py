@@ -53,8 +53,8 @@ def test_default_view_fits_80_columns_and_shows_what_changed_grouped_by_name(tmp
     """The real H200 input_bound trace (a DataLoader starving the GPU, 196.6 MB of pageable host-to-device copies)
     against launch_bound (tiny kernels, no copies): only what changed beyond noise, in groups, by names people read,
     every line within 80 columns; --all shows every figure."""
-    (pa, a), (pb, b) = _report(trace_path("input_bound"), tmp_path, "a"), _report(trace_path("launch_bound"), tmp_path,
-                                                                                  "b")
+    pa, _ = _report(trace_path("input_bound"), tmp_path, "a")
+    pb, _ = _report(trace_path("launch_bound"), tmp_path, "b")
     js = tmp_path / "cmp.json"
     res = _cli("compare", str(pa), str(pb), "--json", str(js))
     assert res.returncode == 0, res.stderr
@@ -80,8 +80,8 @@ def test_default_view_fits_80_columns_and_shows_what_changed_grouped_by_name(tmp
 def test_a_figure_from_zero_says_its_absolute_change_never_inf(tmp_path):
     """launch_bound made no copies and input_bound 15 (its trace's memcpy events: 10 host-to-device, 5 on the device):
     B vs A is "+15 from 0", not "+inf%"."""
-    (pa, a), (pb, b) = _report(trace_path("launch_bound"), tmp_path, "a"), _report(trace_path("input_bound"), tmp_path,
-                                                                                  "b")
+    pa, _ = _report(trace_path("launch_bound"), tmp_path, "a")
+    pb, _ = _report(trace_path("input_bound"), tmp_path, "b")
     md, js = tmp_path / "cmp.md", tmp_path / "cmp.json"
     res = _cli("compare", str(pa), str(pb), "--all", "--markdown", str(md), "--json", str(js))
     assert res.returncode == 0, res.stderr

@@ -80,9 +80,10 @@ def test_checkup_of_a_cpu_run_gives_the_step_beside_the_loader(tmp_path):
     training step's time without waiting for data, not a failure about the report's internal keys."""
     pytest.importorskip("torch")
     runs = tmp_path / "runs"
-    res = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--out", str(runs), "--skip", "4", "--steps",
-                          "3", "--no-report", "--", sys.executable, str(REPO / "tests" / "jobs" / "train_mlp.py"), "40"],
-                         env=dict(os.environ, PYTHONPATH=str(REPO / "src")), capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--out", str(runs), "--skip", "4", "--steps", "3",
+                          "--no-report", "--", sys.executable, str(REPO / "tests" / "jobs" / "train_mlp.py"), "40"],
+                         env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     (run,) = list(runs.iterdir())
     steps = [float(line.split(",")[2]) for line in (run / "steps.csv").read_text().splitlines()[1:]
@@ -91,7 +92,7 @@ def test_checkup_of_a_cpu_run_gives_the_step_beside_the_loader(tmp_path):
     median = steps[len(steps) // 2]  # the job's own step times, steps.csv
     report = tmp_path / "cpu.json"
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--quiet", "--json", str(report)],
-                         env=dict(os.environ, PYTHONPATH=str(REPO / "src")), capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=300)
     assert report.exists(), res.stderr
     for checkup in (run, report):
         doc, rate, out = bench(tmp_path, "1,2", spin_ms=0.1, sleep_ms=1, extra=("--checkup", str(checkup)))

@@ -45,9 +45,10 @@ GROUPS = {  # a key's first part (the second under run_figures) -> the group peo
     "run_figures.steps": "Step time (steps.csv)", "run_figures.cpu": "Host CPU (sampled)",
     "run_figures.dataloaders": "DataLoaders (settings)", "run_figures.nvml": "GPU telemetry (NVML)",
 }
-UNITS = ("ms", "us", "mb", "gb", "s", "gbps")  # said last, in brackets: "pageable_ms_per_step" -> "pageable per step (ms)"
+UNITS = ("ms", "us", "mb", "gb", "s", "gbps")  # said last: "pageable_ms_per_step" -> "pageable per step (ms)"
 WORDS = {"ms": "(ms)", "us": "(us)", "pct": "%", "mb": "(MB)", "gb": "(GB)", "s": "(s)", "gbps": "(GB/s)",
-         "tflops": "TFLOPS", "mfu": "MFU", "flops": "FLOPs", "gemm": "GEMM", "dtype": "dtype", "cv": "variation", "gpu": "GPU", "cpu": "CPU", "api": "API",
+         "tflops": "TFLOPS", "mfu": "MFU", "flops": "FLOPs", "gemm": "GEMM", "cv": "variation", "gpu": "GPU",
+         "cpu": "CPU", "api": "API",
          "by_cause_ms": "idle by cause (ms)", "per_step_ms": "per step (ms)", "pct_of_step": "% of step",
          "categories": "% of kernel time", "categories_ms": "kernel time (ms)", "by_direction": "",
          "HtoD": "host to device", "DtoH": "device to host", "DtoD": "device to device"}

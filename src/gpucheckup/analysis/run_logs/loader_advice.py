@@ -19,10 +19,10 @@ Definitions (docs/metrics.md, "DataLoader benchmark"):
   rate within the cap: beyond it more workers buy less than the noise of such a measurement.
   So the advice follows the measured curve: a rate that keeps rising sets the knee further out.
 - the GPU's need: 1000 / step_ms where step_ms is the GPU's step time without waiting for data
-  (gpu_step_from_report; from a CPU check-up, the training step's time without waiting for data). The loader is the bottleneck when even the best rate within the cap
-  is below the need; otherwise the fewest workers whose rate is at least HEADROOM (1.1) x the
-  need suffice: the 10% margin absorbs per-batch jitter that prefetching (prefetch_factor
-  batches per worker) cannot hide.
+  (gpu_step_from_report; from a CPU check-up, the training step's time without waiting for
+  data). The loader is the bottleneck when even the best rate within the cap is below the need;
+  otherwise the fewest workers whose rate is at least HEADROOM (1.1) x the need suffice: the 10%
+  margin absorbs per-batch jitter that prefetching (prefetch_factor batches per worker) cannot hide.
 - recommended workers: those that suffice when the GPU's step time is known, else the knee;
   never 0 when a setting with workers was measured (MIN one worker): with num_workers=0 the
   training process builds each batch between steps, so loading adds to the step time instead of
