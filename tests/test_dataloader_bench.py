@@ -69,6 +69,7 @@ def test_advice_follows_the_curve_of_a_waiting_loader_past_the_cores(tmp_path, o
     assert adv["recommended_workers"] == knee
     assert f"recommended: num_workers={knee}" in out
     assert adv["waits_on"] == "io" and adv["worker_cpu_share"] < 0.5
+    assert adv["worker_cap"] >= 8 and adv["over_cap"] == []  # the one core carries every measured worker count
     assert "the loader waits on IO" in " ".join(out.split())
     runs = {r["num_workers"]: r for r in doc["dataloader_bench"]["runs"]}
     # each timed batch holds 4 samples of 0.2 ms of CPU: the workers' CPU time is far below their wall time
