@@ -24,9 +24,23 @@ def test_identical_commands_show_no_difference(tmp_path):
     pytest.importorskip("torch")
     r = _ab(tmp_path, "--rounds", "5", "--", *EX, "--", *EX)
     assert r["verdict"] == "same", r["sentence"]
-    assert r["sentence"].startswith("No difference beyond noise")
+    assert r["sentence"].startswith("No difference measured")
     for side in ("a", "b"):
         assert len(r[side]["round_ms"]) == 5 and r[side]["steps"] == 5 * 7  # warm-up dropped, 7 kept each
+
+
+def test_fewer_steps_than_measure_asked_are_said(tmp_path):
+    """The job runs 10 steps; the first has no time, 3 are warm-up: 7 measured per round, not the 20 asked."""
+    pytest.importorskip("torch")
+    out = tmp_path / "ab.json"
+    assert main(["ab", "--rounds", "2", "--warmup", "3", "--measure", "20", "--json", str(out),
+                 "--", *EX, "--", *EX]) == 0
+    r = json.loads(out.read_text())
+    assert r["a"]["steps"] == r["b"]["steps"] == 2 * 7
+    for side in ("A", "B"):
+        note = f"{side} measured 7 steps in 2 of its 2 rounds, not the 20 --measure asked"
+        assert note in r["sentence"], r["sentence"]
+        assert any(n.startswith(note) for n in r["notes"])
 
 
 PACED = """

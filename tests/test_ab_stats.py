@@ -46,6 +46,36 @@ def test_a_real_slowdown_beyond_the_rounds_spread_is_named():
     assert same_spread.verdict == "same"
 
 
+def test_the_sentence_follows_the_interval_even_when_the_rounds_are_noisy():
+    """An A whose three real processes include one slow one (medians 104.1, 250.6 and 110.0 ms: noise 141%) against
+    a B of two of its fast processes at half the time, the second twice: the interval lies below 0, so B is faster;
+    before, the noise overrode the interval: "No difference beyond noise: ... (95% interval -93.9% to -2.5%)"."""
+    rounds, _ = _null_rounds()
+    a = rounds[:3]
+    b = [rounds[0] * 0.5, rounds[2] * 0.5, rounds[0] * 0.5]
+    res = ab_stats.compare(a, b)
+    # by hand: A's median of round medians is 109.987 ms (round 2's); B's is 104.107 / 2 = 52.05 ms: -52.7%
+    assert res.hi_pct < 0
+    assert res.verdict == "faster"
+    assert res.sentence.startswith("B is faster than A by 52.7% per step (95% interval")
+    assert "more --rounds would narrow the interval" in res.sentence  # the noise is said, not obeyed
+    assert "excludes 0" in res.to_dict()["rule"]
+
+
+def test_verdict_and_interval_never_disagree():
+    """Over the real null rounds, scaled by factors from 0.3 to 3: faster exactly when the interval lies below 0,
+    slower exactly when above, no difference exactly when it holds 0."""
+    rounds, _ = _null_rounds()
+    for i in range(0, 30, 3):
+        a = rounds[i:i + 3]
+        for f in (0.3, 0.5, 0.8, 1.0, 1.25, 2.0, 3.0):
+            res = ab_stats.compare(a, [r * f for r in rounds[i + 30:i + 33]])
+            expect = "faster" if res.hi_pct < 0 else "slower" if res.lo_pct > 0 else "same"
+            assert res.verdict == expect, res.sentence
+            assert res.sentence.startswith({"faster": "B is faster", "slower": "B is slower",
+                                            "same": "No difference measured"}[expect])
+
+
 def test_interval_contains_the_change_and_throughput_is_its_inverse():
     rounds, _ = _null_rounds()
     res = ab_stats.compare(rounds[0:6:2], rounds[1:6:2], samples_per_step=32)

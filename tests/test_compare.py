@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import DEMO, REPO, read_report
+from conftest import DEMO, REPO, read_report, trace_path
 from gpucheckup.analysis.comparison import compare
 from gpucheckup.cli import main
 
@@ -34,8 +34,88 @@ def test_two_different_jobs_are_flagged_with_the_verdict_change(tmp_path, capsys
     rc = main(["compare", str(pa), str(pb), "--markdown", str(md), "--fail-if-slower", "10"])
     assert rc == 3  # compute_bound's step is ~7x launch_bound's: the gate fired (README: exit codes)
     text = md.read_text()
-    assert "| `steps.median_ms` |" in text and "beyond noise" in text
+    assert "| median step (ms) | `steps.median_ms` |" in text and "beyond noise" in text
     assert main(["compare", str(pb), str(pa), "--fail-if-slower", "10"]) == 0  # faster passes the gate
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    env = {**__import__("os").environ, "COLUMNS": "80", "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run([sys.executable, "-m", "gpucheckup", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def _figure_rows(stdout: str) -> list[str]:
+    """The table's figure rows: indented by two under their group's title."""
+    return [line for line in stdout.splitlines() if line.startswith("   ") and line.strip()]
+
+
+def test_default_view_fits_80_columns_and_shows_what_changed_grouped_by_name(tmp_path):
+    """The real H200 input_bound trace (a DataLoader starving the GPU, 196.6 MB of pageable host-to-device copies)
+    against launch_bound (tiny kernels, no copies): only what changed beyond noise, in groups, by names people read,
+    every line within 80 columns; --all shows every figure."""
+    pa, _ = _report(trace_path("input_bound"), tmp_path, "a")
+    pb, _ = _report(trace_path("launch_bound"), tmp_path, "b")
+    js = tmp_path / "cmp.json"
+    res = _cli("compare", str(pa), str(pb), "--json", str(js))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(js.read_text())
+    beyond = [f for f in doc["figures"] if f["beyond_noise"]]
+    assert 0 < len(beyond) < len(doc["figures"])
+    rows = _figure_rows(res.stdout)
+    assert len(rows) == len(beyond)  # only the figures beyond noise
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
+    assert "…" not in res.stdout and "..." not in res.stdout  # no name cut short
+    assert not any(r.strip().startswith(("run_figures.", "copies.", "gaps.")) for r in rows)  # names, not keys
+    for title in ("DataLoader", "Copies", "GPU idle gaps"):
+        assert any(line.strip() == title for line in res.stdout.splitlines()), title
+    assert "waiting for data, % of step" in res.stdout
+    # the copies input_bound made and launch_bound does not: gone, never a percentage
+    host_to_device = [r for r in rows if r.strip().startswith("host to device (MB)")]
+    assert host_to_device and host_to_device[0].split()[-1] == "gone" and "196.6" in host_to_device[0]
+    everything = _cli("compare", str(pa), str(pb), "--all")
+    assert len(_figure_rows(everything.stdout)) == len(doc["figures"])
+    assert max(len(line) for line in everything.stdout.splitlines()) <= 80
+
+
+def test_a_figure_from_zero_says_its_absolute_change_never_inf(tmp_path):
+    """launch_bound made no copies and input_bound 15 (its trace's memcpy events: 10 host-to-device, 5 on the device):
+    B vs A is "+15 from 0", not "+inf%"."""
+    pa, _ = _report(trace_path("launch_bound"), tmp_path, "a")
+    pb, _ = _report(trace_path("input_bound"), tmp_path, "b")
+    md, js = tmp_path / "cmp.md", tmp_path / "cmp.json"
+    res = _cli("compare", str(pa), str(pb), "--all", "--markdown", str(md), "--json", str(js))
+    assert res.returncode == 0, res.stderr
+    for text in (res.stdout, md.read_text(), js.read_text()):
+        assert "inf" not in text.lower().replace("info", ""), text
+    copies = res.stdout.split("\n Copies")[1]
+    count = next(r for r in _figure_rows(copies) if r.strip().startswith("count "))
+    assert count.split()[1:] == ["0", "15", "+15", "from", "0", "yes"]  # --all: the last column, beyond noise
+    row = next(f for f in json.loads(js.read_text())["figures"] if f["key"] == "copies.count")
+    assert (row["status"], row["change"], row["unit"], row["beyond_noise"]) == ("from 0", 15, "absolute", True)
+
+
+def test_ids_are_never_compared(tmp_path):
+    """Two real CPU runs: each trace's main thread has its own thread id (the report keeps it, cpu.main_thread.tid);
+    compare shows no id among its figures."""
+    pytest.importorskip("torch")
+    out = tmp_path / "runs"
+    for name in ("one", "two"):
+        res = _cli("run", "--out", str(out / name), "--skip", "3", "--steps", "3", "--no-report", "--",
+                   sys.executable, str(REPO / "tests" / "jobs" / "train_mlp.py"))
+        assert res.returncode == 0, res.stderr
+    (r1,), (r2,) = (list((out / n).iterdir()) for n in ("one", "two"))
+    reports = []
+    for i, r in enumerate((r1, r2)):
+        js = tmp_path / f"r{i}.json"
+        assert _cli("analyze", str(r), "--quiet", "--json", str(js)).returncode in (0, 1)
+        reports.append(read_report(js))
+    assert reports[0]["cpu"]["main_thread"]["tid"] != reports[1]["cpu"]["main_thread"]["tid"]
+    js = tmp_path / "cmp.json"
+    res = _cli("compare", str(r1), str(r2), "--json", str(js))  # the JSON holds every figure
+    assert res.returncode == 0, res.stderr
+    keys = [f["key"] for f in json.loads(js.read_text())["figures"]]
+    assert keys and not [k for k in keys if k.rsplit(".", 1)[-1] in ("tid", "pid", "id", "rank")]
+    assert "tid" not in res.stdout
 
 
 def test_the_same_capture_twice_changes_nothing(tmp_path):

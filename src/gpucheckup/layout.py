@@ -22,6 +22,16 @@ ENV_RUN_DIR = "GPUCHECKUP_RUN_DIR"  # the variable that tells the injected agent
 ENV_RUN_DIR_ID = "GPUCHECKUP_RUN_DIR_ID"  # `device:inode` of that folder: the agent writes only into that very one
 ENV_LAUNCHER_PID = "GPUCHECKUP_LAUNCHER_PID"  # the launcher: when it is gone at the job's exit, the agent writes the manifest
 
+# the variables a run records (env.json `variables`, the launcher's; `job.<key>.variables`, each process's own:
+# torchrun sets OMP_NUM_THREADS in its ranks, not in the launcher): those that change how a job runs
+VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KINETO_")
+VARIABLE_NAMES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def run_variables(environ) -> dict:
+    """The variables of `environ` a run records, sorted by name."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(VARIABLE_PREFIXES) or k in VARIABLE_NAMES}
+
 MANIFEST = "manifest.json"
 ENV = "env.json"
 NVML = "nvml.csv"

@@ -14,6 +14,13 @@ Measured per setting (docs/metrics.md, "DataLoader benchmark"):
 - batches_per_s: timed batches / their wall time; samples_per_s when the batch's first tensor
   has a length.
 - startup_s: from `iter(loader)` to the first batch (worker start-up, first fetches).
+- worker_cpu_s: the CPU time (user + system) the worker processes spent over the timed batches,
+  summed over the workers (each read at the first and at the last timed batch; a worker that is
+  gone by then counts what it had); main_cpu_s: the same for the process iterating (all its
+  threads: with num_workers=0 it builds the batches). worker_runq_s: the time the workers spent ready to run
+  but waiting for a core (Linux's /proc/PID/schedstat; None elsewhere): on a busy host a worker that computes
+  waits for a core rather than for data. Against the timed wall time they tell a loader that computes from
+  one that waits (disk, network, a sleep): analysis/run_logs/loader_advice.py.
 - per worker (the child processes the iterator started), sampled once after the timed batches
   while the workers are alive: RSS, shared (pages also mapped by other processes: the
   dataset's copy-on-write memory) and USS (pages only this worker holds: what one more worker
@@ -59,6 +66,9 @@ class LoaderRun:
     worker_uss_mb: list[float] = field(default_factory=list)
     main_rss_mb: float | None = None
     note: str = ""
+    worker_cpu_s: float | None = None  # the workers' CPU seconds over the timed batches (None: not readable)
+    main_cpu_s: float | None = None  # the iterating process's CPU seconds over the timed batches
+    worker_runq_s: float | None = None  # the workers' seconds ready to run but waiting for a core (None: unknown)
 
 
 @dataclass
@@ -164,6 +174,7 @@ def _one(factory, workers: int, pin: bool, warm: int, batches: int, tick) -> Loa
     except Exception as e:  # noqa: BLE001 - the user's dataset or collate
         raise CheckupError(_raised(workers, e)) from None
     got, note, n_samples = 0, "", 0
+    cpu_before = _cpu_seconds(me, before)
     start = time.perf_counter()
     try:
         for _ in range(batches):
@@ -179,6 +190,7 @@ def _one(factory, workers: int, pin: bool, warm: int, batches: int, tick) -> Loa
     except Exception as e:  # noqa: BLE001 - the user's dataset or collate
         raise CheckupError(_raised(workers, e)) from None
     seconds = time.perf_counter() - start
+    cpu_after = _cpu_seconds(me, before)
     mem = _worker_memory(me, before)
     main_rss = me.memory_info().rss / 2**20
     del it
@@ -187,13 +199,63 @@ def _one(factory, workers: int, pin: bool, warm: int, batches: int, tick) -> Loa
                      samples_per_s=n_samples / seconds if n_samples and seconds > 0 else None,
                      startup_s=startup or 0.0, worker_pids=[m[0] for m in mem],
                      worker_rss_mb=[m[1] for m in mem], worker_shared_mb=[m[2] for m in mem],
-                     worker_uss_mb=[m[3] for m in mem], main_rss_mb=main_rss, note=note)
+                     worker_uss_mb=[m[3] for m in mem], main_rss_mb=main_rss, note=note,
+                     **_cpu_spent(cpu_before, cpu_after, workers))
 
 
 def _raised(workers: int, e: Exception) -> str:
     """One line for an exception the user's loader raised."""
     first = next((ln for ln in str(e).splitlines() if ln.strip()), "")
     return f"num_workers={workers}: the loader raised {type(e).__name__}: {first[:200]}"
+
+
+def _runq_seconds(pid: int) -> float | None:
+    """Seconds the process's main thread has waited, ready to run, for a core (/proc/PID/schedstat; None where
+    the file is missing: not Linux, or the process gone)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cpu_seconds(me, before: set[int]) -> tuple[float | None, dict[int, tuple[float, float | None]]]:
+    """CPU seconds (user + system) so far of this process, and of each child started since `before` (by pid) its
+    CPU seconds and its seconds waiting for a core."""
+    import psutil
+
+    def spent(proc) -> float:
+        t = proc.cpu_times()
+        return t.user + t.system
+
+    try:
+        main = spent(me)
+    except psutil.Error:
+        main = None
+    kids = {}
+    for c in me.children(recursive=True):
+        if c.pid in before:
+            continue
+        try:
+            kids[c.pid] = (spent(c), _runq_seconds(c.pid))
+        except psutil.Error:
+            continue
+    return main, kids
+
+
+def _cpu_spent(before, after, workers: int) -> dict:
+    """main_cpu_s and worker_cpu_s between two _cpu_seconds readings; a worker seen at the start and gone at the end
+    counts what it had at the start (its later time is lost: the figure is then a lower bound)."""
+    (m0, k0), (m1, k1) = before, after
+    out = {"main_cpu_s": m1 - m0 if m0 is not None and m1 is not None else None, "worker_cpu_s": None,
+           "worker_runq_s": None}
+    if workers and k0:
+        out["worker_cpu_s"] = sum(max(k1.get(pid, t0)[0] - t0[0], 0.0) for pid, t0 in k0.items())
+        if all(t0[1] is not None and k1.get(pid, t0)[1] is not None for pid, t0 in k0.items()):
+            out["worker_runq_s"] = sum(max(k1.get(pid, t0)[1] - t0[1], 0.0) for pid, t0 in k0.items())
+    elif workers == 0:
+        out["worker_cpu_s"] = out["worker_runq_s"] = 0.0
+    return out
 
 
 def _worker_memory(me, before: set[int]) -> list[tuple[int, float, float, float]]:

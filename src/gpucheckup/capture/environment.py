@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from gpucheckup import layout
 from gpucheckup.capture.telemetry import nvml_text
 
-VARIABLE_PREFIXES = ("NCCL_", "TORCH_NCCL_", "CUDA_", "PYTORCH_", "OMP_", "MKL_", "KINETO_")
-VARIABLE_NAMES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SMI_TIMEOUT_S = 15
 
 
@@ -36,8 +35,7 @@ def collect_host(environ=None) -> dict:
         ("python_launcher", lambda: sys.version.split()[0], ""),
         ("cpu", cpu_budget, {}),
         ("memory_gb", _memory_gb, None),
-        ("variables", lambda: {k: v for k, v in sorted(environ.items())
-                               if k.startswith(VARIABLE_PREFIXES) or k in VARIABLE_NAMES}, {}),
+        ("variables", lambda: layout.run_variables(environ), {}),
         ("gpus", gpu_inventory, {"gpus": []}),  # several fields: gpus, nvml, driver, cuda_driver
         ("topology", nvidia_smi_topology, ""),
     ):
@@ -200,7 +198,7 @@ def merge_agents(env: dict, agents: dict[str, dict]) -> dict:
     env = dict(env)
     env["job"] = {
         key: {k: a.get(k) for k in ("pid", "rank", "local_rank", "world_size", "local_world_size", "python",
-                                     "torch", "dataloaders", "dataloaders_created", "step_pacer")}
+                                     "torch", "dataloaders", "dataloaders_created", "step_pacer", "variables")}
         for key, a in sorted(agents.items())
     }
     first = next(iter(sorted(agents.items())), (None, {}))[1]

@@ -101,6 +101,7 @@ class Round:
 
     host_ms: np.ndarray
     gpu_ms: np.ndarray | None  # the same steps on the GPU; None when a measured step has no GPU time
+    recorded: int = 0  # the plain (unprofiled, timed) steps the process recorded, warm-up included
 
 
 def run_round(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> Round:
@@ -130,7 +131,7 @@ def run_round(side: Side, out: Path, round_no: int, warmup: int, measure: int) -
         raise CheckupError(f"{side.label}: {int(plain.sum())} steps recorded, {len(at)} after the {warmup} warm-up "
                            f"steps; at least {ab_stats.MIN_STEPS} are needed (run more steps or lower --warmup)")
     return Round(ms[at], _gpu_ms(run_dir / layout.agent_files(layout.steps_key(steps_file.name))["gpu_steps"],
-                                 step_no[at]))
+                                 step_no[at]), int(plain.sum()))
 
 
 def _gpu_ms(path: Path, steps: np.ndarray) -> np.ndarray | None:
@@ -165,10 +166,25 @@ def run_ab(a: Side, b: Side, rounds: int, warmup: int, measure: int,
     return got[a.label], got[b.label]
 
 
+def short_notes(side: Side, rounds: list[Round], warmup: int, measure: int) -> list[str]:
+    """A sentence when the side's processes gave fewer measured steps than --measure asked; none otherwise."""
+    got = [len(r.host_ms) for r in rounds]
+    if not got or min(got) >= measure:
+        return []
+    short = [(n, r.recorded) for n, r in zip(got, rounds) if n < measure]
+    kept = sorted({n for n, _ in short})
+    ran = sorted({rec for _, rec in short})
+    return [f"{side.label} measured {'/'.join(map(str, kept))} steps in {len(short)} of its {len(rounds)} rounds, "
+            f"not the {measure} --measure asked: its job recorded {'/'.join(map(str, ran))} timed steps, "
+            f"{warmup} of them warm-up (run the job longer, or lower --warmup or --measure)."]
+
+
 def compare(a: Side, b: Side, a_rounds: list[Round], b_rounds: list[Round],
-            samples_per_step: float | None = None) -> ab_stats.AbResult:
+            samples_per_step: float | None = None, warmup: int | None = None,
+            measure: int | None = None) -> ab_stats.AbResult:
     """The statistics of the two sides on the clock ab_stats.choose_clock picks (host, or GPU when a side ran ahead of
-    its GPU); a CheckupError when a side ran ahead and cannot be timed on the GPU."""
+    its GPU); a CheckupError when a side ran ahead and cannot be timed on the GPU. With `measure`, a side whose
+    processes gave fewer steps than that is said."""
     def gpu(rounds):
         return [r.gpu_ms for r in rounds] if all(r.gpu_ms is not None for r in rounds) else None
 
@@ -177,4 +193,6 @@ def compare(a: Side, b: Side, a_rounds: list[Round], b_rounds: list[Round],
                                               b.label, [r.host_ms for r in b_rounds], gpu(b_rounds))
     except ValueError as e:
         raise CheckupError(str(e)) from None
-    return ab_stats.compare(at, bt, a.label, b.label, samples_per_step, ahead)
+    notes = [] if measure is None else (short_notes(a, a_rounds, warmup or 0, measure)
+                                        + short_notes(b, b_rounds, warmup or 0, measure))
+    return ab_stats.compare(at, bt, a.label, b.label, samples_per_step, ahead, notes)

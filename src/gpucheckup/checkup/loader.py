@@ -38,23 +38,28 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
         raise CheckupError(f"{path}: no such file or folder")
     from gpucheckup.checkup.assemble import is_document, read_document
 
+    run_steps = None
     if path.is_file() and path.suffix == ".json" and is_document(path):
         from gpucheckup.document import flat_report
 
         doc = read_document(path)
-        reports = [flat_report(doc, i) for i in range(len(doc.checkups))]
+        reports = ([flat_report(doc, i) for i in range(len(doc.checkups))]
+                   or [flat_report(doc, i, cpu=True) for i in range(len(doc.cpu_checkups))])
     else:
         from gpucheckup.checkup.pipeline import check
 
-        reports = check(path).reports()
+        result = check(path)
+        reports = result.reports()
+        run_steps = result.run.analysis.steps if result.run is not None else None
     found = []
     for r in reports:
         try:
-            found.append(gpu_step_from_report(r))
-        except (ValueError, AttributeError, TypeError):
+            found.append(gpu_step_from_report(r, run_steps))
+        except (ValueError, AttributeError, TypeError, KeyError):
             continue
     if not found:
-        raise CheckupError(f"{path}: no step time in this check-up (need window.step_ms and gaps.per_step_ms)")
+        raise CheckupError(f"{path}: no step time in this check-up: it has no profiled step, on the GPU or on the CPU "
+                           "(check up a run of `gpucheckup run`, or its JSON)")
     ms, how = max(found)  # the slowest rank sets the pace
     return ms, f"{path.name}: {how}"
 
@@ -74,7 +79,10 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
         bench = measure(factory, spec, workers=workers, pin=PIN_CHOICES[pin], batches=batches, progress=progress)
     cores, limit = usable_cores({"cpu": bench.cpu})
     rates = [Rate(r.num_workers, r.pin_memory, r.batches_per_s,
-                  sum(r.worker_uss_mb) / len(r.worker_uss_mb) if r.worker_uss_mb else None) for r in bench.runs]
+                  sum(r.worker_uss_mb) / len(r.worker_uss_mb) if r.worker_uss_mb else None,
+                  r.worker_cpu_s / r.seconds if r.worker_cpu_s is not None and r.seconds > 0 else None,
+                  r.worker_runq_s / r.seconds if r.worker_runq_s is not None and r.seconds > 0 else None)
+             for r in bench.runs]
     adv = advise(rates, cores, limit, gpu_ms, gpu_src)
     render_loader(bench.to_dict(), adv.to_dict(), console)
     if json_path:

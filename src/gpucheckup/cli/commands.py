@@ -259,6 +259,8 @@ def cmd_scaling(args, console) -> int:
         traces = [c.analysis.trace for c in res.checkups]
         step = st.get("unprofiled_ms")  # the job without the profiler (steps after a window can run slower)
         how = f"total time over the unprofiled steps, {st.get('unprofiled_basis')} (steps*.csv)"
+        if not step and st.get("late_median_ms"):  # steps that never settled: the second half's median
+            step, how = st["late_median_ms"], "median of the second half of the unprofiled steps (steps*.csv)"
         if not step and res.checkups:  # each rank's window step (analysis/step_basis.py); the slowest sets the pace
             step, how = max(c.report["window"]["step_ms"] for c in res.checkups), "the slowest rank's traced step"
         if not step:
@@ -277,18 +279,31 @@ def cmd_scaling(args, console) -> int:
     comm = (float(np.mean([c.report["communication"]["exposed_ms_per_step"] for c in rn.checkups]))
             if rn.checkups else 0.0)
     wait = float(np.mean([r.exposed_wait_ms for r in rn.job.analysis.table])) if rn.job else 0.0
-    sc = scaling(n, s1, sn, c1, cn, comm, wait, how)
+    sc = scaling(n, s1, sn, c1, cn, comm, wait, how, r1.run.run.env, rn.run.run.env)
     t = Table(title=f"Scaling: 1 -> {n} GPUs", title_justify="left")
     t.add_column("figure")
     t.add_column("value", justify="right")
     t.add_row("step, 1 GPU", f"{s1:.2f} ms")
     t.add_row(f"step, {n} GPUs", f"{sn:.2f} ms")
     t.add_row("efficiency", f"{sc.efficiency_pct:.1f}%" + (f" (under {EFFICIENCY_LOW_PCT:g}%: look at communication)"
-                                                           if sc.low else ""))
+                                                           if sc.low else " (above 100%: see below)" if sc.high
+                                                           else ""))
     for k, v in sc.parts_ms.items():
         t.add_row(f"  extra: {k}", f"{v:+.2f} ms")
     console.print(t)
     console.print(f"step times: {how}", style="dim", markup=False)
+    if sc.env_differences:
+        d = Table(title="Environment differences (env.json)", title_justify="left")
+        for col in ("what", "1 rank", f"{n} ranks"):
+            d.add_column(col, overflow="fold")
+        for e in sc.env_differences:
+            d.add_row(e.name, e.run_1, e.run_n)
+        console.print(d)
+    elif r1.run.run.env and rn.run.run.env:
+        console.print("environment (env.json): no difference besides the rank count", style="dim", markup=False)
+    if sc.over_100_cause:
+        console.print(f"Efficiency above 100%: {n} ranks did more than {n} times the work of one per unit of time. "
+                      f"Likely cause: {sc.over_100_cause}.", markup=False)
     if args.json:
         write_atomic(args.json, json_doc.document(asdict(sc)))
     return 0
@@ -312,7 +327,7 @@ def cmd_ab(args, console) -> int:
 
     a_rounds, b_rounds = ab.run_ab(a, b, rounds=args.rounds, warmup=args.warmup, measure=args.measure,
                                    out=args.out, progress=progress)
-    result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step)
+    result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step, args.warmup, args.measure)
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, json_doc.document(result.to_dict()))
@@ -342,9 +357,9 @@ def cmd_compare(args, console) -> int:
     if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
         raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")
     c = compare(_report_of(args.a), _report_of(args.b))
-    compare_text.render(c, console, only_changed=args.changed)
+    compare_text.render(c, console, everything=args.all)
     if args.markdown:
-        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b)).encode())
+        write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b), args.all).encode())
         console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
     if args.json:
         write_atomic(args.json, json_doc.document(c.to_dict()))

@@ -223,7 +223,7 @@ def _ncu_cmd(sub, common) -> None:
 def _dataloader(sub, common) -> None:
     dl = sub.add_parser("dataloader", parents=[common],
                         help="benchmark your DataLoader alone per num_workers / pin_memory, against the cores you "
-                             "really have and the GPU's step time")
+                             "really have, whether it waits on IO or CPU, and the step time")
     dl.add_argument("factory", metavar="MODULE:FACTORY",
                     help="a function make_loader(num_workers: int, pin_memory: bool) returning your DataLoader "
                          "(MODULE: dotted name or path/to/file.py)")
@@ -278,8 +278,8 @@ def _ab(sub, common) -> None:
         help="measure two configurations: separate processes, interleaved A B A B, warm-up dropped",
         description="Run CMD_A and CMD_B (or one command with --vary ENV=v1,v2) alternately in their own "
                     "processes, with the agent recording step times (no profiler); drop the warm-up steps, "
-                    "compare the median step times and say whether B is faster, slower, or no different beyond "
-                    "noise.")
+                    "compare the median step times and say whether B is faster or slower (the 95% interval of "
+                    "the change lies below or above 0) or no different (it holds 0).")
     p.add_argument("--rounds", type=int, default=AB_ROUNDS,
                    help=f"processes per side (default {AB_ROUNDS})")
     p.add_argument("--warmup", type=int, default=AB_WARMUP, help=f"steps dropped at the start (default {AB_WARMUP})")
@@ -295,13 +295,14 @@ def _ab(sub, common) -> None:
 
 def _compare(sub, common) -> None:
     c = sub.add_parser("compare", parents=[common],
-                       help="compare two check-ups (run directories, traces or JSON reports): every figure, its "
-                            "change, whether beyond noise")
+                       help="compare two check-ups (run directories, traces or JSON reports): the figures that "
+                            "changed beyond noise, grouped (--all: every figure)")
     c.add_argument("a", type=Path, help="the baseline: a run directory, a trace, or a check-up JSON")
     c.add_argument("b", type=Path, help="the candidate, the same kinds")
     c.add_argument("--markdown", type=Path, metavar="FILE", help="also write the comparison as Markdown")
     c.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison as JSON")
-    c.add_argument("--changed", action="store_true", help="print only the figures that changed beyond noise")
+    c.add_argument("--all", action="store_true", help="print every figure (default: those that changed beyond noise)")
+    c.add_argument("--changed", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     c.add_argument("--fail-if-slower", type=float, metavar="PCT",
                    help="exit 3 (as analyze's gates) when B's step time is more than PCT percent above A's (a CI "
                         "gate); when either step time is missing the gate fails too, unless --allow-missing")

@@ -12,9 +12,11 @@ Definitions (also in docs/metrics.md, "A/B"):
 - noise: the larger ratio of slowest to fastest round within one side, minus 1, in percent: how
   much the same configuration moved between its own processes (timings vary by factors, so
   ratios, not differences).
-- verdict: B is faster (slower) when the change's interval lies wholly below (above) zero AND
-  the ratio of the two sides' step times is larger than that within-side ratio; otherwise "no
-  difference beyond noise".
+- verdict, one rule: B is faster (slower) when the change's interval lies wholly below (above)
+  zero; when the interval holds zero, no difference was measured. The noise is said beside it and
+  never overrides it: when the rounds of one side moved by more than the change, the sentence adds
+  that more rounds would narrow the interval (the interval already counts the rounds' spread, since
+  it resamples them).
 - clock: the step times are the host's (the interval between optimizer steps' returns) unless a
   side ran ahead of its GPU: then both sides' GPU step times are used (the time between CUDA
   events recorded at each step's end, the agent's gpu-steps.csv), and when a side has none the
@@ -42,6 +44,8 @@ MIN_STEPS = 3  # measured steps a round needs
 # the queue's growth over a round, as a share of the GPU's time, above which a side ran ahead of its GPU: a job
 # that keeps pace differs only by the ends' jitter (one step's variation over 50-100 steps: a few percent at most)
 RUN_AHEAD_SHARE = 0.10
+RULE = (f"B differs from A when the {CONFIDENCE:.0%} interval of the change excludes 0: faster when it lies below 0, "
+        "slower when above")
 
 
 @dataclass
@@ -86,28 +90,32 @@ class AbResult:
     verdict: str  # "faster", "slower" or "same" (B relative to A)
     clock: str = "host"  # whose step times: "host" or "gpu" (module docstring, clock)
     ahead: list = field(default_factory=list)  # RunAhead of each side that ran ahead of its GPU
+    notes: list[str] = field(default_factory=list)  # what the measurement lacked (fewer steps than asked)
 
     @property
     def sentence(self) -> str:
         a, b = self.a.label, self.b.label
         ci = f"{CONFIDENCE:.0%} interval {self.lo_pct:+.1f}% to {self.hi_pct:+.1f}%"
         clock = " on the GPU" if self.clock == "gpu" else ""
+        noise = f"noise between rounds {self.noise_pct:.1f}%"
         if self.verdict == "faster":
-            out = (f"{b} is faster than {a} by {-self.change_pct:.1f}% per step{clock} ({ci}; noise between rounds "
-                   f"{self.noise_pct:.1f}%).")
+            out = f"{b} is faster than {a} by {-self.change_pct:.1f}% per step{clock} ({ci}, below 0; {noise})."
         elif self.verdict == "slower":
-            out = (f"{b} is slower than {a} by {self.change_pct:.1f}% per step{clock} ({ci}; noise between rounds "
-                   f"{self.noise_pct:.1f}%).")
+            out = f"{b} is slower than {a} by {self.change_pct:.1f}% per step{clock} ({ci}, above 0; {noise})."
         else:
-            out = (f"No difference beyond noise: {b} vs {a} {self.change_pct:+.1f}% per step{clock} ({ci}; noise "
-                   f"between rounds {self.noise_pct:.1f}%).")
-        return out + "".join(" " + r.sentence for r in self.ahead)
+            out = (f"No difference measured: {b} vs {a} {self.change_pct:+.1f}% per step{clock} ({ci} holds 0; "
+                   f"{noise}).")
+        if self.verdict != "same" and self.noise_pct > abs(self.change_pct):
+            out += (f" A side's rounds moved by more than the change ({self.noise_pct:.1f}%): more --rounds would "
+                    "narrow the interval.")
+        return out + "".join(" " + r.sentence for r in self.ahead) + "".join(" " + n for n in self.notes)
 
     def to_dict(self) -> dict:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "change_pct": self.change_pct,
                 "interval_pct": [self.lo_pct, self.hi_pct], "noise_pct": self.noise_pct, "verdict": self.verdict,
                 "sentence": self.sentence, "confidence": CONFIDENCE, "bootstrap": BOOTSTRAP, "clock": self.clock,
-                "ran_ahead": [asdict(r) for r in self.ahead], "run_ahead_share": RUN_AHEAD_SHARE}
+                "ran_ahead": [asdict(r) for r in self.ahead], "run_ahead_share": RUN_AHEAD_SHARE,
+                "rule": RULE, "notes": self.notes}
 
 
 @dataclass
@@ -182,9 +190,11 @@ def _check(label: str, rounds: list) -> list[np.ndarray]:
 
 
 def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "B",
-            samples_per_step: float | None = None, ahead: list | None = None) -> AbResult:
+            samples_per_step: float | None = None, ahead: list | None = None,
+            notes: list[str] | None = None) -> AbResult:
     """Both sides' figures, the change of B vs A with its interval, and the verdict (module docstring); `ahead`:
-    choose_clock's sides that ran ahead (the rounds are then GPU step times)."""
+    choose_clock's sides that ran ahead (the rounds are then GPU step times); `notes`: sentences on what the
+    measurement lacked, said after the verdict."""
     ar, br = _check(a_label, a_rounds), _check(b_label, b_rounds)
     rng = np.random.default_rng(SEED)
     ab, bb = _boot(ar, rng), _boot(br, rng)
@@ -200,10 +210,6 @@ def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "
     change = 100 * (b.median_ms / a.median_ms - 1)
     lo, hi = np.percentile(100 * (bb / ab - 1), q)
     noise = max(a.spread_pct, b.spread_pct)
-    ratio = b.median_ms / a.median_ms  # B's time per step in A's
-    verdict = "same"
-    if hi < 0 and 1 / ratio > 1 + noise / 100:
-        verdict = "faster"
-    elif lo > 0 and ratio > 1 + noise / 100:
-        verdict = "slower"
-    return AbResult(a, b, change, float(lo), float(hi), noise, verdict, "gpu" if ahead else "host", list(ahead or []))
+    verdict = "faster" if hi < 0 else "slower" if lo > 0 else "same"  # RULE
+    return AbResult(a, b, change, float(lo), float(hi), noise, verdict, "gpu" if ahead else "host", list(ahead or []),
+                    list(notes or []))

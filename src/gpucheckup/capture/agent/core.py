@@ -576,6 +576,7 @@ class Agent:
             "local_rank": os.environ.get("LOCAL_RANK"),
             "world_size": os.environ.get("WORLD_SIZE"),
             "local_world_size": os.environ.get("LOCAL_WORLD_SIZE"),
+            "variables": layout.run_variables(os.environ),  # this process's own: torchrun sets some per rank
             "argv": sys.argv,
             "python": sys.version.split()[0],
             "settings": self.settings,

@@ -14,10 +14,11 @@ def render_loader(bench: dict, advice: dict, console: Console) -> None:
     """Print the benchmark table and the advice (both as their to_dict() forms)."""
     cap = advice["worker_cap"]
     t = Table(title=Text(f"DataLoader alone: {bench['factory']}"), title_justify="left", box=box.SIMPLE_HEAVY,
-              pad_edge=False)
+              pad_edge=False, caption=Text("CPU = CPU seconds per wall second, the workers' (at 0 workers, the loop's)",
+                                           style="dim"), caption_justify="left")
     for col, just in (("workers", "right"), ("pin", "left"), ("batch/s", "right"), ("sample/s", "right"),
-                      ("start", "right"), ("RSS/shr/USS MB", "right"), ("", "left")):
-        t.add_column(col, justify=just, no_wrap=bool(col))
+                      ("start", "right"), ("CPU", "right"), ("RSS/shr/USS MB", "right"), ("", "left")):
+        t.add_column(col, justify=just, no_wrap=bool(col), overflow="ellipsis" if col else "fold")
     for r in bench["runs"]:
         n = len(r["worker_rss_mb"])
         mem = (f"{_mean(r['worker_rss_mb']):.0f}/{_mean(r['worker_shared_mb']):.0f}/{_mean(r['worker_uss_mb']):.0f}"
@@ -33,7 +34,7 @@ def render_loader(bench: dict, advice: dict, console: Console) -> None:
             flag.append(r["note"])
         sps = f"{r['samples_per_s']:.0f}" if r["samples_per_s"] else "-"
         t.add_row(str(r["num_workers"]), plain_value(r["pin_memory"]), f"{r['batches_per_s']:.1f}", sps,
-                  f"{r['startup_s']:.2f}s", mem, Text("; ".join(flag), style="bold" if flag else ""))
+                  f"{r['startup_s']:.2f}s", _cpu(r), mem, Text("; ".join(flag), style="bold" if flag else ""))
     console.print(t)
     c = bench["cpu"]
     quota = c.get("cgroup_quota_cpus")
@@ -44,6 +45,12 @@ def render_loader(bench: dict, advice: dict, console: Console) -> None:
         console.print(Text("note: " + note, style="dim"))
     for s in advice["sentences"]:
         console.print(Text("• " + s, style="bold" if s.startswith("recommended") else ""))
+
+
+def _cpu(run: dict) -> str:
+    """The CPU seconds per wall second over the timed batches: the workers' (the iterating process's at 0 workers)."""
+    spent = run.get("worker_cpu_s") if run["num_workers"] else run.get("main_cpu_s")
+    return f"{spent / run['seconds']:.2f}" if spent is not None and run["seconds"] > 0 else "-"
 
 
 def _mean(xs: list[float]) -> float:
