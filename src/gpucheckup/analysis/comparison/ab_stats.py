@@ -93,6 +93,11 @@ class AbResult:
     notes: list[str] = field(default_factory=list)  # what the measurement lacked (fewer steps than asked)
 
     @property
+    def confidence(self) -> float:
+        """The interval's confidence (CONFIDENCE)."""
+        return CONFIDENCE
+
+    @property
     def sentence(self) -> str:
         a, b = self.a.label, self.b.label
         ci = f"{CONFIDENCE:.0%} interval {self.lo_pct:+.1f}% to {self.hi_pct:+.1f}%"

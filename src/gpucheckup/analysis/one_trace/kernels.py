@@ -310,6 +310,7 @@ def _data_movement(trace, uniq, cat_counts, per_name_us, per_name_n, total) -> l
             "total_ms": d["us"] / 1000,
             "count": d["count"],
             "kernels": [n for _, n in sorted(d["kernels"], reverse=True)[:5]],
+            "labels": [kernel_label(n) for _, n in sorted(d["kernels"], reverse=True)[:5]],
         })
     return out
 

@@ -18,7 +18,6 @@ import hashlib
 import msgspec
 
 from gpucheckup import __version__
-from gpucheckup.analysis.one_trace.kernels import kernel_label
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.report.pages import plots
 from gpucheckup.report import json_doc
@@ -375,7 +374,8 @@ def _data_movement(r: dict) -> str:
         return ""
     rows = [[esc(f["family"]), (f["pct"], f"{f['pct']:.1f}%"), (f["total_ms"], f"{f['total_ms']:.3f}"),
              (f["count"], str(f["count"])),
-             "<br>".join(f'<span title="{esc(k)}">{esc(kernel_label(k))}</span>' for k in f.get("kernels", [])[:3])]
+             "<br>".join(f'<span title="{esc(k)}">{esc(label)}</span>'
+                         for k, label in list(zip(f.get("kernels", []), f.get("labels") or f.get("kernels", [])))[:3])]
             for f in fam]
     return "<h4>Data movement kernels</h4>" + _table(
         [("family", "t"), ("share of kernel time", "n"), ("total ms", "n"), ("count", "n"), ("kernels", "t")],

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from gpucheckup.analysis.comparison.ab_stats import CONFIDENCE, AbResult
+if TYPE_CHECKING:  # the typed result this renders (a type, never a call into analysis)
+    from gpucheckup.analysis.comparison.ab_stats import AbResult
 
 
 def render(result: AbResult, console: Console) -> None:
@@ -13,7 +16,7 @@ def render(result: AbResult, console: Console) -> None:
     unit = "samples/s" if result.a.samples_per_step else "steps/s"
     clock = " (on the GPU: a side ran ahead of it)" if result.clock == "gpu" else ""
     t = Table(title=f"A/B: median step time per side{clock}", title_justify="left")
-    for col in ("side", "median step", f"{CONFIDENCE:.0%} interval", unit, "rounds (median step each)", "steps"):
+    for col in ("side", "median step", f"{result.confidence:.0%} interval", unit, "rounds (median step each)", "steps"):
         t.add_column(col)
     for s in (result.a, result.b):
         t.add_row(s.label, f"{s.median_ms:.3f} ms", f"{s.lo_ms:.3f} - {s.hi_ms:.3f} ms", f"{s.per_s:.2f}",

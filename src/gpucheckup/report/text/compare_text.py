@@ -3,12 +3,15 @@ beyond noise, grouped, by the names people read (analysis/comparison/compare.py)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.analysis.comparison.compare import Comparison, FigureChange
+if TYPE_CHECKING:  # the typed result this renders (a type, never a call into analysis)
+    from gpucheckup.analysis.comparison.compare import Comparison, FigureChange
 
 
 def _num(x: float | None) -> str:
