@@ -15,7 +15,7 @@ import pytest
 from conftest import raw_events, trace_path, read_report
 from independent import GPU_CATS, step_windows, union_length
 
-from gpucheckup.report.perfetto import annotated_trace
+from gpucheckup.checkup.perfetto import annotated_trace
 
 
 def run_cli(*args):

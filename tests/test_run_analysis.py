@@ -311,7 +311,7 @@ def test_a_sparse_but_well_formed_run_directory_is_checked_up(tmp_path):
 
 def test_run_only_fixes_are_ranked_as_in_every_checkup():
     from gpucheckup.diagnosis.findings import Finding, Fix
-    from gpucheckup.report.run_model import fix_dicts
+    from gpucheckup.checkup.run_report import fix_dicts
 
     def finding(id, severity, *fixes):
         return Finding(id=id, severity=severity, title=id, rule="", cost_ms_per_step=0.0, cost_pct_of_step=0.0,

@@ -172,6 +172,6 @@ def test_ncu_cmd_writes_kernel_names_printable_and_its_regex_still_matches_them(
     regex = shlex.split(line)[shlex.split(line).index("--kernel-name") + 1]
     assert regex.startswith("regex:") and "\\x1b\\[2J" in regex and "\\u202eevil" in regex
     assert re.fullmatch(regex[len("regex:"):], "gemm_kernel" + PAYLOAD)  # the regex reads back the real name
-    from gpucheckup.report.ncu_cmd import printable_regex
+    from gpucheckup.checkup.ncu_cmd import printable_regex
     name = "k\n\t\x1b\u202e\ud800.(x)*\\"
     assert re.fullmatch(printable_regex(name), name) and not set(printable_regex(name)) & set("\n\t\x1b\u202e")

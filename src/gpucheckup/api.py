@@ -25,7 +25,7 @@ import msgspec
 from gpucheckup.document import Document, flat_report
 from gpucheckup.errors import CheckupError
 
-# The verdict ids (diagnosis/verdict.py's scores; cpu_only: report/cpu_model.py; no_timeline: a run directory
+# The verdict ids (diagnosis/verdict.py's scores; cpu_only: checkup/cpu_report.py; no_timeline: a run directory
 # with no trace to check up).
 VERDICTS = ("input_bound", "launch_bound", "sync_bound", "communication_bound", "copy_bound", "gpu_bound",
             "cpu_only", "no_timeline")

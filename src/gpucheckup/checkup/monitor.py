@@ -102,7 +102,7 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
     """Check up a monitor recording: the run-level NVML figures (heartbeat, throttling, memory) and rules."""
     from gpucheckup.analysis.run_logs.run import analyze_run
     from gpucheckup.diagnosis.run_rules import run_findings
-    from gpucheckup.report.run_model import run_only_dict
+    from gpucheckup.checkup.run_report import run_only_dict
     from gpucheckup.report.text.terminal_run import render_run_only
     from gpucheckup.trace.rundir import read_nvml_recording
 

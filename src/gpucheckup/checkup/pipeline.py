@@ -1,14 +1,14 @@
 """A path to its check-up: a trace, a folder of per-rank traces, or a gpucheckup run directory.
 
 `check(path)` is the one way in. Each trace is read (trace/), analyzed (analysis/), diagnosed
-(diagnosis/) and turned into its report dict (report/model.py). A run directory adds its
+(diagnosis/) and turned into its report dict (checkup/trace_report.py). A run directory adds its
 run-level parts: the run is read (trace/rundir.py), the run-level analyses (analysis/run_logs/run.py) and
 rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
 windows; else the latest attach capture) is checked up as above with the run-level findings
-appended, and the run keys (report/run_model.py) are added to its report dict. A run whose traces
+appended, and the run keys (checkup/run_report.py) are added to its report dict. A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
-(analysis/one_trace/cpu_profile.py, report/cpu_model.py), when it has CPU operators; with none either, it is
+(analysis/one_trace/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
 (diagnosis/coarse.py) here, from the samples stored in the run directory.
 """
@@ -32,7 +32,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
-from gpucheckup.report.model import checkup_dict
+from gpucheckup.checkup.trace_report import checkup_dict
 from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -212,7 +212,7 @@ def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
     when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up)."""
     from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
     from gpucheckup.diagnosis.cpu_rules import cpu_findings
-    from gpucheckup.report.cpu_model import cpu_dict
+    from gpucheckup.checkup.cpu_report import cpu_dict
 
     p = cpu_profile(trace)
     if p is None:
@@ -296,7 +296,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     from gpucheckup.diagnosis.coarse import coarse_verdict
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.report.run_model import run_only_dict, run_parts
+    from gpucheckup.checkup.run_report import run_only_dict, run_parts
 
     path = Path(path)
     if not is_run_dir(path):
@@ -359,7 +359,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     for c in out.cpu:  # its CPU-side findings (with the job's threads and cores), then the run-level ones
         from gpucheckup.analysis.run_logs.environment import thread_budget
         from gpucheckup.diagnosis.cpu_rules import cpu_findings
-        from gpucheckup.report.cpu_model import cpu_fix_dicts
+        from gpucheckup.checkup.cpu_report import cpu_fix_dicts
 
         p = c.profile
         c.findings = cpu_findings(p, thread_budget(run.env or {}, p.per_step(p.main_thread.busy_ms)))

@@ -19,7 +19,7 @@ from gpucheckup.analysis.job.ranks import distribution, RankInput, RanksAnalysis
 from gpucheckup.diagnosis import rank_rules
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.hardware import links
-from gpucheckup.report.cpu_model import CPU_VERDICT
+from gpucheckup.checkup.cpu_report import CPU_VERDICT
 
 
 @dataclass
@@ -113,7 +113,7 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
         if ra.straggler is not None:
             c.diagnosis.findings.insert(0, findings[0])
     verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
-    if not checkups and not ra.on_gpu:  # no rank launched a kernel: no GPU bound can hold (report/cpu_model.py)
+    if not checkups and not ra.on_gpu:  # no rank launched a kernel: no GPU bound can hold (checkup/cpu_report.py)
         verdicts = {r.rank: CPU_VERDICT for r in ra.table}
         primary = CPU_VERDICT
         if ra.straggler is not None:
@@ -145,7 +145,7 @@ def _r(x, nd=3):
 
 def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[dict] | None = None) -> dict:
     """The job's JSON keys: ranks (straggler, table), communication, verdict."""
-    from gpucheckup.report.model import _clean
+    from gpucheckup.checkup.trace_report import _clean
 
     ra = job.analysis
     old = {r["rank"]: r for r in (summary or [])}
@@ -204,7 +204,7 @@ def attach_job(inputs: list[RankInput], checkups: list, run_path: Path | None = 
 
 def refresh_report(report: dict, d) -> None:
     """A report's diagnosis keys (verdict, fixes, notes) from a diagnosis the cross-rank rules changed."""
-    from gpucheckup.report.model import _clean, fix_dicts
+    from gpucheckup.checkup.trace_report import _clean, fix_dicts
 
     new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
                               "findings": [f.to_dict() for f in d.findings]},

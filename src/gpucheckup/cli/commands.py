@@ -192,7 +192,7 @@ def cmd_ceilings(args, console) -> int:
 
 
 def cmd_ncu_cmd(args, console) -> int:
-    from gpucheckup.report.ncu_cmd import ncu_command, saved_report
+    from gpucheckup.checkup.ncu_cmd import ncu_command, saved_report
 
     report = saved_report(args.path)
     if report is None:

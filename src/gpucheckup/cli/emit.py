@@ -172,7 +172,7 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
         write_atomic(out.markdown, markdown.render(pages, title, markdown_section(job) if job else "").encode())
         console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
-        from gpucheckup.report import perfetto
+        from gpucheckup.checkup import perfetto
 
         for _, slug, c in items:
             path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)

@@ -155,6 +155,13 @@ class Comparison:
     verdict_b: str | None
     figures: list[FigureChange]
 
+    def shown(self, everything: bool = False) -> list[FigureChange]:
+        """The figures a reader is shown: those beyond noise (every one with `everything`), grouped in GROUPS'
+        order, each group's figures in key order."""
+        names = list(GROUPS.values())
+        rank = {g: (names.index(g) if g in names else len(names), g) for g in {f.group for f in self.figures}}
+        return sorted((f for f in self.figures if everything or f.beyond_noise), key=lambda f: (rank[f.group], f.key))
+
     @property
     def step_beyond_noise(self) -> bool:
         return self.step_change_pct is not None and abs(self.step_change_pct) > self.noise_pct

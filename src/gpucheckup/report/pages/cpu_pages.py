@@ -1,4 +1,4 @@
-"""The CPU-side check-up (report/cpu_model.py) as a self-contained HTML page and as Markdown; every text from
+"""The CPU-side check-up (checkup/cpu_report.py) as a self-contained HTML page and as Markdown; every text from
 the trace is escaped."""
 
 from __future__ import annotations

@@ -33,24 +33,10 @@ def _change(f: FigureChange) -> str:
     return f"{f.change:+.1f} pts" if f.points else f"{f.change:+.1f}%"
 
 
-def shown(c: Comparison, everything: bool) -> list[FigureChange]:
-    """The figures to show, grouped (in the groups' order, each group's figures in key order)."""
-    rows = [f for f in c.figures if everything or f.beyond_noise]
-    order = {g: i for i, g in enumerate(dict.fromkeys(f.group for f in sorted(c.figures, key=_group_rank)))}
-    return sorted(rows, key=lambda f: (order[f.group], f.key))
-
-
-def _group_rank(f: FigureChange) -> tuple:
-    from gpucheckup.analysis.comparison.compare import GROUPS
-
-    names = list(GROUPS.values())
-    return (names.index(f.group) if f.group in names else len(names), f.group, f.key)
-
-
 def render(c: Comparison, console: Console, everything: bool = False) -> None:
     """Print the sentence, then the figures (those beyond noise unless `everything`), grouped."""
     console.print(Text(c.sentence))
-    rows = shown(c, everything)
+    rows = c.shown(everything)
     hidden = len(c.figures) - len(rows)
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, expand=False)
     t.add_column("figure", overflow="fold", ratio=1)
@@ -96,7 +82,7 @@ def markdown(c: Comparison, a_name: str, b_name: str, everything: bool = False) 
              + ("." if everything else "; only those are listed."), "",
              "| figure | key | A | B | change | beyond noise |", "| --- | --- | ---: | ---: | ---: | :---: |"]
     group = None
-    for f in shown(c, everything):
+    for f in c.shown(everything):
         if f.group != group:
             group = f.group
             lines.append(f"| **{_md(group)}** | | | | | |")

@@ -1,4 +1,4 @@
-"""The terminal rendering of a CPU-side check-up (report/cpu_model.py)."""
+"""The terminal rendering of a CPU-side check-up (checkup/cpu_report.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ Key reference (also in docs/metrics.md, section "JSON report"):
 - communication, cuda_api, trace (path, devices, rank, versions), notes[]
 - profiler (null, or the profiler-overhead correction: unprofiled_step_ms, inflation_pct,
   gpu_ms_per_step, busy_pct_unprofiled, host_idle_factor, applied); gpu.busy_pct_unprofiled
-- gaps.histogram, timeline: the arrays behind the HTML plots (see report/pages/plot_data.py, docs/reports.md)
+- gaps.histogram, timeline: the arrays behind the HTML plots (see analysis/plot_arrays.py, docs/reports.md)
 - optional, filled by other producers and rendered when present: step_history (whole-run step
   times from steps.csv), nvml (GPU samples), env (environment); shapes in docs/reports.md
 - mfu.flops_per_step, mfu.source, mfu.achieved_tflops, mfu.peak_tflops, mfu.pct, mfu.pct_of_measured,
@@ -41,7 +41,7 @@ from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
 from gpucheckup.diagnosis.labels import job_labels
-from gpucheckup.report.pages import plot_data
+from gpucheckup.analysis import plot_arrays
 
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
@@ -93,9 +93,9 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "pattern": a.gap_pattern,
             "cause_titles": CAUSE_TITLES,
             "longest": _longest_gaps(a),
-            "histogram": plot_data.gap_histogram(a),
+            "histogram": plot_arrays.gap_histogram(a),
         },
-        "timeline": plot_data.step_timeline(a),
+        "timeline": plot_arrays.step_timeline(a),
         "dataloader": fields_of(a.dataloader),
         "sync": a.syncs,
         "copies": {**fields_of(a.copies),

@@ -10,7 +10,7 @@ from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
 from gpucheckup.diagnosis.cpu_rules import NOT_REPLAYED_CPU
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.savings import NOT_REPLAYED
-from gpucheckup.report.run_model import fix_dicts
+from gpucheckup.checkup.run_report import fix_dicts
 from gpucheckup.trace.tables import Trace
 
 CPU_VERDICT = "cpu_only"  # the verdict id of every CPU-side check-up (no device activity to bound)
@@ -38,7 +38,7 @@ def cpu_dict(trace: Trace, p: CpuProfile, findings: list[Finding] | None = None)
 
 
 def cpu_fix_dicts(findings: list[Finding]) -> list[dict]:
-    """The ranked fixes of a CPU-side check-up's findings (as every check-up ranks them: report/run_model.py); none
+    """The ranked fixes of a CPU-side check-up's findings (as every check-up ranks them: checkup/run_report.py); none
     is replayed, and a fix whose graph edit exists says why."""
     out = fix_dicts(findings)
     for x in out:

@@ -1,6 +1,6 @@
 """The run-level parts of the report dict (`gpucheckup analyze RUN_DIR`, `gpucheckup run`).
 
-Keys added beside the trace's keys (see report/model.py), also in docs/capture.md:
+Keys added beside the trace's keys (see checkup/trace_report.py), also in docs/capture.md:
 - run: path, kind, command, exit_code, exit_signal, started_epoch_s, duration_s, captured, failed,
   traces (the traces checked up), no_gpu_timeline (why there is none, or null)
 - nvml: {"t_s", "gpu_util", "power_w", "sm_clock_mhz", "throttled"}: seconds since the run started,
@@ -23,8 +23,8 @@ from gpucheckup import __version__
 from gpucheckup.analysis.run_logs import step_history, telemetry
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.diagnosis.findings import Diagnosis, Finding
-from gpucheckup.report.model import _clean
-from gpucheckup.report.model import fix_dicts as model_fix_dicts
+from gpucheckup.checkup.trace_report import _clean
+from gpucheckup.checkup.trace_report import fix_dicts as model_fix_dicts
 
 MAX_ENV_TEXT = 20000
 
