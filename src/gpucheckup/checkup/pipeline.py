@@ -10,7 +10,8 @@ hold no GPU activity (a CPU-only machine), or that has no trace, still gets its 
 which says so. A trace without device activity gets the CPU-side check-up instead
 (analysis/one_trace/cpu_profile.py, report/cpu_model.py), when it has CPU operators; with none either, it is
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
-(diagnosis/coarse.py) here, from the samples stored in the run directory.
+(diagnosis/coarse.py) here, from the samples stored in the run directory; with no trace, it is the run's
+verdict, said coarse, with its finding and fixes (report/run_model.py coarse_dict).
 """
 
 from __future__ import annotations
@@ -289,10 +290,10 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
     from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.analysis.run_logs.run import analyze_run
-    from gpucheckup.diagnosis.coarse import coarse_verdict
+    from gpucheckup.diagnosis.coarse import coarse_findings, coarse_verdict, fix_note
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.report.run_model import fix_dicts, run_only_dict, run_parts
+    from gpucheckup.report.run_model import coarse_dict, fix_dicts, run_only_dict, run_parts
 
     path = Path(path)
     if not is_run_dir(path):
@@ -312,9 +313,10 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
                                                          f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
+    gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
     if run.samples is not None:
         rc.coarse = coarse_verdict(stack_samples.sample_states(run.samples),
-                                   stack_samples.sample_util(run.samples, run.nvml))
+                                   stack_samples.sample_util(run.samples, run.nvml), gpu_job)
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
     traces = run.traces or run.time_traces or run.attach_traces[-1:]
@@ -353,7 +355,11 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         c.report.update(run_parts(ra, parts_traces, None, coarse))
         c.report["verdict"]["findings"] = [f.to_dict() for f in findings]
         c.report["fixes"] = fix_dicts(findings)
-    if not out.checkups:
+    if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
+        found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job)
+        rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
+                                rc.no_timeline, parts_traces)
+    elif not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
         _add_sampled(rc.report, None, sampled, all_traces)
     note = unsettled_note(ra)

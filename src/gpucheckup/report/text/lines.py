@@ -38,8 +38,11 @@ def sync_rate(r: dict) -> str:
 
 
 def cost_line(f: dict) -> str:
-    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so."""
+    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so; a coarse
+    finding (no step time, a share of sampled stacks: diagnosis/coarse.py) gives its share."""
     ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    if ms is None and pct is not None and f["id"].startswith("coarse_"):
+        return f"{pct:.0f}% of the samples (no step time to express it in ms)"
     return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
 
 
