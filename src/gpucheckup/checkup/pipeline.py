@@ -4,8 +4,10 @@
 (diagnosis/) and turned into its report dict (report/model.py). A run directory adds its
 run-level parts: the run is read (trace/rundir.py), the run-level analyses (analysis/run_logs/run.py) and
 rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
-windows; else the latest attach capture) is checked up as above with the run-level findings
-appended, and the run keys (report/run_model.py) are added to its report dict. A run whose traces
+windows; else the latest attach capture; or the attach capture asked for: `gpucheckup attach` to a job with the
+agent checks its new trace up as part of the job's run directory, so the step basis is the job's own step log, the
+unprofiled step, as for `gpucheckup run`) is checked up as above with the run-level findings appended, and the
+run keys (report/run_model.py) are added to its report dict. A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
 (analysis/one_trace/cpu_profile.py, report/cpu_model.py), when it has CPU operators; with none either, it is
@@ -38,7 +40,7 @@ from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
-from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
+from gpucheckup.trace.rundir import RunDir, is_live_run_dir, is_run_dir, read_run
 
 if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
     from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
@@ -286,8 +288,18 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     return results
 
 
-def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
-    """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
+def attach_run_dir(trace: Path) -> Path | None:
+    """The run directory whose traces/attach/ holds this trace (one the agent of a job started under `gpucheckup run`,
+    or injected, wrote for `gpucheckup attach`), else None."""
+    run_dir = Path(trace).parent.parent.parent
+    inside = Path(trace).parent == run_dir / layout.ATTACH_TRACES
+    return run_dir if inside and (is_run_dir(run_dir) or is_live_run_dir(run_dir)) else None
+
+
+def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
+              trace: Path | None = None) -> Checkups:
+    """Check up a run directory (FLOPs per step from the agent's flops.json unless given); `trace`: check up this
+    trace of the run (an attach window's) instead of the run's own windows, on the same step basis."""
     from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.analysis.run_logs.run import analyze_run
     from gpucheckup.diagnosis.coarse import coarse_findings, coarse_verdict, fix_note
@@ -296,13 +308,14 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     from gpucheckup.report.run_model import coarse_dict, fix_dicts, run_only_dict, run_parts
 
     path = Path(path)
-    if not is_run_dir(path):
+    live = trace is not None and is_live_run_dir(path)  # attached to a job still running: no manifest yet
+    if not (is_run_dir(path) or live):
         raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
         inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
     ncu = _ncu_launches(ncu_csv)
-    run = read_run(path)
+    run = read_run(path, live)
     ra = analyze_run(run)
     st = ra.steps or {}
     if inputs.unprofiled_step_ms is None and st.get("unprofiled_ms") and st.get("profiled_median_ms"):
@@ -319,7 +332,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
                                    stack_samples.sample_util(run.samples, run.nvml), gpu_job)
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
-    traces = run.traces or run.time_traces or run.attach_traces[-1:]
+    traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
     used, all_traces, sampled = [], [], []
     for p in traces:
         trace = read_trace(p)

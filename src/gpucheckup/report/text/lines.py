@@ -146,7 +146,9 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     r, fig = report["run"], report["run_figures"]
     rows = [("command", " ".join(r["command"] or []))]
     ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
-    if r["kind"] == "run":
+    if r["kind"] == "run" and r["exit_code"] is None and r["exit_signal"] is None:  # attached to it while it runs
+        rows.append(("job", "still running (checked up from its run directory so far)"))
+    elif r["kind"] == "run":
         rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
     rows.append(("traces", ", ".join(r["traces"]) or "none"))
     st = fig.get("steps")
