@@ -34,7 +34,8 @@ def gpucheckup(*args, timeout=240) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def attached(tmp_path_factory):
-    """One py-spy attach (6 s at 4 per second) to the slow-loader job: its run directory, JSON, HTML, terminal."""
+    """One py-spy attach (6 s at 4 per second) to the slow-loader job: its run directory, JSON, HTML, Markdown,
+    terminal."""
     pytest.importorskip("torch", reason="the capture tests run real torch jobs: pip install torch==2.13.0 (CI does)")
     from test_capture import the_run_dir, wait_for
     from gpucheckup.capture.attach import find_pyspy
@@ -47,12 +48,13 @@ def attached(tmp_path_factory):
     try:
         wait_for(ready)
         res = gpucheckup("attach", "--pid", str(job.pid), "--duration", "6", "--rate", "4", "--out",
-                         str(tmp / "runs"), "--json", str(tmp / "a.json"), "--html", str(tmp / "a.html"), timeout=120)
+                         str(tmp / "runs"), "--json", str(tmp / "a.json"), "--html", str(tmp / "a.html"), "--markdown", str(tmp / "a.md"),
+                         timeout=120)
     finally:
         job.kill()
         job.wait()
     assert res.returncode == 0, res.stderr
-    return {"run_dir": the_run_dir(tmp / "runs"), "json": tmp / "a.json", "html": tmp / "a.html",
+    return {"run_dir": the_run_dir(tmp / "runs"), "json": tmp / "a.json", "html": tmp / "a.html", "md": tmp / "a.md",
             "out": " ".join(res.stdout.split()), "tmp": tmp}
 
 
@@ -73,6 +75,9 @@ def test_cpu_job_attached_from_outside_is_input_bound_coarse_with_the_workers_fi
     assert "INPUT-BOUND (coarse)" in out and "(coarse: sampled stacks)" in out
     assert "Load batches in worker processes" in out
     assert "the verdict is coarse" in out
+    # and the Markdown
+    md = attached["md"].read_text()
+    assert "**Verdict: INPUT-BOUND (coarse)**" in md and "Load batches in worker processes" in md
 
 
 def test_the_coarse_verdict_reads_coarse_in_the_html(attached):
