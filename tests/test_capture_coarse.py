@@ -150,3 +150,38 @@ def test_a_recorded_h200_attach_gets_the_coarse_verdict_and_its_fixes(tmp_path):
     assert "GPU idle in 100% of 38 samples while the main thread waits in DataLoader __next__" in doc["verdict"]["reason"]
     assert [f["key"] for f in doc["fixes"]][:2] == ["dataloader_workers", "gpu_augment"]
     assert "INPUT-BOUND (coarse)" in res.stdout
+
+
+def test_a_job_with_loader_workers_gets_more_workers_only_where_cores_are_free(tmp_path):
+    """Two DataLoader worker processes computing 50 ms per sample, the main loop doing nothing else: the main thread
+    waits in the multi-process iterator. More workers help only if the host has a core the two do not take."""
+    pytest.importorskip("torch", reason="the capture tests run real torch jobs: pip install torch==2.13.0 (CI does)")
+    from test_capture import the_run_dir
+
+    env = {**os.environ, **ONE_THREAD, "GPUCHECKUP_TEST_SPIN_MS": "50"}
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from loader_factory import make_loader\n"
+            "for i, _ in enumerate(make_loader(2, False)):\n"
+            "    if i == 2: open(sys.argv[2], 'w').close()\n")
+    ready = tmp_path / "ready"
+    job = subprocess.Popen([PY, "-c", code, str(JOBS), str(ready)], env=env)
+    try:
+        from test_capture import wait_for
+
+        wait_for(ready)
+        res = gpucheckup("attach", "--pid", str(job.pid), "--duration", "4", "--rate", "4", "--out",
+                         str(tmp_path / "runs"), "--json", str(tmp_path / "a.json"), timeout=120)
+    finally:
+        job.kill()
+        job.wait()
+    assert res.returncode == 0, res.stderr
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["verdict"]["primary"] == "input_bound" and doc["verdict"]["coarse"]
+    keys = [f["key"] for f in doc["fixes"]]
+    assert "dataloader_workers" not in keys  # it already has workers
+    usable = json.loads((the_run_dir(tmp_path / "runs") / "env.json").read_text())["cpu"]["usable"]
+    if usable > 2:
+        assert "more_workers" in keys
+    else:  # two workers on every core there is (this 2-core CI machine)
+        assert "more_workers" not in keys and keys, keys
+        finding = next(f for f in doc["verdict"]["findings"] if f["id"] == "coarse_input_bound")
+        assert any("2 worker processes already fill" in e for e in finding["evidence"])

@@ -273,7 +273,8 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     except Exception as e:  # noqa: BLE001
         host_env = {"error": f"{type(e).__name__}: {e}"}
     samples, info = sample_stacks(exe, pid, duration, args.rate, native=args.native, pids=pids)
-    cuda = cuda_driver_loaded(pids["now"])
+    job = descendants(pid)  # the job's processes now: py-spy's JSON lists the threads of the main process only
+    cuda = cuda_driver_loaded(job)
     nvml.close()
     failed = {}
     if nvml.status != "ok":
@@ -291,7 +292,7 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
         "pid": pid, "run_dir": str(run_dir), "started_epoch_s": started, "duration_s": round(time.time() - started, 3),
         "exit_code": None, "exit_signal": None,
         "captured": {"samples": len(samples), "native": info.get("native"), "nvml": nvml.summary(),
-                     "cuda_driver_loaded": cuda},
+                     "cuda_driver_loaded": cuda, "processes": len(job)},
         "failed": failed,
     }
     write_manifest(rd, manifest)

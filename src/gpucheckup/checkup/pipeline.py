@@ -369,7 +369,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         c.report["verdict"]["findings"] = [f.to_dict() for f in findings]
         c.report["fixes"] = fix_dicts(findings)
     if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
-        found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job)
+        found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job,
+                                (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]))
         rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
                                 rc.no_timeline, parts_traces)
     elif not out.checkups:

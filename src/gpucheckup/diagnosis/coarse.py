@@ -145,25 +145,35 @@ def _cpu_job(states: list[str], all_states: dict[str, float], basis: str) -> Coa
                          None if verdict == CPU_COMPUTE else 100 * c / n, top)
 
 
-def coarse_findings(cv: CoarseVerdict, loader: str | None, gpu_job: bool | None) -> list[Finding]:
+def coarse_findings(cv: CoarseVerdict, loader: str | None, gpu_job: bool | None,
+                    cores: tuple[int | None, float | None] = (None, None)) -> list[Finding]:
     """The finding behind a coarse verdict, with its fixes (`loader`: "single" or "multi", the DataLoader
-    iterator seen in the main thread's stacks; None when none was seen). None for an undecided verdict, or one
+    iterator seen in the main thread's stacks; None when none was seen; `cores`: the job's processes (main and its
+    descendants) and the host's usable cores, where known: with as many worker processes as cores, no more are
+    offered). None for an undecided verdict, or one
     the samples offer nothing for (gpu_bound, cpu_only, host_waiting). Its fixes' savings are not modelled (0 here;
     the report says why: fix_note)."""
     keys = list(FIXES.get(cv.verdict, ()))
     pct = cv.cost_pct
     if not keys or cv.cost_pct is None:
         return []
+    evidence = [cv.sentence, cv.basis]
     if cv.verdict == "input_bound":
-        keys = ["more_workers" if loader == "multi" else "dataloader_workers"] + (
-            ["gpu_augment"] if gpu_job is not False else []) + keys
+        processes, usable = cores
+        children = processes - 1 if processes else None
+        full = loader == "multi" and children is not None and usable is not None and children >= usable
+        if full:  # the workers already take every core (the main process waits for them): more would share them
+            evidence.append(f"the job's {children} worker processes already fill its {usable:g} usable cores: more "
+                            "workers would share the same cores; make each batch cheaper instead")
+        workers = [] if full else ["more_workers" if loader == "multi" else "dataloader_workers"]
+        keys = workers + (["gpu_augment"] if gpu_job is not False else []) + keys
     return [Finding(
         id=f"coarse_{cv.verdict}", severity="critical" if pct >= IDLE_SHARE_PCT else "warning",
         title=f"The main thread {STATE_TEXT[cv.top_state]} ({pct:.0f}% of the samples; coarse)",
         rule=(f"main thread state from py-spy stacks; the bound most samples name"
               + (f" among those with NVML utilization < {IDLE_UTIL_PCT:g}%" if cv.gpu_idle_pct is not None else "")),
         cost_ms_per_step=None, cost_pct_of_step=pct,
-        evidence=[cv.sentence, cv.basis], fixes=[make(key, 0.0) for key in keys])]
+        evidence=evidence, fixes=[make(key, 0.0) for key in keys])]
 
 
 def fix_note(cv: CoarseVerdict) -> str:
