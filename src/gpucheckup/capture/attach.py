@@ -351,7 +351,7 @@ def sample_stacks(exe: str, pid: int, duration: float, rate: float, native: bool
             threads = json.loads(res.stdout)
         except ValueError:
             continue
-        pids["now"] = sorted({th.get("pid", pid) for th in threads} | {pid})
+        pids["now"] = descendants(pid)  # NVML's job processes: py-spy's JSON names the main process's threads only
         main = next((th for th in threads if th.get("pid") == pid and th.get("thread_name") == "MainThread"), None)
         main = main or next((th for th in threads if th.get("os_thread_id") == pid), None)
         frames = main.get("frames", []) if main else []
