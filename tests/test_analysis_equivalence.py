@@ -134,10 +134,10 @@ def test_frame_parents_far_back():
 
 
 def _categorize_by_definition(name: str) -> str:
-    """The plain definition: the first of CATEGORY_RULES (re.IGNORECASE) found in the name."""
-    from gpucheckup.analysis.one_trace.kernels import CATEGORY_RULES
+    """The plain definition: the first of CATEGORY_RULES (re.IGNORECASE) found in the names of what it runs."""
+    from gpucheckup.analysis.one_trace.kernels import CATEGORY_RULES, work_names
 
-    return next((cat for cat, pattern in CATEGORY_RULES if pattern.search(name)), "other")
+    return next((cat for cat, pattern in CATEGORY_RULES if pattern.search(work_names(name))), "other")
 
 
 def test_categorize_equals_its_definition():

@@ -357,7 +357,7 @@ def test_host_ranges_time_the_closure_an_optimizer_calls_inside_its_step():
     times each call of the closure as an Optimizer.closure# range inside Optimizer.step#, passes the closure's value
     back (the loss), and leaves a step without a closure as it was."""
     torch = pytest.importorskip("torch")
-    from gpucheckup.analysis.one_trace.kernels import CLOSURE_RANGE
+    from gpucheckup.analysis.one_trace.optimizer_spans import CLOSURE_RANGE
 
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)

@@ -26,11 +26,11 @@ class Block(nn.Module):
 
 
 def main():
-    args = parse(__doc__.splitlines()[0], batch=64, d=512, blocks=24, steps=200, warmup=20)
+    args = parse(__doc__.splitlines()[0], batch=64, d=512, blocks=24, steps=200, warmup=20, fused=0)
     torch.manual_seed(0)
     dev = torch.device(args.device)
     model = nn.Sequential(*[Block(args.d) for _ in range(args.blocks)], nn.Linear(args.d, 10)).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if args.fused else None)  # --fused 1: the fix
     clock = StepClock(args)
     while True:
         x = torch.randn(args.batch, args.d, device=dev)

@@ -21,13 +21,14 @@ import numpy as np
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, closure_ranges
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.hardware.peaks import lookup
-from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION
+from gpucheckup.trace.tables import CPU_OP
 
 from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for a pageable copy
 # A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
@@ -69,9 +70,30 @@ class CatalogueFix(msgspec.Struct, frozen=True):
     bottleneck: str = ""  # the verdict (diagnosis/verdict.py) whose cost the fix removes; "" when it names none
     replay: str = ""  # the graph edit that predicts its saving (whatif/edits.py TRANSFORMS); "" when none
     replay_params: tuple = ()  # (name, value) pairs passed to that edit
+    edit_params: Callable[[object], tuple] | None = None  # more (name, value) pairs, read off the trace
+
+    def params(self, a) -> tuple:
+        """The (name, value) pairs the graph edit is replayed with on this trace's analysis."""
+        return self.replay_params + (self.edit_params(a) if self.edit_params else ())
 
 
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
+
+def _workers(a: TraceAnalysis) -> int:
+    """The worker count the advice names and the edit replays (analysis/one_trace/dataloader.py)."""
+    return max(a.dataloader.workers_to_keep_pace, 1)
+
+
+def _workers_advice(x) -> dict:
+    """The worker count and its reason, for the action and `how` (a run directory has no per-batch cost)."""
+    if _is_run(x):
+        return {"workers": "N", "why": "N up to the CPU cores left free (a trace says how many keep pace)"}
+    d = x.dataloader
+    rest = max(x.window.step_ms - d.ms_per_step, 0.0)
+    return {"workers": _workers(x), "why": f"loading takes {d.ms_per_step:.1f} ms a batch in the training process "
+            f"and the rest of the step {rest:.1f} ms, so {_workers(x)} workers keep pace; it needs that many free "
+            "cores (with fewer, the wait shrinks in proportion)"}
+
 
 def _idle(a: TraceAnalysis, *causes: str) -> float:
     return sum(a.gaps_summary.per_step_ms[c] for c in causes)
@@ -97,20 +119,16 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
 
 
 def _optimizer_idle_share(a: TraceAnalysis) -> float:
-    """The share of the GPU's idle time (in the window) that falls inside `Optimizer.step#` ranges (any thread), less
-    the idle inside the closures the optimizer calls there (`Optimizer.closure#`: the model's forward and backward)."""
-    gaps, host = a.timeline.gaps, a.trace.host
+    """The share of the GPU's idle time (in the window) that falls inside the optimizer's own spans
+    (analysis/one_trace/optimizer_spans.py: `Optimizer.step#` ranges less the closures they call)."""
+    gaps = a.timeline.gaps
     total = float(gaps.dur.sum())
-    ids = a.trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    rows = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
-    if total <= 0 or len(rows) == 0:
+    lo, hi, _ = optimizer_rows(a.trace)
+    if total <= 0 or len(lo) == 0:
         return 0.0
-
-    def idle_in(rows: np.ndarray) -> float:
-        return sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, lo), 0.0, None).sum())
-                   for lo, h in zip(host.start[rows].tolist(), host.end[rows].tolist()))
-
-    return min(max(idle_in(rows) - idle_in(closure_ranges(a.trace)), 0.0) / total, 1.0)
+    idle = sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, s), 0.0, None).sum())
+               for s, h in zip(lo.tolist(), hi.tolist()))
+    return min(idle / total, 1.0)
 
 
 def _kernel_ms(a: TraceAnalysis, *cats: str) -> float:
@@ -263,14 +281,14 @@ LAUNCH_SAVES = "the GPU idle while the host launches kernels or runs Python betw
 
 CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
-        "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers=N) with N up to the free "
-        "CPU cores", "config",
+        "dataloader_workers", "Load batches in worker processes: DataLoader(num_workers={workers})", "config",
         when="the training loop iterates a single-process DataLoader (_SingleProcessDataLoaderIter; in a run "
              "directory: every DataLoader has num_workers=0)",
         saves=INPUT_SAVES + "; workers prepare the next batches while the GPU computes",
         applies=_no_workers, saving=_trace(lambda a: _idle(a, "input")),
-        how="DataLoader(dataset, num_workers=8, persistent_workers=True, prefetch_factor=4)",
-        bottleneck="input_bound", replay="dataloader_workers"),
+        how="DataLoader(dataset, num_workers={workers}, persistent_workers=True): {why}",
+        fill=lambda x: _workers_advice(x), bottleneck="input_bound", replay="dataloader_workers",
+        edit_params=lambda a: (("workers", _workers(a)),)),
     CatalogueFix(
         "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
         when="the DataLoader already uses worker processes (_MultiProcessingDataLoaderIter) and the GPU waits for it",
@@ -536,6 +554,10 @@ def _action(entry: CatalogueFix, x) -> str:
     return entry.action.format(**entry.fill(x)) if entry.fill else entry.action
 
 
+def _how(entry: CatalogueFix, x) -> str:
+    return entry.how.format(**entry.fill(x)) if entry.fill and entry.how else entry.how
+
+
 def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:
     """The catalogue's fixes for these keys whose precondition holds on x (a TraceAnalysis or RunAnalysis),
     each saving at most cap_ms (the cost the finding measures) when given."""
@@ -547,11 +569,11 @@ def offer(x, *keys: str, cap_ms: float | None = None) -> list[Fix]:
         saving = max(float(e.saving(x)), 0.0)
         if cap_ms is not None:
             saving = min(saving, max(cap_ms, 0.0))
-        out.append(Fix(_action(e, x), e.tier, saving, e.how, key, e.saves))
+        out.append(Fix(_action(e, x), e.tier, saving, _how(e, x), key, e.saves))
     return out
 
 
 def make(key: str, saving_ms: float, action: str | None = None) -> Fix:
     """A fix from the catalogue with a saving computed by the caller (its precondition checked by the caller)."""
     e = BY_KEY[key]
-    return Fix(action or e.action, e.tier, saving_ms, e.how, key, e.saves)
+    return Fix(action or e.action, e.tier, saving_ms, "" if e.fill else e.how, key, e.saves)

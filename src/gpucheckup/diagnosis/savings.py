@@ -66,7 +66,7 @@ class Predictions(msgspec.Struct):
     by_key: dict[str, FixPrediction] = msgspec.field(default_factory=dict)
     note: str = ""
     host_scale: float = 1.0  # the profiler-overhead calibration applied to host time (replay.calibrate)
-    pending: tuple | None = None  # (calibrated graph, its replayed step, the report's step, wanted entries)
+    pending: tuple | None = None  # (calibrated graph, its replayed step, the report's step, wanted (entry, params))
     helper: object | None = None  # trace/child.Child computing _calibrated_and_replayed, or None
     analysis: TraceAnalysis | None = None  # with a helper: the analysis to predict from here if it fails
     coarse: str = ""  # COARSE where the trace has no operators: said by every prediction (its predicted_note)
@@ -92,10 +92,10 @@ class Predictions(msgspec.Struct):
         g, before, step, wanted = self.pending
         self.pending = None
         done: dict[tuple, whatif.Prediction | str] = dict(outcomes or {})
-        for e in wanted:
+        for e, params in wanted:
             if e.key not in keys:
                 continue
-            k = (e.replay, e.replay_params)
+            k = (e.replay, params)
             if k not in done:
                 done[k] = _edit_outcome(g, before, k)
             p = done[k]
@@ -112,7 +112,7 @@ def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:
     """Each applicable catalogue fix with a graph edit, replayed on the trace of `a` (`fork`: a large trace's graph
     built, calibrated and edited in a forked child while this process runs the rules, where this process is not
     itself one of several workers)."""
-    wanted = [e for e in CATALOGUE if e.replay and e.applies(a)]
+    wanted = [(e, e.params(a)) for e in CATALOGUE if e.replay and e.applies(a)]
     if not wanted:
         return Predictions()
     if len(a.trace.gpu) == 0:
@@ -163,7 +163,7 @@ def _calibrated_and_replayed(a: TraceAnalysis, wanted: list) -> tuple:
         return p.note, p.host_scale, None
     g, before, _, _ = p.pending
     return p.note, p.host_scale, {k: _edit_outcome(g, before, k)
-                                  for k in dict.fromkeys((e.replay, e.replay_params) for e in wanted)}
+                                  for k in dict.fromkeys((e.replay, params) for e, params in wanted)}
 
 
 def _edit_outcome(g: replay.Graph, before: float, edit: tuple) -> whatif.Prediction | str:

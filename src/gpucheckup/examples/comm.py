@@ -7,6 +7,7 @@ Fix: --ddp (DistributedDataParallel: gradients bucketed and all-reduced during b
 
 from __future__ import annotations
 
+import gc
 import os
 
 from gpucheckup.examples import common
@@ -26,7 +27,6 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     torch, device, small = common.setup(args)
     dist = torch.distributed
-    nn = torch.nn
     if "RANK" in os.environ:  # under torchrun
         rank = int(os.environ["RANK"])
         if device.type == "cuda":
@@ -39,6 +39,19 @@ def main(argv=None) -> None:
         # pytorch/pytorch#31467, #55967, and leaves its file behind).
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=dist.HashStore(),
                                 rank=0, world_size=1)
+    try:
+        _train(args, torch, device, small, rank)
+    finally:
+        # The model, its DDP reducer and their autograd hooks are freed before the group goes: a gloo group
+        # destroyed while DDP's reducer still holds it hung about one run in fifteen when the reducer was freed
+        # afterwards (at main's return), on torch 2.13's CPU build.
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def _train(args, torch, device, small: bool, rank: int) -> None:
+    """Build the model (DDP-wrapped with --ddp) and train it; every reference to it ends with this call."""
+    dist, nn = torch.distributed, torch.nn
     layers, width, batch = args.layers or (4 if small else 16), args.width or (128 if small else 4096), \
         args.batch or (16 if small else 64)
     torch.manual_seed(args.seed)  # every rank starts from the same weights
@@ -59,11 +72,7 @@ def main(argv=None) -> None:
                 prm.grad /= world
         opt.step()
 
-    try:
-        common.train(step, args.steps, device, f"comm rank {rank}")
-    finally:
-        dist.destroy_process_group()
-
+    common.train(step, args.steps, device, f"comm rank {rank}")
 
 if __name__ == "__main__":
     main()

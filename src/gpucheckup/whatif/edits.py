@@ -20,19 +20,20 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import host_calls, launches
-from gpucheckup.whatif import replay
 from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.flops.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
+from gpucheckup.analysis.flops.shape_flops import first_float_dtype
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.intervals import inside_any
+from gpucheckup.analysis.one_trace import host_calls, launches
 from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize, data_movement_family
-from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
-from gpucheckup.analysis.flops.shape_flops import first_float_dtype
+from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.hardware import peaks
-from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, USER_ANNOTATION, Trace
-
 from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
+from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
+from gpucheckup.whatif import replay
+from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
+
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
 DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
 WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
@@ -108,14 +109,15 @@ class Edit:
     per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
 
 
-def _in_annotation(g: Graph, prefix: str) -> np.ndarray:
-    """Per node: whether its host row starts inside a user annotation named prefix... on its thread."""
+def _in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
+    """Per node: whether its host row starts inside the optimizer's own span on its thread
+    (analysis/one_trace/optimizer_spans.py: not the closure's forward and backward), or in an
+    `Optimizer.zero_grad#` range when `zero_grad`."""
     host = g.trace.host
-    ids = g.trace.name_ids(lambda n: n.startswith(prefix))
-    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+    lo, hi, tid = optimizer_rows(g.trace, zero_grad)
     rows = g.h_row[g.h_row >= 0]
     out = np.zeros(len(g.h_kind), dtype=bool)
-    out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], host.start[ann], host.end[ann], host.tid[ann])
+    out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], lo, hi, tid)
     return out
 
 
@@ -414,7 +416,7 @@ def fused_optimizer(g: Graph) -> Edit:
     pays the fixed cost once and keeps all the work (it moves at most the same bytes; fewer, as it
     reads each state tensor once, so this is the most it takes)."""
     g = g.copy()
-    inside = _in_annotation(g, "Optimizer.step#") & (g.h_kind != MARK)
+    inside = _in_optimizer(g) & (g.h_kind != MARK)
     launching = np.isin(g.g_launch, np.flatnonzero(inside))
     if not launching.any():
         return Edit(g, "no Optimizer.step launches in the trace", 0)
@@ -615,7 +617,7 @@ def cuda_graphs(g: Graph) -> Edit:
     host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
     stays."""
     g = g.copy()
-    eager = _in_annotation(g, "Optimizer.")
+    eager = _in_optimizer(g, zero_grad=True)
     _inductor_fusion(g, eager)
     unit = replay.typical_launch_us(g)
     calls = _compiled_calls(g, eager)
@@ -652,7 +654,7 @@ def torch_compile(g: Graph) -> Edit:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
     optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
     g = g.copy()
-    eager = _in_annotation(g, "Optimizer.")
+    eager = _in_optimizer(g, zero_grad=True)
     unit = replay.typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
     j = unique(folded)
@@ -741,7 +743,7 @@ def comm_overlap(g: Graph) -> Edit:
     if not comm.any():
         return Edit(g, "no collective kernels in the trace", 0)
     side = int(g.g_stream.max()) + 1
-    opt = _in_annotation(g, "Optimizer.step#").tolist()
+    opt = _in_optimizer(g).tolist()
     prev, stream, dep, launch = g.g_prev.tolist(), g.g_stream.tolist(), g.g_dep.tolist(), g.g_launch.tolist()
     is_comm = comm.tolist()
     nxt = [-1] * len(prev)
@@ -771,7 +773,7 @@ def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
     that), the optimizer's and zero_grad's (per parameter) do not, nor does the host's launch
     work; data waits grow by `factor`. The saving is per original batch: step / factor."""
     g = g.copy()
-    per_param = _in_annotation(g, "Optimizer.")
+    per_param = _in_optimizer(g, zero_grad=True)
     scaled = (g.g_step >= 0) & ~((g.g_launch >= 0) & per_param[np.maximum(g.g_launch, 0)])
     g.g_dur[scaled] *= factor
     for s, e, _ in g.loaders:

@@ -6,15 +6,16 @@ inside the analysis window.
   kernel is comparable to the kernel itself, so the GPU cannot be kept busy from eager Python
   (the articles' "small-kernel storm": mean kernel time under 20 us is too fragmented, over
   50 us is healthy).
-- category: the first rule of CATEGORY_RULES whose pattern is found in the kernel's name, except
-  that any kernel launched from inside an `Optimizer.step#...` annotation is `optimizer`.
+- category: the first rule of CATEGORY_RULES whose pattern is found in the names of what the kernel runs
+  (work_names: never its template's types nor its parameters), except
+  that any kernel launched inside the optimizer's own span (analysis/one_trace/optimizer_spans.py: an
+  `Optimizer.step#...` range less the closure it calls, where the model's forward and backward run) is
+  `optimizer`.
   Shares are percent of summed kernel time. A trace with no launch call (a light window recorded
   through CUPTI) does not say where a kernel was launched; there a kernel is `optimizer` when it
-  started inside an `Optimizer.step#` range after the GPU had gone idle in that range (its device
+  started inside the optimizer's own span after the GPU had gone idle in that span (its device
   running nothing for at least CAUGHT_UP_US): a kernel starting after that moment was launched after
-  it, so inside the range. Kernels starting inside a closure the optimizer calls in its step
-  (`Optimizer.closure#` ranges of the CUPTI window: Lightning runs the forward and backward so) are
-  the model's, not the optimizer's.
+  it, so inside the span.
   Where the GPU never catches up inside the range (work queued ahead, a GPU-bound job) no kernel
   is attributed so: the kernels it runs then were launched earlier.
 - data_movement: kernels that move or rearrange data without arithmetic (index, gather, scatter,
@@ -36,14 +37,14 @@ import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile
 from gpucheckup.analysis.intervals import inside_any
+from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.one_trace.steps import Steps
-from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
+from gpucheckup.trace.tables import KERNEL, Trace
 
 SMALL_KERNEL_US = 20.0
 # An idle stretch this long means the GPU had caught up with the host: kernels queued back to back start 1-3 us apart
 # on an H200 (the launch-bound MLP's kernels, each launched as the host gets to it, 10-30 us apart)
 CAUGHT_UP_US = 10.0
-CLOSURE_RANGE = "Optimizer.closure#"  # a closure the optimizer calls inside its step (capture/agent/cupti_window.py)
 STARVED_DELAY_US = 50.0
 QUEUED_DELAY_US = 1000.0
 TOP_N = 10
@@ -63,11 +64,12 @@ CATEGORY_RULES = [
     ("optimizer", re.compile(r"adam|FusedOptimizer|lamb_|sgd_|_fused_sgd", re.I)),
     ("data_movement", re.compile(
         r"(?<!with_)index|gather|scatter|sort|copy|CatArray|\bcat\b|concat|repeat_interleave|embedding|"
-        r"transpose|permute", re.I)),
+        r"transpose|permute|padding|DeviceSelect|DeviceUnique", re.I)),
     ("reduction_norm", re.compile(
         r"reduce|norm|softmax|welford|Scan|cumsum|pool|nll_loss|cross_entropy|GammaBeta|triton_red|triton_per",
         re.I)),
-    ("elementwise", re.compile(r"elementwise|Functor|triton_poi|gelu|relu|silu|dropout|fill|arange|clamp", re.I)),
+    ("elementwise", re.compile(r"elementwise|Functor|triton_poi|gelu|relu|silu|dropout|fill|arange|clamp|scal_kernel",
+                               re.I)),
 ]
 # Data-movement kernels by what they do, first match wins. PyTorch's scatter/gather kernel is
 # one template: `_cuda_scatter_gather_internal_kernel<true, ...>` scatters, `<false, ...>` gathers.
@@ -134,9 +136,53 @@ def _lowered(rules: list) -> list:
 _CATEGORY_LOWER = _lowered(CATEGORY_RULES)
 
 
+_CALLED = re.compile(r"(\w+)\(")  # an identifier called: in a template argument, the function a lambda comes from
+
+
+def work_names(name: str) -> str:
+    """The names in a kernel's name that say what it does: its function's qualified name, and inside its
+    template arguments the functions and functors it runs (`direct_copy_kernel_cuda(...)::{lambda}`,
+    `FusedAdamMathFunctor`, `index_put_kernel_impl`), never the types (`index_t`, `OpaqueType<4>`, accessors) nor
+    the parameter list. A CUTLASS `Kernel`/`Kernel2` is named by its first template argument."""
+    head = name.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
+    cut = min((i for i in (head.find("<"), head.find("(")) if i > 0), default=len(head))
+    qualified, template = head[:cut], ""
+    if head[cut:cut + 1] == "<":
+        depth = 0
+        for i in range(cut, len(head)):
+            depth += {"<": 1, ">": -1}.get(head[i], 0)
+            if depth == 0:
+                template = head[cut + 1:i]
+                break
+        else:
+            template = head[cut + 1:]
+    words = _CALLED.findall(template) + [i for w in _WORD.findall(template) for i in _inner_names(w)]
+    base = qualified.split("::")[-1]
+    if base.lower() in ("kernel", "kernel2") and template:
+        words.insert(0, re.split(r"[<>(,]", template, maxsplit=1)[0].strip())
+    if base in _BY_OP_ARGUMENT:  # the op is a template argument (`at::native::Copy<float, float>`): name each one
+        words += [_WORD.findall(a.split("<", 1)[0])[-1] for a in _top_level(template) if _WORD.search(a)]
+    return " ".join([qualified, *dict.fromkeys(words)])
+
+
+_BY_OP_ARGUMENT = {"multi_tensor_apply_kernel"}  # launchers whose work is a template argument, not a function
+
+
+def _top_level(template: str) -> list[str]:
+    """A template's arguments at its top level (not those of the templates inside it)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(template):
+        depth += {"<": 1, ">": -1, "(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(template[start:i])
+            start = i + 1
+    return out + [template[start:]]
+
+
 @functools.lru_cache(maxsize=1 << 14)  # asked for the same names by several analyses of each trace
 def categorize(name: str) -> str:
-    """The category of a kernel by its name alone."""
+    """The category of a kernel by the names of what it runs (work_names), never by its template's types."""
+    name = work_names(name)
     rules, text = (_CATEGORY_LOWER, name.lower()) if name.isascii() else (CATEGORY_RULES, name)
     for cat, pattern in rules:
         if pattern.search(text):
@@ -269,13 +315,12 @@ def _data_movement(trace, uniq, cat_counts, per_name_us, per_name_n, total) -> l
 
 
 def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
-    """For a trace without launch calls: whether each GPU op of `rows` started inside an `Optimizer.step#` range
-    (any thread) after its device went idle in that range for at least CAUGHT_UP_US (see the module docstring)."""
-    host, gpu = trace.host, trace.gpu
+    """For a trace without launch calls: whether each GPU op of `rows` started inside the optimizer's own span
+    after its device went idle in that span for at least CAUGHT_UP_US (see the module docstring)."""
+    gpu = trace.gpu
     out = np.zeros(len(rows), dtype=bool)
-    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, opt_ids))
-    if len(ann) == 0 or len(rows) == 0:
+    span_lo, span_hi, _ = optimizer_rows(trace)
+    if len(span_lo) == 0 or len(rows) == 0:
         return out
     starts = gpu.start[rows]
     for dev in np.unique(gpu.device[rows]).tolist():
@@ -285,23 +330,13 @@ def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
         long = ge - gs >= CAUGHT_UP_US
         gs, ge = gs[long], ge[long]
         mine = gpu.device[rows] == dev
-        for a in ann.tolist():
-            lo, hi = host.start[a], host.end[a]
+        for lo, hi in zip(span_lo.tolist(), span_hi.tolist()):
             if len(bs) == 0 or lo < bs[0]:
                 continue  # before the device's first recorded op: its state is unknown
             j = np.searchsorted(ge, lo, side="right")  # the first long gap ending after lo
             if j < len(gs) and gs[j] < hi:
                 out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
-    for a in closure_ranges(trace).tolist():
-        out &= ~((starts >= host.start[a]) & (starts <= host.end[a]))
     return out
-
-
-def closure_ranges(trace: Trace) -> np.ndarray:
-    """Host rows of the `Optimizer.closure#` ranges: closures the optimizer called inside its step."""
-    host = trace.host
-    ids = trace.name_ids(lambda n: n.startswith(CLOSURE_RANGE))
-    return np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
 
 
 def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -316,14 +351,12 @@ def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _launched_in_optimizer(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
-    """Whether each kernel's launching call lies inside an `Optimizer.step#` annotation on its thread."""
+    """Whether each kernel's launching call lies inside the optimizer's own span on its thread."""
     host = trace.host
     out = np.zeros(len(launch_rows), dtype=bool)
-    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer.step#"))
-    ann = np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, opt_ids))
-    if len(ann) == 0:
-        return out
+    lo, hi, tid = optimizer_rows(trace)
     ok = launch_rows >= 0
-    rows = launch_rows[ok]
-    out[ok] = inside_any(host.start[rows], host.tid[rows], host.start[ann], host.end[ann], host.tid[ann])
+    if len(lo) and ok.any():
+        rows = launch_rows[ok]
+        out[ok] = inside_any(host.start[rows], host.tid[rows], lo, hi, tid)
     return out

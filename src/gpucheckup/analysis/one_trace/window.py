@@ -20,7 +20,6 @@ Definitions (also in docs/metrics.md, section "One window"):
 from __future__ import annotations
 
 import msgspec
-import numpy as np
 
 from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.one_trace.steps import Steps

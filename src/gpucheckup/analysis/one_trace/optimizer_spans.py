@@ -1,0 +1,97 @@
+"""The optimizer's own work on the host: each `Optimizer.step#` range less the closure it calls.
+
+Definition (also in docs/metrics.md, "optimizer's own span"). torch's profiler marks each optimizer step with a
+user annotation `Optimizer.step#<Class>.step` on the thread that called it. A step given a closure
+(`optimizer.step(closure)`: Lightning's automatic optimization, LBFGS) calls the closure -- the model's forward
+and backward -- inside that range, before it updates the parameters. The optimizer's own span is the range from
+the end of the last closure work that starts inside it to the range's end. Closure work is
+- an `Optimizer.closure#` range (the CUPTI light window records one per closure call), and
+- a backward operator (`autograd::engine::evaluate_function: ...`, on any thread of the process: autograd runs the
+  backward on its own thread) starting inside the range: the closure's backward. The closure's forward runs
+  before its backward, so the cut after the backward's end leaves it out too.
+A step with no closure work keeps its whole range. An optimizer that calls its closure between its own updates
+(LBFGS) keeps only its work after the last call.
+
+Why: every figure and edit about "the optimizer" (kernels in the `optimizer` category, the GPU idle the fused
+optimizer can remove, the what-if edits that fuse or keep the optimizer eager) would otherwise count the
+model's forward and backward as optimizer work: on a Lightning job on an H200 the closure held 8 ms of an
+11 ms `Optimizer.step` range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpucheckup.analysis.intervals import inside_any
+from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
+
+STEP_RANGE = "Optimizer.step#"
+ZERO_GRAD_RANGE = "Optimizer.zero_grad#"
+CLOSURE_RANGE = "Optimizer.closure#"  # capture/agent/cupti_window.py writes these (the same text)
+BACKWARD_OP = "autograd::engine::evaluate_function"
+
+
+@dataclass(frozen=True)
+class OptimizerSpans:
+    """Per `Optimizer.step#` range (host row `row`): its own span [start, end] on thread `tid` (microseconds)."""
+
+    row: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    tid: np.ndarray
+    closure_us: np.ndarray  # the part of each range cut off as closure work (0: no closure)
+
+    def holds(self, t: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        """Per point (time t on thread tid): whether an own span holds it."""
+        return inside_any(t, tid, self.start, self.end, self.tid)
+
+
+def _ranges(trace: Trace, prefix: str) -> np.ndarray:
+    """Host rows of the user annotations whose name starts with `prefix`."""
+    host = trace.host
+    ids = trace.name_ids(lambda n: n.startswith(prefix))
+    return np.flatnonzero((host.cat == USER_ANNOTATION) & np.isin(host.name, ids))
+
+
+def _last_end_inside(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window [lo, hi]: the latest end among the intervals starting inside it (NaN where none does)."""
+    out = np.full(len(lo), np.nan)
+    if len(starts) == 0:
+        return out
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    first = np.searchsorted(s, lo, side="left")
+    last = np.searchsorted(s, hi, side="right")
+    for i in np.flatnonzero(last > first).tolist():
+        out[i] = float(e[first[i]:last[i]].max())
+    return out
+
+
+def own_spans(trace: Trace) -> OptimizerSpans:
+    """The optimizer's own span in each `Optimizer.step#` range (see the module docstring)."""
+    host = trace.host
+    rows = _ranges(trace, STEP_RANGE)
+    lo, hi = host.start[rows].astype(np.float64), host.end[rows].astype(np.float64)
+    cut = lo.copy()
+    closures = _ranges(trace, CLOSURE_RANGE)
+    backward = np.flatnonzero((host.cat == CPU_OP) & np.isin(host.name, trace.name_ids(
+        lambda n: n.startswith(BACKWARD_OP))))
+    for work in (closures, backward):
+        for pid in np.unique(host.pid[rows]).tolist():
+            mine, theirs = host.pid[rows] == pid, work[host.pid[work] == pid]
+            last = _last_end_inside(host.start[theirs], host.end[theirs], lo[mine], hi[mine])
+            cut[mine] = np.fmax(cut[mine], np.minimum(last, hi[mine]))
+    return OptimizerSpans(rows, cut, hi, host.tid[rows], cut - lo)
+
+
+def optimizer_rows(trace: Trace, zero_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, tids) of the optimizer's own spans, with the `Optimizer.zero_grad#` ranges when `zero_grad`."""
+    sp = own_spans(trace)
+    if not zero_grad:
+        return sp.start, sp.end, sp.tid
+    z = _ranges(trace, ZERO_GRAD_RANGE)
+    host = trace.host
+    return (np.concatenate([sp.start, host.start[z]]), np.concatenate([sp.end, host.end[z]]),
+            np.concatenate([sp.tid, host.tid[z]]))
