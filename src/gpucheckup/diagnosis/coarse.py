@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 from gpucheckup.diagnosis.findings import VERDICT_TITLES, Finding
-from gpucheckup.diagnosis.fixes import make
+from gpucheckup.diagnosis.fixes import BY_KEY, make
 
 IDLE_UTIL_PCT = 30.0
 IDLE_SHARE_PCT = 50.0
@@ -57,6 +57,9 @@ FIXES = {
     "communication_bound": ("overlap_comm", "nccl_check"),
     "launch_bound": ("cuda_graph", "torch_compile"),
 }
+# What a catalogue action's {fields} read in a coarse check-up: no per-batch cost to size the worker count from.
+COARSE_FILL = {"workers": "N", "why": "N up to the CPU cores left free (sampled stacks give no per-batch cost; a "
+                                      "window under `gpucheckup run` says how many workers keep pace)"}
 TIMELINE_HINT = ("for a verdict from a timeline, with each fix's saving replayed, start the job under "
                  "`gpucheckup run` (then `gpucheckup attach` asks its agent for a profiled window)")
 
@@ -173,7 +176,16 @@ def coarse_findings(cv: CoarseVerdict, loader: str | None, gpu_job: bool | None,
         rule=(f"main thread state from py-spy stacks; the bound most samples name"
               + (f" among those with NVML utilization < {IDLE_UTIL_PCT:g}%" if cv.gpu_idle_pct is not None else "")),
         cost_ms_per_step=None, cost_pct_of_step=pct,
-        evidence=evidence, fixes=[make(key, 0.0) for key in keys])]
+        evidence=evidence, fixes=[_fix(key) for key in keys])]
+
+
+def _fix(key: str):
+    """The catalogue's fix, its action and `how` filled for a coarse check-up (COARSE_FILL); its saving unmodelled."""
+    e = BY_KEY[key]
+    fix = make(key, 0.0, e.action.format(**COARSE_FILL) if e.fill else None)
+    if e.fill and e.how:
+        fix.how = e.how.format(**COARSE_FILL)
+    return fix
 
 
 def fix_note(cv: CoarseVerdict) -> str:
