@@ -302,7 +302,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     trace of the run (an attach window's) instead of the run's own windows, on the same step basis."""
     from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.analysis.run_logs.run import analyze_run
-    from gpucheckup.diagnosis.coarse import coarse_findings, coarse_verdict, fix_note
+    from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, coarse_verdict, fix_note
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
     from gpucheckup.report.run_model import coarse_dict, fix_dicts, run_only_dict, run_parts
@@ -328,8 +328,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
     gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
     if run.samples is not None:
-        rc.coarse = coarse_verdict(stack_samples.sample_states(run.samples),
-                                   stack_samples.sample_util(run.samples, run.nvml), gpu_job)
+        states, util = stack_samples.sample_states(run.samples), stack_samples.sample_util(run.samples, run.nvml)
+        rc.coarse = coarse_verdict(states, util, gpu_job)
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
     traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
@@ -370,7 +370,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         c.report["fixes"] = fix_dicts(findings)
     if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
         found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job,
-                                (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]))
+                                (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]),
+                                coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
         rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
                                 rc.no_timeline, parts_traces)
     elif not out.checkups:

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from gpucheckup.diagnosis.findings import VERDICT_TITLES, Finding
+from gpucheckup.diagnosis.evidence import MAX_EVENTS, run_event
+from gpucheckup.diagnosis.findings import VERDICT_TITLES, Event, Finding
 from gpucheckup.diagnosis.fixes import BY_KEY, make
 
 IDLE_UTIL_PCT = 30.0
@@ -148,8 +149,32 @@ def _cpu_job(states: list[str], all_states: dict[str, float], basis: str) -> Coa
                          None if verdict == CPU_COMPUTE else 100 * c / n, top)
 
 
+def coarse_events(ra, cv: CoarseVerdict, states: list[str], gpu_util: list[float | None],
+                  times: list[float]) -> list[Event]:
+    """Where to look: the longest stretches of consecutive samples behind the verdict (the main thread in its
+    states, with the GPU idle where NVML says), as events on samples.csv, most samples first."""
+    def behind(s: str, u: float | None) -> bool:
+        named = VERDICT_OF_STATE.get(s, "unknown")
+        named = CPU_COMPUTE if named == "launch_bound" and cv.verdict == CPU_COMPUTE else named
+        return named == cv.verdict and (cv.gpu_idle_pct is None or (u is not None and u < IDLE_UTIL_PCT))
+
+    runs, start = [], None
+    for i, (s, u) in enumerate(zip(states, gpu_util)):
+        if behind(s, u) and start is None:
+            start = i
+        if start is not None and (not behind(s, u) or i == len(states) - 1):
+            last = i if behind(s, u) else i - 1
+            runs.append((start, last))
+            start = None
+    runs.sort(key=lambda r: -(r[1] - r[0]))
+    what = f"the main thread {STATE_TEXT[cv.top_state]}" + (" while the GPU idles" if cv.gpu_idle_pct is not None
+                                                              else "")
+    return [run_event(ra, f"{last - first + 1} samples in a row: {what}", "samples.csv", times[first],
+                      times[last] - times[first]) for first, last in runs[:MAX_EVENTS]]
+
+
 def coarse_findings(cv: CoarseVerdict, loader: str | None, gpu_job: bool | None,
-                    cores: tuple[int | None, float | None] = (None, None)) -> list[Finding]:
+                    cores: tuple[int | None, float | None] = (None, None), events: list[Event] = ()) -> list[Finding]:
     """The finding behind a coarse verdict, with its fixes (`loader`: "single" or "multi", the DataLoader
     iterator seen in the main thread's stacks; None when none was seen; `cores`: the job's processes (main and its
     descendants) and the host's usable cores, where known: with as many worker processes as cores, no more are
@@ -176,7 +201,7 @@ def coarse_findings(cv: CoarseVerdict, loader: str | None, gpu_job: bool | None,
         rule=(f"main thread state from py-spy stacks; the bound most samples name"
               + (f" among those with NVML utilization < {IDLE_UTIL_PCT:g}%" if cv.gpu_idle_pct is not None else "")),
         cost_ms_per_step=None, cost_pct_of_step=pct,
-        evidence=evidence, fixes=[_fix(key) for key in keys])]
+        evidence=evidence, events=list(events), fixes=[_fix(key) for key in keys])]
 
 
 def _fix(key: str):
