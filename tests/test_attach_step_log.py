@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,13 @@ def test_attach_to_a_cpu_job_under_run_reads_its_step_log(tmp_path):
                  str(JOBS / "until_stopped.py"), str(ready), str(stop))
     try:
         wait_for(ready)
+        # the unprofiled step needs at least 8 plain steps in the job's log (docs/capture.md): let it write 20
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            logs = list(out.glob("*/steps.csv.part"))
+            if logs and len(logs[0].read_text().splitlines()) >= 21:
+                break
+            time.sleep(0.2)
         res = subprocess.run([PY, "-m", "gpucheckup", "attach", "--pid", str(proc.pid), "--steps", "3", "--json",
                               str(tmp_path / "a.json")], capture_output=True, text=True, timeout=120,
                              env={**os.environ, "COLUMNS": "200"})
