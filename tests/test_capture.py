@@ -304,10 +304,12 @@ def test_attach_out_of_process_with_pyspy(tmp_path):
         job.kill()
         job.wait()
     assert res.returncode == 0, res.stderr
-    assert "Out-of-process check-up (coarse)" in res.stdout and "no NVML" in res.stdout
+    assert "Out-of-process check-up (coarse)" in res.stdout and "without NVML" in res.stdout
     data = read_report(report)
     coarse = data["run_figures"]["coarse"]
-    assert coarse["verdict"] == "unknown" and coarse["samples"] >= 4
+    # a CPU job (no CUDA driver in it): its main thread's time is the job's, so the samples name a bound: the
+    # loader's or, with torch's threads contending on a loaded machine, the step's own compute (test_capture_coarse)
+    assert coarse["verdict"] in ("input_bound", "cpu_only") and coarse["samples"] >= 4
     states = coarse["main_states_pct"]  # 16 random samples: a share is known to about +-12 points, so the test
     assert states.get("dataloader", 0) == max(states.values()) >= 35  # asks that the loader leads, not a share
     run_dir = the_run_dir(out)

@@ -166,3 +166,66 @@ def test_throttle_names_each_bit_of_the_latest_sample():
             {"gpu": 1, "clock_reasons": 0x1, "t_s": 2}]
     names = [(th.gpu, th.name, th.slows_clocks) for th in throttles_now(rows)]
     assert names == [(0, "sync boost", False), (0, "SW thermal slowdown", True)]  # latest only; idle is no event
+
+
+# saturated DataLoader workers, named as they are seen: a real torch job
+
+LOADER_JOB = ("import sys; sys.path.insert(0, sys.argv[1]); from loader_factory import make_loader\n"
+              "for _ in make_loader(1, False): pass")
+
+
+def loader_job(spin_ms: float, sleep_ms: float) -> subprocess.Popen:
+    """A training loop that only iterates a DataLoader with one worker process (tests/jobs/loader_factory.py):
+    each sample costs the worker `spin_ms` of CPU time and `sleep_ms` of waiting (as on remote storage)."""
+    import os
+
+    env = {**os.environ, "GPUCHECKUP_TEST_SPIN_MS": str(spin_ms), "GPUCHECKUP_TEST_SLEEP_MS": str(sleep_ms),
+           "OMP_NUM_THREADS": "1"}
+    jobs = str(__import__("pathlib").Path(__file__).resolve().parent / "jobs")
+    return subprocess.Popen([sys.executable, "-c", LOADER_JOB, jobs], env=env)
+
+
+def monitor_job(job: subprocess.Popen, capsys) -> str:
+    import psutil
+
+    try:
+        end = time.time() + 60  # past `import torch`: the worker process exists
+        while not psutil.Process(job.pid).children() and time.time() < end:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert main(["monitor", "--pid", str(job.pid), "--interval", "0.2", "--duration", "6"]) == 0
+    finally:
+        job.kill()
+        job.wait()
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_saturated_loader_worker_is_named(monkeypatch, capsys):
+    pytest.importorskip("torch", reason="a real DataLoader job: pip install torch==2.13.0 (CI does)")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # the CPU side alone, as on a machine without NVML
+    # the worker computes 50 ms per sample and never waits: it is busy all the time, the main loop waits for it
+    out = monitor_job(loader_job(50, 0), capsys)
+    assert "worker" in out  # the DataLoader worker is told from other children
+    assert "SATURATED WORKERS: 1 of 1 DataLoader worker processes" in out, out
+
+
+def test_a_loader_worker_waiting_on_storage_is_not_saturated(monkeypatch, capsys):
+    pytest.importorskip("torch", reason="a real DataLoader job: pip install torch==2.13.0 (CI does)")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    # the worker waits 50 ms per sample and computes 1 ms: a core at most 2% busy
+    out = monitor_job(loader_job(1, 50), capsys)
+    assert "worker" in out and "SATURATED" not in out, out
+
+
+def test_saturation_needs_a_full_window_of_busy_readings():
+    from gpucheckup.analysis.run_logs.live_events import SATURATED_PCT, saturated_workers
+
+    busy = [(t, 95.0) for t in (8.0, 9.0, 10.0)]  # three readings within the last 3 s, each 95% of a core
+    assert saturated_workers({1: busy}, {1}, 10.0).saturated == ((1, 95.0),)
+    assert saturated_workers({1: busy[1:]}, {1}, 10.0).saturated == ()  # two readings: not yet known
+    half = [(t, 40.0) for t in (8.0, 9.0, 10.0)]  # 40%: waits half the time (storage, the network)
+    assert saturated_workers({1: half, 2: busy}, {1, 2}, 10.0).saturated == ((2, 95.0),)
+    old = [(t, 95.0) for t in (1.0, 2.0, 3.0)] + [(t, 10.0) for t in (8.0, 9.0, 10.0)]  # busy earlier, idle now
+    assert saturated_workers({1: old}, {1}, 10.0).saturated == ()
+    assert saturated_workers({1: busy}, set(), 10.0).saturated == ()  # not a worker: the main process is not named
+    assert SATURATED_PCT == 80.0

@@ -25,10 +25,10 @@ import msgspec
 from gpucheckup.document import Document, flat_report
 from gpucheckup.errors import CheckupError
 
-# The verdict ids (diagnosis/verdict.py's scores; cpu_only: checkup/cpu_report.py; no_timeline: a run directory
-# with no trace to check up).
+# The verdict ids (diagnosis/verdict.py's scores; cpu_only: checkup/cpu_report.py; host_waiting: an out-of-process
+# attach's coarse verdict only, diagnosis/coarse.py; no_timeline: a run directory with no trace to check up).
 VERDICTS = ("input_bound", "launch_bound", "sync_bound", "communication_bound", "copy_bound", "gpu_bound",
-            "cpu_only", "no_timeline")
+            "cpu_only", "host_waiting", "no_timeline")
 GAP_CAUSES = ("input", "sync", "communication", "allocation", "launch", "other_host", "queued")
 
 FIGURES = {
@@ -105,6 +105,12 @@ class CheckUp:
                    reason=v["reason"], findings=[_finding(f) for f in v["findings"]],
                    fixes=[_fix(x) for x in fixes], figures=figs, report=report,
                    ranks=ups if n > 1 else [], document=doc)
+
+    @property
+    def coarse(self) -> str | None:
+        """What a coarse verdict rests on (an out-of-process attach's sampled stacks, diagnosis/coarse.py); None for
+        a verdict read from a timeline."""
+        return self.document.verdict.coarse if self.document else self.report["verdict"].get("coarse")
 
     @property
     def schema_version(self) -> int | None:

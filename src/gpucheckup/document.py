@@ -89,13 +89,15 @@ class Finding(Struct):
 
 
 class Verdict(Struct):
-    """The primary verdict (null: no GPU timeline to judge), its title, why, each bound's score, the findings."""
+    """The primary verdict (null: no GPU timeline to judge), its title, why, each bound's score, the findings, and
+    what a coarse verdict rests on (sampled stacks, with or without NVML; null: read from a timeline)."""
 
     primary: str | None
     title: str
     reason: str
     scores: dict[str, float | None]
     findings: list[Finding]
+    coarse: str | None = None
 
 
 class Window(Struct):

@@ -262,17 +262,19 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
     rd = make_run_dir(args.out, f"attach-{pid}")
     run_dir = Path(rd.path)
     started = time.time()
-    note(f"gpucheckup attach: sampling process {pid} from outside for {duration:g} s "
-         f"(py-spy, {args.rate:g} per second, with NVML)")
     pids = {"now": [pid]}
     nvml = NvmlSampler(rd, 10.0, lambda: pids["now"])
     if nvml.open():
         nvml.start()
+    note(f"gpucheckup attach: sampling process {pid} from outside for {duration:g} s (py-spy, {args.rate:g} per "
+         f"second, {'with NVML' if nvml.status == 'ok' else f'without NVML: {nvml.status}'})")
     try:
         host_env = environment.collect_host()
     except Exception as e:  # noqa: BLE001
         host_env = {"error": f"{type(e).__name__}: {e}"}
     samples, info = sample_stacks(exe, pid, duration, args.rate, native=args.native, pids=pids)
+    job = descendants(pid)  # the job's processes now: py-spy's JSON lists the threads of the main process only
+    cuda = cuda_driver_loaded(job)
     nvml.close()
     failed = {}
     if nvml.status != "ok":
@@ -289,12 +291,28 @@ def attach_pyspy(pid: int, args: AttachOptions, note: Callable[[str], None]) -> 
         "command": ["gpucheckup", "attach", "--pid", str(pid)],
         "pid": pid, "run_dir": str(run_dir), "started_epoch_s": started, "duration_s": round(time.time() - started, 3),
         "exit_code": None, "exit_signal": None,
-        "captured": {"samples": len(samples), "native": info.get("native"), "nvml": nvml.summary()},
+        "captured": {"samples": len(samples), "native": info.get("native"), "nvml": nvml.summary(),
+                     "cuda_driver_loaded": cuda, "processes": len(job)},
         "failed": failed,
     }
     write_manifest(rd, manifest)
     rd.close()
     return run_dir
+
+
+def cuda_driver_loaded(pids: list[int]) -> bool | None:
+    """Whether any of the job's processes has the CUDA driver library (libcuda.so) mapped: a job that uses a GPU
+    loads it when CUDA starts; False: none has (a CPU job); None: no process's memory map could be read."""
+    read = False
+    for p in pids:
+        try:
+            maps = Path(f"/proc/{p}/maps").read_text(errors="replace")
+        except OSError:
+            continue
+        read = True
+        if "/libcuda.so" in maps:
+            return True
+    return False if read else None
 
 
 def sample_stacks(exe: str, pid: int, duration: float, rate: float, native: bool, pids: dict):
@@ -333,7 +351,7 @@ def sample_stacks(exe: str, pid: int, duration: float, rate: float, native: bool
             threads = json.loads(res.stdout)
         except ValueError:
             continue
-        pids["now"] = sorted({th.get("pid", pid) for th in threads} | {pid})
+        pids["now"] = descendants(pid)  # NVML's job processes: py-spy's JSON names the main process's threads only
         main = next((th for th in threads if th.get("pid") == pid and th.get("thread_name") == "MainThread"), None)
         main = main or next((th for th in threads if th.get("os_thread_id") == pid), None)
         frames = main.get("frames", []) if main else []

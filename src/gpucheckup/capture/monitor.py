@@ -8,7 +8,11 @@ place at the end), so `gpucheckup analyze FILE` reads it like a run directory's 
 pynvml (nvidia-ml-py) is imported lazily, inside NvmlSampler.open(); without it, or without a
 driver, the GPU side is off and `nvml_status` says why, and the CPU side still runs.
 CPU: psutil over the process `--pid` and all its descendants (DataLoader workers, ranks), cpu_pct
-100 = one core busy, as in cpu.csv.
+100 = one core busy, as in cpu.csv. A descendant started by Python's multiprocessing (its command line is its
+parent's, a fork, or names multiprocessing: a spawn or forkserver child), as DataLoader workers are, has the
+role "worker" (torch names its DataLoader workers pt_data_worker); any other, "child". Each process's
+run-queue wait (Linux: /proc/PID/task/*/schedstat, the time its threads were ready to run but waited for a
+CPU), % of one core since the last tick: with cpu_pct, what the process would use on an idle host.
 """
 
 from __future__ import annotations
@@ -59,10 +63,11 @@ class ProcRow:
     pid: int
     ppid: int
     name: str
-    role: str  # "main" (the --pid process) or "child" (a DataLoader worker, a rank, ...)
+    role: str  # "main" (the --pid process), "worker" (a multiprocessing child: a DataLoader worker) or "child" (a rank...)
     cpu_pct: float | None  # None on the first tick (psutil needs two readings)
     rss_mb: float
     threads: int
+    wait_pct: float | None = None  # waiting for a CPU (run queue), % of one core; None: first tick, or not Linux
 
 
 @dataclass
@@ -92,6 +97,8 @@ class Monitor:
         self.nvml = NvmlSampler(Path(self._tmp.name), 1.0 / interval_s, self._pids)
         self.nvml_ok = False
         self.procs: dict[int, object] = {}
+        self.roles: dict[int, str] = {}  # pid -> "worker" or "child"
+        self.waits: dict[int, tuple[float, int]] = {}  # pid -> (monotonic s, run-queue wait ns) at the last tick
         self.pid_status = ""
 
     def open(self) -> None:
@@ -165,14 +172,46 @@ class Monitor:
                 with proc.oneshot():
                     cpu = proc.cpu_percent(None)
                     rows.append(ProcRow(pid=p.pid, ppid=proc.ppid(), name=proc.name(),
-                                        role="main" if p.pid == self.pid else "child",
+                                        role="main" if p.pid == self.pid else self._role(proc),
                                         cpu_pct=None if first else cpu, rss_mb=proc.memory_info().rss / 2**20,
-                                        threads=proc.num_threads()))
+                                        threads=proc.num_threads(), wait_pct=self._wait_pct(p.pid)))
             except ps.Error:
                 continue
             seen[p.pid] = proc
         self.procs = seen
         return rows
+
+    def _wait_pct(self, pid: int) -> float | None:
+        """The process's threads' run-queue wait since the last tick, % of one core (None on its first tick)."""
+        now, waited = time.monotonic(), 0
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                try:
+                    waited += int((task / "schedstat").read_text().split()[1])  # ns ready to run, not running
+                except (OSError, IndexError, ValueError):
+                    continue
+        except OSError:
+            return None
+        last = self.waits.get(pid)
+        self.waits[pid] = (now, waited)
+        if last is None or now <= last[0]:
+            return None
+        return max(0.0, 100 * (waited - last[1]) / 1e9 / (now - last[0]))
+
+    def _role(self, proc) -> str:
+        """"worker" for a DataLoader worker (named pt_data_worker by torch) or another multiprocessing child (its
+        parent's command line, or one naming multiprocessing), else "child"; decided once per process."""
+        if proc.pid not in self.roles:
+            ps = self.ps
+            try:
+                cmd = proc.cmdline()
+                parent = ps.Process(proc.ppid()).cmdline()
+                worker = (proc.name() == "pt_data_worker" or cmd == parent
+                          or any("multiprocessing" in part for part in cmd))
+            except ps.Error:
+                worker = False
+            self.roles[proc.pid] = "worker" if worker else "child"
+        return self.roles[proc.pid]
 
     def close(self) -> None:
         """Stop NVML and finish the recording (the file appears only now, whole)."""

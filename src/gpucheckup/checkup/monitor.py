@@ -1,6 +1,7 @@
 """`gpucheckup monitor`: the live loop (sample, name what happens, draw), and `analyze` of a recording.
 
-Sampling is capture/monitor.py's, the heartbeat and throttle naming analysis/run_logs/live_events.py's,
+Sampling is capture/monitor.py's, the heartbeat, throttle and saturated-worker naming
+analysis/run_logs/live_events.py's,
 the frame report/text/terminal_monitor.py's. A recording (`--record FILE`) has nvml.csv's columns;
 `gpucheckup analyze FILE.csv` reads it as a run holding only NVML telemetry
 (trace/rundir.py read_nvml_recording) and checks it up with the run-level analyses and rules.
@@ -18,7 +19,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from gpucheckup.analysis.run_logs.live_events import MATCH_PCT, heartbeat_now, mean_util_series, throttles_now
+from gpucheckup.analysis.run_logs.live_events import (MATCH_PCT, SATURATED_S, heartbeat_now, mean_util_series,
+                                                       saturated_workers, throttles_now)
 from gpucheckup.atomic import write_atomic
 from gpucheckup.capture.monitor import Monitor
 from gpucheckup.report import json_doc
@@ -26,13 +28,26 @@ from gpucheckup.report import json_doc
 
 @dataclass
 class EventLog:
-    """Named events as they start and stop: heartbeat seen / changed / gone, each throttle reason on / off."""
+    """Named events as they start and stop: heartbeat seen / changed / gone, each throttle reason on / off,
+    saturated loader workers seen (or their count changed) / gone."""
 
     lines: list[str] = field(default_factory=list)
     heartbeats: list = field(default_factory=list)  # every Heartbeat logged
     throttles: set = field(default_factory=set)  # (gpu, name) ever seen
+    saturations: list = field(default_factory=list)  # every Saturation logged
     _period: float | None = None
     _active: frozenset = frozenset()
+    _saturated: int = 0
+
+    def note_workers(self, t: float, sat) -> None:
+        """Saturated worker processes (live_events.Saturation): logged when their count changes, and when none is."""
+        n = len(sat.saturated)
+        if n != self._saturated:
+            stamp = time.strftime("%H:%M:%S", time.localtime(t))
+            self.lines.append(f"{stamp} {sat.sentence()}" if n else f"{stamp} DataLoader workers no longer saturated")
+            if n:
+                self.saturations.append(sat)
+            self._saturated = n
 
     def note(self, t: float, hb, throttles) -> None:
         stamp = time.strftime("%H:%M:%S", time.localtime(t))
@@ -61,6 +76,7 @@ def run(pid: int | None, interval_s: float, record: Path | None, duration_s: flo
     if not mon.nvml_ok:
         console.print(Text(f"no NVML ({mon.nvml.status}): showing the CPU side only", style="yellow"))
     log = EventLog()
+    cpu: dict[int, list[tuple[float, float]]] = {}  # pid -> (time, CPU demand %) of the last SATURATED_S
     step_s = step_ms / 1000 if step_ms else None
     end = time.time() + duration_s if duration_s else math.inf
     try:
@@ -75,7 +91,11 @@ def run(pid: int | None, interval_s: float, record: Path | None, duration_s: flo
                 th = throttles_now(snap.window)
                 if mon.nvml_ok:
                     log.note(snap.t_s, hb, th)
-                live.update(render_monitor(snap, hb, th, log.lines[-6:] if console.is_terminal else []), refresh=True)
+                sat = saturated_workers(_cpu_history(cpu, snap), {p.pid for p in snap.processes if p.role == "worker"},
+                                        snap.t_s)
+                log.note_workers(snap.t_s, sat)
+                live.update(render_monitor(snap, hb, th, log.lines[-6:] if console.is_terminal else [], sat),
+                            refresh=True)
                 if pid is not None and snap.pid_status:
                     break
                 nxt += interval_s
@@ -96,6 +116,19 @@ def run(pid: int | None, interval_s: float, record: Path | None, duration_s: flo
     elif record is not None:
         console.print(Text(f"nothing recorded to {record}: no NVML samples", style="yellow"))
     return log
+
+
+def _cpu_history(cpu: dict[int, list[tuple[float, float]]], snap) -> dict[int, list[tuple[float, float]]]:
+    """Each live process's CPU demand readings (use + run-queue wait) of the last SATURATED_S, with this tick's added
+    (processes gone dropped)."""
+    now = {p.pid: None if p.cpu_pct is None else p.cpu_pct + (p.wait_pct or 0.0) for p in snap.processes}
+    for pid in list(cpu):
+        if pid not in now:
+            del cpu[pid]
+    for pid, pct in now.items():
+        readings = [(t, c) for t, c in cpu.get(pid, []) if snap.t_s - t <= SATURATED_S]
+        cpu[pid] = readings + ([(snap.t_s, pct)] if pct is not None else [])
+    return cpu
 
 
 def analyze_recording(path: Path, console: Console, quiet: bool = False, json_path: Path | None = None) -> int:

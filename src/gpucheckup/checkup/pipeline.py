@@ -4,13 +4,16 @@
 (diagnosis/) and turned into its report dict (checkup/trace_report.py). A run directory adds its
 run-level parts: the run is read (trace/rundir.py), the run-level analyses (analysis/run_logs/run.py) and
 rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
-windows; else the latest attach capture) is checked up as above with the run-level findings
-appended, and the run keys (checkup/run_report.py) are added to its report dict. A run whose traces
+windows; else the latest attach capture; or the attach capture asked for: `gpucheckup attach` to a job with the
+agent checks its new trace up as part of the job's run directory, so the step basis is the job's own step log, the
+unprofiled step, as for `gpucheckup run`) is checked up as above with the run-level findings appended, and the
+run keys (checkup/run_report.py) are added to its report dict. A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
 (analysis/one_trace/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
-(diagnosis/coarse.py) here, from the samples stored in the run directory.
+(diagnosis/coarse.py) here, from the samples stored in the run directory; with no trace, it is the run's
+verdict, said coarse, with its finding and fixes (checkup/run_report.py coarse_dict).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
 from gpucheckup.trace.host_samples import host_samples_for
-from gpucheckup.trace.rundir import RunDir, is_run_dir, read_run
+from gpucheckup.trace.rundir import RunDir, is_live_run_dir, is_run_dir, read_run
 
 if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
     from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
@@ -289,23 +292,34 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     return results
 
 
-def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None) -> Checkups:
-    """Check up a run directory (FLOPs per step from the agent's flops.json unless given)."""
+def attach_run_dir(trace: Path) -> Path | None:
+    """The run directory whose traces/attach/ holds this trace (one the agent of a job started under `gpucheckup run`,
+    or injected, wrote for `gpucheckup attach`), else None."""
+    run_dir = Path(trace).parent.parent.parent
+    inside = Path(trace).parent == run_dir / layout.ATTACH_TRACES
+    return run_dir if inside and (is_run_dir(run_dir) or is_live_run_dir(run_dir)) else None
+
+
+def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = None,
+              trace: Path | None = None) -> Checkups:
+    """Check up a run directory (FLOPs per step from the agent's flops.json unless given); `trace`: check up this
+    trace of the run (an attach window's) instead of the run's own windows, on the same step basis."""
     from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.analysis.run_logs.run import analyze_run
-    from gpucheckup.diagnosis.coarse import coarse_verdict
+    from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, coarse_verdict, fix_note
     from gpucheckup.diagnosis.run_rules import run_findings
     from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.checkup.run_report import run_only_dict, run_parts
+    from gpucheckup.checkup.run_report import coarse_dict, run_only_dict, run_parts
 
     path = Path(path)
-    if not is_run_dir(path):
+    live = trace is not None and is_live_run_dir(path)  # attached to a job still running: no manifest yet
+    if not (is_run_dir(path) or live):
         raise CheckupError(f"{path}: not a gpucheckup run directory (no {layout.MANIFEST})")
     inputs = inputs or MfuInputs()
     if inputs.agent_flops is None:
         inputs = msgspec.structs.replace(inputs, agent_flops=agent_flops(path))
     ncu = _ncu_launches(ncu_csv)
-    run = read_run(path)
+    run = read_run(path, live)
     ra = analyze_run(run)
     if not inputs.framework:  # the loop's framework, as the agent saw it at the first step (one for every rank)
         inputs = msgspec.structs.replace(inputs, framework=next(
@@ -319,12 +333,13 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
                                                          f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
     findings = run_findings(ra)
     rc = RunCheckup(run=run, analysis=ra, findings=findings)
+    gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
     if run.samples is not None:
-        rc.coarse = coarse_verdict(stack_samples.sample_states(run.samples),
-                                   stack_samples.sample_util(run.samples, run.nvml))
+        states, util = stack_samples.sample_states(run.samples), stack_samples.sample_util(run.samples, run.nvml)
+        rc.coarse = coarse_verdict(states, util, gpu_job)
     coarse = rc.coarse.to_dict() if rc.coarse else None
     out = Checkups(path, run=rc)
-    traces = run.traces or run.time_traces or run.attach_traces[-1:]
+    traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
     used, all_traces, sampled = [], [], []
     for p in traces:
         trace = read_trace(p)
@@ -366,7 +381,13 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         c.report.update(run_parts(ra, parts_traces, None, coarse))
         c.report["verdict"]["findings"] = [f.to_dict() for f in c.findings + findings]
         c.report["fixes"] = cpu_fix_dicts(c.findings + findings)
-    if not out.checkups:
+    if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
+        found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job,
+                                (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]),
+                                coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
+        rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
+                                rc.no_timeline, parts_traces)
+    elif not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
         _add_sampled(rc.report, None, sampled, all_traces)
     note = unsettled_note(ra)

@@ -14,7 +14,9 @@ Keys added beside the trace's keys (see checkup/trace_report.py), also in docs/c
 - run_figures: {"steps": step_history.step_stats, "nvml": telemetry.nvml_summary,
   "cpu": telemetry.cpu_summary, "dataloaders": environment.dataloader_load, "flops": flops.json}
 A run with no GPU timeline gets a report of these keys plus verdict.findings and fixes from
-the run-level rules, with verdict.primary = null.
+the run-level rules, with verdict.primary = null; an out-of-process attach whose samples name a
+bound (diagnosis/coarse.py) gets that verdict instead, with `verdict.coarse` saying what it rests on,
+and the coarse finding's fixes with `predicted_note` saying why their saving is a share, not replayed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 from gpucheckup import __version__
 from gpucheckup.analysis.run_logs import step_history, telemetry
 from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.diagnosis.coarse import TIMELINE_HINT
 from gpucheckup.diagnosis.findings import Diagnosis, Finding
 from gpucheckup.checkup.trace_report import _clean
 from gpucheckup.checkup.trace_report import fix_dicts as model_fix_dicts
@@ -82,6 +85,26 @@ def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, tr
         "fixes": fix_dicts(findings),
         "notes": [no_timeline],
         **run_parts(ra, traces, no_timeline, coarse),
+    }
+    return _clean(out)
+
+
+def coarse_dict(ra: RunAnalysis, findings: list[Finding], cv, note: str, no_timeline: str | None,
+                traces: list[str]) -> dict:
+    """A report for an out-of-process attach whose samples name a bound (cv: diagnosis/coarse.py's CoarseVerdict):
+    its verdict marked coarse, the run-level and coarse findings, the fixes (each coarse one with `note`)."""
+    found = [f.to_dict() for f in findings]
+    fixes = fix_dicts(findings)
+    for fx in fixes + [fx for f in found if f["id"].startswith("coarse_") for fx in f["fix"]]:
+        if (fx.get("finding") or "coarse_").startswith("coarse_"):  # none: inside the coarse finding
+            fx.update(saving_ms=None, predicted_note=note)
+    out = {
+        "gpucheckup_version": __version__,
+        "verdict": {"primary": cv.verdict, "title": cv.title, "reason": f"{cv.sentence} ({cv.basis})", "scores": {},
+                    "findings": found, "coarse": cv.basis},
+        "fixes": fixes,
+        "notes": [f"the verdict is coarse ({cv.basis}); {TIMELINE_HINT}"],
+        **run_parts(ra, traces, no_timeline, cv.to_dict()),
     }
     return _clean(out)
 

@@ -161,7 +161,7 @@ def cmd_attach(args, console) -> int:
     from gpucheckup.capture import attach
     from gpucheckup.capture.options import AttachOptions
     from gpucheckup.cli.emit import Output, emit
-    from gpucheckup.checkup.pipeline import check
+    from gpucheckup.checkup.pipeline import attach_run_dir, check, check_run
 
     opts = AttachOptions(pid=args.pid, duration=args.duration, steps=args.steps, mode=args.mode, out=args.out,
                                 rate=args.rate, native=args.native, timeout=args.timeout)
@@ -170,7 +170,15 @@ def cmd_attach(args, console) -> int:
                                                              soft_wrap=True))
     if got.trace is not None:
         console.print(f"trace written: {got.trace}", markup=False, highlight=False, soft_wrap=True)
-        result = check(got.trace, inputs, args.ncu)  # a CPU-only trace gets its CPU-side check-up
+        run_dir = attach_run_dir(got.trace)
+        result = None
+        if run_dir is not None:  # the job's run directory: its step log gives the unprofiled step, as `run` uses
+            try:
+                result = check_run(run_dir, inputs, args.ncu, trace=got.trace)
+            except CheckupError as e:
+                say(f"gpucheckup attach: the trace alone is checked up: the job's run directory could not be read ({e})")
+        if result is None:
+            result = check(got.trace, inputs, args.ncu)  # a CPU-only trace gets its CPU-side check-up
     else:
         result = check(got.run_dir, inputs, args.ncu)
     rc = emit(result, Output.of(args), console)

@@ -81,10 +81,15 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
             write_atomic(out.html, html.render_run_only(result.run.report).encode())
             console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
                           soft_wrap=True)
-        skipped = [f"--{k} {getattr(out, k)}" for k in ("markdown", "perfetto") if getattr(out, k)]
-        if skipped:
-            say(f"gpucheckup: not written: {', '.join(skipped)}: {result.run.no_timeline} (these files show a GPU "
-                "timeline; the JSON, the HTML and the terminal report hold the run-level check-up)")
+        if out.markdown:  # the same run-level report as tables
+            from gpucheckup.report.pages import markdown
+
+            write_atomic(out.markdown, markdown.render_run_only(result.run.report).encode())
+            console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+        if out.perfetto:
+            say(f"gpucheckup: not written: --perfetto {out.perfetto}: {result.run.no_timeline} (the annotated trace "
+                "adds tracks to a GPU timeline; the JSON, the HTML, the Markdown and the terminal report hold the "
+                "run-level check-up)")
             return EXIT_NOT_WRITTEN
     return 0
 

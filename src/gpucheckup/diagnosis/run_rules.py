@@ -14,7 +14,7 @@ import numpy as np
 from gpucheckup.analysis.run_logs import step_history, telemetry
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.diagnosis import evidence as ev
-from gpucheckup.diagnosis.findings import Event, Finding
+from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.fixes import offer
 
 LOW_UTIL_PCT = 50.0

@@ -84,11 +84,30 @@ def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / layout.MANIFEST).is_file()
 
 
-def read_run(path: Path) -> RunDir:
-    """Read a run directory; CheckupError (one line: the file, what is wrong) for a malformed file."""
+def is_live_run_dir(path: Path) -> bool:
+    """Whether a folder is the run directory of a job still running under `gpucheckup run`: no manifest yet (it is
+    written when the job ends), the agent's account and its step log being written (steps*.csv.part)."""
+    return (path.is_dir() and not (path / layout.MANIFEST).exists() and any(path.glob(layout.AGENT_GLOB))
+            and any(path.glob(layout.STEPS_GLOB + layout.PART)))
+
+
+def live_manifest(path: Path) -> dict:
+    """The manifest of a run still in progress, as far as its files tell: started when its agent activated."""
+    agents = [read_json(p, AGENT_TYPES) for p in sorted(path.glob(layout.AGENT_GLOB))]
+    started = min((a["activated_epoch_s"] for a in agents if isinstance(a.get("activated_epoch_s"), (int, float))),
+                  default=None)
+    argv = next((a["argv"] for a in agents if isinstance(a.get("argv"), list)), None)
+    return {"kind": layout.KIND_RUN, "command": [str(x) for x in argv] if argv else None, "started_epoch_s": started,
+            "exit_code": None, "exit_signal": None, "captured": {}, "failed": {}}
+
+
+def read_run(path: Path, live: bool = False) -> RunDir:
+    """Read a run directory; CheckupError (one line: the file, what is wrong) for a malformed file. `live`: a run
+    still in progress (is_live_run_dir): its manifest as far as its files tell, its step logs as far as written."""
     path = Path(path)
     refuse_links_outside(path)
-    manifest = read_json(path / layout.MANIFEST, MANIFEST_TYPES)
+    live = live and not (path / layout.MANIFEST).exists()
+    manifest = live_manifest(path) if live else read_json(path / layout.MANIFEST, MANIFEST_TYPES)
     _check_items(path / layout.MANIFEST, "command", manifest.get("command"), TEXT)
     for key in ("started_epoch_s", "ended_epoch_s"):  # every time in a run is placed from these
         if manifest.get(key) is not None and not 0 <= manifest[key] <= EPOCH_MAX:
@@ -106,11 +125,11 @@ def read_run(path: Path) -> RunDir:
     for p in sorted(path.glob(layout.AGENT_GLOB)):
         a = read_json(p, AGENT_TYPES)
         run.agents[a.get("key") or p.stem] = a
-    for p in sorted(path.glob(layout.STEPS_GLOB)):
-        key = layout.steps_key(p.name)
+    for p in sorted(path.glob(layout.STEPS_GLOB + (layout.PART if live else ""))):
+        key = layout.steps_key(p.name.removesuffix(layout.PART))
         if _lost_to_failure(p, manifest, "steps"):
             continue
-        run.steps[key] = read_csv(p, STEP_TEXT, STEP_NEEDED, STEP_FILLED)
+        run.steps[key] = read_csv(p, STEP_TEXT, STEP_NEEDED, STEP_FILLED, whole_lines=live)
         for col, top in (("step", STEP_MAX), ("ms", STEP_MS_MAX)):  # NaN (an empty cell) passes
             bad = np.flatnonzero((run.steps[key][col] < 0) | (run.steps[key][col] > top))
             if len(bad):
@@ -225,22 +244,26 @@ def _json_type(value) -> str:
 MAX_CSV_LINE = 1 << 20  # characters; the CSV files gpucheckup writes have lines of a few hundred
 
 
-def _lines(path: Path, f):
+def _lines(path: Path, f, whole_lines: bool = False):
     """The file's lines, each read with a bounded length: a line over MAX_CSV_LINE (a sparse or binary file has
-    none end) is one line of error instead of the whole file read into memory."""
+    none end) is one line of error instead of the whole file read into memory. `whole_lines`: a last line without
+    its newline (a file still being written) is left out."""
     while line := f.readline(MAX_CSV_LINE):
         if len(line) == MAX_CSV_LINE and not line.endswith("\n"):
             raise CheckupError(f"{path}: a line over {MAX_CSV_LINE >> 20} MiB: not a CSV file gpucheckup wrote")
+        if whole_lines and not line.endswith("\n"):
+            return
         yield line
 
 
-def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=()) -> dict:
+def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=(), whole_lines: bool = False) -> dict:
     """A CSV file as columns: float arrays (NaN for empty cells), lists of str for `text` columns.
-    CheckupError when a `required` column is missing or a `filled` column has an empty cell."""
+    CheckupError when a `required` column is missing or a `filled` column has an empty cell. `whole_lines`: a file
+    still being written (its last line is read only once its newline is there)."""
     check_regular(path)
     try:
         with open(path, newline="") as f:
-            rows = list(csv.reader(_lines(path, f)))
+            rows = list(csv.reader(_lines(path, f, whole_lines)))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CheckupError(f"{path}: not readable CSV ({e})") from None
     if not rows:

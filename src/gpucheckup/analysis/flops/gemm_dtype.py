@@ -24,7 +24,7 @@ import numpy as np
 from gpucheckup.analysis.one_trace import launches
 from gpucheckup.analysis.one_trace.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
-from gpucheckup.trace.tables import CPU_OP, Trace
+from gpucheckup.trace.tables import Trace
 
 NAME_RULES = [
     ("fp8", re.compile(r"e4m3|e5m2|fp8|f8f8", re.I)),

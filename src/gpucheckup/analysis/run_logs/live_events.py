@@ -1,4 +1,5 @@
-"""What the live monitor names as it happens: a utilization heartbeat and clock throttling, in plain words.
+"""What the live monitor names as it happens: a utilization heartbeat, clock throttling and saturated loader
+workers, in plain words.
 
 Definitions (docs/metrics.md, "Live monitor"):
 - heartbeat: analysis/run_logs/telemetry.py's definition (pulses above max(5%, p90/2), >= 3 of them,
@@ -14,6 +15,16 @@ Definitions (docs/metrics.md, "Live monitor"):
 - throttling now: the latest sample's clock-event reason bits, each named (THROTTLE_BITS of
   analysis/run_logs/telemetry.py, plus sync boost, which telemetry does not count as throttling since it
   only aligns clocks within a group) with what it means.
+- worker process: a child of a process of the job started by Python's multiprocessing, as DataLoader
+  workers are (capture/monitor.py: its command line is its parent's, a fork, or names multiprocessing,
+  a spawn or forkserver child).
+- saturated workers: worker processes whose CPU demand, averaged over the readings of the last
+  SATURATED_S (3 s, at least MIN_READINGS of them), is at least SATURATED_PCT (80%) of one core: they
+  compute without pause, so more batches per second need more workers (up to the free cores) or less
+  work per sample; a loader that waits on storage or the network keeps its workers well below a core.
+  CPU demand = CPU use + the time its threads were ready to run but waited for a CPU (the run
+  queue, where the host reports it): a worker on a host busy with other work computes flat out too,
+  and its use alone would read low. 80% rather than 100% leaves room for the readings' own jitter.
 Needs no torch and no NVML.
 """
 
@@ -26,6 +37,9 @@ import numpy as np
 from gpucheckup.analysis.run_logs.telemetry import THROTTLE_BITS, heartbeat
 
 MATCH_PCT = 15.0
+SATURATED_PCT = 80.0
+SATURATED_S = 3.0
+MIN_READINGS = 3
 SYNC_BOOST = 0x10
 PLAIN_WORDS = {
     0x4: "held under its power limit: clocks lowered to stay within the board's power cap",
@@ -125,3 +139,28 @@ def throttles_now(rows: list[dict]) -> list[Throttle]:
             if bits & bit:
                 out.append(Throttle(gpu, bit, name, PLAIN_WORDS[bit], bit != SYNC_BOOST))
     return out
+
+
+@dataclass(frozen=True)
+class Saturation:
+    """The job's worker processes now, and those saturated (pid, mean CPU demand % of one core over SATURATED_S)."""
+
+    workers: int
+    saturated: tuple[tuple[int, float], ...] = ()
+
+    def sentence(self) -> str:
+        pcts = ", ".join(f"{pct:.0f}%" for _, pct in self.saturated)
+        return (f"SATURATED WORKERS: {len(self.saturated)} of {self.workers} DataLoader worker processes each "
+                f"demand {pcts} of a core (CPU use + run-queue wait) over the last {SATURATED_S:g} s: the loader's "
+                "workers compute flat out; if the training loop waits for data, add workers (up to the free "
+                "cores) or make each sample cheaper")
+
+
+def saturated_workers(history: dict[int, list[tuple[float, float]]], workers: set[int], now: float) -> Saturation:
+    """Which worker processes are saturated now, from each process's (time, CPU demand %) readings."""
+    out = []
+    for pid in sorted(workers):
+        recent = [cpu for t, cpu in history.get(pid, []) if now - t <= SATURATED_S]
+        if len(recent) >= MIN_READINGS and float(np.mean(recent)) >= SATURATED_PCT:
+            out.append((pid, float(np.mean(recent))))
+    return Saturation(len(workers), tuple(out))

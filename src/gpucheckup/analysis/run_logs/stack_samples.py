@@ -73,6 +73,17 @@ def sample_states(samples: dict) -> list[str]:
             for st, a in zip(samples["main_stack"], active)]
 
 
+def loader_kind(samples: dict) -> str | None:
+    """The DataLoader iterator the main thread's frames show: "multi" (worker processes) when any sample shows
+    _MultiProcessingDataLoaderIter, else "single" (num_workers=0) when any shows _SingleProcessDataLoaderIter,
+    else None (none seen, or an older samples.csv without the frames)."""
+    stacks = samples.get("main_stack") or []
+    for kind, name in (("multi", "_MultiProcessingDataLoaderIter."), ("single", "_SingleProcessDataLoaderIter.")):
+        if any(name in st for st in stacks):
+            return kind
+    return None
+
+
 def sample_util(samples: dict, nvml: dict | None) -> list[float | None]:
     """For each sample, the job's GPUs' NVML utilization in the nearest tick within PAIR_S (older run
     directories stored it as gpu_util)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import hashlib
 
-import msgspec
 
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
@@ -128,13 +127,13 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
 
 
 def render_run_only(r: dict) -> str:
-    """A page for a run directory with no GPU timeline: why, the run-level findings and fixes, the whole run's
-    figures, its step times and NVML samples."""
+    """A page for a run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict), the
+    run-level findings and fixes, the whole run's figures, its step times and NVML samples."""
     run = r["run"]
     parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
              f'<p class="meta">{esc(run["path"])}</p>',
-             f'<div class="verdict"><span class="badge">NO GPU TIMELINE</span><p>{esc(r["verdict"]["reason"])}'
-             '</p></div>', _fixes(r)]
+             f'<div class="verdict"><span class="badge">{esc(_run_only_badge(r["verdict"]))}</span>'
+             f'<p>{esc(r["verdict"]["reason"])}</p></div>', _fixes(r)]
     if r["verdict"]["findings"]:
         parts += ["<h3>Findings</h3>", *(_finding(f) for f in r["verdict"]["findings"])]
     drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(r.get("step_history"))),
@@ -143,6 +142,11 @@ def render_run_only(r: dict) -> str:
         parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
     parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
     return _page(f"gpucheckup: no GPU timeline - {run['path']}", [x for x in parts if x], r)
+
+
+def _run_only_badge(v: dict) -> str:
+    """NO GPU TIMELINE, or an out-of-process attach's coarse verdict said coarse (INPUT-BOUND (COARSE))."""
+    return f"{v['primary'].upper().replace('_', '-')} (COARSE)" if v.get("coarse") else "NO GPU TIMELINE"
 
 
 def _whole_run(r: dict) -> str:

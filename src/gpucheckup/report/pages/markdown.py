@@ -16,7 +16,8 @@ from gpucheckup.report.text.hardware_text import (
 )
 from gpucheckup.report.pages.html import environment_rows, nvml_summary, step_rows
 from gpucheckup.report.text.lines import (
-    MAX_EVENTS, busy_line, event_line, severity_cost, key_figures, profiler_caveat, saving_text, step_line, sync_rate,
+    MAX_EVENTS, busy_line, event_line, severity_cost, key_figures, profiler_caveat, run_rows, saving_text,
+    step_line, sync_rate,
 )
 from gpucheckup.safe_text import safe
 
@@ -63,6 +64,43 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
     return "\n".join(parts)
 
 
+def render_run_only(r: dict) -> str:
+    """A run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict, said coarse), the
+    run-level findings and fixes, the whole run's figures, the notes."""
+    v = r["verdict"]
+    head = (f"**Verdict: {md(v['primary'].upper().replace('_', '-'))} (coarse)**: {md(v['title'])}\n"
+            if v.get("coarse") else "**No GPU timeline**\n")
+    out = ["# gpucheckup check-up\n", f"{md(r['run']['path'])}\n", head, f"{md(v['reason'])}\n"]
+    out += _fixes_and_findings(r, "#")
+    out.append("## Whole run\n")
+    out.append(table(["what", "value"], [list(x) for x in run_rows(r)]))
+    if r.get("notes"):
+        out.append("## Notes\n")
+        out.append("\n".join(f"- {md(n)}" for n in r["notes"]) + "\n")
+    out.append(f"<sub>gpucheckup {md(__version__)}</sub>\n")
+    return "\n".join(out)
+
+
+def _fixes_and_findings(r: dict, h: str) -> list[str]:
+    """The ranked fixes table and each finding with its evidence, events and rule."""
+    out = [f"{h}# What to try first\n"]
+    fixes = r["fixes"]
+    if fixes:
+        out.append(table(["#", "change", "fix", "predicted saving", "finding"],
+                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"], saving_text(f), f["finding"]]
+                          for i, f in enumerate(fixes, 1)], right={0, 3}))
+    else:
+        out.append("No fix suggested: no finding above its threshold.\n")
+    out.append(f"{h}# Findings\n")
+    for f in r["verdict"]["findings"]:
+        out.append(f"{h}## {md(f['title'])} ({md(severity_cost(f))})\n")
+        lines = [f"- {md(e)}" for e in f["evidence"]]
+        lines += [f"- {md(event_line(e))}" for e in f["events"][:MAX_EVENTS]]
+        lines.append(f"- rule: {md(f['rule'])}")
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
 def _report(r: dict, label: str | None, many: bool) -> str:
     h = "##" if many else "#"
     t, v, s = r["trace"], r["verdict"], r["steps"]
@@ -73,22 +111,8 @@ def _report(r: dict, label: str | None, many: bool) -> str:
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['title'])}\n",
            f"{md(v['reason'])}  \n{md(busy_line(r))} | {md(step_line(r))}: every ms per step and percent below "
            "is of this step\n",
-           *([f"> {md(profiler_caveat(r))}\n"] if profiler_caveat(r) else []),
-           f"{h}# What to try first\n"]
-    fixes = r["fixes"]
-    if fixes:
-        out.append(table(["#", "change", "fix", "predicted saving", "finding"],
-                         [[i, TIER_TITLES.get(f["tier"], f["tier"]), f["action"], saving_text(f), f["finding"]]
-                          for i, f in enumerate(fixes, 1)], right={0, 3}))
-    else:
-        out.append("No fix suggested: no finding above its threshold.\n")
-    out.append(f"{h}# Findings\n")
-    for f in v["findings"]:
-        out.append(f"{h}## {md(f['title'])} ({md(severity_cost(f))})\n")
-        lines = [f"- {md(e)}" for e in f["evidence"]]
-        lines += [f"- {md(event_line(e))}" for e in f["events"][:MAX_EVENTS]]
-        lines.append(f"- rule: {md(f['rule'])}")
-        out.append("\n".join(lines) + "\n")
+           *([f"> {md(profiler_caveat(r))}\n"] if profiler_caveat(r) else [])]
+    out += _fixes_and_findings(r, h)
     out.append(f"{h}# Key figures\n")
     out.append(table(["figure", "value"], [list(x) for x in key_figures(r)], right={1}))
     out.append(f"{h}# How close to the hardware\n")

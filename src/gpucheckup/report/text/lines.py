@@ -38,10 +38,13 @@ def sync_rate(r: dict) -> str:
 
 
 def cost_line(f: dict) -> str:
-    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so. An
-    informational finding, and one that measures no time per step (a run-level finding such as a warm-up window:
-    0 ms and 0%), has no cost headline (""): its evidence says what it found."""
+    """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so; a coarse
+    finding (no step time, a share of sampled stacks: diagnosis/coarse.py) gives its share. An informational
+    finding, and one that measures no time per step (a run-level finding such as a warm-up window: 0 ms and 0%),
+    has no cost headline (""): its evidence says what it found."""
     ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
+    if ms is None and pct is not None and f["id"].startswith("coarse_"):
+        return f"{pct:.0f}% of the samples (no step time to express it in ms)"
     if f.get("severity") == "info" or (ms == 0 and pct == 0):
         return ""
     return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
@@ -159,7 +162,9 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     r, fig = report["run"], report["run_figures"]
     rows = [("command", " ".join(r["command"] or []))]
     ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
-    if r["kind"] == "run":
+    if r["kind"] == "run" and r["exit_code"] is None and r["exit_signal"] is None:  # attached to it while it runs
+        rows.append(("job", "still running (checked up from its run directory so far)"))
+    elif r["kind"] == "run":
         rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
     rows.append(("traces", ", ".join(r["traces"]) or "none"))
     st = fig.get("steps")

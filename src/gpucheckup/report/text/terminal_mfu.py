@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.report.text.hardware_text import (
-    NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
+    NCU_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
 
 # ROOFLINE_HEADERS with the units in the table's title, so the op and its shapes keep the width at 80 columns

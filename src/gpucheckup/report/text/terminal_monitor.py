@@ -16,8 +16,9 @@ GPU_COLUMNS = (("util_pct", "{:.0f}", "util%"), ("mem_util_pct", "{:.0f}", "mem%
                ("clock_reasons", "0x{:x}", "reasons"))  # NVML_COLUMNS names (layout.py)
 
 
-def render_monitor(snap, heartbeat, throttles, events: list[str]) -> Group:
-    """One frame: NVML status or GPU table, processes, what is named now, the latest events."""
+def render_monitor(snap, heartbeat, throttles, events: list[str], saturation=None) -> Group:
+    """One frame: NVML status or GPU table, processes, what is named now (heartbeat, throttling, saturated loader
+    workers: analysis/run_logs/live_events.py), the latest events."""
     parts = []
     stamp = time.strftime("%H:%M:%S", time.localtime(snap.t_s))
     if snap.nvml_status != "ok":
@@ -53,6 +54,8 @@ def render_monitor(snap, heartbeat, throttles, events: list[str]) -> Group:
         parts.append(Text(heartbeat.sentence(), style="bold red" if heartbeat.seen else "dim"))
         for th in throttles:
             parts.append(Text(th.sentence(), style="bold yellow" if th.slows_clocks else "cyan"))
+    if saturation is not None and saturation.saturated:
+        parts.append(Text(saturation.sentence(), style="bold red"))
     for line in events:
         parts.append(Text(line, style="dim"))
     return Group(*parts)

@@ -15,18 +15,26 @@ from gpucheckup.safe_text import safe_tree
 
 
 def render_run_only(report: dict, console: Console) -> None:
-    """A run with no GPU timeline: say so plainly, then the run-level findings and figures."""
+    """A run with no GPU timeline: say so plainly (or, from an out-of-process attach's samples, the coarse verdict,
+    said coarse), then the run-level findings and figures."""
     report = safe_tree(report)  # paths, commands, frames: control and bidi characters escaped
     r = report["run"]
     head = Text("gpucheckup ", style="bold")
     head.append(r["path"])
     console.print(head)
-    console.print(Panel(Text(report["verdict"]["reason"]), title="No GPU timeline", title_align="left",
-                        box=box.ROUNDED))
+    v = report["verdict"]
+    if v.get("coarse"):  # an out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py)
+        console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title=f"{v['primary'].upper().replace('_', '-')} "
+                            "(coarse)", title_align="left", box=box.ROUNDED))
+    else:
+        console.print(Panel(Text(v["reason"]), title="No GPU timeline", title_align="left", box=box.ROUNDED))
     for f in report["verdict"]["findings"]:
         console.print(terminal._finding(f, console.width))
     if report["fixes"]:
         console.print(terminal._fixes(report))
+    for note in report["notes"]:
+        if note != v["reason"]:  # a run with no timeline: its note is the panel's reason
+            console.print(Text("note: " + note, style="dim"))
     render_run(report, console)
 
 
