@@ -115,3 +115,58 @@ def test_overlapping_a_collective_frees_the_compute_stream(tmp_path):
     r = replay.replay(whatif.comm_overlap(g).graph)
     names = [g.trace.names[i] for i in g.trace.gpu.name]
     assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
+
+
+def test_more_dataloader_workers_cut_each_wait_to_the_loaders_throughput(tmp_path):
+    # two steps of 1000 us, each waiting L = 800 us in an in-process DataLoader [10, 810] from 10 us after its start,
+    # then launching at 850 a 95 us kernel. With 2 workers a batch comes every L / 2 = 400 us while the rest of the
+    # step (1000 - 800 = 200 us) runs: the wait becomes 400 - 200 = 200 us, each step 1000 - 800 + 200 = 400 us
+    # (the 10 us before the wait and the host time after it held)
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for i, t in enumerate((0, 1000)):
+        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1000), ev("user_annotation", loader, t + 10, 800),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
+                   gpu("kernel", "k", t + 855, 95, i + 1)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "dataloader_workers", workers=2)
+    assert p.changed == 2 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.4)
+    assert "2 DataLoader waits cut to the loader's throughput with 2 workers" == p.transform
+    # with 4 workers a batch every 200 us, within the rest of the step: no wait, 200 us steps
+    assert whatif.predict(g, "dataloader_workers", workers=4).step_ms_after == pytest.approx(0.2)
+
+
+def test_removing_a_copy_read_drops_the_hosts_work_on_the_copied_arrays(tmp_path):
+    # step [0, 1000], one thread: a kernel [20, 350] launched at 10 (call [10, 15]); `.cpu()` (aten::to [300, 395])
+    # copies to the host: call [310, 390], the copy [350, 385] queued behind the kernel; numpy work on the arrays
+    # [395, 800]; aten::add [800, 850] launches at 820 (call [820, 825]) a kernel [830, 900]; the host ends at 1000.
+    # Removing the read (no_host_reads: reads=True): the copy call loses the dispatch before it (aten::to's [300,
+    # 310]: it starts at 15 + 285 = 300) and costs 0; the copy runs empty; the host's work after the read, up to
+    # the next launch, keeps only operator dispatch (aten::to's [390, 395] and aten::add's [800, 820]: 25 us), so the
+    # launch is at 325 (call to 330), its kernel 10 us later by the trace's launch latency but after the first
+    # kernel: [350, 420]; the 175 us of host time after the launch end the step at 505
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaLaunchKernel", 10, 5,
+                                                                   correlation=1),
+              gpu("kernel", "k1", 20, 330, 1), ev("cpu_op", "aten::to", 300, 95),
+              ev("cuda_runtime", "cudaMemcpyAsync", 310, 80, correlation=2),
+              gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 350, 35, 2, bytes=4096),
+              ev("cpu_op", "aten::add", 800, 50), ev("cuda_runtime", "cudaLaunchKernel", 820, 5, correlation=3),
+              gpu("kernel", "k2", 830, 70, 3)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"}), reads=True)
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.505)
+    # without reads the copy read stays (it is not inside aten::item)
+    assert whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"})).changed == 0
+
+
+def test_compile_does_not_fuse_across_a_sync(tmp_path):
+    # one thread launches three elementwise kernels back to back on one stream: k1 [20, 60] (launched at 10), then
+    # a cudaStreamSynchronize [100, 110], then k2 [210, 250] (at 200) and k3 [270, 330] (at 260). Inductor's kernels
+    # end at a sync (the host reads there): k1 stays 40 us, k2 and k3 fuse into one kernel of the longer's 60 us
+    ew = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaStreamSynchronize", 100, 10)]
+    for corr, (t, start, dur) in enumerate([(10, 20, 40), (200, 210, 40), (260, 270, 60)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, start, dur, corr)]
+    e = whatif.torch_compile(graph(tmp_path, events))
+    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing kernels fused into others")
+    assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
