@@ -83,7 +83,7 @@ def test_a_call_on_another_thread_inside_a_long_call_keeps_the_host_where_it_was
               ev("cuda_runtime", "cudaLaunchKernel", 900, 10, correlation=2),
               {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 915, "dur": 75,
                "args": {"device": 0, "stream": 7, "correlation": 2}}]
-    g, r = replayed(tmp_path, events)
+    _, r = replayed(tmp_path, events)
     assert sorted(r.op_start.tolist()) == pytest.approx([215, 915])
     assert sorted(r.op_end.tolist()) == pytest.approx([300, 990])
     assert r.start.tolist() == pytest.approx([0]) and r.end.tolist() == pytest.approx([1000])
