@@ -3,6 +3,7 @@ the replay model (docs/metrics.md "Replay", "What-if"): the step is the later of
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import write_trace
@@ -170,3 +171,37 @@ def test_compile_does_not_fuse_across_a_sync(tmp_path):
     e = whatif.torch_compile(graph(tmp_path, events))
     assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing kernels fused into others")
     assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
+
+
+def test_overlapping_a_collective_with_another_stream_first_in_the_trace(tmp_path):
+    # the case above, with a 5 us copy to the GPU on a second stream (8) running first, [12, 17] (launched at 5):
+    # the collective's stream (7) is still the one whose chain is edited: B runs right after A, [120, 220]
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("cuda_runtime", "cudaMemcpyAsync", 5, 2,
+                                                                  correlation=9),
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 8,
+               "ts": 12, "dur": 5, "args": {"device": 0, "stream": 8, "correlation": 9, "bytes": 4096}}]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "comm_overlap")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(0.72)
+    assert 0.515 - 1e-9 <= p.step_ms_after <= 0.525 + 1e-9
+    r = replay.replay(whatif.comm_overlap(g).graph)
+    names = [g.trace.names[i] for i in g.trace.gpu.name]
+    assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
+
+
+def test_removed_time_is_the_largest_steps_own(tmp_path):
+    # steps [1000, 2000] and [2000, 3000]; calls of 80 us at 100 (before the first step), 50 us at 1100 (step 1) and
+    # 20 us at 2100 (step 2), each made 0 us by an edit: the most taken out of one step is step 1's 50 us (the call
+    # before the steps belongs to none)
+    events = [ev("user_annotation", "ProfilerStep#1", 1000, 1000), ev("user_annotation", "ProfilerStep#2", 2000, 1000),
+              ev("cuda_runtime", "cudaMalloc", 100, 80), ev("cuda_runtime", "cudaMalloc", 1100, 50),
+              ev("cuda_runtime", "cudaMalloc", 2100, 20)]
+    g = graph(tmp_path, events)
+    after = g.copy()
+    calls = np.flatnonzero(g.h_kind == replay.CALL)
+    assert g.h_dur[calls].tolist() == pytest.approx([80, 50, 20])
+    after.h_dur[calls] = 0.0
+    assert whatif.removed_ms(g, after) == pytest.approx(0.05)
