@@ -205,3 +205,48 @@ def test_removed_time_is_the_largest_steps_own(tmp_path):
     assert g.h_dur[calls].tolist() == pytest.approx([80, 50, 20])
     after.h_dur[calls] = 0.0
     assert whatif.removed_ms(g, after) == pytest.approx(0.05)
+
+
+def test_more_workers_for_a_multiprocess_loader_deliver_a_batch_per_step_over_the_factor(tmp_path):
+    # two steps of 1001 us, each waiting 801 us [10, 811] in a multi-process DataLoader, then launching a kernel. Twice
+    # the workers deliver a batch every 1001 / 2 = 500.5 us while the rest of the step (200 us) runs: the wait
+    # becomes 300.5 us, each step 1001 - 801 + 300.5 = 500.5 us
+    loader = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    events = []
+    for i, t in enumerate((0, 1001)):
+        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1001), ev("user_annotation", loader, t + 10, 801),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
+                   gpu("kernel", "k", t + 855, 95, i + 1)]
+    p = whatif.predict(graph(tmp_path, events), "dataloader_workers")
+    assert p.step_ms_before == pytest.approx(1.001) and p.step_ms_after == pytest.approx(0.5005)
+    assert p.transform == "2 DataLoader waits cut to the loader's throughput with 2x the workers"
+
+
+def test_a_fused_optimizer_keeps_one_launch_without_its_dispatch(tmp_path):
+    # step [0, 1000]; Optimizer.step [100, 400] runs aten::_foreach_add_ [150, 200] (launch [180, 185], a 60 us
+    # kernel [190, 250]) and aten::_foreach_mul_ [250, 300] (launch [280, 285], a 60 us kernel [290, 350]); the host
+    # works to 1000. Fused: the second launch, its call and the 95 us of host time before it go; the first keeps
+    # its call but not the operator dispatch before it (150 to 180: 30 us); the kernels become one of 60 us (the
+    # floor once, no work beyond it). The host ends 30 + 5 + 95 = 130 us earlier: step 870 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
+              ev("cpu_op", "aten::_foreach_add_", 150, 50), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              gpu("kernel", "k1", 190, 60, 1), ev("cpu_op", "aten::_foreach_mul_", 250, 50),
+              ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2), gpu("kernel", "k2", 290, 60, 2)]
+    p = whatif.predict(graph(tmp_path, events), "fused_optimizer")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)
+
+
+def test_overlapping_a_collective_keeps_the_optimizer_waiting_for_it(tmp_path):
+    # as test_overlapping_a_collective_frees_the_compute_stream, with B launched inside Optimizer.step: the optimizer
+    # reads the reduced gradients, so B still waits for the all-reduce C (which ends between 515 and 525 on its own
+    # stream) and runs 100 us after it: the step ends between 615 and 625
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("user_annotation", "Optimizer.step#SGD.step", 18, 12)]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "comm_overlap")
+    assert p.step_ms_before == pytest.approx(0.72) and 0.615 - 1e-9 <= p.step_ms_after <= 0.625 + 1e-9
+    r = replay.replay(whatif.comm_overlap(g).graph)
+    names = [g.trace.names[i] for i in g.trace.gpu.name]
+    assert r.op_start[names.index("b")] == pytest.approx(r.op_end[names.index(nccl)])
