@@ -123,3 +123,19 @@ def test_a_read_inside_an_operator_loses_only_the_operator_dispatch_before_it(tm
     assert r.duration.tolist() == pytest.approx([1000])
     p = edits.predict(g, "remove_syncs", ops=frozenset({"aten::item"}))
     assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.67)
+
+
+def test_host_time_per_step_counts_every_positive_gap(tmp_path):
+    # step [0, 1000]: ten 2 us launch calls 0.5 us apart from 0.5 (the last ends at 25), each launching a 1 us kernel;
+    # an aten::empty [600, 610] launching nothing. The host time the calibration scales is every positive gap and call:
+    # 10 x 0.5 + 10 x 2 + the 975 us to the step's end = the whole 1000 us; 12 host events start in the step (the
+    # ProfilerStep range, 10 calls, 1 operator). The profiler's cost: 12 events x 0.70 launch calls of 2 us (the median
+    # launch call) = 16.8 us of the 1000: host_scale 0.9832
+    events = [step(1, 0, 1000), ev("cpu_op", "aten::empty", 600, 10)]
+    for i in range(10):
+        events += launch(0.5 + 2.5 * i, 5 + 2.5 * i, 6 + 2.5 * i, i + 1)
+        events[-2]["dur"] = 2
+    g, _ = replayed(tmp_path, events)
+    assert replay.host_per_step(g) == pytest.approx((1000.0, 12.0))
+    assert replay.event_scale(g) == pytest.approx(1 - 12 * 0.70 * 2 / 1000)
+

@@ -250,3 +250,17 @@ def test_overlapping_a_collective_keeps_the_optimizer_waiting_for_it(tmp_path):
     r = replay.replay(whatif.comm_overlap(g).graph)
     names = [g.trace.names[i] for i in g.trace.gpu.name]
     assert r.op_start[names.index("b")] == pytest.approx(r.op_end[names.index(nccl)])
+
+
+def test_a_trace_whose_first_row_is_a_call_predicts_the_same(tmp_path):
+    # test_a_fused_optimizer_keeps_one_launch_without_its_dispatch's events, a launch call first in the file: the
+    # optimizer's nodes are found by time, whatever the rows' order: step 870 us as there
+    events = [ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
+              ev("cpu_op", "aten::_foreach_add_", 150, 50), gpu("kernel", "k1", 190, 60, 1),
+              ev("cpu_op", "aten::_foreach_mul_", 250, 50), ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2),
+              gpu("kernel", "k2", 290, 60, 2)]
+    g = graph(tmp_path, events)
+    assert 0 in g.h_row.tolist()  # the file's first row is a node of the host chain
+    p = whatif.predict(g, "fused_optimizer")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)
