@@ -3,6 +3,7 @@ the replay model (docs/metrics.md "Replay", "What-if"): the step is the later of
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import write_trace
@@ -115,3 +116,151 @@ def test_overlapping_a_collective_frees_the_compute_stream(tmp_path):
     r = replay.replay(whatif.comm_overlap(g).graph)
     names = [g.trace.names[i] for i in g.trace.gpu.name]
     assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
+
+
+def test_more_dataloader_workers_cut_each_wait_to_the_loaders_throughput(tmp_path):
+    # two steps of 1000 us, each waiting L = 800 us in an in-process DataLoader [10, 810] from 10 us after its start,
+    # then launching at 850 a 95 us kernel. With 2 workers a batch comes every L / 2 = 400 us while the rest of the
+    # step (1000 - 800 = 200 us) runs: the wait becomes 400 - 200 = 200 us, each step 1000 - 800 + 200 = 400 us
+    # (the 10 us before the wait and the host time after it held)
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = []
+    for i, t in enumerate((0, 1000)):
+        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1000), ev("user_annotation", loader, t + 10, 800),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
+                   gpu("kernel", "k", t + 855, 95, i + 1)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "dataloader_workers", workers=2)
+    assert p.changed == 2 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.4)
+    assert "2 DataLoader waits cut to the loader's throughput with 2 workers" == p.transform
+    # with 4 workers a batch every 200 us, within the rest of the step: no wait, 200 us steps
+    assert whatif.predict(g, "dataloader_workers", workers=4).step_ms_after == pytest.approx(0.2)
+
+
+def test_removing_a_copy_read_drops_the_hosts_work_on_the_copied_arrays(tmp_path):
+    # step [0, 1000], one thread: a kernel [20, 350] launched at 10 (call [10, 15]); `.cpu()` (aten::to [300, 395])
+    # copies to the host: call [310, 390], the copy [350, 385] queued behind the kernel; numpy work on the arrays
+    # [395, 800]; aten::add [800, 850] launches at 820 (call [820, 825]) a kernel [830, 900]; the host ends at 1000.
+    # Removing the read (no_host_reads: reads=True): the copy call loses the dispatch before it (aten::to's [300,
+    # 310]: it starts at 15 + 285 = 300) and costs 0; the copy runs empty; the host's work after the read, up to
+    # the next launch, keeps only operator dispatch (aten::to's [390, 395] and aten::add's [800, 820]: 25 us), so the
+    # launch is at 325 (call to 330), its kernel 10 us later by the trace's launch latency but after the first
+    # kernel: [350, 420]; the 175 us of host time after the launch end the step at 505
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaLaunchKernel", 10, 5,
+                                                                   correlation=1),
+              gpu("kernel", "k1", 20, 330, 1), ev("cpu_op", "aten::to", 300, 95),
+              ev("cuda_runtime", "cudaMemcpyAsync", 310, 80, correlation=2),
+              gpu("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 350, 35, 2, bytes=4096),
+              ev("cpu_op", "aten::add", 800, 50), ev("cuda_runtime", "cudaLaunchKernel", 820, 5, correlation=3),
+              gpu("kernel", "k2", 830, 70, 3)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"}), reads=True)
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.505)
+    # without reads the copy read stays (it is not inside aten::item)
+    assert whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"})).changed == 0
+
+
+def test_compile_does_not_fuse_across_a_sync(tmp_path):
+    # one thread launches three elementwise kernels back to back on one stream: k1 [20, 60] (launched at 10), then
+    # a cudaStreamSynchronize [100, 110], then k2 [210, 250] (at 200) and k3 [270, 330] (at 260). Inductor's kernels
+    # end at a sync (the host reads there): k1 stays 40 us, k2 and k3 fuse into one kernel of the longer's 60 us
+    ew = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaStreamSynchronize", 100, 10)]
+    for corr, (t, start, dur) in enumerate([(10, 20, 40), (200, 210, 40), (260, 270, 60)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, start, dur, corr)]
+    e = whatif.torch_compile(graph(tmp_path, events))
+    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing kernels fused into others")
+    assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
+
+
+def test_overlapping_a_collective_with_another_stream_first_in_the_trace(tmp_path):
+    # the case above, with a 5 us copy to the GPU on a second stream (8) running first, [12, 17] (launched at 5):
+    # the collective's stream (7) is still the one whose chain is edited: B runs right after A, [120, 220]
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("cuda_runtime", "cudaMemcpyAsync", 5, 2,
+                                                                  correlation=9),
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 8,
+               "ts": 12, "dur": 5, "args": {"device": 0, "stream": 8, "correlation": 9, "bytes": 4096}}]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "comm_overlap")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(0.72)
+    assert 0.515 - 1e-9 <= p.step_ms_after <= 0.525 + 1e-9
+    r = replay.replay(whatif.comm_overlap(g).graph)
+    names = [g.trace.names[i] for i in g.trace.gpu.name]
+    assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
+
+
+def test_removed_time_is_the_largest_steps_own(tmp_path):
+    # steps [1000, 2000] and [2000, 3000]; calls of 80 us at 100 (before the first step), 50 us at 1100 (step 1) and
+    # 20 us at 2100 (step 2), each made 0 us by an edit: the most taken out of one step is step 1's 50 us (the call
+    # before the steps belongs to none)
+    events = [ev("user_annotation", "ProfilerStep#1", 1000, 1000), ev("user_annotation", "ProfilerStep#2", 2000, 1000),
+              ev("cuda_runtime", "cudaMalloc", 100, 80), ev("cuda_runtime", "cudaMalloc", 1100, 50),
+              ev("cuda_runtime", "cudaMalloc", 2100, 20)]
+    g = graph(tmp_path, events)
+    after = g.copy()
+    calls = np.flatnonzero(g.h_kind == replay.CALL)
+    assert g.h_dur[calls].tolist() == pytest.approx([80, 50, 20])
+    after.h_dur[calls] = 0.0
+    assert whatif.removed_ms(g, after) == pytest.approx(0.05)
+
+
+def test_more_workers_for_a_multiprocess_loader_deliver_a_batch_per_step_over_the_factor(tmp_path):
+    # two steps of 1001 us, each waiting 801 us [10, 811] in a multi-process DataLoader, then launching a kernel. Twice
+    # the workers deliver a batch every 1001 / 2 = 500.5 us while the rest of the step (200 us) runs: the wait
+    # becomes 300.5 us, each step 1001 - 801 + 300.5 = 500.5 us
+    loader = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+    events = []
+    for i, t in enumerate((0, 1001)):
+        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1001), ev("user_annotation", loader, t + 10, 801),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
+                   gpu("kernel", "k", t + 855, 95, i + 1)]
+    p = whatif.predict(graph(tmp_path, events), "dataloader_workers")
+    assert p.step_ms_before == pytest.approx(1.001) and p.step_ms_after == pytest.approx(0.5005)
+    assert p.transform == "2 DataLoader waits cut to the loader's throughput with 2x the workers"
+
+
+def test_a_fused_optimizer_keeps_one_launch_without_its_dispatch(tmp_path):
+    # step [0, 1000]; Optimizer.step [100, 400] runs aten::_foreach_add_ [150, 200] (launch [180, 185], a 60 us
+    # kernel [190, 250]) and aten::_foreach_mul_ [250, 300] (launch [280, 285], a 60 us kernel [290, 350]); the host
+    # works to 1000. Fused: the second launch, its call and the 95 us of host time before it go; the first keeps
+    # its call but not the operator dispatch before it (150 to 180: 30 us); the kernels become one of 60 us (the
+    # floor once, no work beyond it). The host ends 30 + 5 + 95 = 130 us earlier: step 870 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
+              ev("cpu_op", "aten::_foreach_add_", 150, 50), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              gpu("kernel", "k1", 190, 60, 1), ev("cpu_op", "aten::_foreach_mul_", 250, 50),
+              ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2), gpu("kernel", "k2", 290, 60, 2)]
+    p = whatif.predict(graph(tmp_path, events), "fused_optimizer")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)
+
+
+def test_overlapping_a_collective_keeps_the_optimizer_waiting_for_it(tmp_path):
+    # as test_overlapping_a_collective_frees_the_compute_stream, with B launched inside Optimizer.step: the optimizer
+    # reads the reduced gradients, so B still waits for the all-reduce C (which ends between 515 and 525 on its own
+    # stream) and runs 100 us after it: the step ends between 615 and 625
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("user_annotation", "Optimizer.step#SGD.step", 18, 12)]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    g = graph(tmp_path, events)
+    p = whatif.predict(g, "comm_overlap")
+    assert p.step_ms_before == pytest.approx(0.72) and 0.615 - 1e-9 <= p.step_ms_after <= 0.625 + 1e-9
+    r = replay.replay(whatif.comm_overlap(g).graph)
+    names = [g.trace.names[i] for i in g.trace.gpu.name]
+    assert r.op_start[names.index("b")] == pytest.approx(r.op_end[names.index(nccl)])
+
+
+def test_a_trace_whose_first_row_is_a_call_predicts_the_same(tmp_path):
+    # test_a_fused_optimizer_keeps_one_launch_without_its_dispatch's events, a launch call first in the file: the
+    # optimizer's nodes are found by time, whatever the rows' order: step 870 us as there
+    events = [ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
+              ev("cpu_op", "aten::_foreach_add_", 150, 50), gpu("kernel", "k1", 190, 60, 1),
+              ev("cpu_op", "aten::_foreach_mul_", 250, 50), ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2),
+              gpu("kernel", "k2", 290, 60, 2)]
+    g = graph(tmp_path, events)
+    assert 0 in g.h_row.tolist()  # the file's first row is a node of the host chain
+    p = whatif.predict(g, "fused_optimizer")
+    assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)

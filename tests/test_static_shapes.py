@@ -235,3 +235,47 @@ def test_synthetic_no_data_dependent_read_and_constant_shapes_pads_nothing(tmp_p
         late = whatif.static_shapes(_synthetic(tmp_path, sizes, late_read=True), ops=DATA_DEPENDENT_OPS, bound=200)
         assert "no shapes set by the data-dependent reads: nothing padded" in late.what and late.changed == 2
     assert json.dumps(e.what)  # one plain sentence
+
+
+def test_synthetic_padding_scales_kernels_not_the_memsets_of_the_same_operators(tmp_path):
+    # as the varying case, but fill_ zeroes the buffer with a memset (cudaMemsetAsync), not a kernel: a memset is
+    # not a kernel whose rows scale with the bound, so it keeps its time; only the 4 expert GEMMs are padded
+    sizes = [100, 120, 90, 110]
+    events = _moe_like(sizes)
+    fill = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel" and e["name"] == "fill"}
+    for e in events:
+        if e.get("args", {}).get("correlation") in fill:
+            e["cat"], e["name"] = (("gpu_memset", "Memset (Device)") if e["cat"] == "kernel"
+                                   else ("cuda_runtime", "cudaMemsetAsync"))
+    g = replay.build(read_trace(write_trace(tmp_path / "t.json", events, record_shapes=1)))
+    e = whatif.static_shapes(g, ops=DATA_DEPENDENT_OPS)
+    assert "3 of 8 operator positions change shape across 4 steps" in e.what and "4 kernels" in e.what
+    assert np.allclose(e.graph.g_dur, _expected(g, sizes, 120))  # fill's memsets (renamed) as they were
+    assert e.changed == 4 + 4
+
+
+def test_synthetic_annotations_with_shapes_are_not_operators(tmp_path):
+    # as the varying case, with a gloo collective's annotation (user_annotation rows carry Input Dims too) in each
+    # step after the operators: not an operator, so the steps still have 8 operator positions, 3 changing shape
+    sizes = [100, 120, 90, 110]
+    events = _moe_like(sizes)
+    for s, c in enumerate(sizes):
+        events.append(_ev("user_annotation", "gloo:all_reduce", s * 1000.0 + 185, 5, **{"Input Dims": [[8, c, 64]]}))
+    g = replay.build(read_trace(write_trace(tmp_path / "t.json", events, record_shapes=1)))
+    e = whatif.static_shapes(g, ops=DATA_DEPENDENT_OPS)
+    assert "3 of 8 operator positions change shape across 4 steps" in e.what and "8 kernels" in e.what
+    assert np.allclose(e.graph.g_dur, _expected(g, sizes, 120))
+
+
+def test_synthetic_operators_between_steps_are_in_no_step(tmp_path):
+    # as the varying case, with an operator after each step's ProfilerStep range ([s, s + 950]) ends, at s + 960
+    # (logging or a hook between steps): outside every step's host window, it is no operator position of a step
+    sizes = [100, 120, 90, 110]
+    events = _moe_like(sizes)
+    for s in range(len(sizes)):
+        events.append(_ev("cpu_op", "aten::add_", s * 1000.0 + 960, 5, **{"Input Dims": [[256, 64], [256, 64], []],
+                                                                          "External id": 1000 + s}))
+    g = replay.build(read_trace(write_trace(tmp_path / "t.json", events, record_shapes=1)))
+    e = whatif.static_shapes(g, ops=DATA_DEPENDENT_OPS)
+    assert "3 of 8 operator positions change shape across 4 steps" in e.what and "8 kernels" in e.what
+    assert np.allclose(e.graph.g_dur, _expected(g, sizes, 120))
