@@ -304,12 +304,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
               trace: Path | None = None) -> Checkups:
     """Check up a run directory (FLOPs per step from the agent's flops.json unless given); `trace`: check up this
     trace of the run (an attach window's) instead of the run's own windows, on the same step basis."""
-    from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.analysis.run_logs.run import analyze_run
-    from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, coarse_verdict, fix_note
     from gpucheckup.diagnosis.run_rules import run_findings
-    from gpucheckup.checkup.ranks import attach_job
-    from gpucheckup.checkup.run_report import coarse_dict, run_only_dict, run_parts
 
     path = Path(path)
     live = trace is not None and is_live_run_dir(path)  # attached to a job still running: no manifest yet
@@ -321,7 +317,36 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     ncu = _ncu_launches(ncu_csv)
     run = read_run(path, live)
     ra = analyze_run(run)
-    if not inputs.framework:  # the loop's framework, as the agent saw it at the first step (one for every rank)
+    inputs = _run_inputs(inputs, run, ra)
+    rc = RunCheckup(run=run, analysis=ra, findings=run_findings(ra))
+    sampled_states = _coarse(rc)
+    out = Checkups(path, run=rc)
+    traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
+    seen = _check_traces(out, traces, inputs, ncu, ncu_csv)
+    if not traces:
+        failed = run.manifest.get("failed", {})
+        why = "; ".join(v for k, v in failed.items() if k.startswith("trace")) or "no trace was captured"
+        rc.no_timeline = f"no GPU timeline: {why}"
+    _sort_by_rank(out.checkups)
+    if len(out.checkups) > 1:
+        _note_stragglers(out.checkups)
+    if len(seen.traces) > 1:
+        from gpucheckup.analysis.job.ranks import rank_input
+        from gpucheckup.checkup.ranks import attach_job
+
+        out.job = attach_job([rank_input(t, i) for i, t in enumerate(seen.traces)], out.checkups, path, run.env,
+                             ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, rc.findings))
+    _add_run_parts(out, seen, seen.used or [str(p.relative_to(path)) for p in traces], sampled_states)
+    note = unsettled_note(ra)
+    for r in out.reports() if note else ():
+        r["notes"].append(note)
+    return out
+
+
+def _run_inputs(inputs: MfuInputs, run, ra: RunAnalysis) -> MfuInputs:
+    """What the run itself tells a trace's check-up: the loop's framework (as the agent saw it at the first step, one
+    for every rank) and the step without the profiler (the run's unprofiled steps)."""
+    if not inputs.framework:
         inputs = msgspec.structs.replace(inputs, framework=next(
             (str(a["framework"]) for a in run.agents.values() if isinstance(a.get("framework"), str)), ""))
     st = ra.steps or {}
@@ -331,57 +356,77 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=st["unprofiled_ms"],
                                          unprofiled_from=f"{steps_file}: total time over the run's unprofiled steps "
                                                          f"{first}-{last} ({st['unprofiled_basis']}; {ra.steps_key})")
-    findings = run_findings(ra)
-    rc = RunCheckup(run=run, analysis=ra, findings=findings)
-    gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
-    if run.samples is not None:
-        states, util = stack_samples.sample_states(run.samples), stack_samples.sample_util(run.samples, run.nvml)
-        rc.coarse = coarse_verdict(states, util, gpu_job)
-    coarse = rc.coarse.to_dict() if rc.coarse else None
-    out = Checkups(path, run=rc)
-    traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
-    used, all_traces, sampled = [], [], []
-    for p in traces:
-        trace = read_trace(p)
-        all_traces.append(trace)
-        sampled.append(_sampled(path, p))
-        if not trace.has_gpu:
-            rc.no_timeline = (f"no GPU timeline: {p.relative_to(path)} holds CPU activity only (no kernels, copies "
-                              "or memsets): its CPU side and the run-level figures are checked up")
-            from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    return inputs
 
+
+def _coarse(rc: RunCheckup) -> tuple | None:
+    """The coarse verdict of an out-of-process attach's py-spy samples into rc.coarse; (states, utilization) of the
+    samples, or None where the run has none."""
+    from gpucheckup.analysis.run_logs import stack_samples
+    from gpucheckup.diagnosis.coarse import coarse_verdict
+
+    run = rc.run
+    if run.samples is None:
+        return None
+    states, util = stack_samples.sample_states(run.samples), stack_samples.sample_util(run.samples, run.nvml)
+    rc.coarse = coarse_verdict(states, util, run.manifest.get("captured", {}).get("cuda_driver_loaded"))
+    return states, util
+
+
+class _SeenTraces(msgspec.Struct):
+    """The traces of a run as read: each one, the GPU ones' paths in the run, and each one's host samples."""
+
+    traces: list = msgspec.field(default_factory=list)
+    used: list[str] = msgspec.field(default_factory=list)
+    sampled: list = msgspec.field(default_factory=list)
+
+
+def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> _SeenTraces:
+    """Check up each of the run's traces into `out`: a GPU trace with the run-level findings appended, a CPU-only one
+    by its CPU side (the run says why it has no timeline)."""
+    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+
+    rc, seen = out.run, _SeenTraces()
+    for p in paths:
+        trace = read_trace(p)
+        seen.traces.append(trace)
+        seen.sampled.append(_sampled(out.path, p))
+        if not trace.has_gpu:
+            rc.no_timeline = (f"no GPU timeline: {p.relative_to(out.path)} holds CPU activity only (no kernels, "
+                              "copies or memsets): its CPU side and the run-level figures are checked up")
             if cpu_profile(trace) is not None:
                 out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms))
             continue
-        used.append(str(p.relative_to(path)))
-        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(findings)))
-    if not traces:
-        failed = run.manifest.get("failed", {})
-        why = "; ".join(v for k, v in failed.items() if k.startswith("trace")) or "no trace was captured"
-        rc.no_timeline = f"no GPU timeline: {why}"
-    _sort_by_rank(out.checkups)
-    if len(out.checkups) > 1:
-        _note_stragglers(out.checkups)
-    if len(all_traces) > 1:
-        from gpucheckup.analysis.job.ranks import rank_input
+        seen.used.append(str(p.relative_to(out.path)))
+        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(rc.findings)))
+    return seen
 
-        out.job = attach_job([rank_input(t, i) for i, t in enumerate(all_traces)], out.checkups, path, run.env,
-                             ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, findings))
-    parts_traces = used or [str(p.relative_to(path)) for p in traces]
+
+def _add_run_parts(out: Checkups, seen: _SeenTraces, parts_traces: list[str], sampled_states: tuple | None) -> None:
+    """The run-level keys on each report: a GPU check-up's, a CPU-side one's (its CPU findings with the job's threads
+    and cores, then the run-level ones), or with neither the run's own report (coarse where its samples decide)."""
+    from gpucheckup.analysis.run_logs import stack_samples
+    from gpucheckup.analysis.run_logs.environment import thread_budget
+    from gpucheckup.checkup.cpu_report import cpu_fix_dicts
+    from gpucheckup.checkup.run_report import coarse_dict, run_only_dict, run_parts
+    from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, fix_note
+    from gpucheckup.diagnosis.cpu_rules import cpu_findings
+
+    rc = out.run
+    run, ra, findings = rc.run, rc.analysis, rc.findings
+    coarse = rc.coarse.to_dict() if rc.coarse else None
     for c in out.checkups:
-        c.report.update(run_parts(ra, used, None, coarse))
-        _add_sampled(c.report, c.analysis, sampled, all_traces)
-    for c in out.cpu:  # its CPU-side findings (with the job's threads and cores), then the run-level ones
-        from gpucheckup.analysis.run_logs.environment import thread_budget
-        from gpucheckup.diagnosis.cpu_rules import cpu_findings
-        from gpucheckup.checkup.cpu_report import cpu_fix_dicts
-
+        c.report.update(run_parts(ra, seen.used, None, coarse))
+        _add_sampled(c.report, c.analysis, seen.sampled, seen.traces)
+    for c in out.cpu:
         p = c.profile
         c.findings = cpu_findings(p, thread_budget(run.env or {}, p.per_step(p.main_thread.busy_ms)))
         c.report.update(run_parts(ra, parts_traces, None, coarse))
         c.report["verdict"]["findings"] = [f.to_dict() for f in c.findings + findings]
         c.report["fixes"] = cpu_fix_dicts(c.findings + findings)
     if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
+        states, util = sampled_states
+        gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
         found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job,
                                 (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]),
                                 coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
@@ -389,11 +434,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
                                 rc.no_timeline, parts_traces)
     elif not out.checkups:
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
-        _add_sampled(rc.report, None, sampled, all_traces)
-    note = unsettled_note(ra)
-    for r in out.reports() if note else ():
-        r["notes"].append(note)
-    return out
+        _add_sampled(rc.report, None, seen.sampled, seen.traces)
 
 
 def unsettled_note(ra: RunAnalysis) -> str | None:
