@@ -89,6 +89,14 @@ def ranks_view(doc: dict) -> dict:
             "reports": [flat(doc, i) for i in range(n)]}
 
 
+def analyzed(path: Path, out: Path) -> dict:
+    """`gpucheckup analyze PATH --json OUT` run as a user runs it (its own process); the document it wrote."""
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(path), "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(Path(out).read_text())
+
+
 def read_report(path: Path, i: int = 0) -> dict:
     """Check-up i of the check-up document at path, as `flat` gives it."""
     return flat(json.loads(Path(path).read_text()), i)

@@ -5,14 +5,11 @@ standard library: the optimizer's own work is what its range holds after the clo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, raw_events
+from conftest import REPO, analyzed, raw_events
 
 RUN = REPO / "tests" / "data" / "h200" / "lightning_closure"
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
@@ -41,11 +38,7 @@ def raw():
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
-    out = tmp_path_factory.mktemp("closure") / "checkup.json"
-    p = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(RUN), "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return json.loads(out.read_text())
+    return analyzed(RUN, tmp_path_factory.mktemp("closure") / "checkup.json")
 
 
 def test_the_closure_holds_most_of_each_optimizer_range(raw):

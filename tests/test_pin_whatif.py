@@ -100,16 +100,30 @@ def test_a_larger_batch_doubles_the_data_wait_too(tmp_path):
     assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.65)
 
 
-def test_overlapping_a_collective_frees_the_compute_stream(tmp_path):
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+# a 5 us copy to the GPU on a second stream (8) running first, [12, 17] (launched at 5)
+COPY_FIRST = [ev("cuda_runtime", "cudaMemcpyAsync", 5, 2, correlation=9),
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 8,
+               "ts": 12, "dur": 5, "args": {"device": 0, "stream": 8, "correlation": 9, "bytes": 4096}}]
+
+
+def _overlap_graph(tmp_path, *first):
+    """Step [0, 100] with `first` events, then kernels A [20, 120], the all-reduce C [120, 620] and B [620, 720],
+    launched at 10, 15 and 20 on one stream."""
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), *first]
+    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, NCCL, 120, 500), (20, "b", 620, 100)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
+    return graph(tmp_path, events)
+
+
+@pytest.mark.parametrize("first", [[], COPY_FIRST], ids=["alone", "another_stream_first"])
+def test_overlapping_a_collective_frees_the_compute_stream(tmp_path, first):
     # step [0, 100] on the host; the GPU runs A [20, 120] (launched at 10), an all-reduce C [120, 620] (launched at
     # 15, queued behind A) and B [620, 720] (launched at 20, queued behind C): step 720 us. With the collective on its
     # own stream, B runs right after A, [120, 220], and C no longer waits for A: it starts between its call (15) and
-    # the trace's launch latency after it (A's, 10 us), so it ends between 515 and 525, and that ends the step
-    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-    events = [ev("user_annotation", "ProfilerStep#1", 0, 100)]
-    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
-        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
-    g = graph(tmp_path, events)
+    # the trace's launch latency after it (A's, 10 us), so it ends between 515 and 525, and that ends the step.
+    # With another stream's copy first in the trace, the collective's stream (7) is still the one whose chain is edited
+    g = _overlap_graph(tmp_path, *first)
     p = whatif.predict(g, "comm_overlap")
     assert p.changed == 1 and p.step_ms_before == pytest.approx(0.72)
     assert 0.515 - 1e-9 <= p.step_ms_after <= 0.525 + 1e-9
@@ -173,25 +187,6 @@ def test_compile_does_not_fuse_across_a_sync(tmp_path):
     assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
 
 
-def test_overlapping_a_collective_with_another_stream_first_in_the_trace(tmp_path):
-    # the case above, with a 5 us copy to the GPU on a second stream (8) running first, [12, 17] (launched at 5):
-    # the collective's stream (7) is still the one whose chain is edited: B runs right after A, [120, 220]
-    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("cuda_runtime", "cudaMemcpyAsync", 5, 2,
-                                                                  correlation=9),
-              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 8,
-               "ts": 12, "dur": 5, "args": {"device": 0, "stream": 8, "correlation": 9, "bytes": 4096}}]
-    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
-        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
-    g = graph(tmp_path, events)
-    p = whatif.predict(g, "comm_overlap")
-    assert p.changed == 1 and p.step_ms_before == pytest.approx(0.72)
-    assert 0.515 - 1e-9 <= p.step_ms_after <= 0.525 + 1e-9
-    r = replay.replay(whatif.comm_overlap(g).graph)
-    names = [g.trace.names[i] for i in g.trace.gpu.name]
-    assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
-
-
 def test_removed_time_is_the_largest_steps_own(tmp_path):
     # steps [1000, 2000] and [2000, 3000]; calls of 80 us at 100 (before the first step), 50 us at 1100 (step 1) and
     # 20 us at 2100 (step 2), each made 0 us by an edit: the most taken out of one step is step 1's 50 us (the call
@@ -240,16 +235,12 @@ def test_overlapping_a_collective_keeps_the_optimizer_waiting_for_it(tmp_path):
     # as test_overlapping_a_collective_frees_the_compute_stream, with B launched inside Optimizer.step: the optimizer
     # reads the reduced gradients, so B still waits for the all-reduce C (which ends between 515 and 525 on its own
     # stream) and runs 100 us after it: the step ends between 615 and 625
-    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-    events = [ev("user_annotation", "ProfilerStep#1", 0, 100), ev("user_annotation", "Optimizer.step#SGD.step", 18, 12)]
-    for corr, (t, name, start, dur) in enumerate([(10, "a", 20, 100), (15, nccl, 120, 500), (20, "b", 620, 100)], 1):
-        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 2, correlation=corr), gpu("kernel", name, start, dur, corr)]
-    g = graph(tmp_path, events)
+    g = _overlap_graph(tmp_path, ev("user_annotation", "Optimizer.step#SGD.step", 18, 12))
     p = whatif.predict(g, "comm_overlap")
     assert p.step_ms_before == pytest.approx(0.72) and 0.615 - 1e-9 <= p.step_ms_after <= 0.625 + 1e-9
     r = replay.replay(whatif.comm_overlap(g).graph)
     names = [g.trace.names[i] for i in g.trace.gpu.name]
-    assert r.op_start[names.index("b")] == pytest.approx(r.op_end[names.index(nccl)])
+    assert r.op_start[names.index("b")] == pytest.approx(r.op_end[names.index(NCCL)])
 
 
 def test_a_trace_whose_first_row_is_a_call_predicts_the_same(tmp_path):

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, raw_events
+from conftest import REPO, analyzed, raw_events
 
 RUN = REPO / "tests" / "data" / "h200" / "graphs_reduce_overhead"
 CONFIG_TOLERANCE = 0.25  # a configuration fix's prediction within 25% of its measured saving (the framework issue)
@@ -22,11 +20,7 @@ CONFIG_TOLERANCE = 0.25  # a configuration fix's prediction within 25% of its me
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
-    out = tmp_path_factory.mktemp("graphs") / "checkup.json"
-    p = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(RUN), "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return json.loads(out.read_text())
+    return analyzed(RUN, tmp_path_factory.mktemp("graphs") / "checkup.json")
 
 
 def _fix(doc: dict, key: str) -> dict:
@@ -71,11 +65,7 @@ def test_the_worker_count_advised_is_the_one_replayed(tmp_path):
                if e["ts"] < s["ts"] + s["dur"] and e["ts"] + e["dur"] > s["ts"]) / len(steps)
     step = sum(s["dur"] for s in steps) / len(steps)
     workers = -(-load // (step - load))  # ceil
-    out = tmp_path / "input.json"
-    p = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(DEMO / "input_bound"), "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    fx = _fix(json.loads(out.read_text()), "dataloader_workers")
+    fx = _fix(analyzed(DEMO / "input_bound", tmp_path / "input.json"), "dataloader_workers")
     assert f"num_workers={int(workers)})" in fx["action"] and f"num_workers={int(workers)}," in fx["how"], fx
     assert f"with {int(workers)} workers" in fx["predicted"]["what"], fx["predicted"]
 

@@ -291,6 +291,11 @@ def _input_wait_ms(x) -> float:
     return 0.0 if _is_run(x) else _idle(x, "input")
 
 
+def _cpu_python(x) -> bool:
+    """A CPU-side profile whose main thread runs Python with no operator open outside the DataLoader."""
+    return _is_cpu(x) and x.python_outside_loader_ms > 0
+
+
 def _cpu_python_ms(x) -> float:
     """A CPU-side profile's Python between operators outside the DataLoader, per step; 0 elsewhere."""
     return x.per_step(x.python_outside_loader_ms) if _is_cpu(x) else 0.0
@@ -309,6 +314,7 @@ INPUT_SAVES = ("all of the GPU idle while the host waits for data (`input` gap t
 LAUNCH_SAVES = "the GPU idle while the host launches kernels or runs Python between them (`launch` + `other_host`)"
 CPU_INPUT_SAVES = ("the main thread's time in DataLoader __next__ per step: with batches ready when asked for, the "
                    "loop stops waiting; more cores on the loading cannot give back more than that wait")
+CPU_PYTHON_WHEN = "CPU-side check-up: the main thread runs Python with no operator open outside the DataLoader"
 CPU_PYTHON_SAVES = ("the main thread's Python between operators outside the DataLoader, per step (upper bound: all "
                     "of it): the time the loop spends in Python with no operator running")
 
@@ -491,15 +497,15 @@ CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "compile_cpu", "Compile the model for the CPU: model = torch.compile(model) runs forward and backward as "
         "generated C++ instead of one Python-dispatched operator after another", "code",
-        when="CPU-side check-up: the main thread runs Python with no operator open outside the DataLoader",
+        when=CPU_PYTHON_WHEN,
         saves=CPU_PYTHON_SAVES + "; a compiled graph runs its operators without returning to Python between them",
-        applies=lambda x: _is_cpu(x) and x.python_outside_loader_ms > 0, saving=_cpu_python_ms),
+        applies=_cpu_python, saving=_cpu_python_ms),
     CatalogueFix(
         "python_off_loop", "Take per-step Python off the training loop: vectorize per-sample Python loops into "
         "tensor ops, compute metrics and log every N steps (py-spy shows where the time goes)", "code",
-        when="CPU-side check-up: the main thread runs Python with no operator open outside the DataLoader",
+        when=CPU_PYTHON_WHEN,
         saves=CPU_PYTHON_SAVES + "; Python that no longer runs every step costs the step nothing",
-        applies=lambda x: _is_cpu(x) and x.python_outside_loader_ms > 0, saving=_cpu_python_ms),
+        applies=_cpu_python, saving=_cpu_python_ms),
     CatalogueFix(
         "cpu_threads", "Give each process its share of the cores for its operators: torch.set_num_threads({k}) at "
         "start (torchrun sets OMP_NUM_THREADS=1 unless told: OMP_NUM_THREADS={k})", "config",

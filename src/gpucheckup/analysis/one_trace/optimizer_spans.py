@@ -20,33 +20,15 @@ model's forward and backward as optimizer work: on a Lightning job on an H200 th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
 
 STEP_RANGE = "Optimizer.step#"
 ZERO_GRAD_RANGE = "Optimizer.zero_grad#"
 CLOSURE_RANGE = "Optimizer.closure#"  # capture/agent/cupti_window.py writes these (the same text)
 BACKWARD_OP = "autograd::engine::evaluate_function"
-
-
-@dataclass(frozen=True)
-class OptimizerSpans:
-    """Per `Optimizer.step#` range (host row `row`): its own span [start, end] on thread `tid` (microseconds)."""
-
-    row: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    tid: np.ndarray
-    closure_us: np.ndarray  # the part of each range cut off as closure work (0: no closure)
-
-    def holds(self, t: np.ndarray, tid: np.ndarray) -> np.ndarray:
-        """Per point (time t on thread tid): whether an own span holds it."""
-        return inside_any(t, tid, self.start, self.end, self.tid)
 
 
 def _ranges(trace: Trace, prefix: str) -> np.ndarray:
@@ -70,29 +52,20 @@ def _last_end_inside(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: n
     return out
 
 
-def own_spans(trace: Trace) -> OptimizerSpans:
-    """The optimizer's own span in each `Optimizer.step#` range (see the module docstring)."""
+def optimizer_rows(trace: Trace, zero_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, tids) of the optimizer's own span in each `Optimizer.step#` range (see the module docstring),
+    with the `Optimizer.zero_grad#` ranges when `zero_grad`."""
     host = trace.host
     rows = _ranges(trace, STEP_RANGE)
     lo, hi = host.start[rows].astype(np.float64), host.end[rows].astype(np.float64)
-    cut = lo.copy()
-    closures = _ranges(trace, CLOSURE_RANGE)
     backward = np.flatnonzero((host.cat == CPU_OP) & np.isin(host.name, trace.name_ids(
         lambda n: n.startswith(BACKWARD_OP))))
-    for work in (closures, backward):
-        for pid in unique(host.pid[rows]).tolist():
-            mine, theirs = host.pid[rows] == pid, work[host.pid[work] == pid]
-            last = _last_end_inside(host.start[theirs], host.end[theirs], lo[mine], hi[mine])
-            cut[mine] = np.fmax(cut[mine], np.minimum(last, hi[mine]))
-    return OptimizerSpans(rows, cut, hi, host.tid[rows], cut - lo)
-
-
-def optimizer_rows(trace: Trace, zero_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, ends, tids) of the optimizer's own spans, with the `Optimizer.zero_grad#` ranges when `zero_grad`."""
-    sp = own_spans(trace)
-    if not zero_grad:
-        return sp.start, sp.end, sp.tid
-    z = _ranges(trace, ZERO_GRAD_RANGE)
-    host = trace.host
-    return (np.concatenate([sp.start, host.start[z]]), np.concatenate([sp.end, host.end[z]]),
-            np.concatenate([sp.tid, host.tid[z]]))
+    work = np.concatenate([_ranges(trace, CLOSURE_RANGE), backward])  # the closure's work, whichever records it
+    cut = lo.copy()
+    for pid in unique(host.pid[rows]).tolist():
+        mine, theirs = host.pid[rows] == pid, work[host.pid[work] == pid]
+        last = _last_end_inside(host.start[theirs], host.end[theirs], lo[mine], hi[mine])
+        cut[mine] = np.fmax(cut[mine], np.minimum(last, hi[mine]))
+    z = _ranges(trace, ZERO_GRAD_RANGE) if zero_grad else np.zeros(0, dtype=np.int64)
+    return (np.concatenate([cut, host.start[z]]), np.concatenate([hi, host.end[z]]),
+            np.concatenate([host.tid[rows], host.tid[z]]))
