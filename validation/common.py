@@ -14,7 +14,14 @@ import time
 import torch
 
 
+# The fixes a job can be run with (the framework corpus measures each against the job as it is): --fused 1 (the
+# optimizer built with fused=True), --compile MODE (torch.compile, "default" or "reduce-overhead"), --workers N and
+# --pin 1 (the DataLoader's), --tf32 1, --cudnn-benchmark 1. 0 or "" is the job as written.
+FIXES = dict(fused=0, compile="", workers=0, pin=0, tf32=0, cudnn_benchmark=0)
+
+
 def parse(description: str, **defaults) -> argparse.Namespace:
+    defaults = {**FIXES, **defaults}
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--steps", type=int, default=defaults.get("steps", 100), help="optimizer steps to run")
     p.add_argument("--seconds", type=float, default=None, help="run until this much time has passed instead")
@@ -25,7 +32,23 @@ def parse(description: str, **defaults) -> argparse.Namespace:
     for name, value in defaults.items():
         if name not in ("steps", "warmup", "batch"):
             p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
-    return p.parse_args()
+    args = p.parse_args()
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if args.cudnn_benchmark:
+        torch.backends.cudnn.benchmark = True
+    return args
+
+
+def compiled(model, args):
+    """The model, compiled when the job runs with --compile MODE."""
+    return torch.compile(model, mode=args.compile) if args.compile else model
+
+
+def fused(args) -> dict:
+    """The optimizer's keyword for --fused 1 (torch's default form otherwise)."""
+    return {"fused": True} if args.fused else {}
 
 
 class StepClock:

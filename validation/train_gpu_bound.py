@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, parse  # noqa: E402
+from common import StepClock, compiled, parse  # noqa: E402
 
 
 def main():
@@ -25,10 +25,11 @@ def main():
                           nn.Linear(args.d, 8192, bias=False)).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
     x = torch.randn(args.batch, args.seq, args.d, device=dev)
+    step_model = compiled(model, args)
     clock = StepClock(args)
     while True:
         with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = model(x).float().square().mean()
+            loss = step_model(x).float().square().mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

@@ -34,7 +34,7 @@ class Tokens(torch.utils.data.Dataset):
 
 def main():
     args = parse(__doc__.splitlines()[0], batch=8, steps=200, warmup=20, seq=128, layers=4, width=256, vocab=2048,
-                 paired="", compile_mode="")
+                 paired="", nan_filter=1)
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
     torch.manual_seed(0)
@@ -55,13 +55,14 @@ def main():
                 control.should_training_stop = True
 
     extra = {}
-    if args.compile_mode:
-        extra = {"torch_compile": True, "torch_compile_mode": args.compile_mode}
+    if args.compile:
+        extra = {"torch_compile": True, "torch_compile_mode": args.compile}
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(
             output_dir=out, max_steps=args.steps if not args.paired else 10**6,
             per_device_train_batch_size=args.batch, learning_rate=1e-4, logging_strategy="no",
-            save_strategy="no", report_to="none", dataloader_num_workers=0, disable_tqdm=True,
+            save_strategy="no", report_to="none", dataloader_num_workers=args.workers,
+            logging_nan_inf_filter=bool(args.nan_filter), dataloader_persistent_workers=args.workers > 0, disable_tqdm=True,
             use_cpu=not args.device.startswith("cuda"), seed=0, **extra)
         data = Tokens(max(args.batch * (args.steps + 5), 64) if not args.paired else 4096, args.seq, args.vocab)
         Trainer(model=model, args=targs, train_dataset=data, callbacks=[Timed()]).train()

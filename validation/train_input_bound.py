@@ -73,11 +73,11 @@ def main():
     dev = torch.device(args.device)
     model = resnet18ish().to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loader = DataLoader(SyntheticImages(args.size, args.aug_passes), batch_size=args.batch, num_workers=0,
-                        pin_memory=False)
+    loader = DataLoader(SyntheticImages(args.size, args.aug_passes), batch_size=args.batch, num_workers=args.workers,
+                        pin_memory=bool(args.pin), persistent_workers=args.workers > 0)
     clock = StepClock(args)
     for x, y in loader:
-        x = x.to(dev).to(memory_format=torch.channels_last)
+        x = x.to(dev, non_blocking=bool(args.pin)).to(memory_format=torch.channels_last)
         y = y.to(dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16):
             loss = nn.functional.cross_entropy(model(x), y)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, parse  # noqa: E402
+from common import StepClock, compiled, fused, parse  # noqa: E402
 
 
 class Block(nn.Module):
@@ -26,16 +26,18 @@ class Block(nn.Module):
 
 
 def main():
-    args = parse(__doc__.splitlines()[0], batch=64, d=512, blocks=24, steps=200, warmup=20, fused=0)
+    args = parse(__doc__.splitlines()[0], batch=64, d=512, blocks=24, steps=200, warmup=20, foreach=1)
     torch.manual_seed(0)
     dev = torch.device(args.device)
     model = nn.Sequential(*[Block(args.d) for _ in range(args.blocks)], nn.Linear(args.d, 10)).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if args.fused else None)  # --fused 1: the fix
+    form = fused(args) or ({} if args.foreach else {"foreach": False})  # --foreach 0: the for-loop form
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **form)
+    step_model = compiled(model, args)
     clock = StepClock(args)
     while True:
         x = torch.randn(args.batch, args.d, device=dev)
         y = torch.randint(0, 10, (args.batch,), device=dev)
-        loss = nn.functional.cross_entropy(model(x), y)
+        loss = nn.functional.cross_entropy(step_model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, parse  # noqa: E402
+from common import StepClock, compiled, fused, parse  # noqa: E402
 
 
 def main():
@@ -37,14 +37,15 @@ def main():
     class MLP(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = nn.Sequential(*[Block(args.d) for _ in range(args.blocks)], nn.Linear(args.d, 10))
+            self.net = compiled(nn.Sequential(*[Block(args.d) for _ in range(args.blocks)], nn.Linear(args.d, 10)),
+                                args)
 
         def training_step(self, batch, i):
             x, y = batch
             return nn.functional.cross_entropy(self.net(x), y)
 
         def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+            return torch.optim.AdamW(self.parameters(), lr=1e-3, **fused(args))
 
     hook = None
     if args.paired:
@@ -62,8 +63,9 @@ def main():
     torch.manual_seed(0)
     n = args.batch * 64
     data = torch.utils.data.TensorDataset(torch.randn(n, args.d), torch.randint(0, 10, (n,)))
-    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, num_workers=0,
-                                         pin_memory=args.device.startswith("cuda"))
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, num_workers=args.workers,
+                                         pin_memory=args.device.startswith("cuda"),
+                                         persistent_workers=args.workers > 0)
     trainer = L.Trainer(max_steps=args.steps if not args.paired else 10**6, max_epochs=-1,
                         accelerator="gpu" if args.device.startswith("cuda") else "cpu", devices=1,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,

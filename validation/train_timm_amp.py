@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, parse  # noqa: E402
+from common import StepClock, compiled, fused, parse  # noqa: E402
 
 
 def build(name: str) -> nn.Module:
@@ -33,7 +33,8 @@ def main():
     torch.manual_seed(0)
     dev = torch.device(args.device)
     model = build(args.model).to(dev).to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **fused(args))
+    step_model = compiled(model, args)
     hook = None
     if args.paired:
         from paired_steps import PairedSteps
@@ -45,7 +46,7 @@ def main():
         x = torch.randn(args.batch, 3, args.size, args.size, device=dev).to(memory_format=torch.channels_last)
         y = torch.randint(0, 100, (args.batch,), device=dev)
         with torch.autocast(dev.type, dtype=amp):
-            loss = nn.functional.cross_entropy(model(x), y)
+            loss = nn.functional.cross_entropy(step_model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -1,0 +1,238 @@
+"""The framework corpus (issue 23): real framework loops checked up, each fix applied and measured.
+
+`measure` runs on the GPU machine. For every job: its baseline captured with `gpucheckup run` (the agent, a full
+profiled window after warm-up, steps.csv for the unprofiled step time), then each fix applied by the job's own flag
+(validation/common.py: the change a user would make in the code or the framework's arguments) and measured with
+`gpucheckup ab` (A = the job as it is, B = with the flag; separate processes, A and B in turn, warm-up steps
+dropped). The worker count of `dataloader_workers` is the one the baseline's check-up advises
+(`checkups[].dataloader.workers_to_keep_pace`), read on the machine before the fix is measured. Writes
+OUT/runs/JOB-*/ (the run directories), OUT/ab/JOB-FIX.json and OUT/measured.json.
+
+`report` runs anywhere, with the code as it is: it checks up each baseline run directory again, joins each fix's
+prediction (the ranked fix's replayed `predicted.saving_pct`, else its bound `saving_ms` as a share of the step)
+with the measurement, and writes the table (Markdown) and the per-job checks: the verdict names the bottleneck of
+the biggest measured saving (the fix's finding is the verdict's, or the verdict is gpu_bound and the fix a GPU-bound
+one); no prediction above its bound; configuration fixes within 25% and code changes within 50% of the measured
+saving (relative to it; a measured "same", no difference, is met by a prediction under 5% of the step).
+
+    python validation/framework_corpus.py measure OUT [--only hf,lightning] [--rounds 2] [--deadline-s 540]
+    python validation/framework_corpus.py report OUT [OUT2 ...] [--md FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+GC = [sys.executable, "-m", "gpucheckup"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29533"]
+TARGET_PCT = {"config": 25.0, "code": 50.0, "refactor": 50.0}
+NO_DIFFERENCE_PCT = 5.0  # a prediction under this share of the step meets a measured "no difference"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One corpus job: its script and base flags, its steps per process, the window and ab's warm-up/measured steps,
+    and the fixes measured: (catalogue key, the flags that apply it, its tier)."""
+
+    script: str
+    base: tuple[str, ...]
+    steps: int
+    skip: int
+    window: int
+    warmup: int
+    measure: int
+    fixes: tuple[tuple[str, tuple[str, ...], str], ...]
+    torchrun: bool = False
+
+
+FUSED = ("fused_optimizer", ("--fused", "1"), "config")
+WORKERS = ("dataloader_workers", ("--workers", "{workers}"), "config")
+JOBS = {
+    "hf": Job("train_hf_trainer.py", (), 160, 60, 10, 30, 100, (
+        ("no_host_reads", ("--nan-filter", "0"), "config"), ("tf32", ("--tf32", "1"), "config"),
+        ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
+    "lightning": Job("train_lightning.py", (), 200, 80, 10, 40, 120, (
+        FUSED, WORKERS, ("torch_compile", ("--compile", "default"), "code"))),
+    "timm": Job("train_timm_amp.py", (), 200, 80, 10, 40, 120, (
+        FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"),
+        ("cudnn_benchmark", ("--cudnn-benchmark", "1"), "config"))),
+    "input": Job("train_input_bound.py", (), 40, 16, 5, 8, 24, (WORKERS, ("pin_memory", ("--pin", "1"), "config"))),
+    "accelerate": Job("train_accelerate.py", (), 200, 80, 10, 40, 120, (
+        FUSED, ("torch_compile", ("--compile", "default"), "code"))),
+    "amp": Job("train_amp_scaler.py", (), 200, 80, 10, 40, 120, (
+        ("no_host_reads", ("--log-every", "100"), "config"), FUSED), torchrun=True),
+    "compiled": Job("train_launch_bound.py", ("--compile", "default"), 200, 80, 10, 40, 120, (
+        FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
+    "forloop": Job("train_launch_bound.py", ("--foreach", "0"), 200, 80, 10, 30, 120, (FUSED,)),
+    "sync": Job("train_sync_bound.py", (), 150, 60, 10, 20, 100, (("no_host_reads", ("--reads", "0"), "config"), FUSED)),
+    "gpu": Job("train_gpu_bound.py", ("--batch", "16"), 90, 40, 6, 20, 50, (
+        ("torch_compile", ("--compile", "default"), "code"),)),
+}
+
+
+def command(job: Job, flags: tuple[str, ...] = ()) -> list[str]:
+    """The job's command line, with a fix's flags after its own."""
+    head = TORCHRUN if job.torchrun else [sys.executable]
+    return [*head, str(HERE / job.script), "--steps", str(job.steps), *job.base, *flags]
+
+
+def advised_workers(run_dir: Path) -> int:
+    """The DataLoader workers the baseline's check-up advises (8 where it names none)."""
+    out = subprocess.run(GC + ["analyze", str(run_dir), "--json", "-"], capture_output=True, text=True)
+    try:
+        loaders = [c.get("dataloader") or {} for c in json.loads(out.stdout)["checkups"]]
+        return max(int(dl.get("workers_to_keep_pace") or 0) for dl in loaders) or 8
+    except (ValueError, KeyError, TypeError):
+        return 8
+
+
+def measure(out: Path, names: list[str], rounds: int, deadline: float) -> None:
+    """Capture each job's baseline and measure its fixes with ab, until the deadline."""
+    rows = []
+    (out / "ab").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        job = JOBS[name]
+        if time.time() > deadline:
+            print(f"{name}: skipped (deadline)", flush=True)
+            continue
+        t0 = time.time()
+        subprocess.run(GC + ["run", "--out", str(out / "runs"), "--name", name, "--skip", str(job.skip), "--steps",
+                             str(job.window), "--no-report", "--", *command(job)], check=False)
+        runs = sorted((out / "runs").glob(f"*-{name}"))
+        print(f"{name}: baseline captured in {time.time() - t0:.0f} s ({runs[-1].name if runs else 'none'})",
+              flush=True)
+        workers = advised_workers(runs[-1]) if runs and any("{workers}" in f for _, fl, _ in job.fixes for f in fl) else 0
+        for key, flags, tier in job.fixes:
+            if time.time() > deadline:
+                print(f"{name} {key}: skipped (deadline)", flush=True)
+                continue
+            flags = tuple(f.replace("{workers}", str(workers)) for f in flags)
+            res = out / "ab" / f"{name}-{key}.json"
+            t1 = time.time()
+            proc = subprocess.run(GC + ["ab", "--rounds", str(rounds), "--warmup", str(job.warmup), "--measure",
+                                        str(job.measure), "--json", str(res), "--", *command(job), "--",
+                                        *command(job, flags)], check=False)
+            ab = json.loads(res.read_text()) if res.exists() else {}
+            row = {"job": name, "fix": key, "flags": " ".join(flags), "tier": tier, "ab_rc": proc.returncode,
+                   "measured_saving_pct": -ab["change_pct"] if "change_pct" in ab else None,
+                   "interval_pct": [-x for x in reversed(ab["interval_pct"])] if ab.get("interval_pct") else None,
+                   "verdict": ab.get("verdict"), "a_ms": (ab.get("a") or {}).get("median_ms"),
+                   "b_ms": (ab.get("b") or {}).get("median_ms"),
+                   "seconds": round(time.time() - t1)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            (out / "measured.json").write_text(json.dumps(rows, indent=1))
+
+
+def predictions(run_dir: Path) -> dict:
+    """The baseline's check-up: its verdict, step and each ranked fix's prediction, bound and finding."""
+    import gpucheckup
+    from gpucheckup.diagnosis import VERDICT_FINDING, rules
+
+    doc = gpucheckup.analyze(str(run_dir)).document
+    step = doc.step.ms if doc.step else None
+    fixes = {}
+    for f in doc.fixes:
+        replayed = f.predicted.saving_pct if f.predicted and f.predicted.saving_pct is not None else None
+        bound = 100 * f.saving_ms / step if f.saving_ms is not None and step else None
+        fixes.setdefault(f.key, {"predicted_pct": replayed if replayed is not None else bound,
+                                 "replayed": replayed is not None, "bound_pct": bound, "finding": f.finding,
+                                 "note": f.predicted_note})
+    primary = doc.verdict.primary
+    return {"verdict": primary, "lead": VERDICT_FINDING.get(primary), "step_ms": step, "fixes": fixes,
+            "gpu_fixes": set(rules.GPU_BOUND_FIXES), "framework": framework(run_dir)}
+
+
+def framework(run_dir: Path) -> str | None:
+    """The framework the run's agent saw (agent.json), if it wrote one."""
+    for p in run_dir.rglob("agent.json"):
+        try:
+            return json.loads(p.read_text()).get("framework")
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def judge(pred: dict, m: dict) -> dict:
+    """One (job, fix) row: predicted against measured, within its tier's target or not."""
+    p = pred["fixes"].get(m["fix"])
+    got = m["measured_saving_pct"]
+    row = {**m, "offered": p is not None, "predicted_pct": p and p["predicted_pct"], "replayed": p and p["replayed"],
+           "bound_pct": p and p["bound_pct"]}
+    if p is None or p["predicted_pct"] is None or got is None:
+        row["within"] = None
+    elif m["verdict"] == "same":
+        row["within"] = p["predicted_pct"] < NO_DIFFERENCE_PCT or (
+            m["interval_pct"] is not None and m["interval_pct"][0] <= p["predicted_pct"] <= m["interval_pct"][1])
+    else:
+        row["within"] = got > 0 and abs(p["predicted_pct"] - got) <= TARGET_PCT[m["tier"]] / 100 * got
+    row["above_bound"] = bool(p and p["replayed"] and p["bound_pct"] is not None
+                              and p["predicted_pct"] > p["bound_pct"] + 1e-6)
+    return row
+
+
+def report(outs: list[Path], md: Path | None) -> None:
+    """Join the baselines' predictions with the measurements and print the tables."""
+    measured = [r for out in outs if (out / "measured.json").exists()
+                for r in json.loads((out / "measured.json").read_text())]
+    lines = ["| job | framework | verdict | fix | tier | predicted | measured (interval), ab | within target |",
+             "| --- | --- | --- | --- | --- | ---: | --- | --- |"]
+    checks = []
+    for name in JOBS:
+        runs = sorted(r for out in outs for r in (out / "runs").glob(f"*-{name}") if r.is_dir())
+        rows = [m for m in measured if m["job"] == name]
+        if not runs or not rows:
+            continue
+        pred = predictions(runs[-1])
+        judged = [judge(pred, m) for m in rows]
+        for r in judged:
+            pp = "not offered" if not r["offered"] else (
+                "-" if r["predicted_pct"] is None else f"{r['predicted_pct']:.1f}%" + ("" if r["replayed"] else " (bound)"))
+            iv = r["interval_pct"]
+            mm = "-" if r["measured_saving_pct"] is None else (
+                f"{r['measured_saving_pct']:.1f}% ({iv[0]:.1f}..{iv[1]:.1f}), {r['verdict']}" if iv else
+                f"{r['measured_saving_pct']:.1f}%, {r['verdict']}")
+            ok = {None: "n/a", True: "yes", False: "**no**"}[r["within"]]
+            lines.append(f"| {name} | {pred['framework'] or 'plain'} | {pred['verdict']} | `{r['fix']}` "
+                         f"(`{r['flags']}`) | {r['tier']} | {pp} | {mm} | {ok} |")
+        faster = [r for r in judged if r["verdict"] == "faster"]
+        best = max(faster, key=lambda r: r["measured_saving_pct"], default=None)
+        named = None if best is None else (
+            (pred["fixes"].get(best["fix"]) or {}).get("finding") == pred["lead"]
+            or (pred["verdict"] == "gpu_bound" and best["fix"] in pred["gpu_fixes"]))
+        checks.append(f"- {name}: verdict `{pred['verdict']}`; biggest measured saving "
+                      + ("none faster" if best is None else f"`{best['fix']}` {best['measured_saving_pct']:.1f}%")
+                      + {None: "", True: ": the verdict names it", False: ": **the verdict names another**"}[named]
+                      + ("; above its bound: " + ", ".join(r["fix"] for r in judged if r["above_bound"])
+                         if any(r["above_bound"] for r in judged) else ""))
+    text = "\n".join(lines + [""] + checks) + "\n"
+    print(text)
+    if md:
+        md.write_text(text)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=["measure", "report"])
+    p.add_argument("out", type=Path, nargs="+")
+    p.add_argument("--only", help="comma-separated jobs (default: all)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--deadline-s", type=float, default=540.0)
+    p.add_argument("--md", type=Path)
+    a = p.parse_args()
+    if a.what == "measure":
+        a.out[0].mkdir(parents=True, exist_ok=True)
+        measure(a.out[0], a.only.split(",") if a.only else list(JOBS), a.rounds, time.time() + a.deadline_s)
+    else:
+        report(a.out, a.md)
+
+
+if __name__ == "__main__":
+    main()
