@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.diagnosis import rules, verdict
+from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.findings import SEVERITIES, Diagnosis, Event, Finding, Fix
-from gpucheckup.diagnosis.savings import Predictions
+from gpucheckup.diagnosis.savings import FixPrediction, Predictions
+
+# A replayed saving above the fix's bound: the bound is what the fix's mechanism has on the critical path, so the
+# replay's excess is an edit removing more than its mechanism (the prediction is capped; the note says by how much).
+CAPPED = ("capped at the fix's bound: the replay predicted {replay:.2f} ms/step, more than the {bound:.2f} ms its "
+          "mechanism has on the critical path")
 
 VERDICT_FINDING = {
     "input_bound": "input_pipeline",
@@ -60,10 +68,26 @@ def diagnose(a: TraceAnalysis, predictions: Predictions | None = None) -> Diagno
 
 
 def _attach(findings: list[Finding], predictions: Predictions | None) -> None:
-    """Each fix's replayed prediction, by its catalogue key (None when the replay has none for it)."""
+    """Each fix's replayed prediction, by its catalogue key (None when the replay has none for it), capped at the
+    fix's bound where that bound is its mechanism's whole time on the critical path (`ceiling`) and the replay
+    predicts more."""
     for fd in findings if predictions is not None else ():
         for fx in fd.fixes:
-            fx.predicted = predictions.by_key.get(fx.key)
+            entry = BY_KEY.get(fx.key)
+            ceiling = fx.saving_ms if entry is not None and entry.ceiling else None
+            fx.predicted = capped(predictions.by_key.get(fx.key), ceiling)
+
+
+def capped(p: FixPrediction | None, bound_ms: float | None) -> FixPrediction | None:
+    """A prediction no larger than its fix's bound; one that was larger says so (CAPPED, in its note)."""
+    if p is None or bound_ms is None or p.saving_ms <= bound_ms * (1 + 1e-9):
+        return p
+    step_before = p.step_ms + p.saving_ms
+    note = CAPPED.format(replay=p.saving_ms, bound=max(bound_ms, 0.0))
+    saving = max(bound_ms, 0.0)
+    return msgspec.structs.replace(p, step_ms=step_before - saving, saving_ms=saving,
+                                   saving_pct=100 * saving / step_before if step_before > 0 else 0.0,
+                                   coarse=f"{p.coarse}; {note}" if p.coarse else note)
 
 
 __all__ = ["Diagnosis", "Event", "Finding", "Fix", "diagnose"]

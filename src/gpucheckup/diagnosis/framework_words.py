@@ -37,6 +37,13 @@ WORDS: dict[str, dict[str, str]] = {
     "cuda_graph": {
         "hf_trainer": 'TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead")',
         "lightning": 'model = torch.compile(model, mode="reduce-overhead") before trainer.fit(model)',
+        "accelerate": 'Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor", mode="reduce-overhead"))',
+    },
+    "no_host_reads": {
+        "hf_trainer": "TrainingArguments(logging_nan_inf_filter=False) (Trainer reads each step's loss on the host "
+                      "to filter NaN and Inf), and no .item() in your callbacks or compute_loss",
+        "lightning": "no .item() in training_step; self.log(..., on_step=False) or Trainer(log_every_n_steps=N)",
+        "accelerate": "no loss.item() each step: gather and log every N steps",
     },
     "tf32": {
         "hf_trainer": "TrainingArguments(tf32=True)",

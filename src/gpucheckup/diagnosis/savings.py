@@ -56,7 +56,7 @@ class FixPrediction(msgspec.Struct):
     step_ms: float  # predicted step time
     saving_ms: float  # per step
     saving_pct: float  # of the report's step time
-    coarse: str = ""  # why this prediction is coarser than a full window's (COARSE), or ""
+    coarse: str = ""  # why this prediction is coarser than a full window's (COARSE) or capped (diagnosis CAPPED)
 
 
 class Predictions(msgspec.Struct):

@@ -63,11 +63,13 @@ def severity_cost(f: dict) -> str:
 
 
 def saving_text(fx: dict) -> str:
-    """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse where
-    its `predicted_note` says so), else its bound and why it was not replayed."""
+    """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse, or
+    capped at the fix's bound, where its `predicted_note` says so), else its bound and why it was not replayed."""
     p = fx.get("predicted")
     if p:
-        coarse = "; coarse: no operators recorded" if fx.get("predicted_note") else ""
+        note = fx.get("predicted_note") or ""
+        coarse = ("; coarse: no operators recorded" if note.startswith("coarse") else "") + (
+            "; capped at the fix's bound" if "capped at" in note else "")
         return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
                 f"({p['saving_pct']:.1f}%{coarse})")
     bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite

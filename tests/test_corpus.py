@@ -1,0 +1,104 @@
+"""The framework corpus (tests/data/h200/corpus, docs/validation.md 7e): eight real loops captured on an H200 with
+`gpucheckup run`, each fix applied by the job's own flag and measured with `gpucheckup ab` (measured.json, written on
+the machine, not by gpucheckup's check-up). What a user checks: the verdict names the bottleneck whose fix saved the
+most, no prediction claims more than its fix's bound, no bound sits below what was measured, the loop's framework is
+recognised and its fixes are said in its words."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import gpucheckup
+from gpucheckup.diagnosis import capped
+from gpucheckup.diagnosis.fixes import BY_KEY
+from gpucheckup.diagnosis.savings import FixPrediction
+
+CORPUS = Path(__file__).parent / "data" / "h200" / "corpus"
+MEASURED = json.loads((CORPUS / "measured.json").read_text())
+
+# By hand, from measured.json: each job's fix with the largest measured saving that ab called faster, and the
+# bottleneck that fix relieves. cuda_graph, torch_compile and fused_optimizer remove host launches and dispatch on
+# loops whose GPU idles waiting for them (launch_bound); more DataLoader workers remove the wait for batches
+# (input_bound). The sync job has no fix measured faster, so no verdict is implied for it.
+BEST = {
+    "hf": ("cuda_graph", "launch_bound"),           # 46.4%
+    "lightning": ("fused_optimizer", "launch_bound"),  # 7.5%
+    "timm": ("cuda_graph", "launch_bound"),         # 67.9%
+    "input": ("dataloader_workers", "input_bound"),  # 94.7%
+    "accelerate": ("torch_compile", "launch_bound"),  # 31.6%
+    "amp": ("fused_optimizer", "launch_bound"),     # 19.8%
+    "forloop": ("fused_optimizer", "launch_bound"),  # 51.3%
+}
+FRAMEWORK = {"hf": "hf_trainer", "lightning": "lightning", "accelerate": "accelerate", "timm": "plain", "input": "plain",
+             "amp": "plain", "forloop": "plain", "sync": "plain"}
+JOBS = sorted(FRAMEWORK)
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict:
+    """Each corpus job's check-up document."""
+    return {job: gpucheckup.analyze(str(CORPUS / job)).document for job in JOBS}
+
+
+def test_the_table_of_best_fixes_is_the_measurement():
+    """BEST (written by hand) agrees with measured.json: its fix is the largest saving ab called faster."""
+    for job, (fix, _) in BEST.items():
+        faster = [r for r in MEASURED if r["job"] == job and r["verdict"] == "faster"]
+        assert max(faster, key=lambda r: r["measured_saving_pct"])["fix"] == fix, job
+    assert not [r for r in MEASURED if r["job"] == "sync" and r["verdict"] == "faster"]
+
+
+@pytest.mark.parametrize("job", sorted(BEST))
+def test_the_verdict_names_the_bottleneck_whose_fix_saved_most(docs, job):
+    fix, bottleneck = BEST[job]
+    doc = docs[job]
+    assert doc.verdict.primary == bottleneck
+    assert fix in {f.key for f in doc.fixes}, f"{fix} is not offered on {job}"
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_no_prediction_claims_more_than_its_ceiling(docs, job):
+    """A fix whose bound is its mechanism's whole time on the critical path (the catalogue's `ceiling`: the fused
+    optimizer's own spans) is never predicted above it."""
+    ceilings = [f for f in docs[job].fixes if f.predicted is not None and f.saving_ms is not None
+                and BY_KEY[f.key].ceiling]
+    for f in ceilings:
+        assert f.predicted.saving_ms <= f.saving_ms * (1 + 1e-6) + 1e-9, (job, f.key)
+    assert [f.key for f in ceilings] == (["fused_optimizer"] if job in ("forloop", "lightning", "timm", "amp",
+                                                                        "accelerate", "sync") else [])
+
+
+def test_a_replay_above_its_ceiling_is_capped_and_says_so():
+    # a replay of 2.0 ms/step off a 10.0 ms step (8.0 after) against a 1.5 ms ceiling: 1.5 ms, 15% of the 10 ms step
+    p = capped(FixPrediction("fused_optimizer", "what", step_ms=8.0, saving_ms=2.0, saving_pct=20.0), 1.5)
+    assert (p.step_ms, p.saving_ms, round(p.saving_pct, 6)) == (8.5, 1.5, 15.0)
+    assert "replay predicted 2.00 ms/step, more than the 1.50 ms" in p.coarse
+    assert capped(p, 3.0) is p
+
+
+@pytest.mark.parametrize("row", [r for r in MEASURED if r["verdict"] == "faster"],
+                         ids=lambda r: f"{r['job']}-{r['fix']}")
+def test_no_bound_sits_below_the_measured_saving(docs, row):
+    """A bound under the lower end of the measured saving's 95% interval is refuted by the measurement (the
+    for-loop AdamW's fused optimizer saved 48.6-53.9%, which its former idle-share bound, 47.2%, ruled out)."""
+    doc = docs[row["job"]]
+    fix = next(f for f in doc.fixes if f.key == row["fix"])
+    if fix.saving_ms is None:  # not finite: no bound
+        return
+    assert 100 * fix.saving_ms / doc.step.ms >= row["interval_pct"][0], row["fix"]
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_the_framework_is_recognised_and_its_fixes_said_in_its_words(docs, job):
+    agent = sorted((CORPUS / job).glob("agent*.json"))[0]  # agent-rank0.json under torchrun
+    framework = json.loads(agent.read_text()).get("framework")
+    assert framework == FRAMEWORK[job]
+    title = {"hf_trainer": "HF Trainer:", "lightning": "Lightning:", "accelerate": "accelerate:"}.get(framework)
+    hows = [f.how for f in docs[job].fixes if f.how]
+    if title is None:
+        assert not any(h.startswith(("HF Trainer:", "Lightning:", "accelerate:")) for h in hows)
+    else:
+        assert hows and all(h.startswith(title) for h in hows)
