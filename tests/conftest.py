@@ -56,7 +56,7 @@ def _written_documents_validate(request):
             doc = json.loads(f.read_bytes())
         except (ValueError, UnicodeDecodeError, RecursionError):
             continue
-        if isinstance(doc, dict) and "schema_version" in doc and "checkups" in doc:
+        if isinstance(doc, dict) and "schema_version" in doc and ("checkups" in doc or doc.get("kind") in ("ab", "try")):
             validate_document(doc)
             CHECKED_DOCUMENTS.append(f)
 

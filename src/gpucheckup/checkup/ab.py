@@ -133,10 +133,12 @@ def measured(side: Side, run_dir: Path, log: Path, warmup: int, measure: int) ->
     """The measured steps of one finished process: the first `warmup` dropped, the next `measure` kept."""
     candidates = [run_dir / layout.steps_file(key) for key in (layout.MAIN_KEY, "rank0")]  # rank 0 under torchrun
     steps_file = next((f for f in candidates if f.exists()), candidates[0])
-    if not steps_file.exists():
-        raise CheckupError(f"{side.label}: no step times ({steps_file.name} missing): the agent counts optimizer "
-                           f"steps, and this job made none; its output: {log}")
-    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_NEEDED, rundir.STEP_FILLED)
+    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_NEEDED, rundir.STEP_FILLED) \
+        if steps_file.exists() else {"ms": []}
+    if len(cols["ms"]) == 0:  # no file, or the agent's header alone: the job ended without a step
+        state = "empty" if steps_file.exists() else "missing"
+        raise CheckupError(f"{side.label}: no step times ({steps_file.name} {state}"
+                           f"): the agent counts optimizer steps, and this job made none; its output: {log}")
     ms = np.asarray(cols["ms"], dtype=float)
     plain = np.isfinite(ms) & (np.asarray(cols.get("phase") or [""] * len(ms), dtype=object) == "")
     step_no = np.asarray(cols["step"])
