@@ -178,3 +178,21 @@ def test_an_optimizer_torch_will_not_fuse_is_built_as_asked_with_torchs_reason()
     assert opt.param_groups[0]["params"][0] is params[0]  # the generator was read once, for both attempts
     (rec,) = t.records
     assert not rec["applied"] and "differentiable" in rec["how"] and "c.py:3" in rec["how"]
+
+
+def test_run_try_tries_what_the_check_up_proposes_with_the_prediction_beside(tmp_path, capsys):
+    # the check-up of the waiting DataLoader proposes dataloader_workers (the one configuration fix the agent applies
+    # here): it is tried with the workers the advice names, up to this machine's usable cores
+    pytest.importorskip("torch")
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    rc = main(["run", "--out", str(tmp_path), "--skip", "4", "--steps", "3", "--max-steps", "16", "--no-nvml",
+               "--try", "--try-rounds", "2", "--", *CMD])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "runs your command again" in out and "Fixes tried: predicted beside measured" in out
+    line = next(x for x in out.splitlines() if x.startswith("dataloader_workers="))
+    n = int(line.split("=", 1)[1].split(":", 1)[0])
+    assert 1 <= n <= cores and f"DataLoader(num_workers 0 -> {n})" in line
+    assert "Predicted by the check-up" in out

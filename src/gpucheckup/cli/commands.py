@@ -130,15 +130,23 @@ def cmd_run(args, console) -> int:
     if job.started:
         _report_run(job.run_dir, args, inputs, console)
     if job.started and job.returncode == 0 and args.try_fixes:
-        from gpucheckup.checkup.trial import run_try
-
-        from gpucheckup.checkup.trial import SIDE_EFFECTS
-
-        console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
-        doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
-                      args.max_steps, args.out, checkup_dir=job.run_dir, progress=_try_progress(console))
-        _emit_try(doc, console, None, None, None)
+        _run_try_after(args, job.run_dir, console)
     return launcher.pass_through(job.returncode)
+
+
+def _run_try_after(args, run_dir: Path, console) -> None:
+    """`run --try`: the check-up's configuration fixes tried on the same command (checkup/trial.py), predicted
+    beside measured; a failure here is one line and never changes the job's exit status."""
+    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+
+    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    try:
+        doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
+                      args.max_steps, args.out, checkup_dir=run_dir, progress=_try_progress(console))
+    except (BaseFailed, CheckupError) as e:
+        say(f"gpucheckup run --try: no trial: {e}")
+        return
+    _emit_try(doc, console, None, None, None)
 
 
 def _report_run(run_dir: Path, args, inputs, console) -> None:
