@@ -121,11 +121,12 @@ def test_the_commands_own_exit_code_passes_through(tmp_path, capfd):
 
 
 def test_options_after_the_fixes_and_the_commands_own_are_told_apart():
-    from gpucheckup.cli.parser import build_parser, split_command
+    from gpucheckup.cli.parser import build_parser
 
-    head, cmd = split_command(["try", "tf32", "--rounds", "2", "--", "python", "x.py", "--rounds", "5"])
-    args = build_parser().parse_args(head)
-    assert (args.fixes, args.rounds, cmd) == ("tf32", 2, ["python", "x.py", "--rounds", "5"])
+    args = build_parser().parse_args(["try", "tf32", "--rounds", "2", "--", "python", "x.py", "--rounds", "5"])
+    assert (args.fixes, args.rounds, args.cmd) == ("tf32", 2, ["python", "x.py", "--rounds", "5"])
+    args = build_parser().parse_args(["--debug", "try", "--", "python", "x.py"])
+    assert (args.fixes, args.cmd) == (None, ["python", "x.py"])
 
 
 @pytest.mark.parametrize("fixes,words", [("warp_speed", "no trial fix 'warp_speed'"),

@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 
-from gpucheckup.cli.parser import build_parser, split_command
+from gpucheckup.cli.parser import build_parser
 from gpucheckup.atomic import NotWritten
 from gpucheckup.errors import (EXIT_BAD_INPUT, EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOT_WRITTEN,
                                CheckupError, say)
@@ -26,10 +26,7 @@ def main(argv: list[str] | None = None, exit_now: bool = False) -> int:
     """Run one command; bad input is one line on stderr and exit 2, never a traceback (unless --debug).
     `exit_now` (the command itself, never a caller in-process): after a command of EXIT_NOW_COMMANDS, run the
     atexit handlers, flush and end the process at once (_exit_now)."""
-    head, cmd = split_command(sys.argv[1:] if argv is None else list(argv))
-    args = build_parser().parse_args(head)
-    if cmd is not None:
-        args.cmd = cmd
+    args = build_parser().parse_args(argv)
     rc = _run(args)
     if exit_now and args.command in EXIT_NOW_COMMANDS:
         _exit_now(rc)

@@ -9,6 +9,7 @@ functions import what they need when they run.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpucheckup import __version__
@@ -30,9 +31,21 @@ AB_ROUNDS = 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
 AB_WARMUP, AB_MEASURE = commands.AB_WARMUP, commands.AB_MEASURE
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, cutting off the `-- CMD` of the commands that take one after their options
+    (split_command) before parsing, and setting it as `cmd`."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        head, cmd = split_command(sys.argv[1:] if args is None else list(args))
+        ns, extras = super().parse_known_args(head, namespace)
+        if cmd is not None:
+            ns.cmd = cmd
+        return ns, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `gpucheckup` parser with every command."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpucheckup",
         description="A performance check-up for PyTorch GPU training: what bounds the job, the evidence, "
                     "and what to fix first.",
@@ -306,6 +319,7 @@ def _ab(sub, common) -> None:
 def _try(sub, common) -> None:
     p = sub.add_parser(
         "try", parents=[common],
+        usage="gpucheckup try [FIX[,FIX...]] [--rounds N] [--max-steps N] [--json FILE] [options] -- CMD",
         help="apply configuration fixes with no code change and measure each against the check-up's prediction",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run CMD as it is and with each FIX applied by the injected agent, each in its own process, "
