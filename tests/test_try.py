@@ -193,7 +193,8 @@ def test_run_try_tries_what_the_check_up_proposes_with_the_prediction_beside(tmp
     out = capsys.readouterr().out
     assert rc == 0
     assert "runs your command again" in out and "Fixes tried: predicted beside measured" in out
-    line = next(x for x in out.splitlines() if x.startswith("dataloader_workers="))
-    n = int(line.split("=", 1)[1].split(":", 1)[0])
-    assert 1 <= n <= cores and f"DataLoader(num_workers 0 -> {n})" in line
+    import re
+
+    (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+)\)", out, re.M).groups()
+    assert n == m and 1 <= int(n) <= cores
     assert "Predicted by the check-up" in out

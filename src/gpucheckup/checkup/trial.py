@@ -268,7 +268,8 @@ def trial_row(o: Outcome, base, base_rounds: list, pred: Predictions, warmup: in
         return Trial(**row, verdict="failed", sentence=f"{o.spec.name} broke the job: it exited with status "
                                                        f"{o.exit_code} (the base did not); its output: {o.log}")
     if not _any_applied(o):
-        return Trial(**row, verdict="not applied", sentence=f"{o.spec.name}: {how}")
+        return Trial(**row, verdict="not applied", sentence=f"{o.spec.name} was not measured: the agent applied it "
+                                                            "nowhere in the job")
     if len(o.rounds) < len(base_rounds) or len(o.rounds) < 2:
         return Trial(**row, verdict="not measured", sentence=f"{o.spec.name} was not measured: {o.stopped}")
     side = Side(o.spec.name, [])

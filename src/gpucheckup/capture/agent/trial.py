@@ -178,7 +178,7 @@ class Trial:
             want = os.environ.get("OMP_NUM_THREADS", "")
             got = int(torch.get_num_threads())
             if want.isdigit() and int(want) == got:
-                self.note("cpu_threads", True, f"OMP_NUM_THREADS={want}: the job runs {got} intra-op threads")
+                self.note("cpu_threads", True, f"OMP_NUM_THREADS={want}: torch.get_num_threads() is {got}")
             else:
                 self.note("cpu_threads", False, f"OMP_NUM_THREADS={want or '(unset)'} but the job runs {got} "
                                                 "intra-op threads (it sets its own: torch.set_num_threads)")
