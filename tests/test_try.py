@@ -198,3 +198,20 @@ def test_run_try_tries_what_the_check_up_proposes_with_the_prediction_beside(tmp
     (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+)\)", out, re.M).groups()
     assert n == m and 1 <= int(n) <= cores
     assert "Predicted by the check-up" in out
+
+
+def test_the_html_page_opens_offline_and_says_each_row(tried, tmp_path):
+    from browser import Browser
+
+    doc, text, _ = tried
+    page = tmp_path / "try.html"
+    page.write_text(text["html"])
+    with Browser() as b:
+        b.open(page.as_uri())
+        body = b.evaluate("document.body.innerText")
+        embedded = b.evaluate("JSON.parse(document.getElementById('gpucheckup-data').textContent)")
+        assert b.errors() == []
+    assert "runs your command again" in body
+    for row in doc["fixes"]:
+        assert row["fix"] in body and row["verdict"] in body
+    assert embedded == doc

@@ -379,6 +379,8 @@ def cmd_try(args, console) -> int:
     from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
 
     console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    if not args.max_steps:
+        console.print("No --max-steps: each run lasts as long as the job does.", style="dim", markup=False)
     try:
         doc = run_try(list(args.cmd), args.fixes, args.rounds, *_try_counts(args.warmup, args.measure, args.max_steps),
                       args.max_steps, args.out, predict=not args.no_predict,
