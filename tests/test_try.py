@@ -215,3 +215,18 @@ def test_the_html_page_opens_offline_and_says_each_row(tried, tmp_path):
     for row in doc["fixes"]:
         assert row["fix"] in body and row["verdict"] in body
     assert embedded == doc
+
+
+def test_a_loader_rebuilt_from_the_patched_one_is_not_said_twice():
+    # accelerate and Lightning build a new DataLoader from the one the job made, with its settings: already patched
+    t, torch = _trial("dataloader_workers=4")
+    first = {"dataset": [torch.ones(1)]}
+    t.edit_loader(first, "train.py:10")
+    t.edit_loader(dict(first), "accelerate/data_loader.py:99 (from train.py:20)")
+    other = {"dataset": [torch.ones(1)], "num_workers": 6}
+    t2, _ = _trial("dataloader_workers=4")
+    t2.edit_loader(other, "eval.py:5")  # a loader with more workers than asked, and nothing applied: said
+    assert first["num_workers"] == 4
+    assert t.records == [{"fix": "dataloader_workers", "applied": True,
+                          "how": "DataLoader(num_workers 0 -> 4) at train.py:10"}]
+    assert t2.records[0]["how"] == "not applied: DataLoader at eval.py:5 already has num_workers=6"

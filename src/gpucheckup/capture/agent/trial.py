@@ -110,6 +110,8 @@ class Trial:
     def note(self, fix: str, applied: bool, how: str) -> None:
         """Keep one record and publish them all (a record repeated, say for a DataLoader made every epoch, once)."""
         rec = {"fix": fix, "applied": applied, "how": how if applied else f"not applied: {how}"}
+        if not applied and " already " in how and any(r["fix"] == fix and r["applied"] for r in self.records):
+            return  # a framework rebuilding the loader it was given (accelerate, Lightning) with the fix applied
         if rec in self.records or len(self.records) >= MAX_RECORDS:
             return
         self.records.append(rec)
