@@ -230,3 +230,16 @@ def test_a_loader_rebuilt_from_the_patched_one_is_not_said_twice():
     assert t.records == [{"fix": "dataloader_workers", "applied": True,
                           "how": "DataLoader(num_workers 0 -> 4) at train.py:10"}]
     assert t2.records[0]["how"] == "not applied: DataLoader at eval.py:5 already has num_workers=6"
+
+
+def test_a_call_made_by_a_library_names_the_jobs_frame_that_led_to_it():
+    # a "library" (a file under site-packages) builds the object on the job's behalf, as the HF Trainer builds its
+    # DataLoader: the library's line, then the job's own line that called it
+    from gpucheckup.capture.agent.trial import call_site
+
+    lib = "def build(f):\n    return f()\n"
+    ns: dict = {}
+    exec(compile(lib, "/venv/lib/python3/site-packages/fakelib/loader.py", "exec"), ns)
+    here = sys._getframe().f_lineno + 1
+    where = ns["build"](lambda: call_site(sys._getframe(1)))
+    assert where.startswith("fakelib/loader.py:2 (from ") and where.endswith(f"test_try.py:{here})")
