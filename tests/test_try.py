@@ -56,7 +56,7 @@ def test_more_dataloader_workers_measure_faster_with_the_prediction_beside(tried
     assert r["measured_saving_pct"] >= 40 and r["interval_pct"][0] > 0, r["sentence"]
     # the check-up sees the job wait in the DataLoader for nearly all of its step: it predicts most of it back
     assert r["predicted_saving_pct"] is not None and r["predicted_saving_pct"] >= 40, r["predicted_from"]
-    assert "Predicted by the check-up" in r["sentence"]
+    assert "Predicted by the check-up" in r["sentence"] and "this trial has 4" in r["predicted_from"]
     assert doc["base_ms"] >= 8 * 4  # 8 items of 4 ms each per step without workers
 
 

@@ -260,7 +260,7 @@ def trial_row(o: Outcome, base, base_rounds: list, pred: Predictions, warmup: in
     by_key = {k: [r for r in o.records if r["fix"] == k] for k in keys}
     applied = all(any(r["applied"] for r in recs) for recs in by_key.values())
     how = "; ".join(dict.fromkeys(r["how"] for r in o.records)) or "the agent said nothing (no trial.json)"
-    predicted, predicted_from = _predicted(keys, pred)
+    predicted, predicted_from = _predicted(keys, pred, o.spec.name)
     row = dict(fix=o.spec.name, applied=applied, how=how, predicted_saving_pct=predicted,
                predicted_from=predicted_from, measured_saving_pct=None, interval_pct=None, rounds=len(o.rounds),
                exit_code=o.exit_code)
@@ -279,13 +279,13 @@ def trial_row(o: Outcome, base, base_rounds: list, pred: Predictions, warmup: in
         return Trial(**row, verdict="not measured", sentence=f"{o.spec.name} was not measured: {e}")
     row.update(measured_saving_pct=-res.change_pct, interval_pct=[-res.hi_pct, -res.lo_pct])
     verdict = "no difference" if res.verdict == "same" else res.verdict
-    said = f"Predicted by the check-up: {predicted:.1f}%." if predicted is not None else \
+    said = f"Predicted by the check-up: {predicted:.1f}% ({predicted_from})." if predicted is not None else \
         f"No prediction: {predicted_from}."
     return Trial(**row, verdict=verdict, sentence=f"{res.sentence} {said}", step=side_of(res.b),
                  noise_pct=res.noise_pct, clock=res.clock)
 
 
-def _predicted(keys: list[str], pred: Predictions) -> tuple[float | None, str]:
+def _predicted(keys: list[str], pred: Predictions, spec_name: str = "") -> tuple[float | None, str]:
     """The check-up's predicted saving of a trial (one fix's; a trial of several has none) and where it is from."""
     if pred.checkup is None:
         return None, "no base check-up"
@@ -296,7 +296,20 @@ def _predicted(keys: list[str], pred: Predictions) -> tuple[float | None, str]:
         return None, "the check-up did not offer this fix"
     if pred.pct[cat] is None:
         return None, f"the check-up does not predict {cat} ({BY_KEY[cat].saves})"
+    asked = keys_value(keys[0], spec_name)
+    if cat in ("dataloader_workers", "more_workers") and pred.workers and asked and asked != pred.workers:
+        return pred.pct[cat], (f"the check-up's {cat} fix, for the {pred.workers} workers that keep pace (this trial "
+                               f"has {asked}; with fewer the wait shrinks in proportion)")
     return pred.pct[cat], f"the check-up's {cat} fix"
+
+
+def keys_value(key: str, name: str) -> int | None:
+    """The count a trial's name gives a fix (`dataloader_workers=4` -> 4), else None."""
+    for part in name.split("+"):
+        k, _, v = part.partition("=")
+        if k == key and v.isdigit():
+            return int(v)
+    return None
 
 
 def try_document(cmd: list[str], rows: list[Trial], base_stats, rounds: int, warmup: int, measure: int,
