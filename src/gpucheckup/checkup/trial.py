@@ -152,6 +152,7 @@ class Predictions:
     pct: dict[str, float | None] = field(default_factory=dict)
     proposed: list[str] = field(default_factory=list)  # catalogue keys of its configuration fixes, ranked
     workers: int | None = None
+    note: str = ""  # why there are none, when the check-up failed
 
 
 def predictions(run_dir: Path | None) -> Predictions:
@@ -160,8 +161,8 @@ def predictions(run_dir: Path | None) -> Predictions:
         return Predictions(None)
     try:
         result = check_run(run_dir)
-    except CheckupError:
-        return Predictions(None)
+    except Exception as e:  # noqa: BLE001 - the fixes are still measured, without a prediction
+        return Predictions(None, note=f"No predictions: the base run could not be checked up ({e}).")
     doc = document(result)
     step = doc.step.ms if doc.step else None
     pct: dict[str, float | None] = {}
@@ -347,7 +348,7 @@ def run_try(cmd: list[str], fixes: str | None, rounds: int, warmup: int, measure
         if progress:
             progress(Side("check-up", cmd), 0)
     pred = predictions(checkup_dir)
-    notes = []
+    notes = [pred.note] if pred.note else []
     if specs is None:
         keys = list(dict.fromkeys(PROPOSED[k] for k in pred.proposed))
         specs = [TrialSpec(k, [k]) for k in keys]
