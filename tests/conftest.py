@@ -56,7 +56,8 @@ def _written_documents_validate(request):
             doc = json.loads(f.read_bytes())
         except (ValueError, UnicodeDecodeError, RecursionError):
             continue
-        if isinstance(doc, dict) and "schema_version" in doc and "checkups" in doc:
+        measured = doc.get("kind") in ("ab", "try") if isinstance(doc, dict) else False  # `ab`'s and `try`'s
+        if isinstance(doc, dict) and "schema_version" in doc and ("checkups" in doc or measured):
             validate_document(doc)
             CHECKED_DOCUMENTS.append(f)
 

@@ -23,6 +23,7 @@ def _ab(tmp_path, *args):
 def test_identical_commands_show_no_difference(tmp_path):
     pytest.importorskip("torch")
     r = _ab(tmp_path, "--rounds", "5", "--", *EX, "--", *EX)
+    assert r["kind"] == "ab" and isinstance(r["schema_version"], int)  # the versioned document (docs/schema.md)
     assert r["verdict"] == "same", r["sentence"]
     assert r["sentence"].startswith("No difference measured")
     for side in ("a", "b"):

@@ -15,6 +15,9 @@ Top level (docs/schema.md says what each key holds and lists every change by ver
   without (the CPU-side check-up)
 - job: the cross-rank section of several ranks (null for one); run: the run directory's run-level
   section (null for a trace or a folder); cases: the demo's case names, one per check-up (else null)
+
+The measuring commands write their own documents under the same version: `ab --json` an
+`AbDocument` (kind "ab"), `try --json` a `TryDocument` (kind "try"); the schema holds all three.
 """
 
 from __future__ import annotations
@@ -193,15 +196,108 @@ class Document(Struct):
     cases: list[str] | None
 
 
+class AbSide(Struct):
+    """One side of a measured comparison (analysis/comparison/ab_stats.py): each round's median step, the side's
+    median with its interval, throughput, and how much its rounds moved."""
+
+    label: str
+    round_ms: list[float]
+    steps: int
+    median_ms: float
+    interval_ms: list[float]
+    per_s: float
+    spread_pct: float
+    samples_per_step: float | None
+
+
+class RanAhead(Struct):
+    """A side whose host ran ahead of its GPU: its mean step on either clock, and the share queued."""
+
+    label: str
+    host_ms: float
+    gpu_ms: float
+    share: float
+
+
+class AbDocument(Struct):
+    """`gpucheckup ab --json`: B against A over interleaved processes, with the one decision rule (`rule`)."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Literal["ab"]
+    a: AbSide
+    b: AbSide
+    change_pct: float  # B's step vs A's, percent (negative: B is faster)
+    interval_pct: list[float]  # the change's interval [lo, hi]
+    noise_pct: float
+    verdict: Literal["faster", "slower", "same"]
+    sentence: str
+    confidence: float
+    bootstrap: int
+    clock: Literal["host", "gpu"]
+    ran_ahead: list[RanAhead]
+    run_ahead_share: float
+    rule: str
+    notes: list[str]
+
+
+TrialVerdict = Literal["faster", "slower", "no difference", "not applied", "failed", "not measured"]
+
+
+class Trial(Struct):
+    """One fix tried by `gpucheckup try`: what the agent applied and where, the prediction, the measurement."""
+
+    fix: str  # as asked, e.g. "dataloader_workers=8" or "tf32+cudnn_benchmark"
+    applied: bool  # every fix of the trial was applied somewhere in the job
+    how: str  # what was applied where ("DataLoader(num_workers 0 -> 8) at train.py:41"), or "not applied: why"
+    predicted_saving_pct: float | None  # the base check-up's predicted saving (null: it offered no such fix)
+    predicted_from: str  # the check-up's fix it comes from, or why there is none
+    measured_saving_pct: float | None  # -(the change of the fix's step vs the base's), percent: positive is faster
+    interval_pct: list[float] | None  # the measured saving's interval [lo, hi], percent
+    rounds: int  # processes of the fix measured (each against the base's of the same rounds)
+    verdict: TrialVerdict
+    sentence: str
+    exit_code: int | None = None  # the job's exit status when the fix broke it (verdict "failed")
+    step: AbSide | None = None  # the fix's step times (null: not measured)
+    noise_pct: float | None = None
+    clock: Literal["host", "gpu"] | None = None
+
+
+class TryCheckup(Struct):
+    """The base run's check-up the predictions come from."""
+
+    run_dir: str
+    verdict: str | None
+    step_ms: float | None
+
+
+class TryDocument(Struct):
+    """`gpucheckup try --json`: the command as it is (the base) against each fix applied by the agent."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Literal["try"]
+    command: list[str]
+    base_ms: float | None  # the base's median step time over its rounds (null when it could not be measured)
+    base: AbSide | None
+    rounds: int
+    warmup: int
+    measure: int
+    max_steps: int | None
+    checkup: TryCheckup | None
+    fixes: list[Trial]
+    notes: list[str]
+
+
 RUN_KEYS = {"run": "info", "nvml": "nvml", "step_history": "step_history", "env": "env", "run_figures": "figures"}
 
 
 def json_schema() -> dict:
-    """The JSON Schema of the document, generated from these types (`gpucheckup schema` prints it)."""
-    schema = msgspec.json.schema(Document)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = f"gpucheckup check-up, schema version {SCHEMA_VERSION}"
-    return schema
+    """The JSON Schema of the documents, generated from these types (`gpucheckup schema` prints it): a check-up, an
+    `ab` or a `try` document (told apart by `kind`)."""
+    refs, defs = msgspec.json.schema_components([Document, AbDocument, TryDocument], ref_template="#/$defs/{name}")
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": f"gpucheckup check-up, schema version {SCHEMA_VERSION}", "anyOf": list(refs), "$defs": defs}
 
 
 def decode(data: bytes) -> Document:

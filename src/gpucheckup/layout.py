@@ -94,6 +94,7 @@ ARTEFACT_WHAT = (  # (name prefix, what it holds) for the manifest's artefact li
     (ATTACH, "the out-of-process attach's settings (JSON)"),
     ("host-samples", "py-spy stacks sampled outside the job during its light window (JSON)"),
     ("sampling", "the agent's mark that started or stopped the light window's sampling"),
+    ("trial", "what the fixes gpucheckup try asked for came to in the job: applied where, or why not (JSON)"),
 )
 
 
@@ -110,6 +111,7 @@ def agent_files(key: str) -> dict:
         "host_samples": f"host-samples{sfx}.json",
         "sampling_start": f"sampling{sfx}.start",
         "sampling_stop": f"sampling{sfx}.stop",
+        "trial": f"trial{sfx}.json",  # what `gpucheckup try`'s fixes came to in this process (agent/trial.py)
     }
 
 

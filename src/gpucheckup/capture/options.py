@@ -48,10 +48,12 @@ class RunOptions:
     light: bool = False
     light_syncs: bool = False
     sample_hz: float = DEFAULT_SAMPLE_HZ
+    max_steps: int | None = None  # end the job cleanly after this many optimizer steps (agent/settings.py)
 
     def check(self) -> None:
         """Every option the launcher or the agent will use: CheckupError if one is out of its limits."""
         given = {"skip": ("--skip", self.skip), "steps": ("--steps", self.steps),
+                 "max_steps": ("--max-steps", self.max_steps),
                  "window_start_s": ("--window-start", self.window_start), "window_s": ("--window", self.window)}
         for name, (flag, v) in given.items():
             lo, hi = LIMITS[name]

@@ -22,12 +22,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
-from gpucheckup import layout
+from gpucheckup import __version__, layout
 from gpucheckup.analysis.comparison import ab_stats
 from gpucheckup.capture import launcher
 from gpucheckup.capture.agent.settings import LIMITS, SETTINGS
+from gpucheckup.document import SCHEMA_VERSION, AbDocument
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace import rundir
 
@@ -105,7 +107,16 @@ class Round:
 
 
 def run_round(side: Side, out: Path, round_no: int, warmup: int, measure: int) -> Round:
-    """Run one process of one side; its measured steps' times."""
+    """Run one process of one side; its measured steps' times (CheckupError when it failed or gave too few)."""
+    run_dir, rc, log = run_process(side, out, round_no)
+    if rc != 0:
+        raise CheckupError(f"{side.label} (round {round_no}) exited with status {rc}; its output: {log}")
+    return measured(side, run_dir, log, warmup, measure)
+
+
+def run_process(side: Side, out: Path, round_no: int) -> tuple[Path, int, Path]:
+    """Run one process of one side in a new run directory under `out`: the directory, the exit status, the log of
+    its output (CheckupError when the command cannot start)."""
     rd = launcher.make_run_dir(out, f"{side.label}-round{round_no}")
     run_dir = Path(rd.path)
     log = run_dir / "output.log"
@@ -115,14 +126,19 @@ def run_round(side: Side, out: Path, round_no: int, warmup: int, measure: int) -
                                 stderr=subprocess.STDOUT).returncode
     except OSError as e:
         raise CheckupError(f"{side.label}: cannot run {side.cmd[0]}: {e.strerror or e}") from None
-    if rc != 0:
-        raise CheckupError(f"{side.label} (round {round_no}) exited with status {rc}; its output: {log}")
+    return run_dir, rc, log
+
+
+def measured(side: Side, run_dir: Path, log: Path, warmup: int, measure: int) -> Round:
+    """The measured steps of one finished process: the first `warmup` dropped, the next `measure` kept."""
     candidates = [run_dir / layout.steps_file(key) for key in (layout.MAIN_KEY, "rank0")]  # rank 0 under torchrun
     steps_file = next((f for f in candidates if f.exists()), candidates[0])
-    if not steps_file.exists():
-        raise CheckupError(f"{side.label}: no step times ({steps_file.name} missing): the agent counts optimizer "
-                           f"steps, and this job made none; its output: {log}")
-    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_NEEDED, rundir.STEP_FILLED)
+    cols = rundir.read_csv(steps_file, rundir.STEP_TEXT, rundir.STEP_NEEDED, rundir.STEP_FILLED) \
+        if steps_file.exists() else {"ms": []}
+    if len(cols["ms"]) == 0:  # no file, or the agent's header alone: the job ended without a step
+        state = "empty" if steps_file.exists() else "missing"
+        raise CheckupError(f"{side.label}: no step times ({steps_file.name} {state}"
+                           f"): the agent counts optimizer steps, and this job made none; its output: {log}")
     ms = np.asarray(cols["ms"], dtype=float)
     plain = np.isfinite(ms) & (np.asarray(cols.get("phase") or [""] * len(ms), dtype=object) == "")
     step_no = np.asarray(cols["step"])
@@ -196,3 +212,9 @@ def compare(a: Side, b: Side, a_rounds: list[Round], b_rounds: list[Round],
     notes = [] if measure is None else (short_notes(a, a_rounds, warmup or 0, measure)
                                         + short_notes(b, b_rounds, warmup or 0, measure))
     return ab_stats.compare(at, bt, a.label, b.label, samples_per_step, ahead, notes)
+
+
+def document(result: ab_stats.AbResult) -> AbDocument:
+    """The comparison as the versioned `ab` document (document.py AbDocument)."""
+    return msgspec.convert({"schema_version": SCHEMA_VERSION, "gpucheckup_version": __version__, "kind": "ab",
+                            **result.to_dict()}, AbDocument)

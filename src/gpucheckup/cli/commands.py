@@ -12,6 +12,7 @@ from pathlib import Path
 from gpucheckup.errors import EXIT_FAILED_CONDITION, CheckupError, say
 
 DEMO_HTML = Path("gpucheckup-demo.html")
+AB_WARMUP, AB_MEASURE = 20, 100  # ab's defaults (parser.py), which `try` and `run --try` share
 MFU_NUMBERS = ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers", "d_model",
                "seq_len", "unprofiled_step_ms")
 
@@ -123,12 +124,29 @@ def cmd_run(args, console) -> int:
                                record_shapes=args.record_shapes, with_stack=args.with_stack, flops=args.flops,
                                window_start=args.window_start, window=args.window, nvml_hz=args.nvml_hz,
                                no_nvml=args.no_nvml, light=args.light,
-                      light_syncs=args.light_syncs, sample_hz=args.sample_hz)
+                      light_syncs=args.light_syncs, sample_hz=args.sample_hz, max_steps=args.max_steps)
     inputs = mfu_inputs(args)  # every option is checked before the job starts
     job = launcher.run_job(list(args.cmd), opts)
     if job.started:
         _report_run(job.run_dir, args, inputs, console)
+    if job.started and job.returncode == 0 and args.try_fixes:
+        _run_try_after(args, job.run_dir, console)
     return launcher.pass_through(job.returncode)
+
+
+def _run_try_after(args, run_dir: Path, console) -> None:
+    """`run --try`: the check-up's configuration fixes tried on the same command (checkup/trial.py), predicted
+    beside measured; a failure here is one line and never changes the job's exit status."""
+    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+
+    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    try:
+        doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
+                      args.max_steps, args.out, checkup_dir=run_dir, progress=_try_progress(console))
+    except (BaseFailed, CheckupError) as e:
+        say(f"gpucheckup run --try: no trial: {e}")
+        return
+    _emit_try(doc, console, None, None, None)
 
 
 def _report_run(run_dir: Path, args, inputs, console) -> None:
@@ -317,6 +335,63 @@ def cmd_scaling(args, console) -> int:
     return 0
 
 
+def _try_counts(warmup: int | None, measure: int | None, max_steps: int | None) -> tuple[int, int]:
+    """Warm-up and measured steps: as given; else ab's defaults, with --max-steps a quarter of it as warm-up (when
+    less) and every step after it measured (the first step has no time)."""
+    if warmup is None:
+        warmup = min(AB_WARMUP, max_steps // 4) if max_steps else AB_WARMUP
+    if measure is None:
+        measure = max(max_steps - max(warmup, 1), 1) if max_steps else AB_MEASURE
+    return warmup, measure
+
+
+def _try_progress(console):
+    """A progress line per finished process."""
+    def progress(side, r):
+        what = "the base check-up" if r == 0 else f"{side.label} round {r}"
+        console.print(f"{what} done", style="dim", markup=False, soft_wrap=True)
+    return progress
+
+
+def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
+    """Print a try document and write the files asked for."""
+    from gpucheckup.atomic import write_atomic
+    from gpucheckup.checkup.trial import SIDE_EFFECTS
+    from gpucheckup.report import json_doc
+    from gpucheckup.report.text import try_text
+
+    try_text.render(doc, console)
+    if json_path:
+        write_atomic(json_path, json_doc.document(doc))
+        console.print(f"JSON written to {json_path}", style="dim", markup=False)
+    if markdown_path or html_path:
+        from gpucheckup.report.pages import try_pages
+
+        for path, text in ((markdown_path, try_pages.markdown), (html_path, try_pages.html)):
+            if path:
+                write_atomic(path, text(doc, SIDE_EFFECTS).encode())
+                console.print(f"written to {path}", style="dim", markup=False)
+
+
+def cmd_try(args, console) -> int:
+    """Try fixes (checkup/trial.py); the command's own exit status when it fails as it is."""
+    from gpucheckup.capture import launcher
+    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+
+    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    if not args.max_steps:
+        console.print("No --max-steps: each run lasts as long as the job does.", style="dim", markup=False)
+    try:
+        doc = run_try(list(args.cmd), args.fixes, args.rounds, *_try_counts(args.warmup, args.measure, args.max_steps),
+                      args.max_steps, args.out, predict=not args.no_predict,
+                      progress=_try_progress(console))
+    except BaseFailed as e:
+        say(f"gpucheckup try: {e}")
+        return launcher.pass_through(e.rc)
+    _emit_try(doc, console, args.json, args.markdown, args.html)
+    return 0
+
+
 def cmd_ab(args, console) -> int:
     from gpucheckup.report import json_doc
     from gpucheckup.checkup import ab
@@ -338,7 +413,7 @@ def cmd_ab(args, console) -> int:
     result = ab.compare(a, b, a_rounds, b_rounds, args.samples_per_step, args.warmup, args.measure)
     ab_text.render(result, console)
     if args.json:
-        write_atomic(args.json, json_doc.document(result.to_dict()))
+        write_atomic(args.json, json_doc.document(ab.document(result)))
         console.print(f"JSON written to {args.json}", style="dim", markup=False)
     return 0
 

@@ -9,6 +9,7 @@ functions import what they need when they run.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpucheckup import __version__
@@ -26,12 +27,25 @@ EXIT_CODES = """exit codes (every command; `run` passes the job's own through):
   1   the reader of standard output went away (`| head`): quietly
   130 interrupted (Ctrl-C)"""
 DEMO_CASES = ("input_bound", "launch_bound", "moe_seed", "compute_bound")
-AB_WARMUP, AB_MEASURE, AB_ROUNDS = 20, 100, 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
+AB_ROUNDS = 3  # ab's defaults: the baselines protocol (docs/metrics.md, A/B)
+AB_WARMUP, AB_MEASURE = commands.AB_WARMUP, commands.AB_MEASURE
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, cutting off the `-- CMD` of the commands that take one after their options
+    (split_command) before parsing, and setting it as `cmd`."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        head, cmd = split_command(sys.argv[1:] if args is None else list(args))
+        ns, extras = super().parse_known_args(head, namespace)
+        if cmd is not None:
+            ns.cmd = cmd
+        return ns, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `gpucheckup` parser with every command."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpucheckup",
         description="A performance check-up for PyTorch GPU training: what bounds the job, the evidence, "
                     "and what to fix first.",
@@ -162,11 +176,20 @@ def _run(sub, common) -> None:
     g.add_argument("--light-syncs", action="store_true",
                    help="with --light: also record CUPTI's host synchronization records, so syncs are counted; they "
                         "cost a launch-bound job about a fifth of its step (docs/validation.md 6e)")
+    g.add_argument("--max-steps", type=int, metavar="N",
+                   help="end the job cleanly after N optimizer steps (the agent raises SystemExit(0) in its step "
+                        "hook; the check-up reads what ran)")
     g.add_argument("--sample-hz", type=float, default=capture.DEFAULT_SAMPLE_HZ, metavar="HZ",
                    help=f"py-spy sampling rate of the light window (default {capture.DEFAULT_SAMPLE_HZ:g})")
     output_options(p, quiet=False)
     p.add_argument("--no-report", action="store_true",
                    help="do not print the check-up at the end (nor make one, unless a file option asks)")
+    p.add_argument("--try", dest="try_fixes", action="store_true",
+                   help="after the check-up, try the configuration fixes it proposes that the agent can apply, as "
+                        "`gpucheckup try` does (runs the command again, 1 + fixes times per round, with its side "
+                        "effects), and print predicted beside measured")
+    p.add_argument("--try-rounds", type=int, default=AB_ROUNDS, metavar="N",
+                   help=f"with --try: rounds (default {AB_ROUNDS})")
     mfu_options(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the job's command line")
     p.set_defaults(func=commands.cmd_run)
@@ -293,6 +316,65 @@ def _ab(sub, common) -> None:
     p.set_defaults(func=commands.cmd_ab)
 
 
+def _try(sub, common) -> None:
+    p = sub.add_parser(
+        "try", parents=[common],
+        usage="gpucheckup try [FIX[,FIX...]] [--rounds N] [--max-steps N] [--json FILE] [options] -- CMD",
+        help="apply configuration fixes with no code change and measure each against the check-up's prediction",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run CMD as it is and with each FIX applied by the injected agent, each in its own process, "
+                    "base and fixes in turn for --rounds rounds, warm-up steps dropped (gpucheckup ab's protocol and "
+                    "decision rule), and print per fix what was applied where, the measured saving with its 95% "
+                    "interval and the saving the base run's check-up predicted. With no FIX, try every "
+                    "configuration fix the check-up proposes that the agent can apply.\n\n"
+                    "THIS RUNS YOUR COMMAND AGAIN, with all its side effects: once for the check-up, then "
+                    "(1 + fixes) x rounds times. --max-steps ends each run cleanly after N optimizer steps.",
+        epilog="fixes (FIX[,FIX...]; a+b applies both in one trial):\n"
+               "  dataloader_workers[=N]  DataLoader(num_workers=N); N by default the workers the advice names,\n"
+               "                          up to the usable cores\n"
+               "  persistent_workers      DataLoader(persistent_workers=True) where it has workers\n"
+               "  prefetch_factor[=K]     DataLoader(prefetch_factor=K) where it has workers (default 4)\n"
+               "  pin_memory              DataLoader(pin_memory=True) where CUDA is available\n"
+               "  fused_optimizer         torch.optim.Adam/AdamW/SGD(fused=True) where torch accepts it\n"
+               "  tf32                    torch.set_float32_matmul_precision('high'), cudnn.allow_tf32\n"
+               "  cudnn_benchmark         torch.backends.cudnn.benchmark = True\n"
+               "  expandable_segments     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+               "  cpu_threads[=N]         OMP_NUM_THREADS=N (default: the usable cores)\n"
+               "  env:NAME=VALUE          any variable, e.g. env:NCCL_ALGO=Ring\n\n"
+               "exit code: the command's own when it fails as it is; a fix that breaks the job is reported in its "
+               "row (verdict failed, exit_code); else 0, or as every command (gpucheckup --help).")
+    p.add_argument("fixes", nargs="?", metavar="FIX[,FIX...]", help="the fixes to try (default: the check-up's)")
+    p.add_argument("--rounds", type=int, default=AB_ROUNDS, help=f"processes per side (default {AB_ROUNDS})")
+    p.add_argument("--max-steps", type=int, metavar="N", help="end each run cleanly after N optimizer steps")
+    p.add_argument("--warmup", type=int, metavar="W",
+                   help=f"steps dropped at the start (default {AB_WARMUP}, or a quarter of --max-steps if less)")
+    p.add_argument("--measure", type=int, metavar="M",
+                   help=f"steps measured after them (default {AB_MEASURE}, or all the steps --max-steps leaves)")
+    p.add_argument("--no-predict", action="store_true",
+                   help="no base check-up (one process fewer): the named fixes are measured without a prediction")
+    p.add_argument("--out", type=Path, default=capture.DEFAULT_OUT,
+                   help=f"parent folder of the trial's folder of run directories (default {capture.DEFAULT_OUT})")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the result as JSON (docs/schema.md)")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write the result as Markdown")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write the result as a self-contained HTML page")
+    # `-- CMD` is cut off before parsing (split_command): argparse's REMAINDER after an optional positional would
+    # swallow the options that follow FIX
+    p.set_defaults(func=commands.cmd_try, cmd=[])
+
+
+TAKES_COMMAND_AFTER_DASHES = {"try"}  # commands whose `-- CMD` split_command cuts off before parsing
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """For a command of TAKES_COMMAND_AFTER_DASHES: the words before the first `--` (to parse) and the command
+    after it; else all words and None."""
+    words = [w for w in argv if not w.startswith("-")]
+    if not words or words[0] not in TAKES_COMMAND_AFTER_DASHES or "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def _compare(sub, common) -> None:
     c = sub.add_parser("compare", parents=[common],
                        help="compare two check-ups (run directories, traces or JSON reports): the figures that "
@@ -324,4 +406,4 @@ def _schema(sub, common) -> None:
 
 
 COMMANDS = [_analyze, _ceilings, _ncu_cmd, _demo, _run, _attach, _dataloader, _monitor, _commbench, _scaling,
-            _ab, _compare, _examples, _schema]  # in the order `gpucheckup --help` lists them
+            _ab, _try, _compare, _examples, _schema]  # in the order `gpucheckup --help` lists them

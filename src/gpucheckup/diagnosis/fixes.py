@@ -90,16 +90,27 @@ def _workers(a: TraceAnalysis) -> int:
     return max(a.dataloader.workers_to_keep_pace, 1)
 
 
+def advised_workers(x) -> int | None:
+    """The DataLoader workers that keep pace, as the advice computes them (a trace's workers_to_keep_pace; a CPU-side
+    profile's from its main thread's DataLoader time per step); None for a run directory, which has no per-batch
+    cost. `gpucheckup try dataloader_workers` starts from it."""
+    if _is_run(x):
+        return None
+    if _is_cpu(x):
+        return max(workers_to_keep_pace(x.per_step(x.dataloader_ms), x.per_step(x.span_ms)), 1)
+    return _workers(x)
+
+
 def _workers_advice(x) -> dict:
     """The worker count and its reason, for the action and `how` (a run directory has no per-batch cost; a CPU-side
     profile's is its main thread's time in DataLoader __next__ per step)."""
-    if _is_run(x):
+    n = advised_workers(x)
+    if n is None:
         return {"workers": "N", "why": "N up to the CPU cores left free (a trace says how many keep pace)"}
     if _is_cpu(x):
         load, step = x.per_step(x.dataloader_ms), x.per_step(x.span_ms)
-        n = max(workers_to_keep_pace(load, step), 1)
     else:
-        load, step, n = x.dataloader.ms_per_step, x.window.step_ms, _workers(x)
+        load, step = x.dataloader.ms_per_step, x.window.step_ms
     return {"workers": n, "why": f"loading takes {load:.1f} ms a batch in the training process and the rest of the "
             f"step {max(step - load, 0.0):.1f} ms, so {n} {'worker keeps' if n == 1 else 'workers keep'} pace; it "
             "needs that many free cores (with fewer, the wait shrinks in proportion)"}

@@ -131,6 +131,8 @@ class Agent:
         self.faults: list[str] = []  # writes that failed, by their cause (ENOSPC, EACCES, ...)
         self.light_marked = False  # the light window's sampling was asked for (agent/light.py)
         self.gpu_clock: GpuClock | None = None  # the `gpu_clock` setting's step events (agent/gpu_clock.py)
+        self.trial = None  # the fixes `gpucheckup try` asked this process to apply (agent/trial.py)
+        self.ended_by_max_steps = False
 
     # ---- logging -------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -191,6 +193,7 @@ class Agent:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             register_optimizer_step_post_hook(self._on_step)
+            self._start_trial(torch)  # its DataLoader patch edits the arguments the wrapper below then records
             loaders.wrap_dataloader(torch, self._saw_dataloader)
             self.main.setup()
             if self.settings["control"]:
@@ -285,6 +288,29 @@ class Agent:
         self._write_info()
         self._remove_socket()
 
+    def _start_trial(self, torch) -> None:
+        """Apply the fixes GPUCHECKUP_TRY names (only `gpucheckup try` sets it); each says what it did in trial.json."""
+        from gpucheckup.capture.agent.trial import ENV_TRY, Trial
+
+        text = os.environ.get(ENV_TRY, "")
+        if not text:
+            return
+        name = self.files["trial"]
+
+        def write(records):
+            try:
+                self.dir.write_json(name, {"pid": self.pid, "key": self.key, "asked": text, "fixes": records})
+            except OSError as e:
+                self.error(f"writing {name}", e)
+
+        self.trial = Trial(text, write)
+        try:
+            self.trial.install(torch)
+            write(self.trial.records)
+            self.log(f"trial fixes {text!r} installed")
+        except Exception as e:  # noqa: BLE001 - the job runs without them
+            self.error("installing the trial fixes", e)
+
     def _forked(self) -> None:
         self.passive = True  # a forked child (DataLoader worker): never counts, profiles or writes
 
@@ -322,12 +348,20 @@ class Agent:
             if n == 1:
                 self.info["torch"] = loaders.torch_info(self.torch, self.log)
                 self.info["framework"] = framework.calling_framework(sys._getframe(1))
+                if self.trial is not None:
+                    self.trial.first_step()
                 self._write_info()
             self._after_step(n, now)
         except Exception as e:  # noqa: BLE001
             self.error(f"step hook (step {self.step})", e)
         finally:
             self.last_end = time.time()
+        limit = self.settings["max_steps"]
+        if limit and self.step >= limit and not self.ended_by_max_steps:
+            self.ended_by_max_steps = True  # said in agent.json; at_exit publishes steps.csv as for any exit
+            self.info["ended_by_max_steps"] = self.step
+            self.log(f"ending the job after {self.step} optimizer steps (max_steps): SystemExit(0) from the step hook")
+            raise SystemExit(0)
 
     def _after_step(self, n: int, now: float) -> None:
         """Start, advance and finish the profiled window, the FLOP count and attach requests."""

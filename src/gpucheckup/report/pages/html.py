@@ -178,6 +178,9 @@ def _page(title: str, parts: list[str], data) -> str:
     )
 
 
+page = _page  # the self-contained page around any sections (try_pages.py renders into it too)
+
+
 def json_for_script(obj) -> str:
     """JSON that is safe inside a <script> element: no `</script>`, `<!--`, or JS line terminators."""
     text = json_doc.encode(obj).decode()
