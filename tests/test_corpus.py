@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gpucheckup
+from conftest import raw_events
+from gpucheckup.trace import read_trace
+from gpucheckup.whatif import edits as whatif
+from gpucheckup.whatif import replay
 from gpucheckup.diagnosis import capped
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import FixPrediction
@@ -102,3 +107,42 @@ def test_the_framework_is_recognised_and_its_fixes_said_in_its_words(docs, job):
         assert not any(h.startswith(("HF Trainer:", "Lightning:", "accelerate:")) for h in hows)
     else:
         assert hows and all(h.startswith(title) for h in hows)
+
+
+def test_the_fused_edit_drops_the_operators_the_foreach_form_runs_before_its_first_launch():
+    # amp's AdamW (foreach, step counters on the CPU): in each optimizer span, before its first launch, operators on
+    # CPU tensors (aten::item x100, add_ x50, empty_strided x50 a step). Computed here from the raw events: per span,
+    # the union of the cpu_op intervals on its thread from the span's start to its first launch call; the edit must
+    # take that off the host's time before the first launch (the first launching node's gap).
+    trace_path = next((CORPUS / "amp" / "traces").glob("*.json.gz"))
+    ev = [e for e in raw_events(trace_path)["traceEvents"] if e.get("ph") == "X"]
+    spans = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#")]
+    launches = [e for e in ev if e.get("cat") == "cuda_runtime" and e["name"].startswith(("cudaLaunch", "cuLaunch"))]
+    want = []
+    for sp in spans:
+        lo, hi = sp["ts"], sp["ts"] + sp["dur"]
+        first = min(e["ts"] for e in launches if e["tid"] == sp["tid"] and lo <= e["ts"] <= hi)
+        ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "cpu_op" and e["tid"] == sp["tid"]
+                     and e["ts"] >= lo and e["ts"] + e["dur"] <= first)
+        covered, reach = 0.0, lo
+        for a, b in ops:
+            if b > reach:
+                covered, reach = covered + b - max(a, reach), b
+        want.append(covered)
+    assert len(want) == 10 and min(want) > 100  # each span runs > 0.1 ms of such operators (profiled)
+    g = replay.build(read_trace(trace_path))
+    after = whatif.fused_optimizer(g).graph
+    inside = np.flatnonzero(whatif._in_optimizer(g) & (g.h_kind != replay.MARK))
+    launching = inside[np.isin(inside, g.g_launch)]
+    # the first launching node of each span: the smallest node of the span that launched GPU work
+    starts = sorted(int(n) for n in launching)
+    span_of = {}
+    host = g.trace.host
+    for n in starts:
+        t = float(host.start[g.h_row[n]])
+        k = next(i for i, sp in enumerate(spans) if sp["ts"] - 1 <= t <= sp["ts"] + sp["dur"] + 1)
+        span_of.setdefault(k, n)
+    # less the kept launch's own operator dispatch, which the edit took off before (one launch remains, not its op)
+    got = [float(g.h_gap[n] - after.h_gap[n] - g.h_dispatch[n]) for _, n in sorted(span_of.items())]
+    assert len(got) == len(want)
+    assert np.allclose(got, want, rtol=1e-6, atol=0.01), (got, want)

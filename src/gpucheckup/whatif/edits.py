@@ -414,7 +414,10 @@ def fused_optimizer(g: Graph) -> Edit:
     launch. On the GPU the region's kernels become one kernel: each kernel's time is a fixed cost
     (launch ramp and tail, the trace's shortest kernel bounds it) plus its work; the fused kernel
     pays the fixed cost once and keeps all the work (it moves at most the same bytes; fewer, as it
-    reads each state tensor once, so this is the most it takes)."""
+    reads each state tensor once, so this is the most it takes). The operators the optimizer's span runs before its
+    first launch go too (`_operators_before`): they run on CPU tensors (the foreach and for-loop forms' per-parameter
+    step counters and their reads), which the fused form keeps on the GPU and updates inside its kernels; its
+    Python (collecting the parameters, grouping them) stays."""
     g = g.copy()
     inside = _in_optimizer(g) & (g.h_kind != MARK)
     launching = np.isin(g.g_launch, np.flatnonzero(inside))
@@ -428,6 +431,8 @@ def fused_optimizer(g: Graph) -> Edit:
         lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
         region = region_all[lo:hi + 1]  # the optimizer's host nodes from its first launch to its last
         keep, rest = region[0], region[1:]
+        if g.h_gap[keep] > 0:
+            g.h_gap[keep] -= min(_operators_before(g, keep), g.h_gap[keep])
         g.h_dur[rest] = 0.0
         g.h_gap[rest] = np.minimum(g.h_gap[rest], 0.0)
         g.h_kind[rest[g.h_kind[rest] == SYNC]] = CALL  # host reads of optimizer state go with the loop
@@ -443,6 +448,28 @@ def fused_optimizer(g: Graph) -> Edit:
         changed += len(rest)
     return Edit(g, f"the optimizer's host work ({changed} calls in the trace) becomes one launch per step, "
                    f"its kernels one kernel", changed)
+
+
+def _operators_before(g: Graph, node: int) -> float:
+    """The host time (us, as traced) of the operators that ran in node's optimizer span before it started: the union
+    of their intervals on its thread, from the span's start to the node's call."""
+    host = g.trace.host
+    r = int(g.h_row[node])
+    if r < 0:
+        return 0.0
+    t, tid = float(host.start[r]), host.tid[r]
+    lo, hi, tids = optimizer_rows(g.trace)
+    spans = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
+    if not len(spans):
+        return 0.0
+    s = float(lo[spans].max())
+    ops = np.flatnonzero((host.cat == CPU_OP) & (host.tid == tid) & (host.start >= s) & (host.end <= t))
+    covered, reach = 0.0, s
+    for a, b in sorted(zip(host.start[ops].tolist(), host.end[ops].tolist())):  # their union: nested ones once
+        if b > reach:
+            covered += b - max(a, reach)
+            reach = b
+    return covered
 
 
 def _kernel_floor_us(g: Graph) -> float:
