@@ -12,6 +12,7 @@ import statistics
 import time
 
 import torch
+from torch import nn
 
 
 # The fixes a job can be run with (the framework corpus measures each against the job as it is): --fused 1 (the
@@ -94,3 +95,15 @@ class StepClock:
         print(f"{out['steps']} steps, median {out['median_ms_after_warmup']:.2f} ms after {self.args.warmup} "
               f"warm-up steps" if out["median_ms_after_warmup"] else f"{out['steps']} steps")
         return out
+
+
+class Block(nn.Module):
+    """The residual MLP block of the launch-bound jobs: Linear(d) + LayerNorm + GELU, with a residual."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + nn.functional.gelu(self.norm(self.fc(x)))

@@ -13,17 +13,7 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, compiled, fused, parse  # noqa: E402
-
-
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.fc = nn.Linear(d, d)
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x):
-        return x + nn.functional.gelu(self.norm(self.fc(x)))
+from common import Block, StepClock, compiled, fused, parse  # noqa: E402
 
 
 def main():

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, compiled, fused, parse  # noqa: E402
+from common import Block, StepClock, compiled, fused, parse  # noqa: E402
 
 
 def main():
@@ -24,15 +24,6 @@ def main():
         import lightning as L
     except ImportError:  # the older package name
         import pytorch_lightning as L
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.fc = nn.Linear(d, d)
-            self.norm = nn.LayerNorm(d)
-
-        def forward(self, x):
-            return x + nn.functional.gelu(self.norm(self.fc(x)))
 
     class MLP(L.LightningModule):
         def __init__(self):
