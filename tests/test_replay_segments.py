@@ -19,7 +19,7 @@ from gpucheckup.diagnosis.fixes import CATALOGUE
 from gpucheckup.trace.reader import read_trace
 
 FIELDS = ("start", "end", "host_end", "gpu_end", "node_start", "node_end", "op_start", "op_end")
-EDITS = sorted({(e.replay, e.replay_params) for e in CATALOGUE if e.replay})
+EDITS = sorted({(e.replay, e.replay_params) for e in CATALOGUE if e.replay}, key=lambda x: (x[0].__name__, x[1]))
 
 
 def _traces() -> list[Path]:
@@ -56,7 +56,7 @@ def test_segments_give_the_walks_floats(path, monkeypatch):
             _same(fast, _walked(g, monkeypatch))
     g.host_scale = 1.0
     before = replay.replay(g).median_ms
-    for name, params in EDITS:  # each edit's graph, replayed both ways
+    for name, params in EDITS:  # each edit's graph (its function), replayed both ways
         seg = whatif.predict(g, name, before, **dict(params))
         with monkeypatch.context() as m:
             m.setattr(replay, "_replay_by_segments", lambda g: None)

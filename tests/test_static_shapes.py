@@ -119,7 +119,7 @@ def test_example_baseline_without_shapes_is_the_sync_removal_alone():
 
 
 def test_catalogue_entry_replays_static_shapes():
-    assert BY_KEY["static_shapes"].replay == "static_shapes"
+    assert BY_KEY["static_shapes"].replay is whatif.static_shapes
     assert whatif.TRANSFORMS["static_shapes"] is whatif.static_shapes
 
 

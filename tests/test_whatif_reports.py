@@ -57,7 +57,7 @@ def test_every_replayable_fix_carries_its_prediction_in_the_step_time():
             p = fx["predicted"]
             if BY_KEY[fx["key"]].replay:
                 assert p is not None, (case, fx["key"])
-                assert p["transform"] == BY_KEY[fx["key"]].replay
+                assert p["transform"] == BY_KEY[fx["key"]].replay.__name__
                 assert p["saving_pct"] == pytest.approx(100 * p["saving_ms"] / step)
                 assert p["step_ms"] == pytest.approx(step - p["saving_ms"])
                 assert 0 <= p["saving_ms"] <= step
@@ -141,7 +141,7 @@ def test_without_predictions_the_rule_verdict_stays():
 def test_each_bottleneck_is_a_verdict_and_each_replay_an_edit():
     for e in CATALOGUE:
         assert e.bottleneck in ("", *VERDICT_TITLES), e.key
-        assert not e.replay or e.replay in whatif.TRANSFORMS, e.key
+        assert e.replay is None or whatif.TRANSFORMS[e.replay.__name__] is e.replay, e.key
     assert not BY_KEY["larger_batch"].bottleneck  # it amortizes every per-step cost: it names no bound
     assert not BY_KEY["torch_compile"].bottleneck  # launches and kernel time alike
 

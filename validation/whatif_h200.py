@@ -107,7 +107,7 @@ def predict_example(run_dir: Path, fixes: list) -> tuple[dict, dict]:
         e = BY_KEY[key]
         pred = whatif.predict(g, e.replay, before, **{**dict(e.replay_params), **params})
         offered = next((f for f in c.report["fixes"] if f["key"] == key), None)
-        out[" ".join(flag)] = {"fix": key, "kind": kind, "edit": e.replay, "bottleneck": e.bottleneck,
+        out[" ".join(flag)] = {"fix": key, "kind": kind, "edit": e.replay.__name__, "bottleneck": e.bottleneck,
                                "predicted_saving_pct": pred.saving_pct, "predicted_step_ms": pred.step_ms_after,
                                "replayed_step_ms": before, "transform": pred.transform,
                                "offered": offered is not None}

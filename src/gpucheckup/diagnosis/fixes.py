@@ -29,6 +29,7 @@ from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.whatif import edits
 from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.diagnosis.framework_words import framework_how
@@ -73,7 +74,7 @@ class CatalogueFix(msgspec.Struct, frozen=True):
     how: str = ""
     fill: Callable[[object], dict] | None = None
     bottleneck: str = ""  # the verdict (diagnosis/verdict.py) whose cost the fix removes; "" when it names none
-    replay: str = ""  # the graph edit that predicts its saving (whatif/edits.py TRANSFORMS); "" when none
+    replay: Callable[..., object] | None = None  # the graph edit (whatif/edits.py) that predicts its saving
     replay_params: tuple = ()  # (name, value) pairs passed to that edit
     edit_params: Callable[[object], tuple] | None = None  # more (name, value) pairs, read off the trace
     ceiling: bool = False  # `saving` is the mechanism's whole time on the critical path: a replay is capped there
@@ -339,7 +340,7 @@ CATALOGUE: list[CatalogueFix] = [
               + ")",
         applies=_no_workers, saving=_input_wait_ms,
         how="DataLoader(dataset, num_workers={workers}, persistent_workers=True): {why}",
-        fill=lambda x: _workers_advice(x), bottleneck="input_bound", replay="dataloader_workers",
+        fill=lambda x: _workers_advice(x), bottleneck="input_bound", replay=edits.dataloader_workers,
         edit_params=lambda a: (("workers", _workers(a)),)),
     CatalogueFix(
         "more_workers", "Raise DataLoader num_workers (up to the free CPU cores) and prefetch_factor", "config",
@@ -350,7 +351,7 @@ CATALOGUE: list[CatalogueFix] = [
         applies=lambda x: (any("_MultiProcessingDataLoaderIter" in n for n in x.loader_iterators) if _is_cpu(x)
                            else _never_on_run(_multi_process_loader)(x)),
         saving=_input_wait_ms,
-        bottleneck="input_bound", replay="dataloader_workers"),
+        bottleneck="input_bound", replay=edits.dataloader_workers),
     CatalogueFix(
         "pin_memory", "Pin the batches: DataLoader(pin_memory=True), then x.to(device, non_blocking=True)", "config",
         when="the trace has copies to or from pageable host memory",
@@ -358,7 +359,7 @@ CATALOGUE: list[CatalogueFix] = [
               f"{PINNED_GB_S:g} GB/s: pinning removes the staging through CUDA's bounce buffer and lets the copy "
               "overlap compute, but the bytes still move",
         applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving),
-        bottleneck="copy_bound", replay="pin_memory"),
+        bottleneck="copy_bound", replay=edits.pin_memory),
     CatalogueFix(
         "gpu_augment", "Move per-sample augmentation to the GPU (batched transforms) or precompute it once", "code",
         when="the host waits in the DataLoader", saves=INPUT_SAVES,
@@ -379,7 +380,7 @@ CATALOGUE: list[CatalogueFix] = [
               "launches run while the GPU waits, and the fused one launches a kernel or two",
         applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT),
         saving=_trace(_fused_optimizer_bound),
-        bottleneck="launch_bound", replay="fused_optimizer", ceiling=True),
+        bottleneck="launch_bound", replay=edits.fused_optimizer, ceiling=True),
     CatalogueFix(
         "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise, normalisation and "
         "indexing (gather, scatter, index_put) kernels", "code",
@@ -391,7 +392,7 @@ CATALOGUE: list[CatalogueFix] = [
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a) > 0),
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
                       + (1 - FUSION_KEEP) * (_kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a))),
-        replay="torch_compile"),  # no bottleneck: it removes launches and memory-bound kernel time alike
+        replay=edits.torch_compile),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",
@@ -401,7 +402,7 @@ CATALOGUE: list[CatalogueFix] = [
               "shrinks (upper bound: all of it)",
         applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
         saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued")),
-        bottleneck="launch_bound", replay="cuda_graphs"),
+        bottleneck="launch_bound", replay=edits.cuda_graphs),
     CatalogueFix(
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
         "global batch)", "code",
@@ -409,7 +410,7 @@ CATALOGUE: list[CatalogueFix] = [
         saves=LAUNCH_SAVES + ": launch overhead is per kernel, not per sample, so larger kernels hide it "
               "(upper bound: all of it)",
         applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle),
-        replay="larger_batch"),
+        replay=edits.larger_batch),
     CatalogueFix(
         "fuse_layers", "Fuse the small layers into fewer, larger operations (custom or Triton kernels)", "refactor",
         when="the GPU idles while the host launches",
@@ -425,7 +426,7 @@ CATALOGUE: list[CatalogueFix] = [
               "the host keeps queueing work",
         applies=_never_on_run(lambda a: _has_sync_from(a, _host_read_ops(a))),
         saving=_trace(lambda a: _sync_saving(a, _host_read_ops(a))),
-        bottleneck="sync_bound", replay="remove_syncs", replay_params=(("ops", HOST_READ_OPS), ("reads", True))),
+        bottleneck="sync_bound", replay=edits.remove_syncs, replay_params=(("ops", HOST_READ_OPS), ("reads", True))),
     CatalogueFix(
         "static_shapes", "Replace data-dependent shapes (sizes read from GPU tensors, bincount/nonzero/unique) with "
         "static bounds, e.g. a fixed capacity instead of int(counts.max())", "code",
@@ -434,7 +435,7 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the sync idle that follows those syncs: with a static bound the host need not read the size back",
         applies=_never_on_run(lambda a: _has_sync_from(a, DATA_DEPENDENT_OPS)),
         saving=_trace(lambda a: _sync_saving(a, DATA_DEPENDENT_OPS)),
-        bottleneck="sync_bound", replay="static_shapes", replay_params=(("ops", DATA_DEPENDENT_OPS),)),
+        bottleneck="sync_bound", replay=edits.static_shapes, replay_params=(("ops", DATA_DEPENDENT_OPS),)),
     CatalogueFix(
         "sync_debug", "Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code",
         when="the trace has host-GPU synchronizations",
@@ -446,7 +447,7 @@ CATALOGUE: list[CatalogueFix] = [
         "code", when="the trace has copies to or from pageable host memory",
         saves="as pin_memory: the pageable copy time minus the same bytes at the pinned rate",
         applies=_never_on_run(_has_pageable), saving=_trace(_pinned_saving),
-        bottleneck="copy_bound", replay="pin_memory"),
+        bottleneck="copy_bound", replay=edits.pin_memory),
     CatalogueFix(
         "prefetch_copies", "Prefetch the next batch to the GPU on a side stream while this one computes", "code",
         when="copies run with no kernel beside them",
@@ -470,7 +471,7 @@ CATALOGUE: list[CatalogueFix] = [
               + why + ")",
         applies=_never_on_run(lambda a, key=key: _comm_exposed(a) and (key != "ddp_buckets" or uses_ddp(a.trace))),
         saving=_trace(lambda a: a.communication.exposed_ms_per_step + _idle(a, "communication")),
-        bottleneck="communication_bound", replay="comm_overlap" if key in ("ddp_buckets", "overlap_comm") else "")
+        bottleneck="communication_bound", replay=edits.comm_overlap if key in ("ddp_buckets", "overlap_comm") else None)
       for key, action, tier, why in [
           ("ddp_buckets", "Tune DDP bucketing: DistributedDataParallel(bucket_cap_mb=..., "
            "gradient_as_bucket_view=True)", "config", "buckets sized to start reducing early overlap all of it"),
@@ -498,14 +499,14 @@ CATALOGUE: list[CatalogueFix] = [
               "(hardware/peaks.py; all of it when the GPU is unknown): a compute-bound GEMM's time scales with the "
               "peak it runs at",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0), saving=_trace(lambda a: _faster_dtype_saving(a, "tf32")),
-        bottleneck="gpu_bound", replay="tf32"),
+        bottleneck="gpu_bound", replay=edits.tf32),
     CatalogueFix(
         "bf16_autocast", "Train in bf16 with torch.autocast(\"cuda\", dtype=torch.bfloat16)", "code",
         when="GEMM kernels run in plain FP32 (no tensor cores)",
         saves="the FP32 GEMM time x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0),
         saving=_trace(lambda a: _faster_dtype_saving(a, "bf16")),
-        bottleneck="gpu_bound", replay="bf16"),
+        bottleneck="gpu_bound", replay=edits.bf16),
     CatalogueFix(
         "compile_cpu", "Compile the model for the CPU: model = torch.compile(model) runs forward and backward as "
         "generated C++ instead of one Python-dispatched operator after another", "code",

@@ -51,7 +51,7 @@ COARSE = ("coarse: the trace records no operators (a light window), so the repla
 class FixPrediction(msgspec.Struct):
     """One fix's predicted step time and saving, in the report's step time, and the edit that made it."""
 
-    transform: str  # the whatif/edits.py TRANSFORMS key
+    transform: str  # the graph edit's name (whatif/edits.py)
     what: str  # what the edit changed, in one sentence
     step_ms: float  # predicted step time
     saving_ms: float  # per step
@@ -104,7 +104,8 @@ class Predictions(msgspec.Struct):
                 self.note = p
                 return
             pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
-            self.by_key[e.key] = FixPrediction(e.replay, p.transform, step - pct * step / 100, pct * step / 100, pct,
+            self.by_key[e.key] = FixPrediction(e.replay.__name__, p.transform, step - pct * step / 100,
+                                               pct * step / 100, pct,
                                                self.coarse)
 
 
@@ -167,7 +168,7 @@ def _calibrated_and_replayed(a: TraceAnalysis, wanted: list) -> tuple:
 
 
 def _edit_outcome(g: replay.Graph, before: float, edit: tuple) -> whatif.Prediction | str:
-    """One graph edit (transform, params) replayed on g: its prediction, or why it could not be replayed."""
+    """One graph edit (its function, params) replayed on g: its prediction, or why it could not be replayed."""
     try:
         return whatif.predict(g, edit[0], before, **dict(edit[1]))
     except REPLAY_ERRORS as err:

@@ -15,6 +15,7 @@ and says why.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -814,6 +815,7 @@ def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
                 int(scaled.sum()), per_batch_factor=factor)
 
 
+# The edits by name (the fix catalogue holds the functions themselves: diagnosis/fixes.py `replay`)
 TRANSFORMS = {
     "remove_syncs": remove_syncs,
     "static_shapes": static_shapes,
@@ -855,13 +857,16 @@ def removed_ms(before: Graph, after: Graph) -> float:
     return float(per.max()) / 1000
 
 
-def predict(g: Graph, fix: str, before_ms: float | None = None, **params) -> Prediction:
-    """The predicted median step with one fix applied to a (calibrated) graph; a shortening edit's saving at most
-    the time it took out of a step (SHORTENING), and its sentence says when the replay claimed more."""
-    if fix not in TRANSFORMS:
+def predict(g: Graph, fix: str | Callable[..., Edit], before_ms: float | None = None, **params) -> Prediction:
+    """The predicted median step with one edit (a function of this module, or its name in TRANSFORMS) applied to a
+    (calibrated) graph; a shortening edit's saving at most the time it took out of a step (SHORTENING), and its
+    sentence says when the replay claimed more."""
+    if isinstance(fix, str) and fix not in TRANSFORMS:
         raise KeyError(f"no transformation for fix {fix!r}; known: {', '.join(TRANSFORMS)}")
+    transform = TRANSFORMS[fix] if isinstance(fix, str) else fix
+    fix = fix if isinstance(fix, str) else fix.__name__
     before = replay.replay(g).median_ms if before_ms is None else before_ms
-    edit = TRANSFORMS[fix](g, **params)
+    edit = transform(g, **params)
     after = replay.replay(edit.graph).median_ms / edit.per_batch_factor if edit.changed else before
     what = edit.what
     if fix in SHORTENING and edit.changed:
