@@ -166,6 +166,29 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
     inputs = sorted([r for r in inputs if len(r.calls)], key=lambda r: r.rank)
     if len(inputs) < 2:
         return None
+    matched, unmatched = _matched_calls(inputs)
+    offsets = _offsets(inputs, matched)
+    n_steps = max(1, min(len(set(k[2] for k, _ in matched)), min(r.steps.count for r in inputs)))
+    split = _split_calls(inputs, matched, offsets)
+    steps_ms = np.array([float(median(r.steps.duration)) / 1e3 for r in inputs])
+    table = _rank_rows(inputs, split, steps_ms, offsets, n_steps, len(matched))
+    straggler, s_late, s_last, waited = _straggler(inputs, split, table, steps_ms, n_steps)
+    notes = []
+    if unmatched:
+        notes.append(f"{unmatched} collective calls were not found on every rank of their group and are left out "
+                     "(calls at the edges of the profiled windows, or windows over different steps)")
+    return RanksAnalysis(
+        ranks=[r.rank for r in inputs], on_gpu=all(r.calls.on_gpu for r in inputs), steps=n_steps,
+        matched=len(matched), unmatched=unmatched, table=table, collectives=_collective_rows(split.per_coll, n_steps),
+        busbw_gb_s=split.bytes_total / split.bytes_time / 1e3 if split.bytes_time > 0 else None,
+        straggler=straggler, straggler_late_ms=s_late, straggler_last_pct=s_last, waited_ms=waited,
+        notes=notes, call_waits={r.rank: w for r, w in zip(inputs, split.call_waits)},
+    )
+
+
+def _matched_calls(inputs: list[RankInput]) -> tuple[list[tuple[tuple, dict[int, int]]], int]:
+    """The collective calls found on every rank of their group ((key, {rank index: call index})), and how many
+    calls were not."""
     by_key: dict[tuple, dict[int, int]] = defaultdict(dict)
     for ri, r in enumerate(inputs):
         for ci, k in enumerate(r.calls.keys):
@@ -177,57 +200,76 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         want = int(r0_size) if np.isfinite(n) else len(inputs)
         if len(who) >= 2 and len(who) == min(want, len(inputs)):
             matched.append((k, who))
-    unmatched = len(by_key) - len(matched)
-    offsets = _offsets(inputs, matched)
-    n_steps = max(1, min(len(set(k[2] for k, _ in matched)), min(r.steps.count for r in inputs)))
-    transfer = np.zeros(len(inputs))
-    wait = np.zeros(len(inputs))
-    exposed = np.zeros(len(inputs))
-    caused = np.zeros(len(inputs))
+    return matched, len(by_key) - len(matched)
+
+
+@dataclass
+class _Split:
+    """Each rank's collective time split over the matched calls (us): the transfer (the fastest rank's duration),
+    the wait beyond it, the wait not hidden by compute, the exposed wait its lateness caused on the others; per step
+    label the first three and its largest lateness; per collective (name, bytes, group size) its calls' transfer and
+    mean wait; the bus bytes and their transfer time."""
+
+    transfer: np.ndarray
+    wait: np.ndarray
+    exposed: np.ndarray
+    caused: np.ndarray
+    last_count: np.ndarray
+    call_waits: list[np.ndarray]
+    per_step: list[dict]
+    late_in_step: list[dict]
+    per_coll: dict[tuple, list] = field(default_factory=lambda: defaultdict(list))
+    bytes_total: float = 0.0
+    bytes_time: float = 0.0
+
+
+def _split_calls(inputs: list[RankInput], matched: list, offsets: np.ndarray) -> _Split:
+    """Split every matched call's time on each rank (_Split), its start aligned by the rank's clock offset."""
+    n = len(inputs)
+    sp = _Split(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
+                [np.full(len(r.calls), np.nan) for r in inputs],
+                [defaultdict(lambda: np.zeros(3)) for _ in inputs],  # step label -> transfer, wait, exposed
+                [defaultdict(float) for _ in inputs])  # step label -> its largest lateness there
     computing = [r.computing for r in inputs]
-    call_waits = [np.full(len(r.calls), np.nan) for r in inputs]
-    per_step: list[dict] = [defaultdict(lambda: np.zeros(3)) for _ in inputs]  # step label -> transfer, wait, exposed
-    late_in_step: list[dict] = [defaultdict(float) for _ in inputs]  # step label -> its largest lateness there
-    last_count = np.zeros(len(inputs))
-    per_coll: dict[tuple, list] = defaultdict(list)
-    bytes_total = bytes_time = 0.0
     for k, who in matched:
         ris = np.array(list(who))
         cis = np.array([who[ri] for ri in ris])
         start = np.array([inputs[ri].calls.start[ci] - offsets[ri] for ri, ci in zip(ris, cis)])
         dur = np.array([inputs[ri].calls.end[ci] - inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
         tr = float(dur.min())
-        transfer[ris] += tr
-        wait[ris] += dur - tr
+        sp.transfer[ris] += tr
+        sp.wait[ris] += dur - tr
         for ri, ci, w in zip(ris, cis, dur - tr):
-            call_waits[ri][ci] = w
-        for j, ri in enumerate(ris):
-            per_step[ri][k[2]] += (tr, dur[j] - tr, 0.0)
+            sp.call_waits[ri][ci] = w
         own_start = np.array([inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
         ex = np.array([(d - tr) - float(iv.covered_between(computing[ri], s0, s0 + d - tr))
                        for ri, s0, d in zip(ris, own_start, dur)])
-        exposed[ris] += ex
+        sp.exposed[ris] += ex
         for j, ri in enumerate(ris):
-            per_step[ri][k[2]][2] += ex[j]
+            sp.per_step[ri][k[2]] += (tr, dur[j] - tr, ex[j])
         last = int(np.argmax(start))
-        others = np.delete(start, last)
-        lateness = float(start[last] - median(others))
+        lateness = float(start[last] - median(np.delete(start, last)))
         if lateness >= MIN_LATE_US:
-            late_in_step[ris[last]][k[2]] = max(late_in_step[ris[last]][k[2]], lateness)
-            last_count[ris[last]] += 1
-            caused[ris[last]] += float(np.delete(ex, last).mean())
+            sp.late_in_step[ris[last]][k[2]] = max(sp.late_in_step[ris[last]][k[2]], lateness)
+            sp.last_count[ris[last]] += 1
+            sp.caused[ris[last]] += float(np.delete(ex, last).mean())
         c0 = inputs[ris[0]].calls
         nbytes = float(c0.nbytes[cis[0]])
         size = int(c0.group_size[cis[0]]) if np.isfinite(c0.group_size[cis[0]]) else len(ris)
-        per_coll[(k[1], nbytes, size)].append((tr, float((dur - tr).mean())))
+        sp.per_coll[(k[1], nbytes, size)].append((tr, float((dur - tr).mean())))
         if nbytes > 0 and tr > 0:
-            bytes_total += nbytes * links.bus_factor(k[1], size)
-            bytes_time += tr
-    steps_ms = np.array([float(median(r.steps.duration)) / 1e3 for r in inputs])
-    late = np.array([sum(d.values()) for d in late_in_step])
+            sp.bytes_total += nbytes * links.bus_factor(k[1], size)
+            sp.bytes_time += tr
+    return sp
+
+
+def _rank_rows(inputs: list[RankInput], sp: _Split, steps_ms: np.ndarray, offsets: np.ndarray, n_steps: int,
+               n_matched: int) -> list[RankRow]:
+    """One row per rank: medians over its steps; lateness per step (its largest in each step, over the steps)."""
+    late = np.array([sum(d.values()) for d in sp.late_in_step])
     table = []
     for ri, r in enumerate(inputs):
-        tr, wt, ex = np.array([per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
+        tr, wt, ex = np.array([sp.per_step[ri].get(lb, np.zeros(3)) for lb in r.steps.labels]).T / 1e3
         compute, idle = r.step_compute_ms, r.step_idle_ms
         if compute is None:  # CPU traces: the step less its collectives
             compute, idle = np.maximum(r.steps.duration / 1e3 - tr - wt, 0.0), np.zeros(len(tr))
@@ -235,7 +277,12 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         table.append(RankRow(rank=r.rank, step_ms=steps_ms[ri], compute_ms=med(compute), transfer_ms=med(tr),
                              wait_ms=med(wt), exposed_wait_ms=med(ex), idle_ms=med(idle),
                              late_ms=late[ri] / 1e3 / n_steps,
-                             last_pct=100 * last_count[ri] / max(len(matched), 1), offset_us=offsets[ri]))
+                             last_pct=100 * sp.last_count[ri] / max(n_matched, 1), offset_us=offsets[ri]))
+    return table
+
+
+def _collective_rows(per_coll: dict[tuple, list], n_steps: int) -> list[CollectiveRow]:
+    """One row per collective (name, bytes, group size), the largest transfer first; bus bandwidth per call."""
     colls = []
     for (name, nbytes, size), vals in sorted(per_coll.items(), key=lambda kv: -sum(v[0] for v in kv[1])):
         trs = np.array([v[0] for v in vals])
@@ -244,28 +291,26 @@ def analyze_ranks(inputs: list[RankInput]) -> RanksAnalysis | None:
         colls.append(CollectiveRow(name=name, bytes=nbytes, count=len(vals), transfer_ms=float(trs.sum()) / 1e3 / n_steps,
                                    wait_ms=float(sum(v[1] for v in vals)) / 1e3 / n_steps,
                                    busbw_gb_s=float(median(bws)) if bws else None, group_size=size))
-    straggler, s_late, s_last, waited = None, 0.0, 0.0, 0.0
-    total_caused = caused.sum()
-    if total_caused > 0:
-        top = int(np.argmax(caused))
-        per_step = caused[top] / 1e3 / n_steps
-        if (caused[top] >= STRAGGLER_SHARE * total_caused and last_often(int(last_count[top]), int(last_count.sum()),
-                                                                          len(inputs))
-                and per_step >= STRAGGLER_STEP_PCT / 100 * float(median(steps_ms))):
-            straggler, s_late = inputs[top].rank, late[top] / 1e3 / n_steps
-            s_last = table[top].last_pct
-            waited = float(np.mean([t.exposed_wait_ms for i, t in enumerate(table) if i != top]))
-    notes = []
-    if unmatched:
-        notes.append(f"{unmatched} collective calls were not found on every rank of their group and are left out "
-                     "(calls at the edges of the profiled windows, or windows over different steps)")
-    return RanksAnalysis(
-        ranks=[r.rank for r in inputs], on_gpu=all(r.calls.on_gpu for r in inputs), steps=n_steps,
-        matched=len(matched), unmatched=unmatched, table=table, collectives=colls,
-        busbw_gb_s=bytes_total / bytes_time / 1e3 if bytes_time > 0 else None,
-        straggler=straggler, straggler_late_ms=s_late, straggler_last_pct=s_last, waited_ms=waited,
-        notes=notes, call_waits={r.rank: w for r, w in zip(inputs, call_waits)},
-    )
+    return colls
+
+
+def _straggler(inputs: list[RankInput], sp: _Split, table: list[RankRow], steps_ms: np.ndarray,
+               n_steps: int) -> tuple[int | None, float, float, float]:
+    """The straggler (the rank whose lateness caused STRAGGLER_SHARE of the others' exposed wait, last often and
+    late by STRAGGLER_STEP_PCT of the step), its lateness per step, how often it came last, the others' wait; else
+    None and zeros."""
+    total_caused = sp.caused.sum()
+    if total_caused <= 0:
+        return None, 0.0, 0.0, 0.0
+    top = int(np.argmax(sp.caused))
+    per_step = sp.caused[top] / 1e3 / n_steps
+    if not (sp.caused[top] >= STRAGGLER_SHARE * total_caused
+            and last_often(int(sp.last_count[top]), int(sp.last_count.sum()), len(inputs))
+            and per_step >= STRAGGLER_STEP_PCT / 100 * float(median(steps_ms))):
+        return None, 0.0, 0.0, 0.0
+    late = sum(sp.late_in_step[top].values())
+    waited = float(np.mean([t.exposed_wait_ms for i, t in enumerate(table) if i != top]))
+    return inputs[top].rank, late / 1e3 / n_steps, table[top].last_pct, waited
 
 
 def _offsets(inputs: list[RankInput], matched: list) -> np.ndarray:
