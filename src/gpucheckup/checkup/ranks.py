@@ -94,6 +94,18 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
     slow = rank_rules.slow_link_finding(ra, link_gb_s, link_from, env.get("variables") or {})
     if slow:
         findings.append(slow)
+    _add_to_ranks(ra, checkups, findings, slow)
+    verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
+    if not checkups and not ra.on_gpu:  # no rank launched a kernel: no GPU bound can hold (checkup/cpu_report.py)
+        verdicts = {r.rank: CPU_VERDICT for r in ra.table}
+    primary, reason = _job_verdict(ra, checkups, verdicts, cause, slow)
+    return JobCheckup(analysis=ra, findings=findings, primary=primary, reason=reason, link_gb_s=link_gb_s,
+                      link_from=link_from, cause=cause, excess=excess, rank_verdicts=verdicts)
+
+
+def _add_to_ranks(ra, checkups: dict[int, object], findings: list, slow) -> None:
+    """The job's findings in each rank's check-up: the straggler's and the slow link's first; the others' wait for
+    the straggler discounted (and said of their GPU busy, which counts NCCL kernels waiting as work)."""
     step = max(r.step_ms for r in ra.table)
     for row in ra.table:
         c = checkups.get(row.rank)
@@ -112,31 +124,31 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
             c.diagnosis.findings.insert(0, slow)
         if ra.straggler is not None:
             c.diagnosis.findings.insert(0, findings[0])
-    verdicts = {rk: c.diagnosis.primary for rk, c in checkups.items()}
-    if not checkups and not ra.on_gpu:  # no rank launched a kernel: no GPU bound can hold (checkup/cpu_report.py)
-        verdicts = {r.rank: CPU_VERDICT for r in ra.table}
-        primary = CPU_VERDICT
+
+
+def _job_verdict(ra, checkups: dict[int, object], verdicts: dict, cause: str | None, slow) -> tuple[str, str]:
+    """The job's verdict and its reason: a CPU-only job's; else the straggler's bound (its cause against the other
+    ranks, else its own check-up's); else a slow link; else what most ranks share."""
+    if not checkups and not ra.on_gpu:
         if ra.straggler is not None:
             why = rank_rules.CPU_CAUSE_TEXT.get(cause or "", "with no single cause")
-            reason = (f"no rank has device activity (a CPU-only job); rank {ra.straggler} is the straggler "
-                      f"({ra.straggler_late_ms:.2f} ms late per step, {why}) and the job runs at its pace")
-        else:
-            reason = f"no rank has device activity (a CPU-only job) and no rank is a straggler ({len(ra.table)} ranks)"
-    elif ra.straggler is not None:
+            return CPU_VERDICT, (f"no rank has device activity (a CPU-only job); rank {ra.straggler} is the straggler "
+                                 f"({ra.straggler_late_ms:.2f} ms late per step, {why}) and the job runs at its pace")
+        return CPU_VERDICT, (f"no rank has device activity (a CPU-only job) and no rank is a straggler "
+                             f"({len(ra.table)} ranks)")
+    if ra.straggler is not None:
         # the cause found against the other ranks is the sharper evidence; else the straggler's own check-up
         primary = rank_rules.CAUSE_BOUND.get(cause or "") or verdicts.get(ra.straggler) or "unknown"
         why = rank_rules.CAUSE_TEXT.get(cause, "with no single cause") if cause else "with no single cause"
-        reason = (f"rank {ra.straggler} is the straggler ({ra.straggler_late_ms:.2f} ms late per step, {why}); "
-                  f"the job runs at its pace, so its bottleneck is the job's: {primary.replace('_', ' ')}")
-    elif slow:
-        primary, reason = "communication_bound", slow.evidence[0]
-    elif verdicts:
+        return primary, (f"rank {ra.straggler} is the straggler ({ra.straggler_late_ms:.2f} ms late per step, {why}); "
+                         f"the job runs at its pace, so its bottleneck is the job's: {primary.replace('_', ' ')}")
+    if slow:
+        return "communication_bound", slow.evidence[0]
+    if verdicts:
         primary = Counter(verdicts.values()).most_common(1)[0][0]
-        reason = f"{sum(v == primary for v in verdicts.values())} of {len(verdicts)} ranks: {primary.replace('_', ' ')}"
-    else:
-        primary, reason = "unknown", "no rank has a GPU timeline and no rank is a straggler"
-    return JobCheckup(analysis=ra, findings=findings, primary=primary, reason=reason, link_gb_s=link_gb_s,
-                      link_from=link_from, cause=cause, excess=excess, rank_verdicts=verdicts)
+        return primary, (f"{sum(v == primary for v in verdicts.values())} of {len(verdicts)} ranks: "
+                         f"{primary.replace('_', ' ')}")
+    return "unknown", "no rank has a GPU timeline and no rank is a straggler"
 
 
 def _r(x, nd=3):
