@@ -192,3 +192,75 @@ def test_optimizer_kernels_equal_the_plain_definition():
                        & (host.tid[rows[ok]] == host.tid[a]))
     got = kernels._launched_in_optimizer(trace, rows)
     assert got.any() and got.tolist() == expect.tolist()
+
+
+def _idle_in_spans_plain(gaps, lo, hi) -> float:
+    """The plain definition: per optimizer span, its overlap with every idle gap (a pass over all gaps per span)."""
+    return sum(float(np.clip(np.minimum(gaps.end, h) - np.maximum(gaps.start, s), 0.0, None).sum())
+               for s, h in zip(lo.tolist(), hi.tolist()))
+
+
+@pytest.mark.parametrize("case", ["launch_bound_stacks", "compute_bound"])
+def test_optimizer_idle_share_equals_a_pass_per_span(case):
+    """The GPU idle inside the optimizer's spans (the fused-optimizer fix's share), by sorted search per device,
+    against each span's overlap with every gap summed; also with each span doubled and shifted (overlapping
+    spans count twice in both) and spans that are empty or reversed."""
+    from conftest import trace_path
+
+    from gpucheckup.analysis.checkup import analyze
+    from gpucheckup.analysis.one_trace import optimizer_spans
+    from gpucheckup.diagnosis import fixes
+
+    a = analyze(read_trace(trace_path(case)))
+    gaps, total = a.timeline.gaps, float(a.timeline.gaps.dur.sum())
+    lo, hi, _ = optimizer_spans.optimizer_rows(a.trace)
+    assert len(lo) and total > 0
+    spans = [(lo, hi), (np.r_[lo, lo - 3e3, hi], np.r_[hi, hi + 5e2, lo])]
+    for s, h in spans:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fixes, "optimizer_rows", lambda trace, s=s, h=h: (s, h, np.zeros(len(s), dtype=np.int64)))
+            got = fixes._optimizer_idle_share(a)
+        expect = min(_idle_in_spans_plain(gaps, s, h) / total, 1.0)
+        assert got == pytest.approx(expect, rel=1e-9, abs=1e-12) and (expect > 0 or case == "compute_bound")
+
+
+def test_kernels_started_in_optimizer_equal_a_pass_per_span():
+    """Without launch calls, kernels that started in an optimizer span after their device caught up: the sorted
+    search against a pass over all rows per span (the plain definition), on the real CUPTI traces and with the
+    spans shifted so that they start inside and before gaps."""
+    from test_light_cupti import H200_LIGHT
+
+    from gpucheckup.analysis.one_trace import kernels
+
+    def plain(t, rows, span_lo, span_hi):
+        out = np.zeros(len(rows), dtype=bool)
+        starts = t.gpu.start[rows]
+        for dev in np.unique(t.gpu.device[rows]).tolist():
+            on = np.flatnonzero((t.gpu.device == dev) & np.isfinite(t.gpu.start) & np.isfinite(t.gpu.end))
+            bs, be = kernels._busy_spans(t.gpu.start[on], t.gpu.end[on])
+            gs, ge = be[:-1], bs[1:]
+            long = ge - gs >= kernels.CAUGHT_UP_US
+            gs, ge = gs[long], ge[long]
+            mine = t.gpu.device[rows] == dev
+            for lo, hi in zip(span_lo.tolist(), span_hi.tolist()):
+                if len(bs) == 0 or lo < bs[0]:
+                    continue
+                j = np.searchsorted(ge, lo, side="right")
+                if j < len(gs) and gs[j] < hi:
+                    out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
+        return out
+
+    checked = 0
+    for name in ("launch_bound_cupti", "gpu_bound_cupti"):
+        t = read_trace(H200_LIGHT / name / "traces" / "trace.json.gz")
+        rows = np.arange(len(t.gpu.start))
+        lo, hi, tid = kernels.optimizer_rows(t)
+        for shift in (0.0, -40.0, 25.0):
+            s, h = lo + shift, hi + shift
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(kernels, "optimizer_rows", lambda trace, s=s, h=h, tid=tid: (s, h, tid))
+                got = kernels._started_in_optimizer(t, rows)
+            expect = plain(t, rows, s, h)
+            assert got.tolist() == expect.tolist(), (name, shift)
+            checked += int(expect.sum())
+    assert checked > 0
