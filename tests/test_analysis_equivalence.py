@@ -264,3 +264,23 @@ def test_kernels_started_in_optimizer_equal_a_pass_per_span():
             assert got.tolist() == expect.tolist(), (name, shift)
             checked += int(expect.sum())
     assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pair_ids_rank_pairs_in_their_order(seed):
+    """A dense id per (a, b) pair, numbered in (a, b) order (callers rely on it: the first thread wins ties),
+    against each pair's place in the sorted distinct pairs; few threads, many pairs (more than a sample of the
+    rows holds), extreme ints (no single key fits: a sort of both), unsigned, one row, none."""
+    from gpucheckup.analysis.groups import pair_ids
+
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    cases = [(rng.choice([7, -1, 1234567], n), rng.choice([1234590, 140234567890, 7, -2], n)),
+             (rng.integers(-50, 50, n), rng.integers(0, 300, n)),
+             (rng.choice([-(2**62), 2**62], 300), rng.choice([-(2**62), 0, 2**62 + 5], 300)),
+             (rng.integers(0, 5, 100).astype(np.uint64), rng.integers(0, 3, 100).astype(np.uint32)),
+             (np.array([3]), np.array([-4])), (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))]
+    for a, b in cases:
+        pairs = list(zip(a.tolist(), b.tolist()))
+        rank = {p: i for i, p in enumerate(sorted(set(pairs)))}
+        assert pair_ids(a, b).tolist() == [rank[p] for p in pairs]
