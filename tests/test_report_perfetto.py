@@ -220,7 +220,7 @@ def test_escaping_sink_equals_escaping_the_whole_document():
     assert json_escaped(doc) != doc
     for size in range(1, len(doc) + 1):
         for first in range(0, min(size, 7)):  # blocks of `size` bytes after a first one of `first`
-            sink, esc = Sink(), None
+            sink = Sink()
             esc = _Escaped(sink)
             cuts = [0, first] + list(range(first + size, len(doc), size)) + [len(doc)]
             for a, b in zip(cuts[:-1], cuts[1:]):
