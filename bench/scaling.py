@@ -1,4 +1,4 @@
-"""Benchmark: does any stage of a check-up grow faster than the trace? CPU per million events, 1x to 32x.
+"""Benchmark: does any stage of a check-up grow faster than the trace? CPU per million events, 1x to 64x.
 
 The `launch_bound_stacks` H200 trace (215k events) is tiled K times (bench/scale_trace.py: K times the
 steps, the same per-step behaviour), and each size is checked up as a user runs it, in one process
@@ -16,12 +16,18 @@ million events where the machine runs every size at one speed; where it does not
 the CPU caches more: the floor's own CPU per million events, printed, shows how much), every row rises
 together and the shares still tell a stage that grows faster than the rest.
 
+A size is run only where the memory it needs is available now (MemAvailable, Linux): the check-up's and the
+floor's peak RSS per million events measured at the smaller sizes, times its events, with a quarter to spare;
+the floor alone is skipped where only the check-up fits (it holds every decoded event: ~0.8 GB per million),
+the whole size where neither does; either is said in a note. 64x of launch_bound_stacks is 13.8M events (3.4 GB
+of JSON, 0.7 GB gzipped): the check-up peaks ~3.2 GB, the floor ~11 GB.
+
 The trace: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repository; from a plain clone,
 the bundled `compute_bound` (45k events) is tiled instead. Tiled traces are written once to --workdir
 (32x of launch_bound_stacks: 6.9M events, 1.7 GB of JSON, 0.34 GB gzipped; the check-up peaks ~1.6 GB).
 
 Usage (from a clone, after `pip install -e .`):
-    python bench/scaling.py [--sizes 1,4,8,16,32] [--repeat 2] [--tolerance 1.15] [--workdir DIR]
+    python bench/scaling.py [--sizes 1,4,8,16,32,64] [--repeat 2] [--tolerance 1.15] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -83,6 +89,33 @@ def attributed(stats_file: Path) -> dict[tuple[str, int, str], float]:
     return own
 
 
+def _events_at(counts: dict[int, int], k: int) -> int:
+    """Events in the K-times tiling from two counted sizes (metadata once, the timed events K times), else from
+    one (as if all were timed); 0 before any is counted."""
+    if len(counts) >= 2:
+        (a, na), (b, nb) = sorted(counts.items())[:2]
+        timed = (nb - na) // (b - a)
+        return na + (k - a) * timed
+    return next(iter(counts.values())) * k // next(iter(counts)) if counts else 0
+
+
+def _fits(mb_per_m: float, n: int, room: float | None) -> bool:
+    """Whether a process of `mb_per_m` MB per million events fits, on `n` events, in `room` MB (a quarter spare)."""
+    return not n or room is None or mb_per_m * n / 1e6 * 1.25 < room
+
+
+def available_mb() -> float | None:
+    """Memory available to a new process now (MB; MemAvailable on Linux), None where it cannot be told."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def stage(f: tuple[str, int, str]) -> str:
     """The module of ours a function is in, as a path under src/gpucheckup."""
     return f[0][len(SRC):] if f[0].startswith(SRC) else f[0]
@@ -90,7 +123,7 @@ def stage(f: tuple[str, int, str]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1,4,8,16,32")
+    p.add_argument("--sizes", default="1,4,8,16,32,64")
     p.add_argument("--repeat", type=int, default=2, help="whole-process runs per size (default 2)")
     p.add_argument("--tolerance", type=float, default=1.15)
     p.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "gpucheckup-bench")
@@ -109,23 +142,39 @@ def main() -> int:
     events: dict[int, int] = {}
     floor_m: dict[int, float] = {}
     cpu_m: dict[int, float] = {}
+    done: list[int] = []  # the sizes run
     with tempfile.TemporaryDirectory() as d:
+        counts: dict[int, int] = {}  # events at each size the floor counted
+        ours_mb_m, floor_mb_m = 300.0, 900.0  # peak RSS, MB per million events (raised as measured)
         for k in sizes:
             path = src if k == 1 else args.workdir / f"{name}_x{k}.json.gz"
-            if not path.exists():
+            n = counts.get(k) or _events_at(counts, k)
+            room = available_mb()
+            if not _fits(ours_mb_m, n, room):
+                print(f"{k:>3}x skipped: needs ~{ours_mb_m * n / 1e6:.0f} MB, {room:.0f} MB available", flush=True)
+                continue
+            if k > 1 and not path.exists():
                 subprocess.run([py, str(BENCH / "scale_trace.py"), str(src), str(k), str(path)], check=True,
                                stdout=subprocess.DEVNULL)
+            with_floor = _fits(floor_mb_m, n, room)
             cmd = [py, "-m", "gpucheckup", "analyze", str(path), "--quiet", "--jobs", "1", "--json", f"{d}/c.json"]
             before, floor, ours = load(), [], []
             for _ in range(args.repeat):
-                floor.append(run([py, str(BENCH / "floor.py"), str(path)], env))
+                if with_floor:
+                    floor.append(run([py, str(BENCH / "floor.py"), str(path)], env))
                 ours.append(run(cmd, env))
-            n = events[k] = int(floor[0].out.split()[0])
-            f, o = statistics.median(r.cpu for r in floor), statistics.median(r.cpu for r in ours)
+            if floor:
+                n = counts[k] = int(floor[0].out.split()[0])
+                floor_mb_m = max(floor_mb_m, statistics.median(r.rss_mb for r in floor) / n * 1e6)
+            events[k] = n
+            o = statistics.median(r.cpu for r in ours)
+            f = statistics.median(r.cpu for r in floor) if floor else float("nan")
             floor_m[k], cpu_m[k] = f / n * 1e6, o / n * 1e6
             rss = statistics.median(r.rss_mb for r in ours)
+            ours_mb_m = max(ours_mb_m, rss / n * 1e6) if k > 1 else ours_mb_m  # 1x: start-up dominates
             print(f"{k:>3}x {n:>9} {f / n * 1e6:7.2f} {o / n * 1e6:7.2f} {o / f:9.2f}x {rss / n * 1e6:8.0f}  "
-                  f"{before} -> {load()}", flush=True)
+                  f"{before} -> {load()}" + ("" if floor else f"  (floor skipped: needs ~{floor_mb_m * n / 1e6:.0f} "
+                                              f"MB, {room:.0f} MB available)"), flush=True)
             prof = Path(d) / f"x{k}.prof"
             run([py, "-c", PROFILED, str(prof)] + cmd[3:], env)
             own = attributed(prof)
@@ -134,7 +183,9 @@ def main() -> int:
             for fn, t in own.items():
                 by[stage(fn)] += t
             per_stage[k] = dict(by)
+            done.append(k)
 
+    sizes = done
     ref, last = (sizes[1] if len(sizes) > 1 else sizes[0]), sizes[-1]
     total = {k: sum(v.values()) for k, v in per_stage.items()}
     print(f"\nstages under cProfile: CPU s per million events (inflated; compare across a row), the growth of that "

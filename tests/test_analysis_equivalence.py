@@ -192,3 +192,65 @@ def test_optimizer_kernels_equal_the_plain_definition():
                        & (host.tid[rows[ok]] == host.tid[a]))
     got = kernels._launched_in_optimizer(trace, rows)
     assert got.any() and got.tolist() == expect.tolist()
+
+
+def test_kernels_started_in_optimizer_equal_a_pass_per_span():
+    """Without launch calls, kernels that started in an optimizer span after their device caught up: the sorted
+    search against a pass over all rows per span (the plain definition), on the real CUPTI traces and with the
+    spans shifted so that they start inside and before gaps."""
+    from test_light_cupti import H200_LIGHT
+
+    from gpucheckup.analysis.one_trace import kernels
+
+    def plain(t, rows, span_lo, span_hi):
+        out = np.zeros(len(rows), dtype=bool)
+        starts = t.gpu.start[rows]
+        for dev in np.unique(t.gpu.device[rows]).tolist():
+            on = np.flatnonzero((t.gpu.device == dev) & np.isfinite(t.gpu.start) & np.isfinite(t.gpu.end))
+            bs, be = kernels._busy_spans(t.gpu.start[on], t.gpu.end[on])
+            gs, ge = be[:-1], bs[1:]
+            long = ge - gs >= kernels.CAUGHT_UP_US
+            gs, ge = gs[long], ge[long]
+            mine = t.gpu.device[rows] == dev
+            for lo, hi in zip(span_lo.tolist(), span_hi.tolist()):
+                if len(bs) == 0 or lo < bs[0]:
+                    continue
+                j = np.searchsorted(ge, lo, side="right")
+                if j < len(gs) and gs[j] < hi:
+                    out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
+        return out
+
+    checked = 0
+    for name in ("launch_bound_cupti", "gpu_bound_cupti"):
+        t = read_trace(H200_LIGHT / name / "traces" / "trace.json.gz")
+        rows = np.arange(len(t.gpu.start))
+        lo, hi, tid = kernels.optimizer_rows(t)
+        for shift in (0.0, -40.0, 25.0):
+            s, h = lo + shift, hi + shift
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(kernels, "optimizer_rows", lambda trace, s=s, h=h, tid=tid: (s, h, tid))
+                got = kernels._started_in_optimizer(t, rows)
+            expect = plain(t, rows, s, h)
+            assert got.tolist() == expect.tolist(), (name, shift)
+            checked += int(expect.sum())
+    assert checked > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pair_ids_rank_pairs_in_their_order(seed):
+    """A dense id per (a, b) pair, numbered in (a, b) order (callers rely on it: the first thread wins ties),
+    against each pair's place in the sorted distinct pairs; few threads, many pairs (more than a sample of the
+    rows holds), extreme ints (no single key fits: a sort of both), unsigned, one row, none."""
+    from gpucheckup.analysis.groups import pair_ids
+
+    rng = np.random.default_rng(seed)
+    n = 20_000
+    cases = [(rng.choice([7, -1, 1234567], n), rng.choice([1234590, 140234567890, 7, -2], n)),
+             (rng.integers(-50, 50, n), rng.integers(0, 300, n)),
+             (rng.choice([-(2**62), 2**62], 300), rng.choice([-(2**62), 0, 2**62 + 5], 300)),
+             (rng.integers(0, 5, 100).astype(np.uint64), rng.integers(0, 3, 100).astype(np.uint32)),
+             (np.array([3]), np.array([-4])), (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))]
+    for a, b in cases:
+        pairs = list(zip(a.tolist(), b.tolist()))
+        rank = {p: i for i, p in enumerate(sorted(set(pairs)))}
+        assert pair_ids(a, b).tolist() == [rank[p] for p in pairs]

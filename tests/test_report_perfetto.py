@@ -199,3 +199,32 @@ def test_a_file_the_stream_cannot_cut_is_annotated_whole(tmp_path):
     n = len(orig["traceEvents"])
     assert doc["traceEvents"][:n] == orig["traceEvents"] and doc["meta"] == {"traceEvents": [], "n": 1}
     ours(doc, n)
+
+
+def test_escaping_sink_equals_escaping_the_whole_document():
+    """The annotated trace is escaped block by block as it streams: DEL, C1 and bidi characters cut at any byte
+    between two blocks, and blocks with none of them (passed on unscanned), give what escaping the whole
+    document at once gives."""
+    from gpucheckup.checkup.perfetto import _Escaped
+    from gpucheckup.safe_text import json_escaped
+
+    class Sink:
+        def __init__(self):
+            self.parts = []
+
+        def write(self, data):
+            self.parts.append(bytes(data))
+
+    doc = ('{"traceEvents":[{"name":"k\u202eernel\u0085\u007f\u2066x","ph":"X"},{"name":"plain ascii"},'
+           '{"name":"caf\u00e9 \u2014 \u00c2\u0080 \u200f\u2069"}]}').encode()
+    assert json_escaped(doc) != doc
+    for size in range(1, len(doc) + 1):
+        for first in range(0, min(size, 7)):  # blocks of `size` bytes after a first one of `first`
+            sink = Sink()
+            esc = _Escaped(sink)
+            cuts = [0, first] + list(range(first + size, len(doc), size)) + [len(doc)]
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                if b > a:
+                    esc.write(doc[a:b])
+            esc.close()
+            assert b"".join(sink.parts) == json_escaped(doc), (size, first)

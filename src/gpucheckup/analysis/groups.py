@@ -18,9 +18,28 @@ def by_key(keys: np.ndarray) -> dict[int, np.ndarray]:
 
 def pair_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A dense id per distinct (a, b) pair (a thread: pid and tid), ordered as the pairs are; exact for any
-    integers (no packing of both into one that large ids could make collide)."""
+    integers. Where both are signed and fit one int64 key without collision (their ranges' product under 2**63),
+    each row's key is found by sorted search among the distinct keys (a few threads: a search in a short array,
+    linear in the rows), else by a sort of both columns."""
     a, b = np.asarray(a), np.asarray(b)
+    if len(a) and a.dtype.kind == "i" and b.dtype.kind == "i":
+        a0, b0 = int(a.min()), int(b.min())
+        span_b = int(b.max()) - b0 + 1
+        if (int(a.max()) - a0 + 1) * span_b < 2**63:
+            key = (a.astype(np.int64) - a0) * span_b + (b.astype(np.int64) - b0)  # (a, b) order, no overflow
+            return _dense(key)
     order = np.lexsort((b, a))
     ids = np.empty(len(order), dtype=np.int64)
     ids[order] = np.cumsum(np.r_[True, (a[order][1:] != a[order][:-1]) | (b[order][1:] != b[order][:-1])]) - 1
     return ids
+
+
+def _dense(key: np.ndarray) -> np.ndarray:
+    """Each key's rank among the distinct keys: searched among those of a sample, then of the keys it missed."""
+    distinct = np.unique(key[:: max(1, len(key) // 4096)])
+    at = np.minimum(np.searchsorted(distinct, key), len(distinct) - 1)
+    missed = distinct[at] != key
+    if missed.any():
+        distinct = np.union1d(distinct, key[missed])
+        at = np.searchsorted(distinct, key)
+    return at.astype(np.int64)

@@ -323,21 +323,24 @@ def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
     span_lo, span_hi, _ = optimizer_rows(trace)
     if len(span_lo) == 0 or len(rows) == 0:
         return out
-    starts = gpu.start[rows]
+    spans = []  # per device: from the first long gap ending after each span's start (the device caught up) to its end
     for dev in np.unique(gpu.device[rows]).tolist():
         on = np.flatnonzero((gpu.device == dev) & np.isfinite(gpu.start) & np.isfinite(gpu.end))
         bs, be = _busy_spans(gpu.start[on], gpu.end[on])
         gs, ge = be[:-1], bs[1:]  # the device's idle gaps between its busy spans
         long = ge - gs >= CAUGHT_UP_US
         gs, ge = gs[long], ge[long]
-        mine = gpu.device[rows] == dev
-        for lo, hi in zip(span_lo.tolist(), span_hi.tolist()):
-            if len(bs) == 0 or lo < bs[0]:
-                continue  # before the device's first recorded op: its state is unknown
-            j = np.searchsorted(ge, lo, side="right")  # the first long gap ending after lo
-            if j < len(gs) and gs[j] < hi:
-                out |= mine & (starts >= max(gs[j], lo)) & (starts <= hi)
-    return out
+        if len(bs) == 0:
+            continue
+        j = np.searchsorted(ge, span_lo, side="right")  # the first long gap ending after each span's start
+        ok = span_lo >= bs[0]  # before the device's first recorded op: its state is unknown
+        ok[ok] = j[ok] < len(gs)
+        ok[ok] = gs[j[ok]] < span_hi[ok]
+        spans.append((np.maximum(gs[j[ok]], span_lo[ok]), span_hi[ok], np.full(int(ok.sum()), dev)))
+    if not spans:
+        return out
+    s, e, d = (np.concatenate(x) for x in zip(*spans))
+    return inside_any(gpu.start[rows], gpu.device[rows], s, e, d)
 
 
 def _busy_spans(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
