@@ -151,68 +151,60 @@ def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
     gpu_name = inp.gpu or device_name
     g: GpuPeak | None = lookup(gpu_name) if gpu_name else None
     dominant = gemm.get("dominant")
-    if inp.dtype:
-        dtype, dtype_from = inp.dtype, "--dtype"
-    elif dominant in TENSOR_DTYPES:
-        dtype, dtype_from = dominant, f"GEMM kernels ({gemm['shares_pct'][dominant]:.0f}% of GEMM time in {dominant})"
-    else:
-        dtype = "fp16" if g and not g.peak("bf16") and g.peak("fp16") else "bf16"
-        dtype_from = (f"the {dtype} tensor-core peak: the GEMMs run in {dominant}, leaving it unused" if dominant
-                      else f"default {dtype} (no GEMM kernels in the trace)")
+    dtype, dtype_from = _peak_dtype(inp, g, gemm)
     peak = inp.peak_tflops or (g.peak(dtype) if g else None)
     peak_from = "--peak-tflops" if inp.peak_tflops else (f"{g.id} datasheet, dense {dtype}" if g and peak else None)
     out = MfuFigures(
-        flops_per_step=flops,
-        source=source,
-        source_detail=how or None,
-        estimates=estimates,
-        step_s=step_s,
-        achieved_tflops=None,
-        device=gpu_name or None,
-        gpu=g.to_dict() if g else None,
-        dtype=dtype,
-        dtype_from=dtype_from,
-        gemm_dtypes_pct=gemm.get("shares_pct", {}),
-        peak_tflops=peak,
-        peak_from=peak_from,
-        pct=None,
-        pct_of_bf16_peak=None,
-        gemm_dtype=dominant,
-        pct_of_gemm_dtype_peak=None,
-        measured_tflops=None,
-        pct_of_measured=None,
-        ceilings_path=inp.ceilings_path,
+        flops_per_step=flops, source=source, source_detail=how or None, estimates=estimates, step_s=step_s,
+        achieved_tflops=None, device=gpu_name or None, gpu=g.to_dict() if g else None, dtype=dtype,
+        dtype_from=dtype_from, gemm_dtypes_pct=gemm.get("shares_pct", {}), peak_tflops=peak, peak_from=peak_from,
+        pct=None, pct_of_bf16_peak=None, gemm_dtype=dominant, pct_of_gemm_dtype_peak=None, measured_tflops=None,
+        pct_of_measured=None, ceilings_path=inp.ceilings_path,
         tokens_per_s=inp.tokens_per_step / step_s if inp.tokens_per_step and step_s > 0 else None,
         samples_per_s=inp.samples_per_step / step_s if inp.samples_per_step and step_s > 0 else None,
-        healthy_bands_pct={k: list(v) for k, v in HEALTHY_BANDS_PCT.items()},
-        assessment=None,
-        reason=None,
+        healthy_bands_pct={k: list(v) for k, v in HEALTHY_BANDS_PCT.items()}, assessment=None, reason=None,
     )
     if flops is None:
         out.reason = ("FLOPs per step unknown: the trace has no FLOP annotations (with_flops=True) and no "
-                         "GEMM shapes (record_shapes=True); pass --flops-per-step F, or --params N "
-                         "--tokens-per-step T")
-        return out
-    if step_s <= 0:
+                      "GEMM shapes (record_shapes=True); pass --flops-per-step F, or --params N "
+                      "--tokens-per-step T")
+    elif step_s <= 0:
         out.reason = "step time is zero"
-        return out
-    achieved = flops / step_s / 1e12
+    else:
+        _achieved(out, flops / step_s / 1e12, g, gpu_name, inp)
+    return out
+
+
+def _peak_dtype(inp: MfuInputs, g: GpuPeak | None, gemm: dict) -> tuple[str, str]:
+    """The dtype whose peak MFU divides by, and why: --dtype, else the GEMMs' dominant tensor-core dtype, else the
+    GPU's bf16 (fp16 where it has no bf16) peak."""
+    dominant = gemm.get("dominant")
+    if inp.dtype:
+        return inp.dtype, "--dtype"
+    if dominant in TENSOR_DTYPES:
+        return dominant, f"GEMM kernels ({gemm['shares_pct'][dominant]:.0f}% of GEMM time in {dominant})"
+    dtype = "fp16" if g and not g.peak("bf16") and g.peak("fp16") else "bf16"
+    return dtype, (f"the {dtype} tensor-core peak: the GEMMs run in {dominant}, leaving it unused" if dominant
+                   else f"default {dtype} (no GEMM kernels in the trace)")
+
+
+def _achieved(out: MfuFigures, achieved: float, g: GpuPeak | None, gpu_name: str, inp: MfuInputs) -> None:
+    """The achieved TFLOP/s and its shares of each peak into `out` (a reason where no peak is known)."""
     out.achieved_tflops = achieved
-    if peak:
-        out.pct = 100 * achieved / peak
+    if out.peak_tflops:
+        out.pct = 100 * achieved / out.peak_tflops
         out.assessment = assess(out.pct)
     elif g is None:
         out.reason = (f"GPU {gpu_name!r} is not in the peak table: pass --gpu with a table id (e.g. H100-SXM) "
-                         "or --peak-tflops" if gpu_name else
-                         "the trace names no GPU (no deviceProperties): pass --gpu or --peak-tflops")
+                      "or --peak-tflops" if gpu_name else
+                      "the trace names no GPU (no deviceProperties): pass --gpu or --peak-tflops")
     else:
-        out.reason = f"{g.id} has no {dtype} tensor-core peak in its datasheet: pass --dtype or --peak-tflops"
+        out.reason = f"{g.id} has no {out.dtype} tensor-core peak in its datasheet: pass --dtype or --peak-tflops"
     if g and g.peak("bf16"):
         out.pct_of_bf16_peak = 100 * achieved / g.peak("bf16")
-    if g and dominant and dominant != dtype and g.peak(dominant):
-        out.pct_of_gemm_dtype_peak = 100 * achieved / g.peak(dominant)
+    if g and out.gemm_dtype and out.gemm_dtype != out.dtype and g.peak(out.gemm_dtype):
+        out.pct_of_gemm_dtype_peak = 100 * achieved / g.peak(out.gemm_dtype)
     c = inp.ceilings
-    if c and c.matmul_tflops.get(dtype):
-        out.measured_tflops = c.matmul_tflops[dtype]
-        out.pct_of_measured = 100 * achieved / c.matmul_tflops[dtype]
-    return out
+    if c and c.matmul_tflops.get(out.dtype):
+        out.measured_tflops = c.matmul_tflops[out.dtype]
+        out.pct_of_measured = 100 * achieved / c.matmul_tflops[out.dtype]
