@@ -169,38 +169,11 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     elif r["kind"] == "run":
         rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
     rows.append(("traces", ", ".join(r["traces"]) or "none"))
-    st = fig.get("steps")
-    if st:
-        line = f"{st['count']} steps"
-        if st.get("steady_ms") is not None:
-            line += (f"; steady step {st['steady_ms']:.2f} ms (total time over steps) after {st['warmup_steps']} "
-                     "warm-up steps, "
-                     + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
-        if st["profiled_steps"]:
-            line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
-        if st["profiler_overhead_pct"] is not None:
-            line += f" ({st['profiler_overhead_pct']:+.0f}% step time under the profiler)"
-        if st["slow"] and st["slow"]["count"]:
-            line += f"; {st['slow']['count']} slow steps (> 2x median)"
-        rows.append(("steps", line))
+    if fig.get("steps"):
+        rows.append(("steps", _steps_line(fig["steps"])))
     nv = fig.get("nvml")
-    if nv and nv.get("util_mean_pct") is not None:
-        hb = nv["heartbeat"]
-        line = (f"utilization {nv['util_mean_pct']:.1f}% mean over {nv['active_s']:.1f} s"
-                f"{', heartbeat' if hb['heartbeat'] else ''} ({hb['pulses']} pulses, {hb['low_pct']:.0f}% low)")
-        if nv.get("power_mean_w") is not None:
-            line += f"; {nv['power_mean_w']:.0f} W mean"
-        if nv.get("sm_clock_median_mhz") is not None:
-            line += f"; SM clock {nv['sm_clock_median_mhz']:.0f} MHz"
-        th = nv.get("throttle") or {}
-        if th.get("known"):
-            line += f"; throttled {th['throttled_pct']:.0f}% of samples"
-        mem = nv.get("memory") or {}
-        if mem.get("growth_mb") is not None:
-            line += f"; memory {mem['start_mb'] / 1024:.1f} -> {mem['end_mb'] / 1024:.1f} GB"
-        rows.append(("NVML", line))
-    else:
-        rows.append(("NVML", str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
+    rows.append(("NVML", _nvml_line(nv) if nv and nv.get("util_mean_pct") is not None
+                 else str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
     cpu = fig.get("cpu")
     if cpu and cpu.get("samples"):
         rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
@@ -209,13 +182,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     if ld.get("loaders"):
         rows.append(("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {plain_value(ld['pin_memory'])}"
                                    f", {ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})"))
-    env = report.get("env") or {}
-    torch = env.get("torch") or {}
-    names = [g.get("name") for g in env.get("gpus") or []]  # env.json is only type-checked to its items
-    gpus = ", ".join(sorted({n if isinstance(n, str) else "?" for n in names})) or "no GPU seen by NVML"
-    rows.append(("environment", f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'} "
-                                f"(CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
-                                f"NCCL {version_text('nccl', torch.get('nccl'))})"))
+    rows.append(("environment", _environment_line(report.get("env") or {})))
     flops = fig.get("flops")
     if flops and flops.get("flops_per_step"):
         rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
@@ -225,6 +192,49 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     for k, v in (r["failed"] or {}).items():
         rows.append((f"not captured: {k}", str(v)))
     return rows
+
+
+def _steps_line(st: dict) -> str:
+    """The run's step log in one line: count, steady step, spread, the profiled steps and their cost, slow steps."""
+    line = f"{st['count']} steps"
+    if st.get("steady_ms") is not None:
+        line += (f"; steady step {st['steady_ms']:.2f} ms (total time over steps) after {st['warmup_steps']} "
+                 "warm-up steps, " + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
+    if st["profiled_steps"]:
+        line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
+    if st["profiler_overhead_pct"] is not None:
+        line += f" ({st['profiler_overhead_pct']:+.0f}% step time under the profiler)"
+    if st["slow"] and st["slow"]["count"]:
+        line += f"; {st['slow']['count']} slow steps (> 2x median)"
+    return line
+
+
+def _nvml_line(nv: dict) -> str:
+    """The NVML samples in one line: utilization and its heartbeat, power, SM clock, throttling, memory growth."""
+    hb = nv["heartbeat"]
+    line = (f"utilization {nv['util_mean_pct']:.1f}% mean over {nv['active_s']:.1f} s"
+            f"{', heartbeat' if hb['heartbeat'] else ''} ({hb['pulses']} pulses, {hb['low_pct']:.0f}% low)")
+    if nv.get("power_mean_w") is not None:
+        line += f"; {nv['power_mean_w']:.0f} W mean"
+    if nv.get("sm_clock_median_mhz") is not None:
+        line += f"; SM clock {nv['sm_clock_median_mhz']:.0f} MHz"
+    th = nv.get("throttle") or {}
+    if th.get("known"):
+        line += f"; throttled {th['throttled_pct']:.0f}% of samples"
+    mem = nv.get("memory") or {}
+    if mem.get("growth_mb") is not None:
+        line += f"; memory {mem['start_mb'] / 1024:.1f} -> {mem['end_mb'] / 1024:.1f} GB"
+    return line
+
+
+def _environment_line(env: dict) -> str:
+    """The GPUs, driver and torch build the run saw, in one line."""
+    torch = env.get("torch") or {}
+    names = [g.get("name") for g in env.get("gpus") or []]  # env.json is only type-checked to its items
+    gpus = ", ".join(sorted({n if isinstance(n, str) else "?" for n in names})) or "no GPU seen by NVML"
+    return (f"{gpus}; driver {env.get('driver') or '?'}; torch {torch.get('version') or '?'} "
+            f"(CUDA {torch.get('cuda') or '-'}, cuDNN {version_text('cudnn', torch.get('cudnn'))}, "
+            f"NCCL {version_text('nccl', torch.get('nccl'))})")
 
 
 def host_sample_lines(hs: dict, gaps_source: str | None) -> list[tuple[str, str]]:
