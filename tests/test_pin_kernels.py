@@ -1,0 +1,79 @@
+"""Kernel statistics (analysis/one_trace/kernels.py; docs/metrics.md "Kernels") against the raw events of a real H200
+trace read with the standard library: the kernels starting inside the analysis window, their count, total, mean,
+median, small share (< 20 us), per-name table and launch delay (kernel start less its launching call's start).
+The reader's clock is absolute microseconds in float64 (about 1.7e12 us: steps of 0.00024 us), so each duration
+agrees to EPS_US, and a sum of n of them to n x EPS_US."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import pytest
+
+import independent as ind
+from conftest import raw_events, trace_path
+from gpucheckup.analysis.checkup import analyze
+from gpucheckup.trace import read_trace
+
+CASES = ("moe_seed", "launch_bound")
+EPS_US = 0.001
+
+
+@pytest.fixture(scope="module", params=CASES)
+def both(request):
+    path = trace_path(request.param)
+    return analyze(read_trace(path)).kernels.to_dict(), raw_events(path)
+
+
+def raw_kernels(doc):
+    windows = ind.step_windows(doc)
+    lo, hi = windows[0][0], windows[-1][1]
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel" and lo <= e["ts"] <= hi]
+
+
+def test_counts_and_durations_are_the_kernels_in_the_window(both):
+    k, doc = both
+    ks = raw_kernels(doc)
+    durs = [e["dur"] for e in ks]
+    assert k["count"] == len(ks)
+    assert k["total_ms"] == pytest.approx(sum(durs) / 1000, abs=len(durs) * EPS_US / 1000)
+    assert k["mean_us"] == pytest.approx(statistics.mean(durs), abs=EPS_US)
+    assert k["median_us"] == pytest.approx(statistics.median(durs), abs=EPS_US)
+    # shorter than 20 us; a kernel of 20.000 us in the JSON may read a clock step either side of it
+    surely, maybe = sum(d < 20.0 - EPS_US for d in durs), sum(d < 20.0 + EPS_US for d in durs)
+    assert 100 * surely / len(durs) - 1e-9 <= k["small_pct"] <= 100 * maybe / len(durs) + 1e-9
+
+
+def test_the_per_name_table_sums_each_names_kernels(both):
+    k, doc = both
+    ks = raw_kernels(doc)
+    total = sum(e["dur"] for e in ks)
+    us, n = defaultdict(float), defaultdict(int)
+    for e in ks:
+        us[e["name"]] += e["dur"]
+        n[e["name"]] += 1
+    rows = {r["name"]: r for r in k["by_name"]}
+    assert set(rows) == set(us)
+    for name, r in rows.items():
+        assert r["count"] == n[name] and r["total_ms"] == pytest.approx(us[name] / 1000, abs=n[name] * EPS_US / 1000)
+        assert r["mean_us"] == pytest.approx(us[name] / n[name], abs=EPS_US)
+        assert r["pct"] == pytest.approx(100 * us[name] / total, abs=100 * n[name] * EPS_US / total)
+    # largest total first; the top table is the first ten of it
+    assert [r["total_ms"] for r in k["by_name"]] == sorted((r["total_ms"] for r in k["by_name"]), reverse=True)
+    assert k["top"] == k["by_name"][:10] and len(k["top"]) == min(10, len(us))
+    # the categories' shares add up to all kernel time, each the sum of its kernels'
+    assert sum(k["categories"].values()) == pytest.approx(100.0)
+    assert sum(k["categories_ms"].values()) == pytest.approx(total / 1000, abs=len(ks) * EPS_US / 1000)
+
+
+def test_launch_delay_is_the_kernels_start_less_its_calls(both):
+    k, doc = both
+    calls = {e["args"]["correlation"]: e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X"
+             and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    delays = [e["ts"] - calls[e["args"]["correlation"]] for e in raw_kernels(doc)
+              if e["args"].get("correlation") in calls]
+    assert k["launch_delay_median_us"] == pytest.approx(statistics.median(delays), abs=EPS_US)
+    # the 90th percentile, interpolated between the two nearest delays (numpy's and the inclusive method's rule)
+    p90 = statistics.quantiles(delays, n=10, method="inclusive")[8]
+    assert k["launch_delay_p90_us"] == pytest.approx(p90, abs=EPS_US)
