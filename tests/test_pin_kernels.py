@@ -77,3 +77,42 @@ def test_launch_delay_is_the_kernels_start_less_its_calls(both):
     # the 90th percentile, interpolated between the two nearest delays (numpy's and the inclusive method's rule)
     p90 = statistics.quantiles(delays, n=10, method="inclusive")[8]
     assert k["launch_delay_p90_us"] == pytest.approx(p90, abs=EPS_US)
+
+
+INDEX = ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::{impl}<at::native::"
+         "OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{{lambda(char*, char "
+         "const*, long)#1}}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, {{lambda}} const&)")
+
+
+@pytest.mark.parametrize("name, label", [
+    # the base name, then the op inside its template (names from the moe_seed trace), by hand
+    (INDEX.format(impl="index_put_kernel_impl"), "index_elementwise_kernel (index_put_kernel_impl)"),
+    (INDEX.format(impl="index_kernel_impl"), "index_elementwise_kernel (index_kernel_impl)"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, "
+     "at::native::FillFunctor<float>, std::array<char*, 1ul>)", "vectorized_elementwise_kernel (FillFunctor)"),
+    ("void (anonymous namespace)::indexing_backward_kernel<float, 4>(long const*, long const*, float const*, float*, "
+     "long, long, long, long, bool)", "indexing_backward_kernel"),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nt_align1>(cutlass_80_simt_sgemm_128x128_8x4_nt_align1"
+     "::Params)", "cutlass_80_simt_sgemm_128x128_8x4_nt_align1"),
+    ("void " + "a" * 100 + "<int>(int)", "a" * 69 + "..."),  # 72 characters at most
+])
+def test_kernel_labels_by_hand(name, label):
+    from gpucheckup.analysis.one_trace.kernels import kernel_label
+
+    assert kernel_label(name) == label
+
+
+def test_a_window_with_copies_and_no_kernel_has_empty_kernel_figures(tmp_path):
+    from conftest import write_trace
+
+    # one step [0, 1000] whose only GPU op is a 100 us copy launched at 10
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000,
+               "args": {}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"correlation": 1}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 7, "ts": 20,
+               "dur": 100, "args": {"device": 0, "stream": 7, "correlation": 1, "bytes": 1000}}]
+    k = analyze(read_trace(write_trace(tmp_path / "t.json", events))).kernels.to_dict()
+    assert (k["count"], k["total_ms"], k["mean_us"], k["median_us"], k["small_pct"]) == (0, 0.0, 0.0, 0.0, 0.0)
+    assert set(k["categories"].values()) == {0.0} and k["by_name"] == [] and k["data_movement"] == []
+    assert k["launch_delay_median_us"] is None and k["launch_delay_p90_us"] is None

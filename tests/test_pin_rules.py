@@ -246,3 +246,20 @@ def test_lock_contention_costs_the_slow_calls_host_time(tmp_path):
                 "args": {"device": 0, "stream": 7, "correlation": 41}}]
     f = rules.lock_contention(analyze(read_trace(write_trace(tmp_path / "t.json", events))))
     assert f.cost_ms_per_step == pytest.approx(0.8) and f.cost_pct_of_step == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("delay_us, meaning", [
+    (49.9, "starved rather than queued"),
+    (50.0, "between starved (< 50 us) and queued (> 1 ms)"),
+    (1000.0, "between starved (< 50 us) and queued (> 1 ms)"),
+    (1000.1, "most kernels wait in a queue"),
+])
+def test_launch_delay_reads_starved_under_50_us_and_queued_over_1_ms(delay_us, meaning):
+    # docs/metrics.md: a median launch delay under 50 us is starved, over 1 ms queued (both exclusive)
+    a = idle(launch=20.0)
+    a = replace(a, kernels=replace(a.kernels, launch_delay_median_us=delay_us))
+    line = next(x for x in rules.launch_overhead(a).evidence if x.startswith("median launch-to-start delay"))
+    assert line.startswith(f"median launch-to-start delay {delay_us:.1f} us: ") and meaning in line
+    queued = [x for x in rules.gpu_bound_finding(a, 90.0).evidence if "kernels wait in the queue" in x]
+    assert queued == ([f"median launch-to-start delay {delay_us / 1000:.1f} ms: kernels wait in the queue behind "
+                       "earlier work"] if delay_us > 1000 else [])
