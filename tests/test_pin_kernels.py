@@ -116,3 +116,45 @@ def test_a_window_with_copies_and_no_kernel_has_empty_kernel_figures(tmp_path):
     assert (k["count"], k["total_ms"], k["mean_us"], k["median_us"], k["small_pct"]) == (0, 0.0, 0.0, 0.0, 0.0)
     assert set(k["categories"].values()) == {0.0} and k["by_name"] == [] and k["data_movement"] == []
     assert k["launch_delay_median_us"] is None and k["launch_delay_p90_us"] is None
+
+
+def test_without_launch_calls_the_optimizer_runs_what_starts_after_the_gpu_caught_up(tmp_path):
+    """A trace with no launch call (a CUPTI light window): a kernel is `optimizer` when it starts inside the
+    optimizer's own span [5000, 8000] after its device went idle there for >= 10 us. GPU 0: a GEMM [0, 4000], idle
+    until 5500 (the gap [4000, 5500] reaches into the span): the elementwise kernels [5500, 5600] and [7900, 8000]
+    start after it, inside the span: optimizer; [8100, 8200] starts after the span: elementwise. GPU 1 runs
+    [0, 7000] then [7000, 7100] back to back, never idle in the span: its [7000, 7100] was queued before, not
+    the optimizer's. Kernel time: 4000 + 100 x 3 (GPU 0) + 7000 + 100 (GPU 1) = 11400 us; optimizer 200 us."""
+    from conftest import write_trace
+
+    def host(name, ts, dur):
+        return {"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+    def k(name, ts, dur, device):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": device, "tid": 7, "ts": ts, "dur": dur,
+                "args": {"device": device, "stream": 7}}
+
+    events = [host("ProfilerStep#1", 0, 10000), host("Optimizer.step#AdamW.step", 5000, 3000),
+              k("ampere_sgemm_128x64_nn", 0, 4000, 0), k("vectorized_elementwise_kernel_add", 5500, 100, 0),
+              k("vectorized_elementwise_kernel_add", 7900, 100, 0), k("vectorized_elementwise_kernel_add", 8100, 100, 0),
+              k("ampere_sgemm_128x64_nn", 0, 7000, 1), k("vectorized_elementwise_kernel_mul", 7000, 100, 1)]
+    kd = analyze(read_trace(write_trace(tmp_path / "t.json", events))).kernels.to_dict()
+    assert kd["count"] == 6 and kd["categories_ms"]["optimizer"] == pytest.approx(0.2)
+    assert kd["categories_ms"]["elementwise"] == pytest.approx(0.2)  # GPU 0's [8100, 8200], GPU 1's [7000, 7100]
+    assert kd["categories_ms"]["gemm_conv"] == pytest.approx(11.0)
+
+
+@pytest.mark.parametrize("idle_us, optimizer", [(9.9, False), (10.0, True)])
+def test_the_gpu_caught_up_after_10_us_idle(tmp_path, idle_us, optimizer):
+    # GPU 0 busy [0, 5500 - idle], idle until 5500 inside the optimizer's span [5000, 8000], then a 100 us kernel:
+    # the GPU caught up (idle >= 10 us, inclusive), so the kernel was launched inside the span
+    from conftest import write_trace
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 1, "tid": 1, "ts": ts, "dur": d, "args": {}}
+              for n, ts, d in (("ProfilerStep#1", 0, 10000), ("Optimizer.step#AdamW.step", 5000, 3000))]
+    events += [{"ph": "X", "cat": "kernel", "name": n, "pid": 0, "tid": 7, "ts": ts, "dur": d,
+                "args": {"device": 0, "stream": 7}}
+               for n, ts, d in (("ampere_sgemm_128x64_nn", 0, 5500 - idle_us), ("vectorized_elementwise_kernel_add",
+                                                                              5500, 100))]
+    kd = analyze(read_trace(write_trace(tmp_path / "t.json", events))).kernels.to_dict()
+    assert kd["categories_ms"]["optimizer"] == pytest.approx(0.1 if optimizer else 0.0)
