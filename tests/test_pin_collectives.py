@@ -119,3 +119,21 @@ def test_every_dtype_size_is_the_element_size():
         assert collectives.dtype_bytes(name) == np.dtype(t).itemsize, name
     for name, bits in by_bits.items():
         assert collectives.dtype_bytes(name) == bits // 8, name
+
+
+def test_a_collective_launched_by_the_files_first_host_event_is_counted(tmp_path):
+    # the same trace with one NCCL kernel's launch call moved to the front of the file: the host table keeps file
+    # order, so that call is host row 0, and its kernel is still a call (the plain reading does not depend on order)
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    ev = doc["traceEvents"]
+    nccl = {e["args"]["correlation"] for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()}
+    i = next(i for i, e in enumerate(ev) if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and e.get("args", {}).get("correlation") in nccl)
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "first.json", [ev[i]] + ev[:i] + ev[i + 1:], **top))
+    assert tr.names[tr.host.name[0]] == ev[i]["name"]
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) and got.start.tolist() == pytest.approx([w[1] for w in want], abs=1e-3)
