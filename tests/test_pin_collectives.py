@@ -137,3 +137,20 @@ def test_a_collective_launched_by_the_files_first_host_event_is_counted(tmp_path
     rows = launches.launch_rows(tr)
     got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
     assert len(got) == len(want) and got.start.tolist() == pytest.approx([w[1] for w in want], abs=1e-3)
+
+
+def test_a_call_without_message_sizes_moves_no_bytes(tmp_path):
+    # the same trace with every record_param_comms' message sizes removed: the calls stay, their bytes are unknown,
+    # counted as 0 (no bandwidth is claimed for them), never as some bytes
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    for e in doc["traceEvents"]:
+        if e.get("name") == "record_param_comms":
+            e["args"].pop("In msg nelems", None)
+            e["args"].pop("Out msg nelems", None)
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "sizes.json", doc["traceEvents"], **top))
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) > 0 and got.nbytes.tolist() == [0.0] * len(want)
