@@ -154,3 +154,26 @@ def test_a_call_without_message_sizes_moves_no_bytes(tmp_path):
     rows = launches.launch_rows(tr)
     got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
     assert len(got) == len(want) > 0 and got.nbytes.tolist() == [0.0] * len(want)
+
+
+def test_an_nccl_kernel_launched_outside_every_collective_op_is_not_a_call(tmp_path):
+    # the same trace plus one NCCL kernel whose launch comes 50 us after the launching thread's last
+    # record_param_comms ended: no op encloses its launch, so it is no call (the plain reading skips it too)
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    ev = doc["traceEvents"]
+    nccl = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()}
+    call = next(e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and e.get("args", {}).get("correlation") in nccl)
+    t = max(e["ts"] + e["dur"] for e in ev if e.get("name") == "record_param_comms" and e["tid"] == call["tid"]) + 50
+    corr = max(e.get("args", {}).get("correlation", 0) for e in ev) + 1
+    kernel = nccl[call["args"]["correlation"]]
+    ev += [{**call, "ts": t, "args": {**call["args"], "correlation": corr}},
+           {**kernel, "ts": t + 100, "args": {**kernel["args"], "correlation": corr}}]
+    assert plain_calls(doc) == want
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "outside.json", ev, **top))
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) and got.start.tolist() == pytest.approx([w[1] for w in want], abs=1e-3)
