@@ -75,6 +75,8 @@ def test_gloo_annotations_are_the_calls_on_cpus(tmp_path):
            gloo("gloo:all_gather", 1300, 20, [[[10]], [[10]]], ["c10::BFloat16"]),  # a list: its first, x 2 ranks
            gloo("gloo:broadcast", 2100, 10, [], []),  # no shapes recorded: 0 bytes
            gloo("gloo:all_reduce", 2200, 30, [[8]], ["double"])]
+    # an event of another kind with such a name is no annotation, no call
+    ev += [{**gloo("gloo:all_reduce", 1500, 40, [], []), "cat": "python_function"}]
     ev += [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": 10,
             "args": {"device": 0, "stream": 7}}]
     tr = read_trace(write_trace(tmp_path / "t.json", ev, distributedInfo={"rank": 0, "world_size": 2}))
