@@ -55,9 +55,9 @@ def kernel(ts, dur, corr):
 
 def stats(tmp_path, loader):
     # three 10 ms steps; waits in __next__: step 1 [0, 4000] and an overlapping one [2000, 5000] on another thread
-    # (their union: 5 ms), step 2 [10000, 11000] (1 ms), step 3 none, plus one outside every step [35000, 36000]
+    # (their union: 5 ms), step 2 [10000, 11500] (1.5 ms), step 3 none, plus one outside every step [35000, 36000]
     events = [ev("ProfilerStep#1", 0, 10000), ev("ProfilerStep#2", 10000, 10000), ev("ProfilerStep#3", 20000, 10000),
-              ev(loader, 0, 4000), ev(loader, 2000, 3000, tid=2), ev(loader, 10000, 1000), ev(loader, 35000, 1000),
+              ev(loader, 0, 4000), ev(loader, 2000, 3000, tid=2), ev(loader, 10000, 1500), ev(loader, 35000, 1000),
               *kernel(6000, 3000, 1), *kernel(16000, 3000, 2), *kernel(26000, 3000, 3)]
     return analyze(read_trace(write_trace(tmp_path / "t.json", events))).dataloader
 
@@ -65,14 +65,14 @@ def stats(tmp_path, loader):
 def test_the_waits_per_step_are_their_union_inside_each_step(tmp_path):
     d = stats(tmp_path, SINGLE)
     assert d.present and d.count == 4 and d.iterators == [SINGLE]
-    assert d.per_step_ms == pytest.approx([5.0, 1.0, 0.0])
-    assert d.median_ms == pytest.approx(1.0)
-    # 6 ms of 30 ms of steps: 20% of the 10 ms step, 2 ms per step
-    assert d.ms_per_step == pytest.approx(2.0) and d.pct_of_step == pytest.approx(20.0)
-    # L = 2 ms, R = 8 ms: one in-process worker keeps pace
+    assert d.per_step_ms == pytest.approx([5.0, 1.5, 0.0])
+    assert d.median_ms == pytest.approx(1.5)
+    # 6.5 ms of 30 ms of steps: 21.67% of the 10 ms step, 2.167 ms per step
+    assert d.ms_per_step == pytest.approx(6.5 / 3) and d.pct_of_step == pytest.approx(650 / 30)
+    # L = 2.167 ms, R = 7.833 ms: one in-process worker keeps pace
     assert d.workers_to_keep_pace == 1
 
 
 def test_a_loader_with_workers_is_not_given_a_worker_count(tmp_path):
     d = stats(tmp_path, MULTI)
-    assert d.ms_per_step == pytest.approx(2.0) and d.workers_to_keep_pace == 0
+    assert d.ms_per_step == pytest.approx(6.5 / 3) and d.workers_to_keep_pace == 0
