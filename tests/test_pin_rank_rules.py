@@ -55,6 +55,7 @@ def test_the_straggler_is_critical_from_a_fifth_of_the_slowest_step(waited_ms, s
     assert f.cost_ms_per_step == waited_ms and f.cost_pct_of_step == pytest.approx(waited_ms)
     assert f.evidence[-1] == "rank 1's GPU throttled"
     assert f"they wait {waited_ms:.2f} ms per step" in f.evidence[0]
+    assert f"beside it ({waited_ms:.0f}% of the step)" in f.evidence[0]  # of the slowest rank's 100 ms step
 
 
 def test_no_straggler_no_finding():
@@ -78,6 +79,9 @@ def test_the_slow_link_is_the_byte_weighted_busbw_below_a_quarter_of_the_link():
     assert f.fixes[0].saving_ms == pytest.approx(saving) and f.fixes[0].how == "unset NCCL_P2P_DISABLE"
     assert "reach 25.0 GB/s bus bandwidth" in f.evidence[0] and "their transfer takes 4.00 ms" in f.evidence[1]
     assert f.evidence[2] == "transport variables set: NCCL_P2P_DISABLE=1"
+    # collectives of 1 MiB whose transfer took no measurable time weigh nothing: a bandwidth of 0 is reported
+    f = slow_link_finding(ranks(collectives=[coll(MIB, 20.0, 0.0)]), 100.0, "NVLink", {})
+    assert f.cost_ms_per_step == 0.0 and "reach 0.0 GB/s bus bandwidth" in f.evidence[0]
     # no link figure, or no collective of 1 MiB: nothing to compare
     assert slow_link_finding(ranks(collectives=cs), None, "", {}) is None
     assert slow_link_finding(ranks(collectives=[coll(MIB - 1, 1.0, 5.0)]), 100.0, "NVLink", {}) is None
