@@ -77,7 +77,9 @@ def test_the_slow_link_is_the_byte_weighted_busbw_below_a_quarter_of_the_link():
     saving = 4.0 * (1 - 25.0 / 100.1)
     assert f.cost_ms_per_step == pytest.approx(saving) and f.cost_pct_of_step == pytest.approx(saving)
     assert f.fixes[0].saving_ms == pytest.approx(saving) and f.fixes[0].how == "unset NCCL_P2P_DISABLE"
-    assert "reach 25.0 GB/s bus bandwidth" in f.evidence[0] and "their transfer takes 4.00 ms" in f.evidence[1]
+    assert f.evidence[0] == ("collectives of >= 1 MiB reach 25.0 GB/s bus bandwidth, 25.0% of the link's 100 GB/s "
+                             "(NVLink); rule: below 25%")  # 100 x 25 / 100.1 = 24.98%
+    assert "their transfer takes 4.00 ms" in f.evidence[1]
     assert f.evidence[2] == "transport variables set: NCCL_P2P_DISABLE=1"
     # collectives of 1 MiB whose transfer took no measurable time weigh nothing: a bandwidth of 0 is reported
     f = slow_link_finding(ranks(collectives=[coll(MIB, 20.0, 0.0)]), 100.0, "NVLink", {})
@@ -128,6 +130,16 @@ def test_when_the_wait_is_the_largest_share_the_verdict_is_waiting():
     # communication 10, gpu 5, waiting 40
     assert d.scores == pytest.approx({"communication_bound": 10.0, "gpu_bound": 5.0, "waiting": 40.0})
     assert d.primary == "waiting"
+
+
+def test_a_verdict_the_wait_no_longer_supports_goes_to_the_next_largest_score():
+    d = comm_diagnosis(20.0)
+    d.primary, d.scores = "gpu_bound", {"gpu_bound": 50.0, "copy_bound": 40.0, "communication_bound": 10.0}
+    discount_wait(d, wait_ms=20.0, straggler=1, step_ms=100.0, transfer_ms=6.0)
+    # gpu 50 - 20 = 30, communication max(10 - 20, 0) = 0, waiting 20: copy_bound's 40 is now the largest
+    assert d.scores == pytest.approx({"gpu_bound": 30.0, "copy_bound": 40.0, "communication_bound": 0.0,
+                                      "waiting": 20.0})
+    assert d.primary == "copy_bound" and "20.00 ms per step (20%) of it is waiting for rank 1" in d.reason
 
 
 def test_no_wait_changes_nothing():
