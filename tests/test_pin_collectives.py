@@ -72,7 +72,8 @@ def test_gloo_annotations_are_the_calls_on_cpus(tmp_path):
     ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": 1000 * i,
            "dur": 1000, "args": {}} for i in (1, 2)]
     ev += [gloo("gloo:all_reduce", 1100, 50, [[256, 4]], ["float"]),  # 1024 floats: 4096 bytes
-           gloo("gloo:all_gather", 1300, 20, [[[10]], [[10]]], ["c10::BFloat16"]),  # a list: its first, x 2 ranks
+           # a list: its first tensor, in its first input's dtype (not the scalar after it), x 2 ranks
+           gloo("gloo:all_gather", 1300, 20, [[[10]], [[10]]], ["c10::BFloat16", "Scalar"]),
            gloo("gloo:broadcast", 2100, 10, [], []),  # no shapes recorded: 0 bytes
            gloo("gloo:all_reduce", 2200, 30, [[8]], ["double"])]
     # an event of another kind with such a name is no annotation, no call
