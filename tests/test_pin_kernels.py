@@ -79,8 +79,8 @@ def test_launch_delay_is_the_kernels_start_less_its_calls(both):
     assert k["launch_delay_p90_us"] == pytest.approx(p90, abs=EPS_US)
 
 
-INDEX = ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::{impl}<at::native::"
-         "OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{{lambda(char*, char "
+INDEX = ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::{impl}<"
+         "at::native::OpaqueType<4> >(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>)::{{lambda(char*, char "
          "const*, long)#1}}>(at::TensorIteratorBase&, c10::ArrayRef<long>, c10::ArrayRef<long>, {{lambda}} const&)")
 
 
@@ -136,7 +136,8 @@ def test_without_launch_calls_the_optimizer_runs_what_starts_after_the_gpu_caugh
 
     events = [host("ProfilerStep#1", 0, 10000), host("Optimizer.step#AdamW.step", 5000, 3000),
               k("ampere_sgemm_128x64_nn", 0, 4000, 0), k("vectorized_elementwise_kernel_add", 5500, 100, 0),
-              k("vectorized_elementwise_kernel_add", 7900, 100, 0), k("vectorized_elementwise_kernel_add", 8100, 100, 0),
+              k("vectorized_elementwise_kernel_add", 7900, 100, 0),
+              k("vectorized_elementwise_kernel_add", 8100, 100, 0),
               k("ampere_sgemm_128x64_nn", 0, 7000, 1), k("vectorized_elementwise_kernel_mul", 7000, 100, 1)]
     kd = analyze(read_trace(write_trace(tmp_path / "t.json", events))).kernels.to_dict()
     assert kd["count"] == 6 and kd["categories_ms"]["optimizer"] == pytest.approx(0.2)
