@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 PKG = "src/gpucheckup"
 
 # The one table to edit when a module moves or gains tests: short name -> (module under src/gpucheckup, the fast
-# tests that exercise it: tests/test_<name>.py, the pinning ones first so that most mutants fail in a second or two).
+# tests that exercise it: tests/test_<name>.py, the pinning ones first so that most mutants fail in a second or two;
+# no test that drives a browser: under load its start-up can time out, which would count as a kill).
 TABLE = {
     "verdict": ("diagnosis/verdict.py", "pin_verdict rule_table whatif_reports verdicts"),
     "rules": ("diagnosis/rules.py", "pin_rules rule_table synthetic_rules more_cases verdicts"),
@@ -54,6 +55,14 @@ TABLE = {
     "whatif": ("whatif/edits.py", "pin_whatif replay_whatif compile_edit static_shapes whatif_reports"),
     "ranks": ("analysis/job/ranks.py", "pin_ranks ranks_h200x2 ranks"),
     "collectives": ("analysis/one_trace/collectives.py", "pin_collectives ranks_h200x2 ranks"),
+    "cpu_rules": ("diagnosis/cpu_rules.py", "pin_cpu_rules cpu_fixes cpu_job_verdict"),
+    "rank_rules": ("diagnosis/rank_rules.py", "pin_rank_rules pin_ranks ranks_h200x2 ranks"),
+    "step_basis": ("analysis/step_basis.py", "pin_step_basis run_reports document profiler_overhead one_window"),
+    "kernels": ("analysis/one_trace/kernels.py",
+                "pin_kernels kernel_categories optimizer_closure pin_rules pin_fixes synthetic_rules more_cases"),
+    "optimizer_spans": ("analysis/one_trace/optimizer_spans.py",
+                        "pin_optimizer_spans optimizer_closure pin_whatif pin_fixes"),
+    "dataloader": ("analysis/one_trace/dataloader.py", "pin_dataloader pin_fixes pin_whatif pin_rules verdicts"),
 }
 MODULES = {k: (path, [f"tests/test_{t}.py" for t in tests.split()]) for k, (path, tests) in TABLE.items()}
 
@@ -114,8 +123,10 @@ def changed_line(diff: str) -> str:
 
 
 def test_command(tests: list[str], timeout: float) -> str:
-    """The pytest command each mutant runs: stop at the first failure, no cache, a per-test timeout."""
-    return f"{sys.executable} -m pytest -x -q -p no:cacheprovider --timeout={int(timeout)} {' '.join(tests)}"
+    """The pytest command each mutant runs: stop at the first failure, no cache, its temporary files inside the
+    copy, a per-test timeout."""
+    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider --basetemp=.pytest_tmp --timeout={int(timeout)} "
+            f"{' '.join(tests)}")
 
 
 def run_module(short: str, work: Path, rng: random.Random, sample: int, timeout: float) -> tuple[int, int, list]:

@@ -148,12 +148,17 @@ def test_unknown_fields_are_ignored(tmp_path):
     assert read_report(tmp_path / "out.json")["kernels"]["count"] == 2
 
 
-@pytest.mark.parametrize("content", [b"{}", b'{"traceEvents": {}}', b'{"traceEvents": "x"}'])
-def test_wrong_shapes(tmp_path, content):
+@pytest.mark.parametrize("content, why", [
+    (b"{}", "not a PyTorch profiler trace (no `traceEvents` list)"),
+    (b'{"traceEvents": {}}', "`traceEvents` is a JSON dict, expected a list"),
+    (b'{"traceEvents": "x"}', "`traceEvents` is a JSON str, expected a list"),
+])
+def test_wrong_shapes(tmp_path, content, why):
     bad = tmp_path / "shape.json"
     bad.write_bytes(content)
     res = run_cli("analyze", str(bad))
-    assert res.returncode == 2 and "Traceback" not in res.stderr
+    # exit 2 with one line that names the file and what is wrong with it (docs/cli.md: bad input)
+    assert res.returncode == 2 and res.stderr.strip() == f"gpucheckup: error: {bad}: {why}", res.stderr
 
 
 def test_folder_with_one_corrupt_rank_keeps_the_good_one(tmp_path):

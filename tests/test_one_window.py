@@ -126,7 +126,9 @@ def test_no_saving_printed_exceeds_the_step(outputs, fmt):
     steps = [float(s) for s in STEP.findall(text)]
     if not steps:
         pytest.skip("run without a GPU timeline")
-    for ms in SAVES.findall(text):
+    saves = SAVES.findall(text)
+    assert saves  # the check-up offers fixes with savings: a format that stopped printing them fails here
+    for ms in saves:
         assert float(ms) <= max(steps) + 0.005
 
 

@@ -72,9 +72,12 @@ def test_gloo_annotations_are_the_calls_on_cpus(tmp_path):
     ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": 1000 * i,
            "dur": 1000, "args": {}} for i in (1, 2)]
     ev += [gloo("gloo:all_reduce", 1100, 50, [[256, 4]], ["float"]),  # 1024 floats: 4096 bytes
-           gloo("gloo:all_gather", 1300, 20, [[[10]], [[10]]], ["c10::BFloat16"]),  # a list: its first, x 2 ranks
+           # a list: its first tensor, in its first input's dtype (not the scalar after it), x 2 ranks
+           gloo("gloo:all_gather", 1300, 20, [[[10]], [[10]]], ["c10::BFloat16", "Scalar"]),
            gloo("gloo:broadcast", 2100, 10, [], []),  # no shapes recorded: 0 bytes
            gloo("gloo:all_reduce", 2200, 30, [[8]], ["double"])]
+    # an event of another kind with such a name is no annotation, no call
+    ev += [{**gloo("gloo:all_reduce", 1500, 40, [], []), "cat": "python_function"}]
     ev += [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1000, "dur": 10,
             "args": {"device": 0, "stream": 7}}]
     tr = read_trace(write_trace(tmp_path / "t.json", ev, distributedInfo={"rank": 0, "world_size": 2}))
@@ -119,3 +122,61 @@ def test_every_dtype_size_is_the_element_size():
         assert collectives.dtype_bytes(name) == np.dtype(t).itemsize, name
     for name, bits in by_bits.items():
         assert collectives.dtype_bytes(name) == bits // 8, name
+
+
+def test_a_collective_launched_by_the_files_first_host_event_is_counted(tmp_path):
+    # the same trace with one NCCL kernel's launch call moved to the front of the file: the host table keeps file
+    # order, so that call is host row 0, and its kernel is still a call (the plain reading does not depend on order)
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    ev = doc["traceEvents"]
+    nccl = {e["args"]["correlation"] for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()}
+    i = next(i for i, e in enumerate(ev) if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and e.get("args", {}).get("correlation") in nccl)
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "first.json", [ev[i]] + ev[:i] + ev[i + 1:], **top))
+    assert tr.names[tr.host.name[0]] == ev[i]["name"]
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) and got.start.tolist() == pytest.approx([w[1] for w in want], abs=1e-3)
+
+
+def test_a_call_without_message_sizes_moves_no_bytes(tmp_path):
+    # the same trace with every record_param_comms' message sizes removed: the calls stay, their bytes are unknown,
+    # counted as 0 (no bandwidth is claimed for them), never as some bytes
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    for e in doc["traceEvents"]:
+        if e.get("name") == "record_param_comms":
+            e["args"].pop("In msg nelems", None)
+            e["args"].pop("Out msg nelems", None)
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "sizes.json", doc["traceEvents"], **top))
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) > 0 and got.nbytes.tolist() == [0.0] * len(want)
+
+
+def test_an_nccl_kernel_launched_outside_every_collective_op_is_not_a_call(tmp_path):
+    # the same trace plus one NCCL kernel whose launch comes 50 us after the launching thread's last
+    # record_param_comms ended: no op encloses its launch, so it is no call (the plain reading skips it too)
+    with gzip.open(RANK0, "rt") as f:
+        doc = json.load(f)
+    want = plain_calls(doc)
+    ev = doc["traceEvents"]
+    nccl = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"].lower()}
+    call = next(e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and e.get("args", {}).get("correlation") in nccl)
+    t = max(e["ts"] + e["dur"] for e in ev if e.get("name") == "record_param_comms" and e["tid"] == call["tid"]) + 50
+    corr = max(e.get("args", {}).get("correlation", 0) for e in ev) + 1
+    kernel = nccl[call["args"]["correlation"]]
+    ev += [{**call, "ts": t, "args": {**call["args"], "correlation": corr}},
+           {**kernel, "ts": t + 100, "args": {**kernel["args"], "correlation": corr}}]
+    assert plain_calls(doc) == want
+    top = {k: v for k, v in doc.items() if k != "traceEvents"}
+    tr = read_trace(write_trace(tmp_path / "outside.json", ev, **top))
+    rows = launches.launch_rows(tr)
+    got = collectives.collective_calls(tr, steps.find_steps(tr, rows), rows)
+    assert len(got) == len(want) and got.start.tolist() == pytest.approx([w[1] for w in want], abs=1e-3)

@@ -223,3 +223,15 @@ def test_tf32_and_bf16_save_the_fp32_gemm_time_less_its_share_at_the_faster_peak
     assert got == {"tf32": pytest.approx(fp32 * (1 - 67 / 494.7)),
                    "bf16_autocast": pytest.approx(fp32 * (1 - 67 / 989.4))}
     assert offered(replace(a, kernels=replace(a.kernels, per_name=[])), "tf32", "bf16_autocast") == {}
+
+
+def test_more_threads_save_the_operators_time_they_would_split():
+    from gpucheckup.analysis.run_logs.environment import ThreadBudget
+
+    # 30 ms of operators per step on 1 thread of 4 usable cores: at best 1/4 of it is left, 30 x 3/4 = 22.5 ms
+    # saved; on 3 threads of 4: 30 x 1/4 = 7.5 ms
+    assert offered(ThreadBudget(30.0, 1, 4), "cpu_threads") == pytest.approx({"cpu_threads": 22.5})
+    assert offered(ThreadBudget(30.0, 3, 4), "cpu_threads") == pytest.approx({"cpu_threads": 7.5})
+    # as many threads as cores (or more, or none reported): nothing to offer
+    assert offered(ThreadBudget(30.0, 4, 4), "cpu_threads") == {} == offered(ThreadBudget(30.0, 0, 4), "cpu_threads")
+    assert "torch.set_num_threads(4)" in fixes.offer(ThreadBudget(30.0, 1, 4), "cpu_threads")[0].action

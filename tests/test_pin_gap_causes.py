@@ -125,3 +125,17 @@ def test_no_gaps_no_dominant_cause():
     empty = gap_causes.GapCauses(np.zeros((0, len(gap_causes.CAUSES))), np.zeros((0, 2), dtype=np.int64),
                                  np.zeros(0, dtype=np.int64))
     assert empty.dominant().tolist() == [] and set(empty.by_cause_us().values()) == {0.0}
+
+
+def test_a_gap_whose_op_was_launched_by_the_traces_first_host_row_is_queued(tmp_path):
+    # the second kernel's launch at -10 is the trace's first host event (row 0): launched before the gap [100, 600]
+    # began, the op was queued, so the whole gap is `queued` (500 us), not the main thread's host time
+    events = (kernel(-10, 600, 1000, 2) + [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(0, 0, 100, 1))
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    assert tr.host.start[0] == min(tr.host.start) and tr.names[tr.host.name[0]] == "cudaLaunchKernel"
+    st = steps.find_steps(tr, rows)
+    tl = timeline.gpu_timeline(tr, st)
+    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(100, 600)]
+    c = gap_causes.attribute_gaps(tr, st, tl, rows)
+    assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx({"queued": 500})

@@ -156,3 +156,37 @@ def test_rank_input_compute_and_idle_per_step_against_the_raw_events():
     # over the whole window, per step: the windows tile it, so the sums of the per-step figures over the steps
     assert r.compute_ms == pytest.approx(sum(compute) / len(windows), abs=1e-6)
     assert r.idle_ms == pytest.approx(sum(idle) / len(windows), abs=1e-6)
+
+
+def test_last_pct_is_the_exact_share_of_matched_calls():
+    # rank 1 last at 13 of the 40 calls: 32.5%, rank 0 at the other 27: 67.5% (not rounded down to a whole percent)
+    a = ranks.analyze_ranks([_taking_turns(0, set(range(13))), _taking_turns(1, set(range(13)))])
+    t = {row.rank: row for row in a.table}
+    assert t[1].last_pct == pytest.approx(32.5) and t[0].last_pct == pytest.approx(67.5)
+
+
+def test_activity_splits_the_step_threads_time_by_hand(tmp_path):
+    """Two 10 ms steps on thread 1: the DataLoader [0, 2000] and [10000, 11000], a cudaDeviceSynchronize
+    [5000, 6000], operators [2000, 5000] and [11000, 18000]; a loader on another thread [6000, 9000] is not the
+    step thread's. Per step (2 steps): input 3000 us / 2 = 1.5 ms, sync 1000 / 2 = 0.5 ms, outside operators
+    [6000, 10000] + [18000, 20000] = 6000 / 2 = 3.0 ms; gpu_compute is the figure given."""
+    from conftest import write_trace
+    from gpucheckup.analysis.one_trace import launches, steps
+    from gpucheckup.trace import read_trace
+
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+    def ev(cat, name, ts, dur, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 10000), ev("user_annotation", "ProfilerStep#2", 10000, 10000),
+              ev("user_annotation", loader, 0, 2000), ev("user_annotation", loader, 10000, 1000),
+              ev("cuda_runtime", "cudaDeviceSynchronize", 5000, 1000), ev("cpu_op", "aten::mm", 2000, 3000),
+              ev("cpu_op", "aten::mm", 11000, 7000), ev("user_annotation", loader, 6000, 3000, tid=2)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    assert st.window == (0, 20000)
+    got = ranks.activity(tr, st, rows, 4.25)
+    assert got == pytest.approx({"input": 1.5, "sync": 0.5, "outside_ops": 3.0, "gpu_compute": 4.25})
+    assert "gpu_compute" not in ranks.activity(tr, st, rows, None)  # a CPU trace has no GPU compute

@@ -100,6 +100,38 @@ def test_pageable_copies_from_one_mb_per_step_and_warning_from_one_percent():
     assert rules.pageable_copies(with_copies(0, 5.0, 5.0)) is None
     assert rules.pageable_copies(with_copies(3, 1.0, 0.99)).severity == "info"
     assert rules.pageable_copies(with_copies(3, 1.0, 1.0)).severity == "warning"
+    # the evidence's pinned time: 50 MB per step at 25 GB/s (docs/metrics.md) is 50 / 25 = 2 ms per step
+    f = rules.pageable_copies(with_copies(4, 50.0, 5.0))
+    assert f.evidence[0].startswith("4 copies touch pageable host memory (50.0 MB, 5.00 ms per step)")
+    assert f.evidence[1] == "the same bytes take 2.00 ms per step pinned at 25 GB/s"
+    # where to look: the pageable copies only; the compute_bound trace has none (its 156 copies are device to
+    # device), so the figures set by hand point at no event rather than at the device-to-device copies
+    assert f.events == []
+
+
+def test_exposed_copies_list_each_direction_from_the_raw_events():
+    import independent as ind
+    from conftest import raw_events
+
+    a = base()
+    f = rules.exposed_copies(replace(a, copies=replace(a.copies, exposed_ms_per_step=5.0)))
+    doc = raw_events(trace_path("compute_bound"))
+    windows = ind.step_windows(doc)
+    lo, hi = windows[0][0], windows[-1][1]
+    dtod = [e for e in doc["traceEvents"] if e.get("cat") == "gpu_memcpy" and lo <= e["ts"] <= hi]
+    assert {e["name"] for e in dtod} == {"Memcpy DtoD (Device -> Device)"}
+    mb = sum(e["args"]["bytes"] for e in dtod) / 1e6
+    assert len(f.evidence) == 2  # the overall line, then one line per direction: here one
+    assert f.evidence[1].startswith(f"DtoD: {len(dtod)} copies, {mb:.1f} MB")
+
+
+@pytest.mark.parametrize("waiting_ms, line", [(0.0, False), (2.0, True)])
+def test_exposed_communication_says_the_host_waits_only_when_it_does(waiting_ms, line):
+    a = base()
+    comm = replace(a.communication, exposed_ms_per_step=6.0)
+    f = rules.exposed_communication(replace(idle(communication=waiting_ms), communication=comm))
+    said = [x for x in f.evidence if "while the host waits on collectives" in x]
+    assert said == (["the GPU idles 2.00 ms per step while the host waits on collectives"] if line else [])
 
 
 @pytest.mark.parametrize("count,cv,fires", [(3, 20.0, True), (3, 19.99, False), (2, 50.0, False), (10, 20.0, True)])
@@ -214,3 +246,20 @@ def test_lock_contention_costs_the_slow_calls_host_time(tmp_path):
                 "args": {"device": 0, "stream": 7, "correlation": 41}}]
     f = rules.lock_contention(analyze(read_trace(write_trace(tmp_path / "t.json", events))))
     assert f.cost_ms_per_step == pytest.approx(0.8) and f.cost_pct_of_step == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("delay_us, meaning", [
+    (49.9, "starved rather than queued"),
+    (50.0, "between starved (< 50 us) and queued (> 1 ms)"),
+    (1000.0, "between starved (< 50 us) and queued (> 1 ms)"),
+    (1000.1, "most kernels wait in a queue"),
+])
+def test_launch_delay_reads_starved_under_50_us_and_queued_over_1_ms(delay_us, meaning):
+    # docs/metrics.md: a median launch delay under 50 us is starved, over 1 ms queued (both exclusive)
+    a = idle(launch=20.0)
+    a = replace(a, kernels=replace(a.kernels, launch_delay_median_us=delay_us))
+    line = next(x for x in rules.launch_overhead(a).evidence if x.startswith("median launch-to-start delay"))
+    assert line.startswith(f"median launch-to-start delay {delay_us:.1f} us: ") and meaning in line
+    queued = [x for x in rules.gpu_bound_finding(a, 90.0).evidence if "kernels wait in the queue" in x]
+    assert queued == ([f"median launch-to-start delay {delay_us / 1000:.1f} ms: kernels wait in the queue behind "
+                       "earlier work"] if delay_us > 1000 else [])

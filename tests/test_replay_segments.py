@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import DEMO, REPO, fixtures_dir, trace_path
@@ -85,8 +85,8 @@ def test_scrambled_graphs_give_the_walks_floats(seed, case):
     with pytest.MonkeyPatch.context() as m:
         m.setattr(replay, "SEGMENT_COST_NODES", 0)
         fast = replay._replay_by_segments(g)
-        if fast is not None:
-            _same(fast, _walked(g, m))
+        assume(fast is not None)  # compared, never passed unseen: too few comparable graphs fail as unsatisfiable
+        _same(fast, _walked(g, m))
 
 
 def test_what_only_the_walk_models_is_left_to_it():
