@@ -205,14 +205,11 @@ def _matched_calls(inputs: list[RankInput]) -> tuple[list[tuple[tuple, dict[int,
 
 @dataclass
 class _Split:
-    """Each rank's collective time split over the matched calls (us): the transfer (the fastest rank's duration),
-    the wait beyond it, the wait not hidden by compute, the exposed wait its lateness caused on the others; per step
-    label the first three and its largest lateness; per collective (name, bytes, group size) its calls' transfer and
-    mean wait; the bus bytes and their transfer time."""
+    """Each rank's collective time split over the matched calls (us): the exposed wait its lateness caused on the
+    others and how often it came last; each call's wait; per step label the transfer (the fastest rank's duration),
+    the wait beyond it, the wait not hidden by compute, and its largest lateness; per collective (name, bytes, group
+    size) its calls' transfer and mean wait; the bus bytes and their transfer time."""
 
-    transfer: np.ndarray
-    wait: np.ndarray
-    exposed: np.ndarray
     caused: np.ndarray
     last_count: np.ndarray
     call_waits: list[np.ndarray]
@@ -226,7 +223,7 @@ class _Split:
 def _split_calls(inputs: list[RankInput], matched: list, offsets: np.ndarray) -> _Split:
     """Split every matched call's time on each rank (_Split), its start aligned by the rank's clock offset."""
     n = len(inputs)
-    sp = _Split(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
+    sp = _Split(np.zeros(n), np.zeros(n),
                 [np.full(len(r.calls), np.nan) for r in inputs],
                 [defaultdict(lambda: np.zeros(3)) for _ in inputs],  # step label -> transfer, wait, exposed
                 [defaultdict(float) for _ in inputs])  # step label -> its largest lateness there
@@ -237,14 +234,11 @@ def _split_calls(inputs: list[RankInput], matched: list, offsets: np.ndarray) ->
         start = np.array([inputs[ri].calls.start[ci] - offsets[ri] for ri, ci in zip(ris, cis)])
         dur = np.array([inputs[ri].calls.end[ci] - inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
         tr = float(dur.min())
-        sp.transfer[ris] += tr
-        sp.wait[ris] += dur - tr
         for ri, ci, w in zip(ris, cis, dur - tr):
             sp.call_waits[ri][ci] = w
         own_start = np.array([inputs[ri].calls.start[ci] for ri, ci in zip(ris, cis)])
         ex = np.array([(d - tr) - float(iv.covered_between(computing[ri], s0, s0 + d - tr))
                        for ri, s0, d in zip(ris, own_start, dur)])
-        sp.exposed[ris] += ex
         for j, ri in enumerate(ris):
             sp.per_step[ri][k[2]] += (tr, dur[j] - tr, ex[j])
         last = int(np.argmax(start))
