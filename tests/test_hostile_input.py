@@ -274,6 +274,21 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_output(tmp_pat
     assert flat(json.loads(stdout_json))["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
 
 
+def test_output_names_that_are_not_utf8_or_hold_escapes_are_shown_escaped(tmp_path):
+    """The lines saying where each output went printed the user's file name raw: an ESC sequence in it (a name
+    from a script) cleared the terminal, a byte that is not UTF-8 went out as it was."""
+    name = os.fsdecode(b"out-\xff-\x1b[2J")
+    args = []
+    for option in ("--json", "--html", "--markdown", "--perfetto"):
+        args += [option, str(tmp_path / f"{name}{option}")]
+    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", *args)
+    assert rc == 0, err
+    said = (out + err).encode("utf-8", "surrogateescape")
+    assert b"\x1b" not in said and b"\xff" not in said, said
+    assert said.count(b"out-\\udcff-\\x1b[2J") == 4, said
+    assert len(os.listdir(tmp_path)) == 4
+
+
 def _trace_with_kernel_name(path: Path, name: str) -> Path:
     import gzip
 

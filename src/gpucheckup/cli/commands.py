@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from gpucheckup.errors import EXIT_FAILED_CONDITION, CheckupError, say
+from gpucheckup.safe_text import safe
 
 DEMO_HTML = Path("gpucheckup-demo.html")
 MFU_NUMBERS = ("flops_per_step", "params", "tokens_per_step", "samples_per_step", "peak_tflops", "layers", "d_model",
@@ -195,7 +196,7 @@ def cmd_ceilings(args, console) -> int:
                                                                                         markup=False))
     path = ceilings.save(c, args.out or ceilings.default_path(c.device))
     print_ceilings(c, console)
-    console.print(f"ceilings written to {path}", style="dim", markup=False)
+    console.print(f"ceilings written to {safe(path)}", style="dim", markup=False)
     return 0
 
 
@@ -339,7 +340,7 @@ def cmd_ab(args, console) -> int:
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, json_doc.document(result.to_dict()))
-        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(args.json)}", style="dim", markup=False)
     return 0
 
 
@@ -368,10 +369,10 @@ def cmd_compare(args, console) -> int:
     compare_text.render(c, console, everything=args.all)
     if args.markdown:
         write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b), args.all).encode())
-        console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
+        console.print(f"Markdown written to {safe(args.markdown)}", style="dim", markup=False)
     if args.json:
         write_atomic(args.json, json_doc.document(c.to_dict()))
-        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(args.json)}", style="dim", markup=False)
     if args.fail_if_slower is None:
         return 0
     if c.step_change_pct is None:  # a gate that cannot be tested has not passed (as analyze's --fail-if)
