@@ -469,6 +469,19 @@ def test_each_environment_probe_fails_alone(monkeypatch):
     assert env["platform"] and env["topology"] and "memory_gb" in env
 
 
+def test_a_sparse_file_given_as_the_ncu_csv_is_one_line_in_bounded_memory(tmp_path):
+    """`--ncu` read its file whole as text: a 2 GiB sparse file took over a minute and gigabytes. Its lines are now
+    read with a bounded length, and a file with none ending (4 MiB) is one line."""
+    sparse = tmp_path / "ncu.csv"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", "--ncu", str(sparse),
+                                     timeout=60)
+    line = one_line(err)
+    assert rc == 2 and str(sparse) in line and "a line over 4 MiB" in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
 @pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])
 def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_path, member):
     """Before: a 2 GB sparse CSV was read as one 2 GB line (4.2 GB peak, 22 s), a JSON file read whole."""
