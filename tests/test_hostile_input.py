@@ -482,6 +482,18 @@ def test_a_sparse_file_given_as_the_ncu_csv_is_one_line_in_bounded_memory(tmp_pa
     assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
 
 
+def test_a_sparse_file_given_to_compare_is_refused_by_its_size(tmp_path):
+    """compare reads a check-up document whole: a 2 GiB sparse .json (no traceEvents at its start, so taken for a
+    document) was read into memory (2.1 GB peak) before its line."""
+    sparse = tmp_path / "a.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("compare", str(sparse), str(sparse), timeout=60)
+    line = one_line(err)
+    assert rc == 2 and str(sparse) in line and "2048 MiB, over the 256 MiB" in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
 @pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])
 def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_path, member):
     """Before: a 2 GB sparse CSV was read as one 2 GB line (4.2 GB peak, 22 s), a JSON file read whole."""
