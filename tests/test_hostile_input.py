@@ -194,6 +194,28 @@ def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_
     assert rss < RSS_LIMIT_MB + 200, f"peak RSS {rss:.0f} MB"
 
 
+def test_a_rank_folder_names_a_bomb_or_sparse_file_that_holds_no_json_at_all(tmp_path):
+    """A rank's file of zeros (a gzip bomb without the key, a sparse file) was passed over in silence: the folder's
+    sniff for `traceEvents` took it for a configuration file. Only JSON without the key is such a file."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    real = Path(__file__).parent / "data" / "h200x2" / "ddp_healthy" / "traces"
+    for name in ("rank0.json.gz", "rank1.json.gz"):
+        shutil.copy(real / name, folder / name)
+    gzip_of_zeros(folder / "rank2.json.gz", b"", 64 << 20)
+    with open(folder / "rank3.json", "wb") as f:
+        f.truncate(2 * GIB)
+    (folder / "meta.json").write_text('{"model": "resnet"}')  # a configuration file: still passed over
+    rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=60)
+    assert rc == 0, err
+    doc = json.loads(out)
+    skipped = [n for n in doc["notes"] if n.startswith("skipped")]
+    assert len(skipped) == 2 and "rank2.json.gz" in skipped[0] and "rank3.json" in skipped[1], doc["notes"]
+    assert all("0x00" in n for n in skipped), skipped
+    assert sorted(r["rank"] for r in doc["job"]["ranks"]["table"]) == [0, 1], doc["job"]
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
 @pytest.mark.parametrize("bomb", ["empty_events", "kernel_events"])
 def test_a_rank_folder_of_real_ranks_with_an_events_bomb_checks_up_the_good_ones(tmp_path, bomb):
     """Two real DDP ranks (H200) and a third rank that is a bomb of valid events (before: minutes, the folder's

@@ -708,14 +708,19 @@ SNIFF_BYTES = 4 << 20  # "traceEvents" appears in a Kineto trace's first few kil
 
 
 def looks_like_trace(path: Path) -> bool:
-    """Whether a JSON file's first megabytes name `traceEvents` (configuration and metadata files do not)."""
+    """Whether a JSON file's first megabytes name `traceEvents` (configuration and metadata files do not), or are
+    not JSON at all (zeros, binary: a damaged or hostile trace, which read_trace names and says why)."""
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-            return b'"traceEvents"' in f.read(SNIFF_BYTES)
+            head = f.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return True  # unreadable: let read_trace say why in one line
+    if b'"traceEvents"' in head:
+        return True
+    first = head.lstrip()[:1]
+    return first != b"" and first not in b"{[\"-0123456789tfn"  # any JSON text starts with one of these
 
 
 def find_trace_files(folder: Path) -> list[Path]:
