@@ -516,6 +516,20 @@ def test_a_sparse_file_given_to_compare_is_refused_by_its_size(tmp_path):
     assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
 
 
+def test_a_time_of_1e308_in_nvml_csv_is_one_line_not_a_crash(tmp_path):
+    """Found by the fuzz (seed 600, case 6767): an attach run whose nvml.csv holds a t_s of 1e308 (finite, so read)
+    crashed the terminal report there (TypeError, exit 70): its evidence's start, 1000 x 1e308 ms, is inf. Before,
+    this copy of a real attach run read the time as it was (exit 0)."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "h200" / "runs" / "20261129-110024-attach-653", run)
+    lines = (run / "nvml.csv").read_text().splitlines()
+    lines[5] = "1e308" + lines[5][lines[5].index(","):]
+    (run / "nvml.csv").write_text("\n".join(lines) + "\n")
+    rc, out, err, _ = run_measured("analyze", str(run))
+    line = one_line(err)
+    assert rc == 2 and "nvml.csv: line 6, column t_s: '1e308' is not a time" in line, line
+
+
 @pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])
 def test_a_sparse_file_inside_a_run_directory_is_one_line_in_bounded_memory(tmp_path, member):
     """Before: a 2 GB sparse CSV was read as one 2 GB line (4.2 GB peak, 22 s), a JSON file read whole."""
