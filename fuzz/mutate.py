@@ -382,15 +382,16 @@ SPARSE_BYTES = 1 << 30
 EVENT = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2},'
 BOMB_HEADS = {"zeros": (b"", b"\0"), "zeros_after_key": (b'{"traceEvents":[', b"\0"),
               "zeros_after_events": (b'{"traceEvents":[' + EVENT * 40000, b"\0"),
-              "long_event": (b'{"traceEvents":[{"name":"', b"a"), "spaces": (b'{"traceEvents":[', b" ")}
+              "long_event": (b'{"traceEvents":[{"name":"', b"a"), "spaces": (b'{"traceEvents":[', b" "),
+              "empty_events": (b'{"traceEvents":[', b"{},"), "kernel_events": (b'{"traceEvents":[', EVENT)}
 
 
 @functools.lru_cache(maxsize=None)
 def gzip_bomb(kind: str) -> bytes:
-    """One gzip member: a head, then BOMB_BYTES of one byte (built once per process)."""
+    """One gzip member: a head, then BOMB_BYTES of one byte or one event repeated (built once per process)."""
     head, fill = BOMB_HEADS[kind]
     c = zlib.compressobj(9, zlib.DEFLATED, 31)
-    block = fill * (16 << 20)
+    block = fill * ((16 << 20) // len(fill))
     return c.compress(head) + b"".join(c.compress(block) for _ in range(BOMB_BYTES // len(block))) + c.flush()
 
 
@@ -474,7 +475,8 @@ def mutate_trace_bytes(raw_gz: bytes, rnd: random.Random, ops: list[str]) -> byt
 OPTIONS = [["--html", "{out}/r.html"], ["--markdown", "{out}/r.md"], ["--perfetto", "{out}/p.json.gz"],
            ["--json", "{out}/r.json"], ["--flops-per-step", "1e12"],
            ["--gpu", "H200-SXM"], ["--gpu", "NVIDIA " + "H" * 400], ["--unprofiled-step-ms", "3"],
-           ["--samples-per-step", "32"], ["--peak-tflops", "1e308"]]
+           ["--samples-per-step", "32"], ["--peak-tflops", "1e308"],
+           ["--json", "{out}/\x1b[2J\u009b" + os.fsdecode(b"-\xff-") + "r.json"]]  # an output name to show escaped
 TERMINAL_SHARE = 0.25  # cases that render the terminal report (the slowest part of a check-up); others --quiet
 HOSTILE_SHARE = 0.02  # cases with a hostile file (hostile_file) in place of one of theirs
 

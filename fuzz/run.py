@@ -6,8 +6,8 @@
 
 Each case runs in-process through `gpucheckup.cli.main` with `--debug` (so an uncaught exception
 reaches us with its traceback instead of the one-line "internal error", exit 70) in a forked
-worker; a case still running after HANG_S seconds is a hang: the worker is killed and restarted at
-the next case. Every `--subprocess-every`-th case also runs as a real `python -m gpucheckup`
+worker; a case that has used HANG_S seconds of CPU time, or run HANG_WALL_S seconds of wall time, is a hang:
+the worker is killed and restarted at the next case. Every `--subprocess-every`-th case also runs as a real `python -m gpucheckup`
 subprocess, whose exit code must be 0 or 2. Outcomes: `checkup` (exit 0), `error` (a one-line
 error, exit 2), `crash` (an uncaught exception, keyed by its type and the innermost gpucheckup
 frame), `unsafe` (raw control or bidi characters reached the terminal or an error line), `hang`.
@@ -36,7 +36,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mutate  # noqa: E402
 
-HANG_S = 20.0  # a case running longer than this is a hang
+HANG_S = 20.0  # a case using more CPU time than this is a hang (CPU, not wall: on a shared machine a worker at
+# nice 10 beside a load of 9 gets a fraction of a core, and a 2 s case took over 20 s of wall time)
+HANG_WALL_S = 120.0  # a case running longer than this is a hang whatever its CPU time (one blocked uses none)
 SLOW_S = 2.0  # cases slower than this are listed (not failures)
 SUBPROCESS_TIMEOUT_S = 60.0
 UNSAFE = {chr(c) for c in range(0x20) if c not in (9, 10)} | {"\x7f"} | {chr(c) for c in range(0x80, 0xa0)} | set(
@@ -202,8 +204,21 @@ def run_subprocess(argv: list[str]) -> dict:
     return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2)}
 
 
+def _cpu_s(pid: int | None = None) -> float:
+    """CPU seconds (user + system) used so far by a process (this one by default), from /proc."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _worker(seed: int, numbers: list[int], first: int, root: str, results: str, current, started,
-            subprocess_every: int, deadline: float):
+            subprocess_every: int, deadline: float, cpu0=None):
     """Run cases numbers[first:] in order (current: the index of the one running), until the deadline."""
     rootp = Path(root)
     with open(results, "a") as f, _env_for_cases(rootp):
@@ -212,6 +227,8 @@ def _worker(seed: int, numbers: list[int], first: int, root: str, results: str, 
                 break
             current.value = j
             started.value = time.time()
+            if cpu0 is not None:
+                cpu0.value = _cpu_s()
             row = run_case(seed, numbers[j], rootp, subprocess_every)
             f.write(json.dumps(row) + "\n")
             f.flush()
@@ -224,12 +241,12 @@ def _supervised(seed: int, numbers: list[int], root: str, results: Path, subproc
     ctx = mp.get_context("fork")
     nxt = 0
     while nxt < len(numbers) and time.time() <= deadline:
-        current, started = ctx.Value("q", nxt), ctx.Value("d", time.time())
+        current, started, cpu0 = ctx.Value("q", nxt), ctx.Value("d", time.time()), ctx.Value("d", 0.0)
         w = ctx.Process(target=_worker, args=(seed, numbers, nxt, root, str(results), current, started,
-                                              subprocess_every, deadline))
+                                              subprocess_every, deadline, cpu0))
         w.start()
         try:
-            hung = _supervise(w, current, started, len(numbers), t0, progress)
+            hung = _supervise(w, current, started, len(numbers), t0, progress, cpu0)
         finally:
             if w.is_alive():
                 w.kill()
@@ -298,12 +315,15 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
     return summary
 
 
-def _supervise(w, current, started, cases: int, t0: float, progress: bool) -> bool:
-    """Wait for the worker to finish; True (after killing it) when one case runs over HANG_S."""
+def _supervise(w, current, started, cases: int, t0: float, progress: bool, cpu0=None) -> bool:
+    """Wait for the worker to finish; True (after killing it) when one case uses over HANG_S of CPU time, or runs
+    over HANG_WALL_S (without cpu0: over HANG_S of wall time)."""
     last_report = time.time()
     while w.is_alive():
         w.join(0.5)
-        if w.is_alive() and time.time() - started.value > HANG_S:
+        wall = time.time() - started.value
+        over = wall > HANG_S if cpu0 is None else (wall > HANG_WALL_S or _cpu_s(w.pid) - cpu0.value > HANG_S)
+        if w.is_alive() and over:
             w.kill()
             return True
         if progress and time.time() - last_report > 60:

@@ -25,6 +25,7 @@ from conftest import trace_path, flat, read_report
 GIB = 1 << 30
 RSS_LIMIT_MB = 300  # a bomb's check-up peaks under this (docs/reliability.md)
 HEAD = b'{"traceEvents": ['
+END = b'{"ph": "M", "name": "end", "pid": 0, "tid": 0}]}'  # closes a stream of EVENTS
 EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
 
 
@@ -112,6 +113,65 @@ def test_an_event_without_end_is_refused_after_a_bounded_read(bombs):
     assert rc == 2 and str(bombs["long_event"]) in line and "no boundary between two events" in line, line
 
 
+def events_bomb(path: Path, event: bytes, size: int, end: bytes = b"") -> Path:
+    """One gzip member at level 9: the key, then `event` repeated to `size` bytes of JSON, then `end`."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = event * ((16 << 20) // len(event))
+    with open(path, "wb") as f:
+        f.write(c.compress(HEAD))
+        for _ in range(max(size // len(block), 1)):
+            f.write(c.compress(block))
+        f.write(c.compress(end))
+        f.write(c.flush())
+    return path
+
+
+def test_a_bomb_of_empty_events_ends_at_its_first_chunk(tmp_path):
+    """`{},` repeated after the key: valid JSON, 358 million 'events' in 1 GiB (a 1 MB gzip), each decoded one by
+    one (before: 162 s). None has a phase, which every trace event has: the first chunk ends the read."""
+    bomb = events_bomb(tmp_path / "empty.json.gz", b"{},", GIB)
+    rc, out, err, rss = run_measured("analyze", str(bomb), "--quiet", timeout=60)
+    line = one_line(err)
+    assert rc == 2 and str(bomb) in line and "no phase" in line and "events 1 to " in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
+def test_a_bomb_of_well_formed_events_is_refused_by_its_compression_ratio(tmp_path):
+    """The same kernel event repeated: 256 MiB of JSON (3.3 million kernels) from a 0.9 MB gzip, ~290x, where a
+    profiler's traces compress 9-30x (their times differ). Before: read and checked up whole (exit 0, minutes).
+    Now the stream ends once it holds over 100x its compressed bytes read plus 8 MiB: 100 x 0.9 + 8 = 98 MiB."""
+    bomb = events_bomb(tmp_path / "kernels.json.gz", EVENTS[: len(EVENTS) // 40000], 256 << 20, END)
+    assert bomb.stat().st_size < 1 << 20
+    rc, out, err, rss = run_measured("analyze", str(bomb), "--quiet", timeout=100)
+    line = one_line(err)
+    assert rc == 2 and str(bomb) in line and "compressed bomb" in line and "--max-json-gib" in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
+def test_the_compression_ratio_limit_is_lifted_by_the_size_flag(tmp_path):
+    """48 MiB of repeated kernel events from a ~170 KB gzip (over 100 x 0.17 + 8 = 25 MiB) is refused, and read
+    when the user names a size with --max-json-gib (a trace they vouch for)."""
+    bomb = events_bomb(tmp_path / "kernels.json.gz", EVENTS[: len(EVENTS) // 40000], 48 << 20, END)
+    rc, out, err, _ = run_measured("analyze", str(bomb), "--quiet")
+    assert rc == 2 and "compressed bomb" in one_line(err), err
+    rc, out, err, _ = run_measured("analyze", str(bomb), "--quiet", "--max-json-gib", "1")
+    assert rc == 0, err
+
+
+def test_the_most_compressible_real_trace_is_not_taken_for_a_bomb(tmp_path):
+    """The real trace that compresses furthest (a CUPTI light window: 28.5x at gzip level 9, the highest of the
+    H200 traces) still reads at level 9, as it would from any writer."""
+    src = Path(__file__).parent / "data" / "h200" / "light" / "launch_bound_cupti" / "traces" / "trace.json.gz"
+    with open(src, "rb") as f:
+        data = zlib.decompress(f.read(), 31)
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    packed = c.compress(data) + c.flush()
+    assert len(data) / len(packed) > 25
+    (tmp_path / "trace.json.gz").write_bytes(packed)
+    rc, out, err, _ = run_measured("analyze", str(tmp_path / "trace.json.gz"), "--quiet")
+    assert rc == 0, err
+
+
 def test_the_decompressed_size_limit_is_a_flag(tmp_path):
     data = trace_path("launch_bound")
     rc, out, err, _ = run_measured("analyze", str(data), "--quiet", "--max-json-gib", "0.0001")
@@ -131,6 +191,49 @@ def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_
     notes = [n for n in doc["notes"] if "rank0.json.gz" in n]
     assert len(notes) == 1 and "skipped" in notes[0] and "0x00" in notes[0], doc["notes"]
     assert doc["trace"]["path"].endswith("rank1.json.gz")
+    assert rss < RSS_LIMIT_MB + 200, f"peak RSS {rss:.0f} MB"
+
+
+def test_a_rank_folder_names_a_bomb_or_sparse_file_that_holds_no_json_at_all(tmp_path):
+    """A rank's file of zeros (a gzip bomb without the key, a sparse file) was passed over in silence: the folder's
+    sniff for `traceEvents` took it for a configuration file. Only JSON without the key is such a file."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    real = Path(__file__).parent / "data" / "h200x2" / "ddp_healthy" / "traces"
+    for name in ("rank0.json.gz", "rank1.json.gz"):
+        shutil.copy(real / name, folder / name)
+    gzip_of_zeros(folder / "rank2.json.gz", b"", 64 << 20)
+    with open(folder / "rank3.json", "wb") as f:
+        f.truncate(2 * GIB)
+    (folder / "meta.json").write_text('{"model": "resnet"}')  # a configuration file: still passed over
+    rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=60)
+    assert rc == 0, err
+    doc = json.loads(out)
+    skipped = [n for n in doc["notes"] if n.startswith("skipped")]
+    assert len(skipped) == 2 and "rank2.json.gz" in skipped[0] and "rank3.json" in skipped[1], doc["notes"]
+    assert all("0x00" in n for n in skipped), skipped
+    assert sorted(r["rank"] for r in doc["job"]["ranks"]["table"]) == [0, 1], doc["job"]
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
+@pytest.mark.parametrize("bomb", ["empty_events", "kernel_events"])
+def test_a_rank_folder_of_real_ranks_with_an_events_bomb_checks_up_the_good_ones(tmp_path, bomb):
+    """Two real DDP ranks (H200) and a third rank that is a bomb of valid events (before: minutes, the folder's
+    whole check-up waiting on it): the two are checked up together, the bomb named with why it was skipped."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    real = Path(__file__).parent / "data" / "h200x2" / "ddp_healthy" / "traces"
+    for name in ("rank0.json.gz", "rank1.json.gz"):
+        shutil.copy(real / name, folder / name)
+    event = b"{}," if bomb == "empty_events" else EVENTS[: len(EVENTS) // 40000]
+    events_bomb(folder / "rank2.json.gz", event, 256 << 20, END)
+    rc, out, err, rss = run_measured("analyze", str(folder), "--json", "-", timeout=100)
+    assert rc == 0, err
+    doc = json.loads(out)
+    notes = [n for n in doc["notes"] if "rank2.json.gz" in n]
+    assert len(notes) == 1 and "skipped" in notes[0], doc["notes"]
+    assert ("no phase" if bomb == "empty_events" else "compressed bomb") in notes[0], notes
+    assert sorted(r["rank"] for r in doc["job"]["ranks"]["table"]) == [0, 1], doc["job"]
     assert rss < RSS_LIMIT_MB + 200, f"peak RSS {rss:.0f} MB"
 
 
@@ -191,6 +294,21 @@ def test_a_file_name_that_is_not_utf8_is_written_escaped_in_every_output(tmp_pat
         assert b"\x1b" not in text and b"\\udcff" in text.replace(b"\\\\", b"\\")
     # the JSON keeps the name's characters (ESC as JSON's \u001b); the bytes that are not UTF-8 read as escapes
     assert flat(json.loads(stdout_json))["trace"]["path"].endswith("rank0-\\udcff\\udcfe-\x1b[2J.json.gz")
+
+
+def test_output_names_that_are_not_utf8_or_hold_escapes_are_shown_escaped(tmp_path):
+    """The lines saying where each output went printed the user's file name raw: an ESC sequence in it (a name
+    from a script) cleared the terminal, a byte that is not UTF-8 went out as it was."""
+    name = os.fsdecode(b"out-\xff-\x1b[2J")
+    args = []
+    for option in ("--json", "--html", "--markdown", "--perfetto"):
+        args += [option, str(tmp_path / f"{name}{option}")]
+    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", *args)
+    assert rc == 0, err
+    said = (out + err).encode("utf-8", "surrogateescape")
+    assert b"\x1b" not in said and b"\xff" not in said, said
+    assert said.count(b"out-\\udcff-\\x1b[2J") == 4, said
+    assert len(os.listdir(tmp_path)) == 4
 
 
 def _trace_with_kernel_name(path: Path, name: str) -> Path:
@@ -288,6 +406,50 @@ def test_an_output_path_that_is_a_folder_or_under_a_missing_one_is_exit_4_and_cr
     assert not (tmp_path / "no").exists()
 
 
+def _device(folder: Path, name: str, minor: int) -> Path:
+    """A character device of memory's major (1): 3 is null, 7 is full. Made in `folder` where this user may (root),
+    else the system's own (/dev, which such a user cannot replace)."""
+    dev = folder / name
+    try:
+        os.mknod(dev, 0o666 | 0o020000, os.makedev(1, minor))
+        return dev
+    except PermissionError:
+        return Path("/dev") / name
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--perfetto"])
+def test_an_output_naming_a_device_writes_to_it_and_never_replaces_it(tmp_path, option):
+    """`--json /dev/stdout`, `--html /dev/null`: the output goes to the device. Before, a user who could write the
+    device's folder (root, for /dev) had the device replaced by a regular file holding the report."""
+    trace = str(trace_path("launch_bound"))
+    dev = _device(tmp_path, "null", 3)
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(dev))
+    assert rc == 0, err
+    assert dev.is_char_device() and os.listdir(tmp_path) == ([dev.name] if dev.parent == tmp_path else [])
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")  # as /dev/stdout is: here, the pipe the test reads
+    rc, out, err, _ = run_measured("analyze", trace, "--quiet", option, str(stdout))
+    assert rc == 0 and out.lstrip().startswith("{" if option != "--html" else "<"), (err, out[:80])
+    assert stdout.is_symlink()
+
+
+def test_an_output_to_a_full_device_is_exit_4_naming_it(tmp_path):
+    """A device that fails every write with ENOSPC (/dev/full's numbers), as a full disk does: exit 4, one line
+    naming the file, the device left as it was."""
+    dev = _device(tmp_path, "full", 7)
+    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", "--json", str(dev))
+    assert rc == 4 and one_line(err) == f"gpucheckup: error: {dev}: not written (No space left on device)", err
+    assert dev.is_char_device()
+
+
+def test_an_output_naming_a_fifo_without_a_reader_is_exit_4_not_a_hang(tmp_path):
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", "--json", str(fifo),
+                                   timeout=30)
+    assert rc == 4 and str(fifo) in one_line(err) and "no reader" in err, err
+
+
 def test_the_exit_code_table_is_in_help_and_the_readme():
     from gpucheckup import errors
 
@@ -327,6 +489,45 @@ def test_each_environment_probe_fails_alone(monkeypatch):
     assert env["unavailable"] == {"cpu": "RuntimeError: boom", "gpus": "RuntimeError: boom"}
     assert env["nvml"] == "unavailable: RuntimeError: boom"
     assert env["platform"] and env["topology"] and "memory_gb" in env
+
+
+def test_a_sparse_file_given_as_the_ncu_csv_is_one_line_in_bounded_memory(tmp_path):
+    """`--ncu` read its file whole as text: a 2 GiB sparse file took over a minute and gigabytes. Its lines are now
+    read with a bounded length, and a file with none ending (4 MiB) is one line."""
+    sparse = tmp_path / "ncu.csv"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", "--ncu", str(sparse),
+                                     timeout=60)
+    line = one_line(err)
+    assert rc == 2 and str(sparse) in line and "a line over 4 MiB" in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
+def test_a_sparse_file_given_to_compare_is_refused_by_its_size(tmp_path):
+    """compare reads a check-up document whole: a 2 GiB sparse .json (no traceEvents at its start, so taken for a
+    document) was read into memory (2.1 GB peak) before its line."""
+    sparse = tmp_path / "a.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 * GIB)
+    rc, out, err, rss = run_measured("compare", str(sparse), str(sparse), timeout=60)
+    line = one_line(err)
+    assert rc == 2 and str(sparse) in line and "2048 MiB, over the 256 MiB" in line, line
+    assert rss < RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+
+
+def test_a_time_of_1e308_in_nvml_csv_is_one_line_not_a_crash(tmp_path):
+    """Found by the fuzz (seed 600, case 6767): an attach run whose nvml.csv holds a t_s of 1e308 (finite, so read)
+    crashed the terminal report there (TypeError, exit 70): its evidence's start, 1000 x 1e308 ms, is inf. Before,
+    this copy of a real attach run read the time as it was (exit 0)."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "h200" / "runs" / "20261129-110024-attach-653", run)
+    lines = (run / "nvml.csv").read_text().splitlines()
+    lines[5] = "1e308" + lines[5][lines[5].index(","):]
+    (run / "nvml.csv").write_text("\n".join(lines) + "\n")
+    rc, out, err, _ = run_measured("analyze", str(run))
+    line = one_line(err)
+    assert rc == 2 and "nvml.csv: line 6, column t_s: '1e308' is not a time" in line, line
 
 
 @pytest.mark.parametrize("member", ["env.json", "manifest.json", "steps.csv", "nvml.csv"])

@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,10 @@ def open_atomic(path: Path | str, parents: bool = False) -> Iterator[BinaryIO]:
     never for one a user named: a typo must not create folders). NotWritten, naming `path`, when it cannot be
     written (a folder, a missing folder, a full disk)."""
     path = Path(path)
+    if (special := _special(path)) is not None:
+        with _open_special(path, special) as f:
+            yield f
+        return
     if parents:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,6 +68,34 @@ def open_atomic(path: Path | str, parents: bool = False) -> Iterator[BinaryIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _special(path: Path) -> int | None:
+    """The mode of what `path` names when it exists and is neither a regular file nor a folder (a device, a FIFO,
+    the pipe behind /dev/stdout or a shell's `>(...)`), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else mode
+
+
+@contextlib.contextmanager
+def _open_special(path: Path, mode: int) -> Iterator[BinaryIO]:
+    """A device or FIFO the user named, written in place: replacing it with a file would destroy it (/dev/null for
+    root), and it has no old content to keep. Opened without blocking (a FIFO without a reader would hang the open
+    forever) and without creating or truncating anything; NotWritten, naming it, when it cannot be written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        why = "a FIFO with no reader" if e.errno == errno.ENXIO and stat.S_ISFIFO(mode) else e.strerror or e
+        raise NotWritten(f"{path}: not written ({why})") from None
+    try:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "wb") as f:
+            yield f
+    except OSError as e:
+        raise NotWritten(f"{path}: not written ({e.strerror or e})") from None
 
 
 def _umask() -> int:

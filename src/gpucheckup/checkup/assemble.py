@@ -23,6 +23,7 @@ from gpucheckup.analysis import step_basis
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.document import RUN_KEYS, SCHEMA_VERSION, Document, Step, decode
 from gpucheckup.errors import CheckupError
+from gpucheckup.files import check_regular
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
 
 CPU_STEP_BASIS = "median ProfilerStep of the trace (CPU-side check-up)"
@@ -159,6 +160,9 @@ def _job_head(result: Checkups) -> dict | None:
     return job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
 
 
+DOCUMENT_BYTES = 256 << 20  # a check-up document is kilobytes a trace (a few MB for many ranks): a larger file is not one
+
+
 def is_document(path: Path) -> bool:
     """Whether a .json file is a check-up document rather than a profiler trace (no traceEvents near its start)."""
     with open(path, "rb") as f:
@@ -168,6 +172,7 @@ def is_document(path: Path) -> bool:
 def read_document(path: Path) -> Document:
     """A check-up document written by `--json`, read back through its types; CheckupError when it is not one
     (one line: what was found, and for an older shape, what to do)."""
+    check_regular(Path(path), DOCUMENT_BYTES)  # read whole: a 2 GiB sparse file took 2.1 GB and 8 s to refuse
     try:
         data = Path(path).read_bytes()
         head = msgspec.json.decode(data)

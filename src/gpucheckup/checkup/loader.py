@@ -16,6 +16,7 @@ from gpucheckup.analysis.run_logs.loader_advice import Rate, advise, gpu_step_fr
 from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import json_doc
+from gpucheckup.safe_text import safe
 
 PIN_CHOICES = {"false": (False,), "true": (True,), "both": (False, True)}
 
@@ -88,5 +89,5 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
     if json_path:
         doc = {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()}
         write_atomic(json_path, json_doc.document(doc))
-        console.print(f"JSON written to {json_path}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     return 0

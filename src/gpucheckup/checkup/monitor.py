@@ -24,6 +24,7 @@ from gpucheckup.analysis.run_logs.live_events import (MATCH_PCT, SATURATED_S, he
 from gpucheckup.atomic import write_atomic
 from gpucheckup.capture.monitor import Monitor
 from gpucheckup.report import json_doc
+from gpucheckup.safe_text import safe
 
 
 @dataclass
@@ -157,5 +158,5 @@ def analyze_recording(path: Path, console: Console, quiet: bool = False, json_pa
             sys.stdout.flush()
         else:
             write_atomic(json_path, data)
-            console.print(f"JSON written to {json_path}", style="dim", markup=False)
+            console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     return 0

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from gpucheckup.errors import EXIT_FAILED_CONDITION, CheckupError, say
+from gpucheckup.safe_text import safe
 
 DEMO_HTML = Path("gpucheckup-demo.html")
 AB_WARMUP, AB_MEASURE = 20, 100  # ab's defaults (parser.py), which `try` and `run --try` share
@@ -213,7 +214,7 @@ def cmd_ceilings(args, console) -> int:
                                                                                         markup=False))
     path = ceilings.save(c, args.out or ceilings.default_path(c.device))
     print_ceilings(c, console)
-    console.print(f"ceilings written to {path}", style="dim", markup=False)
+    console.print(f"ceilings written to {safe(path)}", style="dim", markup=False)
     return 0
 
 
@@ -363,14 +364,14 @@ def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
     try_text.render(doc, console)
     if json_path:
         write_atomic(json_path, json_doc.document(doc))
-        console.print(f"JSON written to {json_path}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     if markdown_path or html_path:
         from gpucheckup.report.pages import try_pages
 
         for path, text in ((markdown_path, try_pages.markdown), (html_path, try_pages.html)):
             if path:
                 write_atomic(path, text(doc, SIDE_EFFECTS).encode())
-                console.print(f"written to {path}", style="dim", markup=False)
+                console.print(f"written to {safe(path)}", style="dim", markup=False)
 
 
 def cmd_try(args, console) -> int:
@@ -414,7 +415,7 @@ def cmd_ab(args, console) -> int:
     ab_text.render(result, console)
     if args.json:
         write_atomic(args.json, json_doc.document(ab.document(result)))
-        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(args.json)}", style="dim", markup=False)
     return 0
 
 
@@ -443,10 +444,10 @@ def cmd_compare(args, console) -> int:
     compare_text.render(c, console, everything=args.all)
     if args.markdown:
         write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b), args.all).encode())
-        console.print(f"Markdown written to {args.markdown}", style="dim", markup=False)
+        console.print(f"Markdown written to {safe(args.markdown)}", style="dim", markup=False)
     if args.json:
         write_atomic(args.json, json_doc.document(c.to_dict()))
-        console.print(f"JSON written to {args.json}", style="dim", markup=False)
+        console.print(f"JSON written to {safe(args.json)}", style="dim", markup=False)
     if args.fail_if_slower is None:
         return 0
     if c.step_change_pct is None:  # a gate that cannot be tested has not passed (as analyze's --fail-if)

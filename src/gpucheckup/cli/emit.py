@@ -17,6 +17,7 @@ from gpucheckup.errors import EXIT_NOT_WRITTEN, say
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
 from gpucheckup.report import json_doc
 from gpucheckup.report.text import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
+from gpucheckup.safe_text import safe
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
 
@@ -58,7 +59,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
             sys.stdout.flush()
         else:
             write_atomic(out.json, data)
-            console.print(f"JSON written to {out.json}", style="dim", markup=False)
+            console.print(f"JSON written to {safe(out.json)}", style="dim", markup=False)
     if checkups:
         job = None
         if result.job and (out.html or out.markdown):
@@ -79,13 +80,13 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
             from gpucheckup.report.pages import html
 
             write_atomic(out.html, html.render_run_only(result.run.report).encode())
-            console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
+            console.print(f"HTML report written to {safe(out.html)} (open {out.html.resolve().as_uri()})", markup=False,
                           soft_wrap=True)
         if out.markdown:  # the same run-level report as tables
             from gpucheckup.report.pages import markdown
 
             write_atomic(out.markdown, markdown.render_run_only(result.run.report).encode())
-            console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+            console.print(f"Markdown report written to {safe(out.markdown)}", style="dim", markup=False, soft_wrap=True)
         if out.perfetto:
             say(f"gpucheckup: not written: --perfetto {out.perfetto}: {result.run.no_timeline} (the annotated trace "
                 "adds tracks to a GPU timeline; the JSON, the HTML, the Markdown and the terminal report hold the "
@@ -105,10 +106,10 @@ def _write_cpu_files(result: Checkups, out: Output, console: Console, job: dict 
              for c in result.cpu]
     if out.html:
         write_atomic(out.html, cpu_pages.render_html(pages, head=html_section(job) if job else "").encode())
-        console.print(f"HTML report written to {out.html}", markup=False, soft_wrap=True)
+        console.print(f"HTML report written to {safe(out.html)}", markup=False, soft_wrap=True)
     if out.markdown:
         write_atomic(out.markdown, cpu_pages.render_markdown(pages, head=markdown_section(job) if job else "").encode())
-        console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+        console.print(f"Markdown report written to {safe(out.markdown)}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
         say(f"gpucheckup: not written: --perfetto {out.perfetto}: the annotated trace adds GPU tracks and this "
             "trace has no device activity; open the trace itself in ui.perfetto.dev")
@@ -167,7 +168,7 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
         from gpucheckup.report.pages.job_pages import html_section
 
         write_atomic(out.html, html.render(pages, title, html_section(job) if job else "").encode())
-        console.print(f"HTML report written to {out.html} (open {out.html.resolve().as_uri()})", markup=False,
+        console.print(f"HTML report written to {safe(out.html)} (open {out.html.resolve().as_uri()})", markup=False,
                       soft_wrap=True)
     if out.markdown:
         from gpucheckup.report.pages import markdown
@@ -175,15 +176,15 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
         from gpucheckup.report.pages.job_pages import markdown_section
 
         write_atomic(out.markdown, markdown.render(pages, title, markdown_section(job) if job else "").encode())
-        console.print(f"Markdown report written to {out.markdown}", style="dim", markup=False, soft_wrap=True)
+        console.print(f"Markdown report written to {safe(out.markdown)}", style="dim", markup=False, soft_wrap=True)
     if out.perfetto:
         from gpucheckup.checkup import perfetto
 
         for _, slug, c in items:
             path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)
-            with Console(stderr=True).status(f"writing the annotated trace {escape(str(path))}"):
+            with Console(stderr=True).status(f"writing the annotated trace {escape(safe(path))}"):
                 perfetto.write(c.analysis, c.report, path)
-            console.print(f"annotated trace written to {path} (open it in ui.perfetto.dev)", style="dim",
+            console.print(f"annotated trace written to {safe(path)} (open it in ui.perfetto.dev)", style="dim",
                           markup=False, soft_wrap=True)
 
 

@@ -122,7 +122,8 @@ def _analyze(sub, common) -> None:
                         "every rank in this process (the cross-rank analysis runs either way)")
     a.add_argument("--max-json-gib", type=float, metavar="G",
                    help="read traces holding up to G GiB of JSON once decompressed (default: this machine's memory, "
-                        "at least 8; a larger stream is refused as a compressed bomb)")
+                        "at least 8; a larger stream is refused as a compressed bomb, as is a gzip file holding over "
+                        "100x its size unless this is given)")
     output_options(a)
     g = a.add_argument_group("CI (exit 3 when one fires; README: exit codes)")
     g.add_argument("--fail-on", action="append", metavar="VERDICT[,..]",

@@ -12,7 +12,10 @@ but tab, newline and return) where the top-level object or an event should start
 in a search for a cut, end the read with a line that says where and what was found; the search for a cut
 resumes where the last one stopped (linear in the file); an event longer than MAX_EVENT_BYTES, a stream
 decompressing past the JSON limit (`json_limit`: this machine's memory, at least MIN_JSON_LIMIT; `--max-json-gib`
-raises it), and anything but a regular file (a FIFO would block forever, a device never end) are refused.
+raises it), a gzip stream holding over MAX_RATIO times the compressed bytes read (plus RATIO_FLOOR: repeated
+well-formed events cost their decoding, ~3 s of CPU a 100 MiB; a profiler's events differ, in their times at least,
+and never compress so far; `--max-json-gib` lifts this limit too), and anything but a regular file (a FIFO would
+block forever, a device never end) are refused.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ WHOLE_READ_BYTES = 128 << 20  # a file the stream cannot cut is read whole only 
 MAX_EVENT_BYTES = 64 << 20  # no cut between events within this many bytes (a profiler's are under 1 MB): not a trace
 MAX_CUT_RUN = 4 << 10  # longest run of whitespace, commas and `}` tracked across reads in a search for a cut
 MIN_JSON_LIMIT = 8 << 30  # the decompressed-size limit is this machine's memory, and at least this
+MAX_RATIO = 100  # a gzip stream may hold at most this many times its compressed bytes read so far ...
+RATIO_FLOOR = 8 << 20  # ... plus this much: profilers' traces reach 9-23x (30x at level 9; docs/reliability.md)
 _json_limit: list[int] = []  # set by set_json_limit (the command line's --max-json-gib)
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -107,6 +112,18 @@ def open_file(path: Path) -> IO[bytes]:
         raise
 
 
+def ratio_limit() -> int | None:
+    """The most decompressed bytes a gzip stream may hold per compressed byte (None: --max-json-gib lifted it)."""
+    return None if _json_limit else MAX_RATIO
+
+
+def too_compressed(path: Path, compressed: int, json_bytes: int) -> CheckupError:
+    """The line for a gzip stream that holds more than MAX_RATIO times its compressed size."""
+    return CheckupError(f"{path}: its first {compressed / (1 << 20):.1f} MiB of gzip hold over "
+                        f"{json_bytes / (1 << 20):.0f} MiB of JSON, over {MAX_RATIO}x (a profiler's trace compresses "
+                        "9-30x): a compressed bomb; --max-json-gib lifts this limit")
+
+
 def too_large(path: Path, limit: int) -> CheckupError:
     """The line for a trace whose JSON is over the decompressed-size limit."""
     size = f"{limit / (1 << 30):.1f} GiB" if limit >= 1 << 30 else f"{limit / (1 << 20):.1f} MiB"
@@ -152,21 +169,27 @@ def _blocks(path: Path, limit: int) -> Iterator[bytes]:
 def _gunzip(path: Path, f: IO[bytes], data: bytes, limit: int) -> Iterator[bytes]:
     """Decompress gzip members (one or several) block by block, never more than `limit` bytes at a time."""
     d = decompressobj(wbits=31)
+    ratio, read_in, made = ratio_limit(), len(data), 0
     try:
         while True:
             while data:
                 out = d.decompress(data, limit)
                 data = d.unconsumed_tail
                 if out:
+                    made += len(out)
+                    if ratio is not None and made > ratio * read_in + RATIO_FLOOR:
+                        raise too_compressed(path, read_in, made)
                     yield out
                 if d.eof:  # one member ended; another may follow (as gzip.decompress reads them)
                     data = d.unused_data + data
                     if not data.strip(b"\x00"):
                         data = f.read(READ_BYTES)
+                        read_in += len(data)
                         if not data.strip(b"\x00"):
                             return
                     d = decompressobj(wbits=31)
             data = f.read(READ_BYTES)
+            read_in += len(data)
             if not data:
                 break
         tail = d.flush()

@@ -72,13 +72,22 @@ def canonical(metric: str, unit: str = "") -> str:
     return m
 
 
-def _table_lines(text: str) -> list[str]:
-    """The CSV lines: from the header (first line starting with `"ID"`) on, without ncu's own lines."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.lstrip().startswith('"ID"')), None)
-    if start is None:
-        return []
-    return [ln for ln in lines[start:] if ln.startswith('"') and not ln.startswith("==")]
+MAX_LINE = 4 << 20  # characters: a raw-form row holds a column per metric (tens of KB with --set full)
+
+
+def _table_lines(path: Path, f) -> list[str]:
+    """The CSV lines: from the header (first line starting with `"ID"`) on, without ncu's own lines; each read with
+    a bounded length (a sparse or binary file has no line end: one line of error, not the file read whole)."""
+    lines: list[str] = []
+    started = False
+    while line := f.readline(MAX_LINE):
+        if len(line) == MAX_LINE and not line.endswith(("\n", "\r")):
+            raise CheckupError(f"{path}: a line over {MAX_LINE >> 20} MiB: not Nsight Compute CSV output")
+        line = line.rstrip("\r\n")
+        started = started or line.lstrip().startswith('"ID"')
+        if started and line.startswith('"') and not line.startswith("=="):
+            lines.append(line)
+    return lines
 
 
 def read_ncu_csv(path: str | Path) -> list[NcuLaunch]:
@@ -86,12 +95,12 @@ def read_ncu_csv(path: str | Path) -> list[NcuLaunch]:
     path = Path(path)
     check_regular(path)  # a FIFO would block the read forever
     try:
-        text = path.read_text(errors="replace")
+        with open(path, errors="replace") as f:
+            lines = _table_lines(path, f)
     except FileNotFoundError:
         raise CheckupError(f"{path}: no such file") from None
     except OSError as e:
         raise CheckupError(f"{path}: cannot read ({e.strerror})") from None
-    lines = _table_lines(text)
     if not lines:
         raise CheckupError(f"{path}: not Nsight Compute CSV output (no header row starting with \"ID\"); "
                            "export it with ncu --csv")

@@ -94,7 +94,7 @@ HOST_COLUMNS = (
 )
 
 # Event codes: host categories 0..4, GPU kinds GPU_BASE + 0..2, then the few events read one by one.
-GPU_BASE, META, OVERHEAD, IGNORED = 8, 16, 17, -1
+GPU_BASE, META, OVERHEAD, IGNORED, NO_PHASE = 8, 16, 17, -1, -2
 _EVENTS = msgspec.json.Decoder(list[schema.Event])
 _TOP = msgspec.json.Decoder(schema.KinetoTrace)
 _LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (a bad time) instead of failing
@@ -137,7 +137,9 @@ class _Codes(dict):
 
     def __missing__(self, key: tuple[str, str]) -> int:
         ph, cat = key
-        if ph == "X" and cat in GPU_CATS:
+        if ph == "":  # every Chrome-trace event has a phase: what has none is not an event
+            code = NO_PHASE
+        elif ph == "X" and cat in GPU_CATS:
             code = GPU_BASE + GPU_CATS[cat]
         elif ph == "X":
             code = HOST_CATS.get(cat, OVERHEAD if cat == "overhead" else IGNORED)
@@ -233,6 +235,7 @@ class _Builder:
         self.host_rows = 0  # host rows so far: the row of a chunk's event i is host_rows + i
         self.comm: list[tuple] = []  # collective calls: host row, collective, pg, group size, in, out, dtype
         self.events_end: int | None = None  # a streamed read: where the events array's `]` is (Trace.events_end)
+        self.seen = 0  # events given to add so far (read or dropped)
 
     def num_id(self, v) -> int:
         """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
@@ -253,9 +256,13 @@ class _Builder:
         """Turn one chunk of decoded events into column pieces."""
         self.dropped += dropped
         n = len(events)
+        self.seen += n + dropped
         if n == 0:
             return
         codes = np.fromiter(map(self.codes.__getitem__, map(_PH_CAT, events)), np.int8, n)
+        if codes[0] == NO_PHASE and (codes == NO_PHASE).all():
+            raise CheckupError(f"{self.path}: not a trace: events {self.seen - n - dropped + 1} to {self.seen} have "
+                               "no phase (`ph`), which every trace event has (a stream of empty objects?)")
         for i in np.flatnonzero(codes >= META).tolist():
             self._one(events[i], codes[i])
         keep = np.flatnonzero((codes >= 0) & (codes < META))
@@ -563,6 +570,8 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
     size = json_bytes(path)
     if size < SPLIT_BYTES or parallel.cores() < 2 or parallel.idle_cores() < SPLIT_IDLE_CORES:
         return None
+    if (ratio := chunks.ratio_limit()) is not None and size > ratio * path.stat().st_size + chunks.RATIO_FLOOR:
+        return None  # a compressed bomb by its trailer: the one-process read refuses it, at once
     from gpucheckup.trace import child  # the fork and the pipe: only for a split read
 
     at = int(size * SPLIT_AT)
@@ -599,8 +608,9 @@ def read_tables(path: Path, split: bool = False) -> tuple[_Builder, schema.Kinet
             b = _Builder(path)
             return b, _read_streaming(path, b)
         except chunks.StreamError as e:
-            b = _Builder(path)
-            return b, _read_whole(path, b, str(e))
+            why = str(e)  # the whole read comes after this block: its traceback held the stream's buffer (64 MiB)
+        b = _Builder(path)
+        return b, _read_whole(path, b, why)
     except RecursionError:
         raise CheckupError(f"{path}: JSON nested too deeply (over about {sys.getrecursionlimit()} levels): "
                            "not a profiler trace") from None
@@ -698,14 +708,19 @@ SNIFF_BYTES = 4 << 20  # "traceEvents" appears in a Kineto trace's first few kil
 
 
 def looks_like_trace(path: Path) -> bool:
-    """Whether a JSON file's first megabytes name `traceEvents` (configuration and metadata files do not)."""
+    """Whether a JSON file's first megabytes name `traceEvents` (configuration and metadata files do not), or are
+    not JSON at all (zeros, binary: a damaged or hostile trace, which read_trace names and says why)."""
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
         with (gzip.open(path, "rb") if gz else open(path, "rb")) as f:
-            return b'"traceEvents"' in f.read(SNIFF_BYTES)
+            head = f.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return True  # unreadable: let read_trace say why in one line
+    if b'"traceEvents"' in head:
+        return True
+    first = head.lstrip()[:1]
+    return first != b"" and first not in b"{[\"-0123456789tfn"  # any JSON text starts with one of these
 
 
 def find_trace_files(folder: Path) -> list[Path]:

@@ -241,6 +241,8 @@ def _json_type(value) -> str:
     return type(value).__name__
 
 
+TIME_COLUMNS = ("t_s", "t_end_s")  # epoch seconds in every CSV file of a run directory
+MAX_EPOCH_S = 2**53 / 1e6  # as the trace reader's timestamps (MAX_TS_US): beyond, a microsecond no longer resolves
 MAX_CSV_LINE = 1 << 20  # characters; the CSV files gpucheckup writes have lines of a few hundred
 
 
@@ -288,6 +290,10 @@ def read_csv(path: Path, text: set[str] = frozenset(), required=(), filled=(), w
         inf = np.flatnonzero(np.isinf(out[name]) | (np.isnan(out[name]) & np.array([c != "" for c in cells], bool)))
         if len(inf):  # "inf", "nan", 1e999: no measurement writes these
             raise CheckupError(f"{path}: line {inf[0] + 2}, column {name}: {cells[inf[0]]!r} is not a finite number")
+        far = np.flatnonzero(np.abs(out[name]) > MAX_EPOCH_S) if name in TIME_COLUMNS else ()
+        if len(far):  # 1e308 s: finite, but a thousand times it (its milliseconds) is not
+            raise CheckupError(f"{path}: line {far[0] + 2}, column {name}: {cells[far[0]]!r} is not a time in "
+                               f"seconds since 1970 (over {MAX_EPOCH_S:.3g})")
     return out
 
 
