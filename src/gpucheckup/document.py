@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import msgspec
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KINDS = ("trace", "cpu_trace", "traces", "run", "cases")
 Kind = Literal["trace", "cpu_trace", "traces", "run", "cases"]
 Section = dict[str, Any]  # a part whose keys docs/metrics.md and docs/reports.md list (typed in a later version)
