@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpucheckup.analysis.distinct import union1d, unique  # np.unique and np.union1d import numpy.ma
+
 
 def by_key(keys: np.ndarray) -> dict[int, np.ndarray]:
     """The positions of each distinct key, in increasing order, keys in increasing order."""
@@ -36,10 +38,10 @@ def pair_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _dense(key: np.ndarray) -> np.ndarray:
     """Each key's rank among the distinct keys: searched among those of a sample, then of the keys it missed."""
-    distinct = np.unique(key[:: max(1, len(key) // 4096)])
+    distinct = unique(key[:: max(1, len(key) // 4096)])
     at = np.minimum(np.searchsorted(distinct, key), len(distinct) - 1)
     missed = distinct[at] != key
     if missed.any():
-        distinct = np.union1d(distinct, key[missed])
+        distinct = union1d(distinct, key[missed])
         at = np.searchsorted(distinct, key)
     return at.astype(np.int64)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
-from gpucheckup.analysis.distinct import median
+from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.groups import by_key
 from gpucheckup.analysis.one_trace.steps import STEP_NAME
 from gpucheckup.trace.tables import CPU_OP, USER_ANNOTATION, Trace
@@ -152,7 +152,7 @@ def cpu_profile(trace: Trace) -> CpuProfile | None:
     dl_us = iv.total(dl_iv) if dl_iv is not None else 0.0
     idle = iv.subtract(windows, iv.intersect(top_union[main_key], windows))  # main thread: no operator open
     outside_us = iv.total(iv.subtract(idle, dl_iv) if dl_iv is not None else idle)
-    loaders = sorted({str(names[i]) for i in np.unique(h.name[dl])}) if dl.any() else []
+    loaders = sorted({str(names[i]) for i in unique(h.name[dl])}) if dl.any() else []
     total_self = float(self_t.sum())
     by_name: dict[int, list] = {}
     op_names = h.name[ops]

@@ -35,7 +35,7 @@ import re
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.distinct import median, percentile
+from gpucheckup.analysis.distinct import median, percentile, unique
 from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.one_trace.steps import Steps
@@ -324,7 +324,7 @@ def _started_in_optimizer(trace: Trace, rows: np.ndarray) -> np.ndarray:
     if len(span_lo) == 0 or len(rows) == 0:
         return out
     spans = []  # per device: from the first long gap ending after each span's start (the device caught up) to its end
-    for dev in np.unique(gpu.device[rows]).tolist():
+    for dev in unique(gpu.device[rows]).tolist():
         on = np.flatnonzero((gpu.device == dev) & np.isfinite(gpu.start) & np.isfinite(gpu.end))
         bs, be = _busy_spans(gpu.start[on], gpu.end[on])
         gs, ge = be[:-1], bs[1:]  # the device's idle gaps between its busy spans
