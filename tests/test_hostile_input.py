@@ -301,9 +301,9 @@ def test_output_names_that_are_not_utf8_or_hold_escapes_are_shown_escaped(tmp_pa
     from a script) cleared the terminal, a byte that is not UTF-8 went out as it was."""
     name = os.fsdecode(b"out-\xff-\x1b[2J")
     args = []
-    for option in ("--json", "--html", "--markdown", "--perfetto"):
-        args += [option, str(tmp_path / f"{name}{option}")]
-    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", *args)
+    for option in ("--json", "--html", "--markdown", "--perfetto"):  # relative: a long folder would wrap the lines
+        args += [option, f"{name}{option}"]
+    rc, out, err, _ = run_measured("analyze", str(trace_path("launch_bound")), "--quiet", *args, cwd=tmp_path)
     assert rc == 0, err
     said = (out + err).encode("utf-8", "surrogateescape")
     assert b"\x1b" not in said and b"\xff" not in said, said
