@@ -146,3 +146,12 @@ def test_the_fused_edit_drops_the_operators_the_foreach_form_runs_before_its_fir
     got = [float(g.h_gap[n] - after.h_gap[n] - g.h_dispatch[n]) for _, n in sorted(span_of.items())]
     assert len(got) == len(want)
     assert np.allclose(got, want, rtol=1e-6, atol=0.01), (got, want)
+
+
+def test_what_to_try_first_is_not_a_cheap_fix_worth_a_fraction_of_a_percent(docs):
+    # hf: Trainer's NaN-filter read (a configuration fix, 0.3% replayed) against CUDA graphs (a code change, 50.7%;
+    # measured 46.4%): the graphs come first, the read after every fix worth a tenth of the largest saving
+    keys = [f.key for f in docs["hf"].fixes]
+    assert keys[0] == "cuda_graph" and keys.index("no_host_reads") > keys.index("torch_compile")
+    # amp: the fused optimizer (7.6%) is over a tenth of CUDA graphs' 56.9%, so the configuration fix stays first
+    assert docs["amp"].fixes[0].key == "fused_optimizer"
