@@ -362,7 +362,6 @@ def run_try(cmd: list[str], fixes: str | None, rounds: int, warmup: int, measure
     rows = [trial_row(o, base, base_rounds, pred, warmup, measure) for o in outcomes]
     base_stats = None
     if len(base_rounds) >= ab_stats.MIN_ROUNDS:
-        base_stats = ab_stats.compare([r.host_ms for r in base_rounds], [r.host_ms for r in base_rounds],
-                                      "base", "base").a
+        base_stats = ab_stats.side_stats("base", [r.host_ms for r in base_rounds])
     notes.append(f"Processes and their output: {folder}")
     return try_document(cmd, rows, base_stats, rounds, warmup, measure, max_steps, pred, notes)

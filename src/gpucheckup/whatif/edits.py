@@ -427,13 +427,14 @@ def fused_optimizer(g: Graph) -> Edit:
     floor = _kernel_floor_us(g)
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
+    spans, cpu_ops = optimizer_rows(g.trace), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
     for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
         ops = launch_ops[at]
         lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
         region = region_all[lo:hi + 1]  # the optimizer's host nodes from its first launch to its last
         keep, rest = region[0], region[1:]
         if g.h_gap[keep] > 0:
-            g.h_gap[keep] -= min(_operators_before(g, keep), g.h_gap[keep])
+            g.h_gap[keep] -= min(_operators_before(g, keep, spans, cpu_ops), g.h_gap[keep])
         g.h_dur[rest] = 0.0
         g.h_gap[rest] = np.minimum(g.h_gap[rest], 0.0)
         g.h_kind[rest[g.h_kind[rest] == SYNC]] = CALL  # host reads of optimizer state go with the loop
@@ -451,20 +452,29 @@ def fused_optimizer(g: Graph) -> Edit:
                    f"its kernels one kernel", changed)
 
 
-def _operators_before(g: Graph, node: int) -> float:
+def _by_start(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host rows sorted by their start, and those starts (for a sorted search instead of a pass over all rows)."""
+    rows = rows[np.argsort(trace.host.start[rows], kind="stable")]
+    return rows, trace.host.start[rows]
+
+
+def _operators_before(g: Graph, node: int, spans: tuple, cpu_ops: tuple) -> float:
     """The host time (us, as traced) of the operators that ran in node's optimizer span before it started: the union
-    of their intervals on its thread, from the span's start to the node's call."""
+    of their intervals on its thread, from the span's start to the node's call. `spans`: optimizer_rows(g.trace);
+    `cpu_ops`: the trace's operator rows by start (_by_start)."""
     host = g.trace.host
     r = int(g.h_row[node])
     if r < 0:
         return 0.0
     t, tid = float(host.start[r]), host.tid[r]
-    lo, hi, tids = optimizer_rows(g.trace)
-    spans = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
-    if not len(spans):
+    lo, hi, tids = spans
+    mine = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
+    if not len(mine):
         return 0.0
-    s = float(lo[spans].max())
-    ops = np.flatnonzero((host.cat == CPU_OP) & (host.tid == tid) & (host.start >= s) & (host.end <= t))
+    s = float(lo[mine].max())
+    rows, starts = cpu_ops
+    ops = rows[np.searchsorted(starts, s, side="left"):np.searchsorted(starts, t, side="right")]
+    ops = ops[(host.tid[ops] == tid) & (host.end[ops] <= t)]
     covered, reach = 0.0, s
     for a, b in sorted(zip(host.start[ops].tolist(), host.end[ops].tolist())):  # their union: nested ones once
         if b > reach:

@@ -194,6 +194,23 @@ def _check(label: str, rounds: list) -> list[np.ndarray]:
     return out
 
 
+_QUANTILES = [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100]  # the interval's ends, in percent
+
+
+def _side(label: str, rounds: list[np.ndarray], boot: np.ndarray, samples_per_step: float | None) -> SideStats:
+    """One side's figures from its checked rounds and the bootstrap of its median."""
+    med = [float(median(r)) for r in rounds]
+    lo, hi = np.percentile(boot, _QUANTILES)
+    return SideStats(label, med, int(sum(len(r) for r in rounds)), float(median(med)), float(lo), float(hi),
+                     samples_per_step)
+
+
+def side_stats(label: str, rounds: list, samples_per_step: float | None = None) -> SideStats:
+    """One side's figures alone (its bootstrap drawn as compare draws side A's): for a report of one command."""
+    r = _check(label, rounds)
+    return _side(label, r, _boot(r, np.random.default_rng(SEED)), samples_per_step)
+
+
 def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "B",
             samples_per_step: float | None = None, ahead: list | None = None,
             notes: list[str] | None = None) -> AbResult:
@@ -203,17 +220,9 @@ def compare(a_rounds: list, b_rounds: list, a_label: str = "A", b_label: str = "
     ar, br = _check(a_label, a_rounds), _check(b_label, b_rounds)
     rng = np.random.default_rng(SEED)
     ab, bb = _boot(ar, rng), _boot(br, rng)
-    q = [(1 - CONFIDENCE) / 2 * 100, (1 + CONFIDENCE) / 2 * 100]
-
-    def side(label, rounds, boot):
-        med = [float(median(r)) for r in rounds]
-        lo, hi = np.percentile(boot, q)
-        return SideStats(label, med, int(sum(len(r) for r in rounds)), float(median(med)), float(lo), float(hi),
-                         samples_per_step)
-
-    a, b = side(a_label, ar, ab), side(b_label, br, bb)
+    a, b = _side(a_label, ar, ab, samples_per_step), _side(b_label, br, bb, samples_per_step)
     change = 100 * (b.median_ms / a.median_ms - 1)
-    lo, hi = np.percentile(100 * (bb / ab - 1), q)
+    lo, hi = np.percentile(100 * (bb / ab - 1), _QUANTILES)
     noise = max(a.spread_pct, b.spread_pct)
     verdict = "faster" if hi < 0 else "slower" if lo > 0 else "same"  # RULE
     return AbResult(a, b, change, float(lo), float(hi), noise, verdict, "gpu" if ahead else "host", list(ahead or []),
