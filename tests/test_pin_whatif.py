@@ -132,18 +132,25 @@ def test_overlapping_a_collective_frees_the_compute_stream(tmp_path, first):
     assert r.op_start[names.index("b")] == pytest.approx(120) and r.op_end[names.index("b")] == pytest.approx(220)
 
 
+def _waiting_steps(iterator: str, step_us: float, wait_us: float) -> list[dict]:
+    """Two steps of step_us, each waiting wait_us in a DataLoader (`iterator`) from 10 us after its start, then
+    launching at 850 us a 95 us kernel."""
+    loader = f"enumerate(DataLoader)#{iterator}.__next__"
+    events = []
+    for i, t in enumerate((0, step_us)):
+        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, step_us),
+                   ev("user_annotation", loader, t + 10, wait_us),
+                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
+                   gpu("kernel", "k", t + 855, 95, i + 1)]
+    return events
+
+
 def test_more_dataloader_workers_cut_each_wait_to_the_loaders_throughput(tmp_path):
     # two steps of 1000 us, each waiting L = 800 us in an in-process DataLoader [10, 810] from 10 us after its start,
     # then launching at 850 a 95 us kernel. With 2 workers a batch comes every L / 2 = 400 us while the rest of the
     # step (1000 - 800 = 200 us) runs: the wait becomes 400 - 200 = 200 us, each step 1000 - 800 + 200 = 400 us
     # (the 10 us before the wait and the host time after it held)
-    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-    events = []
-    for i, t in enumerate((0, 1000)):
-        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1000), ev("user_annotation", loader, t + 10, 800),
-                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
-                   gpu("kernel", "k", t + 855, 95, i + 1)]
-    g = graph(tmp_path, events)
+    g = graph(tmp_path, _waiting_steps("_SingleProcessDataLoaderIter", 1000, 800))
     p = whatif.predict(g, "dataloader_workers", workers=2)
     assert p.changed == 2 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.4)
     assert "2 DataLoader waits cut to the loader's throughput with 2 workers" == p.transform
@@ -206,13 +213,8 @@ def test_more_workers_for_a_multiprocess_loader_deliver_a_batch_per_step_over_th
     # two steps of 1001 us, each waiting 801 us [10, 811] in a multi-process DataLoader, then launching a kernel. Twice
     # the workers deliver a batch every 1001 / 2 = 500.5 us while the rest of the step (200 us) runs: the wait
     # becomes 300.5 us, each step 1001 - 801 + 300.5 = 500.5 us
-    loader = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
-    events = []
-    for i, t in enumerate((0, 1001)):
-        events += [ev("user_annotation", f"ProfilerStep#{i + 1}", t, 1001), ev("user_annotation", loader, t + 10, 801),
-                   ev("cuda_runtime", "cudaLaunchKernel", t + 850, 1, correlation=i + 1),
-                   gpu("kernel", "k", t + 855, 95, i + 1)]
-    p = whatif.predict(graph(tmp_path, events), "dataloader_workers")
+    g = graph(tmp_path, _waiting_steps("_MultiProcessingDataLoaderIter", 1001, 801))
+    p = whatif.predict(g, "dataloader_workers")
     assert p.step_ms_before == pytest.approx(1.001) and p.step_ms_after == pytest.approx(0.5005)
     assert p.transform == "2 DataLoader waits cut to the loader's throughput with 2x the workers"
 
