@@ -406,6 +406,24 @@ def test_an_output_path_that_is_a_folder_or_under_a_missing_one_is_exit_4_and_cr
     assert not (tmp_path / "no").exists()
 
 
+def test_run_out_under_a_missing_folder_is_exit_4_makes_nothing_and_runs_no_job(tmp_path):
+    """`run --out` makes the folder it names, never the folders above it (before: `mkdir -p`, so a typo in a parent
+    made folders, and the job ran). The job would leave a marker file; it must not start."""
+    marker = tmp_path / "job-ran"
+    job = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    out = tmp_path / "no" / "such" / "runs"
+    rc, _, err, _ = run_measured("run", "--out", str(out), "--no-report", *job)
+    line = one_line(err)
+    assert rc == 4 and line.startswith(f"gpucheckup: error: {out}: not made") and f"{tmp_path / 'no' / 'such'}" in line
+    assert "does not exist" in line, err
+    assert not (tmp_path / "no").exists() and not marker.exists()
+    # the folder itself, under one that exists, is made (0700) and holds the run directory; the job ran
+    out = tmp_path / "runs"
+    rc, _, err, _ = run_measured("run", "--out", str(out), "--no-report", *job)
+    assert rc == 0 and marker.exists(), err
+    assert out.is_dir() and (out.stat().st_mode & 0o777) == 0o700 and len(list(out.iterdir())) == 1
+
+
 def _device(folder: Path, name: str, minor: int) -> Path:
     """A character device of memory's major (1): 3 is null, 7 is full. Made in `folder` where this user may (root),
     else the system's own (/dev, which such a user cannot replace)."""

@@ -38,6 +38,7 @@ from gpucheckup.capture.agent.settings import SETTINGS
 from gpucheckup.capture.options import RunOptions
 from gpucheckup.capture.sampler import HostSampler
 from gpucheckup.capture.telemetry import CpuSampler, NvmlSampler
+from gpucheckup.atomic import NotWritten
 from gpucheckup.errors import CheckupError, say
 
 RESERVE_BYTES = 256 * 1024  # held in the run directory during the run, freed for the manifest (a full disk)
@@ -83,15 +84,18 @@ def run_name(cmd: list[str]) -> str:
 
 def make_run_dir(out: Path, name: str) -> safe_dir.RunDirectory:
     """A new, empty run directory (mode 0700, in an `out` folder no other user controls: safe_dir.py).
-    CheckupError, one line, when `out` is unsafe or the folder cannot be made."""
+    CheckupError, one line, when `out` is unsafe (exit 2); NotWritten naming `out` when the folder cannot be made,
+    its parent missing included: only `out` itself is made, never the folders above it (exit 4)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60] or "job"
     try:
         return safe_dir.create(out, f"{stamp}-{safe}")
     except safe_dir.UnsafeFolder as e:
         raise CheckupError(f"refusing --out {out}: {e}") from None
+    except safe_dir.NoParent as e:
+        raise NotWritten(f"{out}: not made: {e.strerror} (--out makes one folder, not the folders above it)") from None
     except OSError as e:
-        raise CheckupError(f"cannot create the run directory in {out}: {safe_dir.cause(e)}") from None
+        raise NotWritten(f"{out}: no run directory made: {safe_dir.cause(e)}") from None
 
 
 def as_run_dir(run_dir) -> safe_dir.RunDirectory:

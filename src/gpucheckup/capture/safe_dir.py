@@ -115,13 +115,23 @@ def _check_folder(d: str, st: os.stat_result, out: bool) -> None:
                            f"user could swap the run directory for a link; chmod go-w {d}, or use another --out")
 
 
+class NoParent(OSError):
+    """The folder above `--out` does not exist: only `out` itself is made, never the folders above it (a typo in
+    them must not make folders); its text is the one-line reason."""
+
+
 def create(out, name: str, tries: int = 999) -> "RunDirectory":
     """A new run directory `<out>/<name>` (`-2`, `-3`, ... when taken), mode 0700, after check_out(out).
-    `out` is created (0700) when missing. UnsafeFolder or OSError."""
+    `out` itself is made (0700) when missing, the folders above it never (NoParent). UnsafeFolder or OSError."""
     out = os.path.abspath(os.fspath(out))
     check_out(out)
-    os.makedirs(out, mode=DIR_MODE, exist_ok=True)
-    check_out(out)  # what makedirs met on the way (a folder made meanwhile by someone else)
+    try:
+        os.mkdir(out, DIR_MODE)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        raise NoParent(errno.ENOENT, f"its folder {os.path.dirname(out)} does not exist") from None
+    check_out(out)  # what mkdir met (a folder made meanwhile by someone else)
     parent = os.open(out, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
         _check_folder(out, os.fstat(parent), out=True)  # the folder we opened is the one checked

@@ -138,13 +138,14 @@ def cmd_run(args, console) -> int:
 def _run_try_after(args, run_dir: Path, console) -> None:
     """`run --try`: the check-up's configuration fixes tried on the same command (checkup/trial.py), predicted
     beside measured; a failure here is one line and never changes the job's exit status."""
+    from gpucheckup.atomic import NotWritten
     from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
 
     console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
     try:
         doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
                       args.max_steps, args.out, checkup_dir=run_dir, progress=_try_progress(console))
-    except (BaseFailed, CheckupError) as e:
+    except (BaseFailed, CheckupError, NotWritten) as e:  # the job's status still passes through
         say(f"gpucheckup run --try: no trial: {e}")
         return
     _emit_try(doc, console, None, None, None)
@@ -377,6 +378,7 @@ def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
 def cmd_try(args, console) -> int:
     """Try fixes (checkup/trial.py); the command's own exit status when it fails as it is."""
     from gpucheckup.capture import launcher
+    from gpucheckup.atomic import NotWritten
     from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
 
     console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
