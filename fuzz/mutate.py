@@ -370,7 +370,8 @@ def damage_bytes(data: bytes, rnd: random.Random) -> bytes:
 @dataclass(frozen=True)
 class Special:
     """A file that is not written as bytes: `sparse` (`size` bytes, `head` first, the rest a hole of zeros), a
-    `fifo` (no writer: a reader that opens it blocks), a `device` (a link to /dev/zero: it never ends)."""
+    `fifo` (no writer: a reader that opens it blocks), a `device` (a link to /dev/zero: it never ends), a
+    `device_null` (a link to /dev/null: a device that reads empty), a `socket` (a Unix socket nobody listens on)."""
 
     kind: str
     size: int = 0
@@ -395,7 +396,8 @@ def gzip_bomb(kind: str) -> bytes:
     return c.compress(head) + b"".join(c.compress(block) for _ in range(BOMB_BYTES // len(block))) + c.flush()
 
 
-HOSTILE_KINDS = [*(f"bomb:{k}" for k in BOMB_HEADS), "sparse", "sparse_after_key", "fifo", "device"]
+HOSTILE_KINDS = [*(f"bomb:{k}" for k in BOMB_HEADS), "sparse", "sparse_after_key", "fifo", "device", "device_null",
+                 "socket"]
 
 
 def hostile_file(rnd: random.Random) -> tuple[str, bytes | Special]:
@@ -543,6 +545,21 @@ def build_case(rnd: random.Random) -> Case:
     return Case(kind, files, options, ops, target)
 
 
+def _unix_socket(p: Path) -> None:
+    """A Unix socket file at p, bound then closed (nobody listens); bound by its name from its own folder, as an
+    address is limited to ~108 bytes and a case's path may be longer."""
+    import socket
+
+    here = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(p.parent)
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(os.fsencode(p.name))
+    finally:
+        os.fchdir(here)
+        os.close(here)
+
+
 def write_case(case: Case, folder: Path) -> list[str]:
     """Write the case's files under `folder` (which must be empty) and return the argv of `gpucheckup`."""
     inp = folder / "in"
@@ -560,7 +577,9 @@ def write_case(case: Case, folder: Path) -> list[str]:
                 f.truncate(data.size)
         elif data.kind == "fifo":
             os.mkfifo(p)
+        elif data.kind == "socket":
+            _unix_socket(p)
         else:
-            os.symlink("/dev/zero", p)
+            os.symlink("/dev/null" if data.kind == "device_null" else "/dev/zero", p)
     target = inp if case.target == "." else inp / case.target
     return ["--debug", "analyze", str(target)] + [o.format(out=out) for o in case.options]

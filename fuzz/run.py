@@ -140,7 +140,8 @@ def run_case(seed: int, i: int, root: Path, subprocess_every: int) -> dict:
                "kind": case.kind, "ops": case.ops, "options": case.options, "rss_mb": peak_rss_mb()}
         if detail:
             row["detail"] = detail
-        if subprocess_every and i % subprocess_every == 0:
+        hostile = any(o.startswith("hostile:") for o in case.ops)
+        if hostile or (subprocess_every and i % subprocess_every == 0):  # its own peak, in a process of its own
             row["subprocess"] = run_subprocess(argv[1:])
         return row
     finally:
@@ -172,36 +173,74 @@ LEGIT_OPTIONS = ["--html", "{out}/r.html", "--markdown", "{out}/r.md", "--perfet
                  "{out}/r.json"]
 
 
+# The largest legitimate input the repository holds: a real H200 trace (48 MB of JSON), checked up whole.
+LARGEST_REAL = Path(__file__).resolve().parent.parent / "tests" / "data" / "h200" / "graphs_reduce_overhead" / \
+    "traces" / "trace.json.gz"
+
+
 def legit_peak_rss(root: Path) -> dict:
-    """The peak resident set of each corpus item's own check-up, unmutated, with every output and the terminal
-    report, measured as the cases are (from this process's size at the start): the yardstick for the cases'."""
+    """The peak resident set of each legitimate input's own check-up: every corpus item unmutated, and the largest
+    real trace (LARGEST_REAL), with every output and the terminal report, each in a fresh process (run_subprocess):
+    the yardstick for the cases' own peaks, measured the same way. Also each corpus item's peak in this process
+    (as the cases' in-worker figure is taken)."""
     peaks = {}
-    for kind, path in mutate.corpus_items():
-        folder = root / f"legit-{path.name}"
+    items = [*mutate.corpus_items(), *([("trace", LARGEST_REAL)] if LARGEST_REAL.is_file() else [])]
+    for kind, path in items:
+        folder = root / f"legit-{path.parent.parent.name if path == LARGEST_REAL else path.name}"
         folder.mkdir()
         files = ({path.name: path.read_bytes()} if kind == "trace" else
                  {str(p.relative_to(path)): p.read_bytes() for p in mutate._files_under(path)})
         case = mutate.Case(kind, files, list(LEGIT_OPTIONS), [], path.name if kind == "trace" else ".")
         argv = mutate.write_case(case, folder)
-        reset_peak_rss()
-        outcome, _, _ = invoke(argv)
-        peaks[f"{kind}:{path.name}"] = {"outcome": outcome, "rss_mb": peak_rss_mb()}
+        fresh = run_subprocess(argv[1:])
+        entry = {"outcome": "checkup" if fresh["rc"] == 0 else f"exit {fresh['rc']}", "rss_mb": fresh["rss_mb"]}
+        if path != LARGEST_REAL:
+            shutil.rmtree(folder / "out")
+            (folder / "out").mkdir()
+            reset_peak_rss()
+            invoke(argv)
+            entry["worker_rss_mb"] = peak_rss_mb()
+        peaks[f"{kind}:{folder.name[6:]}"] = entry
         shutil.rmtree(folder, ignore_errors=True)
     return peaks
 
 
+# `gpucheckup ARGS` as a fresh process that writes its own peak resident set (VmHWM) to $PEAK_RSS_OUT at exit. Not
+# the child's ru_maxrss (getrusage RUSAGE_CHILDREN, os.wait4): where the child is forked before its exec, the
+# kernel keeps the larger of its old and new image's peaks, so a child of a worker that has grown could be charged
+# for the worker's size; VmHWM read inside the new image is its own from the exec on, as `/usr/bin/time` (whose
+# own small process forks the command) reports it.
+MEASURED = """import atexit, os, sys
+def _peak():
+    with open("/proc/self/status") as f, open(os.environ["PEAK_RSS_OUT"], "w") as out:
+        out.write(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
+atexit.register(_peak)
+sys.argv = ["gpucheckup", *sys.argv[1:]]
+from gpucheckup.cli import entry
+entry()
+"""
+
+
 def run_subprocess(argv: list[str]) -> dict:
-    """The same case as a real `python -m gpucheckup` process: its exit code, and whether it was acceptable."""
+    """The same case as a real, fresh `gpucheckup` process: its exit code, whether it was acceptable, and its own
+    peak resident set in MB (None where /proc does not say)."""
+    fd, peak = tempfile.mkstemp(prefix="peak-rss-")
+    os.close(fd)
     t0 = time.perf_counter()
     try:
-        p = subprocess.run([sys.executable, "-m", "gpucheckup", *argv], capture_output=True,
-                           timeout=SUBPROCESS_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"rc": None, "ok": False, "s": SUBPROCESS_TIMEOUT_S}
+        try:
+            p = subprocess.run([sys.executable, "-c", MEASURED, *argv], capture_output=True,
+                               timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "PEAK_RSS_OUT": peak})
+        except subprocess.TimeoutExpired:
+            return {"rc": None, "ok": False, "s": SUBPROCESS_TIMEOUT_S, "rss_mb": None}
+        text = Path(peak).read_text()
+    finally:
+        os.unlink(peak)
     err = p.stderr.decode("utf-8", "replace").rstrip("\n")
     written = p.returncode != 4 or len([ln for ln in err.splitlines() if "not written" in ln]) == 1  # as invoke()
     ok = p.returncode in (0, 2, 4) and written and not (UNSAFE & set(err))
-    return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2)}
+    return {"rc": p.returncode, "ok": ok, "s": round(time.perf_counter() - t0, 2),
+            "rss_mb": round(int(text) / 1024, 1) if text.strip().isdigit() else None}
 
 
 def _cpu_s(pid: int | None = None) -> float:
@@ -300,19 +339,43 @@ def fuzz(cases: int, seed: int, start: int = 0, subprocess_every: int = 500, res
                         p.join()
         rows = sorted((json.loads(line) for line in results.read_text().splitlines() if line), key=lambda r: r["i"])
     summary = summarize(rows, seed, start, cases, time.time() - t0)
-    legit_max = max((v["rss_mb"] or 0 for v in legit.values()), default=0)
-    worst = max(rows, key=lambda r: r.get("rss_mb") or 0, default={})
-    hostile = [r for r in rows if any(o.startswith("hostile:") for o in r.get("ops") or [])]
-    summary["peak_rss"] = {
-        "legit_max_mb": legit_max,  # the largest unmutated corpus item's own check-up
-        "case_max_mb": worst.get("rss_mb"), "case_max_i": worst.get("i"), "case_max_ops": worst.get("ops"),
-        "hostile_max_mb": max((r.get("rss_mb") or 0 for r in hostile), default=None),
-        "ratio": round((worst.get("rss_mb") or 0) / legit_max, 2) if legit_max else None,
+    summary["peak_rss"] = peak_rss_summary(rows, legit)
+    return summary
+
+
+def peak_rss_summary(rows: list[dict], legit: dict) -> dict:
+    """Each case's own peak in a fresh process (every hostile case, and the subprocess sample) against the largest
+    legitimate input's own check-up measured the same way; beside it, the in-worker figures (each case's peak in
+    its long-lived worker, which keeps memory freed by earlier cases: not a case's own figure)."""
+    legit_max = max(legit.items(), key=lambda kv: kv[1]["rss_mb"] or 0, default=("", {}))
+    fresh = [r for r in rows if (r.get("subprocess") or {}).get("rss_mb")]
+    worst = max(fresh, key=lambda r: r["subprocess"]["rss_mb"], default=None)
+    by_kind: dict[str, float] = {}
+    for r in fresh:
+        for o in r.get("ops") or []:
+            if o.startswith("hostile:"):
+                k = o.split(":")[1] + (":" + o.split(":")[2] if o.startswith("hostile:bomb:") else "")
+                by_kind[k] = max(by_kind.get(k, 0.0), r["subprocess"]["rss_mb"])
+    worker_worst = max(rows, key=lambda r: r.get("rss_mb") or 0, default={})
+    corpus_worker = max((v.get("worker_rss_mb") or 0 for v in legit.values()), default=0)
+    lm = legit_max[1].get("rss_mb") or 0
+    return {
+        "method": "each case's own VmHWM in a fresh process (every hostile case and every --subprocess-every-th); "
+                  "the legitimate inputs' the same way",
+        "legit_max": legit_max[0], "legit_max_mb": lm,
+        "fresh_cases": len(fresh), "fresh_hostile_cases": sum(any(o.startswith("hostile:") for o in r["ops"] or [])
+                                                               for r in fresh),
+        "case_max_mb": worst["subprocess"]["rss_mb"] if worst else None,
+        "case_max_i": worst["i"] if worst else None, "case_max_ops": worst["ops"] if worst else None,
+        "ratio": round(worst["subprocess"]["rss_mb"] / lm, 2) if worst and lm else None,
+        "hostile_max_mb_by_kind": dict(sorted(by_kind.items())),
+        "worker": {"case_max_mb": worker_worst.get("rss_mb"), "case_max_i": worker_worst.get("i"),
+                   "corpus_max_mb": corpus_worker,
+                   "note": "a case's peak in its long-lived worker, from the worker's size at the case's start"},
         # the largest resident set of any worker or subprocess over the whole run (Linux reports KiB)
         "any_process_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         "legit": legit,
     }
-    return summary
 
 
 def _supervise(w, current, started, cases: int, t0: float, progress: bool, cpu0=None) -> bool:

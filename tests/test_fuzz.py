@@ -65,3 +65,37 @@ def test_a_sample_as_real_subprocesses(tmp_path):
         assert p.returncode in (0, 2), (case.ops, p.stderr[-500:])
         if p.returncode == 2:
             assert len([ln for ln in p.stderr.splitlines() if ln.strip()]) == 1, p.stderr
+
+
+def test_every_hostile_kind_ends_in_one_line_in_a_fresh_process_of_bounded_peak(tmp_path):
+    """Each hostile file the harness plants (bombs, sparse files, a FIFO, devices, a socket), as the trace: exit 2 in
+    one line, and its own peak resident set, measured in a fresh process as the harness does, under 300 MB (the
+    largest real trace in tests/data checks up whole, every output on, in ~130 MB on this machine)."""
+    for kind in mutate.HOSTILE_KINDS:
+        folder = tmp_path / kind.replace(":", "-")
+        folder.mkdir()
+        if kind.startswith("bomb:"):
+            data = mutate.gzip_bomb(kind[5:])
+        elif kind.startswith("sparse"):
+            data = mutate.Special("sparse", mutate.SPARSE_BYTES, b'{"traceEvents": [' if kind.endswith("key") else b"")
+        else:
+            data = mutate.Special(kind)
+        name = "trace.json.gz" if kind.startswith("bomb:") else "trace.json"
+        case = mutate.Case("trace", {name: data}, ["--quiet"], [f"hostile:{kind}:{name}"], name)
+        with fuzz_run._env_for_cases(folder):
+            got = fuzz_run.run_subprocess(mutate.write_case(case, folder)[1:])
+        assert got["rc"] == 2 and got["ok"], (kind, got)
+        assert got["rss_mb"] is not None and got["rss_mb"] < 300, (kind, got)
+
+
+def test_a_fresh_process_peak_is_its_own_not_the_harness_s(tmp_path):
+    """The harness's per-case figure is the case's own process's: a harness holding 400 MB (touched) does not raise
+    it. A check-up of a corpus trace peaks well under 200 MB alone (~50 MB: `/usr/bin/time -v` on this machine)."""
+    held = bytearray(400 << 20)
+    held[::4096] = b"\1" * len(held[::4096])  # every page touched: resident
+    trace = sorted((mutate.CORPUS / "traces").glob("*.json.gz"))[0]
+    case = mutate.Case("trace", {trace.name: trace.read_bytes()}, ["--quiet"], [], trace.name)
+    with fuzz_run._env_for_cases(tmp_path):
+        got = fuzz_run.run_subprocess(mutate.write_case(case, tmp_path)[1:])
+    del held
+    assert got["rc"] == 0 and got["rss_mb"] is not None and got["rss_mb"] < 200, got
