@@ -384,7 +384,8 @@ EVENT = b'{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2},'
 BOMB_HEADS = {"zeros": (b"", b"\0"), "zeros_after_key": (b'{"traceEvents":[', b"\0"),
               "zeros_after_events": (b'{"traceEvents":[' + EVENT * 40000, b"\0"),
               "long_event": (b'{"traceEvents":[{"name":"', b"a"), "spaces": (b'{"traceEvents":[', b" "),
-              "empty_events": (b'{"traceEvents":[', b"{},"), "kernel_events": (b'{"traceEvents":[', EVENT)}
+              "empty_events": (b'{"traceEvents":[', b"{},"), "kernel_events": (b'{"traceEvents":[', EVENT),
+              "objects_in_a_list": (b'{"traceEvents":[[', b"{},"), "numbers": (b'{"traceEvents":[', b"1,")}
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,8 +7,10 @@
 Each case runs in-process through `gpucheckup.cli.main` with `--debug` (so an uncaught exception
 reaches us with its traceback instead of the one-line "internal error", exit 70) in a forked
 worker; a case that has used HANG_S seconds of CPU time, or run HANG_WALL_S seconds of wall time, is a hang:
-the worker is killed and restarted at the next case. Every `--subprocess-every`-th case also runs as a real `python -m gpucheckup`
-subprocess, whose exit code must be 0 or 2. Outcomes: `checkup` (exit 0), `error` (a one-line
+the worker is killed and restarted at the next case. Every `--subprocess-every`-th case, and every case with a
+hostile file (a bomb, a sparse file, a FIFO, a device, a socket), also runs as a real, fresh `gpucheckup` process,
+whose exit code must be 0, 2 or 4 and whose own peak resident set (VmHWM at its exit) is the case's peak RSS: the
+summary sets the largest beside the largest legitimate input's own check-up, measured the same way. Outcomes: `checkup` (exit 0), `error` (a one-line
 error, exit 2), `crash` (an uncaught exception, keyed by its type and the innermost gpucheckup
 frame), `unsafe` (raw control or bidi characters reached the terminal or an error line), `hang`.
 """

@@ -180,6 +180,30 @@ def test_the_decompressed_size_limit_is_a_flag(tmp_path):
     assert rc == 0, err
 
 
+@pytest.mark.parametrize("element", [b"{}", b"1", b'""'], ids=["objects_in_a_list", "numbers", "strings"])
+def test_a_large_events_array_of_non_events_is_one_line_in_bounded_memory(tmp_path, element):
+    """`traceEvents` holding no objects (or one list of millions of `{}`) cannot be cut, so it is read whole; its
+    untyped decoding cost ~25x the file (a 120 MB file: 3.1 GB, and 178 s for `1,` repeated, one exception per
+    element). Now one line past 8 MiB read untyped. The whole read holds the file once: a 100 MB file peaks under
+    its size plus 100 MB (the interpreter is ~45 MB; before, `data.strip()` made a second copy: ~2x the size)."""
+    size = 100 << 20
+    head, end = (b'{"traceEvents": [[', b"{}]]}") if element == b"{}" else (b'{"traceEvents": [', element + b"]}")
+    path = tmp_path / "t.json"
+    path.write_bytes(head + (element + b",") * ((size - len(head)) // (len(element) + 1)) + end)
+    rc, _, err, rss = run_measured("analyze", str(path), "--quiet")
+    assert rc == 2 and "too much to read untyped" in one_line(err), err
+    assert rss < path.stat().st_size / 1e6 + 100, rss
+
+
+def test_a_small_events_array_with_non_events_drops_them_and_checks_up(tmp_path):
+    """Under the untyped limit, the elements that are not events are dropped and the rest checked up."""
+    event = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}'
+    path = tmp_path / "t.json"
+    path.write_bytes(b'{"traceEvents": [' + b"1, " * 100_000 + event + b"]}")
+    rc, _, err, _ = run_measured("analyze", str(path), "--quiet")
+    assert rc == 0, err
+
+
 def test_a_rank_folder_with_one_bomb_checks_up_the_good_ranks_and_names_the_bad_one(bombs, tmp_path):
     folder = tmp_path / "ranks"
     folder.mkdir()

@@ -49,6 +49,8 @@ CUT_TRIES = 8  # candidate cuts tried before a chunk is given up on
 TAIL_SEARCH = 256 << 10  # the last chunk is cut this far before the end, to bound the work of finding the array's end
 
 WHOLE_READ_BYTES = 128 << 20  # a file the stream cannot cut is read whole only up to this size
+LOOSE_READ_BYTES = 8 << 20  # ... and decoded untyped (events of the wrong types) only up to this size: untyped JSON
+# costs up to ~25x its size in objects (a list of 3-byte `{}`: a 120 MB file took 3.1 GB before this limit)
 MAX_EVENT_BYTES = 64 << 20  # no cut between events within this many bytes (a profiler's are under 1 MB): not a trace
 MAX_CUT_RUN = 4 << 10  # longest run of whitespace, commas and `}` tracked across reads in a search for a cut
 MIN_JSON_LIMIT = 8 << 30  # the decompressed-size limit is this machine's memory, and at least this
@@ -85,6 +87,11 @@ def json_limit() -> int:
 def set_json_limit(n_bytes: int) -> None:
     """Raise (or lower) the decompressed-size limit for this process (`--max-json-gib`)."""
     _json_limit.append(int(n_bytes))
+
+
+def has_text(data: bytes | bytearray) -> bool:
+    """Whether the bytes hold anything but JSON whitespace (without a stripped copy of them)."""
+    return _NOT_SPACE.search(data) is not None
 
 
 def _not_found(path: Path) -> CheckupError:
