@@ -170,6 +170,21 @@ def test_workers_are_not_added_to_an_iterable_dataset_nor_a_cuda_collate():
     assert "collate_fn builds CUDA tensors" in t.records[1]["how"]
 
 
+def test_added_workers_persist_across_epochs_as_the_advice_says():
+    # the advice is DataLoader(num_workers=N, persistent_workers=True): workers started once. Without persistence a
+    # loader restarts its workers every epoch (on the H200 a Lightning loop of 64 batches an epoch measured 29% slower
+    # with one such worker than with none, 8% faster with it persistent)
+    t, torch = _trial("dataloader_workers=2")
+    kw = {"dataset": [torch.ones(1)] * 4, "batch_size": 2}
+    t.edit_loader(kw, "train.py:7")
+    loader = torch.utils.data.DataLoader(**kw)
+    assert (loader.num_workers, loader.persistent_workers) == (2, True)
+    assert t.records[0]["how"] == "DataLoader(num_workers 0 -> 2, persistent_workers) at train.py:7"
+    kept = {"dataset": [torch.ones(1)], "num_workers": 1, "persistent_workers": False}
+    t.edit_loader(kept, "train.py:9")  # raised from 1: persistent too, as advised
+    assert (kept["num_workers"], kept["persistent_workers"]) == (2, True)
+
+
 def test_an_optimizer_torch_will_not_fuse_is_built_as_asked_with_torchs_reason():
     t, torch = _trial("fused_optimizer")
     params = [torch.nn.Parameter(torch.ones(3))]
@@ -228,7 +243,7 @@ def test_a_loader_rebuilt_from_the_patched_one_is_not_said_twice():
     t2.edit_loader(other, "eval.py:5")  # a loader with more workers than asked, and nothing applied: said
     assert first["num_workers"] == 4
     assert t.records == [{"fix": "dataloader_workers", "applied": True,
-                          "how": "DataLoader(num_workers 0 -> 4) at train.py:10"}]
+                          "how": "DataLoader(num_workers 0 -> 4, persistent_workers) at train.py:10"}]
     assert t2.records[0]["how"] == "not applied: DataLoader at eval.py:5 already has num_workers=6"
 
 
