@@ -155,3 +155,30 @@ def test_what_to_try_first_is_not_a_cheap_fix_worth_a_fraction_of_a_percent(docs
     assert keys[0] == "cuda_graph" and keys.index("no_host_reads") > keys.index("torch_compile")
     # amp: the fused optimizer (7.6%) is over a tenth of CUDA graphs' 56.9%, so the configuration fix stays first
     assert docs["amp"].fixes[0].key == "fused_optimizer"
+
+
+# `gpucheckup try` on the H200 (docs/validation.md 7f): the agent's patch and the hand-edited flag of the same fix,
+# measured one after the other on one machine. Read through the schema's own types: a document the tool wrote then
+# must still load as the versioned JSON says.
+PAIRED = CORPUS / "try" / "paired"
+PAIRS = {"lightning_workers": "DataLoader(num_workers 0 -> 1, persistent_workers) at validation/train_lightning.py:",
+         "timm_fused": "SGD(fused=True) at validation/train_timm_amp.py:",
+         "input_workers": "DataLoader(num_workers 0 -> 19, persistent_workers) at validation/train_input_bound.py:"}
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_try_and_a_hand_edited_ab_of_the_same_fix_agree_on_one_machine(name):
+    import msgspec
+
+    from gpucheckup.document import AbDocument, TryDocument
+
+    ab = msgspec.json.decode((PAIRED / f"ab_{name}.json").read_bytes(), type=AbDocument)
+    tried = msgspec.json.decode((PAIRED / f"try_{name}.json").read_bytes(), type=TryDocument)
+    (trial,) = tried.fixes
+    assert trial.applied and trial.how.startswith(PAIRS[name])
+    # ab's interval is of B's change (negative: faster); a trial's of the saving (positive: faster)
+    ab_lo, ab_hi = -ab.interval_pct[1], -ab.interval_pct[0]
+    lo, hi = trial.interval_pct
+    assert lo <= ab_hi and ab_lo <= hi, (trial.interval_pct, (ab_lo, ab_hi))
+    assert (trial.verdict == "faster") == (ab.verdict == "faster")
+    assert tried.rounds == len(ab.a.round_ms) == len(trial.step.round_ms)  # the same protocol, round for round

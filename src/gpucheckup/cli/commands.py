@@ -138,9 +138,9 @@ def cmd_run(args, console) -> int:
 def _run_try_after(args, run_dir: Path, console) -> None:
     """`run --try`: the check-up's configuration fixes tried on the same command (checkup/trial.py), predicted
     beside measured; a failure here is one line and never changes the job's exit status."""
-    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+    from gpucheckup.checkup.trial import BaseFailed, run_try, side_effects
 
-    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    console.print(side_effects(False), style="bold", markup=False, soft_wrap=True)  # the run was the check-up
     try:
         doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
                       args.max_steps, args.out, checkup_dir=run_dir, progress=_try_progress(console))
@@ -357,7 +357,7 @@ def _try_progress(console):
 def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
     """Print a try document and write the files asked for."""
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.checkup.trial import SIDE_EFFECTS
+    from gpucheckup.checkup.trial import side_effects
     from gpucheckup.report import json_doc
     from gpucheckup.report.text import try_text
 
@@ -370,16 +370,16 @@ def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
 
         for path, text in ((markdown_path, try_pages.markdown), (html_path, try_pages.html)):
             if path:
-                write_atomic(path, text(doc, SIDE_EFFECTS).encode())
+                write_atomic(path, text(doc, side_effects(doc.checkup is not None)).encode())
                 console.print(f"written to {safe(path)}", style="dim", markup=False)
 
 
 def cmd_try(args, console) -> int:
     """Try fixes (checkup/trial.py); the command's own exit status when it fails as it is."""
     from gpucheckup.capture import launcher
-    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+    from gpucheckup.checkup.trial import BaseFailed, run_try, side_effects
 
-    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    console.print(side_effects(not args.no_predict), style="bold", markup=False, soft_wrap=True)
     if not args.max_steps:
         console.print("No --max-steps: each run lasts as long as the job does.", style="dim", markup=False)
     try:
