@@ -175,8 +175,7 @@ def test_workers_are_not_added_to_an_iterable_dataset_nor_a_cuda_collate():
 
 def test_added_workers_persist_across_epochs_as_the_advice_says():
     # the advice is DataLoader(num_workers=N, persistent_workers=True): workers started once. Without persistence a
-    # loader restarts its workers every epoch (on the H200 a Lightning loop of 64 batches an epoch measured 29% slower
-    # with one such worker than with none, 8% faster with it persistent)
+    # loader starts its workers again every epoch (each a new process that imports and builds the dataset again)
     t, torch = _trial("dataloader_workers=2")
     kw = {"dataset": [torch.ones(1)] * 4, "batch_size": 2}
     t.edit_loader(kw, "train.py:7")
