@@ -18,7 +18,12 @@ pair() {  # NAME ROUNDS WARMUP MEASURE FLAG TRIAL SCRIPT STEPS
   echo "== $1 try ($6) $(( $(date +%s) - T0 )) s"
   gc try "$6" --no-predict --rounds $2 --warmup $3 --measure $4 --out "$W" --json "$OUT/try_$1.json" -- "${base[@]}"
 }
-pair lightning_workers 3 40 120 "--workers 1" dataloader_workers=1 train_lightning.py 200
-pair timm_fused 3 40 120 "--fused 1" fused_optimizer train_timm_amp.py 200
-pair input_workers 2 8 24 "--workers 19" dataloader_workers=19 train_input_bound.py 40
+for p in ${PAIRS:-lightning_workers timm_fused input_workers}; do  # PAIRS="input_pin": the pair not yet measured
+  case $p in
+    lightning_workers) pair $p 3 40 120 "--workers 1" dataloader_workers=1 train_lightning.py 200 ;;
+    timm_fused) pair $p 3 40 120 "--fused 1" fused_optimizer train_timm_amp.py 200 ;;
+    input_workers) pair $p 2 8 24 "--workers 19" dataloader_workers=19 train_input_bound.py 40 ;;
+    input_pin) pair $p 2 8 24 "--pin 1" pin_memory train_input_bound.py 40 ;;
+  esac
+done
 date -u
