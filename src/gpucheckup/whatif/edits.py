@@ -71,6 +71,12 @@ CALL_FIXED_LAUNCHES = 5.0
 COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
 GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
 GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
+# What a kernel launched from Inductor's generated code costs the host, in launch calls: its launcher and launch call
+# (2.9) and the generated Python before it (1.5), measured in the same compiled trace (docs/validation.md section 7).
+# That code is the same whatever the eager model ran between its kernels (module calls, hooks, autocast's casts and
+# dispatch), so a compiled launch costs at most this; where eager cost less, it keeps eager's cost.
+COMPILED_LAUNCH_LAUNCHES = 2.9 + 1.5
+COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction")  # generated code already running in the trace
 PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
 AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
 LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
@@ -685,9 +691,9 @@ def cuda_graphs(g: Graph) -> Edit:
 def torch_compile(g: Graph) -> Edit:
     """torch.compile(model): the model's kernels as Inductor fuses them (`_inductor_fusion`); the dispatch and
     launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
-    kernels) keeps its launch, costing the host what its eager launch cost (Inductor's generated code calls
-    a launcher per kernel in place of the operator: measured on the H200 at 2.9 launch calls per launch against
-    eager's 2.7, its Python between kernels at 1.5 against eager's 2.4). Each call into the compiled model
+    kernels) keeps its launch, costing the host what generated code costs per launch (COMPILED_LAUNCH_LAUNCHES:
+    its launcher and call and the Python before it) or its eager cost where that was less
+    (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the compiled model
     (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
     optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
@@ -699,10 +705,34 @@ def torch_compile(g: Graph) -> Edit:
     g.h_dur[j] = 0.0
     g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
     calls = _compiled_calls(g, eager)
-    for entry, backward, _nodes, params in calls:
+    for entry, backward, nodes, params in calls:
+        _generated_launches(g, nodes[1:], unit)
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
     return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
                    f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
+
+
+def _generated_launches(g: Graph, nodes: np.ndarray, unit: float) -> None:
+    """Each launch inside a compiled call after its first costs the host at most COMPILED_LAUNCH_LAUNCHES: the host
+    time before it (its gap, from the node before) and its call, cut to that by shortening the gap."""
+    nodes = nodes[(g.h_kind[nodes] == CALL) & (g.h_dur[nodes] > 0)]
+    nodes = nodes[~_already_compiled(g)[nodes]]
+    gap = np.maximum(g.h_gap[nodes], 0.0)
+    g.h_gap[nodes] -= np.clip(gap + g.h_dur[nodes] - COMPILED_LAUNCH_LAUNCHES * unit, 0.0, gap)
+
+
+def _already_compiled(g: Graph) -> np.ndarray:
+    """Per node: whether its host row starts inside generated code the trace already runs (COMPILED_RANGES): a
+    compiled model's launches cost what compiled code costs, which the trace measured."""
+    if "already_compiled" not in g.memo:
+        host = g.trace.host
+        ranges = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n.startswith(COMPILED_RANGES))))
+        out = np.zeros(len(g.h_kind), dtype=bool)
+        rows = g.h_row[g.h_row >= 0]
+        out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], host.start[ranges].astype(np.float64),
+                                       host.end[ranges].astype(np.float64), host.tid[ranges])
+        g.memo["already_compiled"] = out
+    return g.memo["already_compiled"]
 
 
 def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
