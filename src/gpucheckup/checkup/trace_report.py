@@ -46,28 +46,12 @@ from gpucheckup.analysis import plot_arrays
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
     """Everything the reports show, as plain JSON types."""
-    tr = a.trace
     k = a.kernels.to_dict()
     for t in k["top"]:
         t["label"] = kernel_label(t["name"])
-    length = a.timeline.length
-    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / length if length > 0 else 0.0 for dev in a.timeline.busy}
     out = {
         "gpucheckup_version": __version__,
-        "trace": {
-            "path": tr.path,
-            "rank": tr.rank,
-            "world_size": tr.world_size,
-            "devices": [{"id": x.id, "name": x.name, "sm_count": x.sm_count, "memory_gb": x.total_memory / 1e9,
-                         "compute_capability": x.compute_capability} for x in tr.devices],
-            "cuda_runtime_version": tr.cuda_runtime_version,
-            "cuda_driver_version": tr.cuda_driver_version,
-            "with_stack": tr.with_stack,
-            "record_shapes": tr.record_shapes,
-            "window_us": list(a.steps.window),
-            "start_us": a.trace.span[0],  # the trace's first event: times a person reads are ms from it
-            "base_time_ns": tr.base_time_ns,
-        },
+        "trace": _trace_section(a),
         "verdict": {
             "primary": d.primary,
             "title": d.title,
@@ -77,14 +61,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         },
         "fixes": fix_dicts(d),
         "window": a.window.to_dict(),
-        "gpu": {
-            "busy_pct": a.timeline.busy_pct,
-            "busy_pct_unprofiled": a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None,
-            "devices": busy_dev,
-            "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
-                        for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
-            "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
-        },
+        "gpu": _gpu_section(a),
         "steps": fields_of(a.step_summary),
         "profiler": fields_of(a.profiler) if a.profiler else None,
         "kernels": k,
@@ -110,6 +87,39 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }
     return _clean(out)
+
+
+def _trace_section(a: TraceAnalysis) -> dict:
+    """The report's `trace`: where the trace came from, its devices, versions and window."""
+    tr = a.trace
+    return {
+        "path": tr.path,
+        "rank": tr.rank,
+        "world_size": tr.world_size,
+        "devices": [{"id": x.id, "name": x.name, "sm_count": x.sm_count, "memory_gb": x.total_memory / 1e9,
+                     "compute_capability": x.compute_capability} for x in tr.devices],
+        "cuda_runtime_version": tr.cuda_runtime_version,
+        "cuda_driver_version": tr.cuda_driver_version,
+        "with_stack": tr.with_stack,
+        "record_shapes": tr.record_shapes,
+        "window_us": list(a.steps.window),
+        "start_us": a.trace.span[0],  # the trace's first event: times a person reads are ms from it
+        "base_time_ns": tr.base_time_ns,
+    }
+
+
+def _gpu_section(a: TraceAnalysis) -> dict:
+    """The report's `gpu`: busy % of the step (as traced, and without the profiler), per device, stream, step."""
+    length = a.timeline.length
+    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / length if length > 0 else 0.0 for dev in a.timeline.busy}
+    return {
+        "busy_pct": a.timeline.busy_pct,
+        "busy_pct_unprofiled": a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None,
+        "devices": busy_dev,
+        "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
+                    for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
+        "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
+    }
 
 
 def _gaps(a: TraceAnalysis) -> dict:
