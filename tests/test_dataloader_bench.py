@@ -16,6 +16,7 @@ from conftest import REPO, trace_path, read_report
 from gpucheckup.analysis.run_logs.environment import usable_cores
 from gpucheckup.analysis.run_logs.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step_from_report
 from gpucheckup.capture.environment import cgroup_quota
+from gpucheckup.document import SCHEMA_VERSION
 
 FACTORY = f"{REPO / 'tests' / 'jobs' / 'loader_factory.py'}:make_loader"
 BATCH = 4  # tests/jobs/loader_factory.py
@@ -33,6 +34,7 @@ def bench(tmp_path, workers, spin_ms, sleep_ms, cpus=None, extra=(), batches=20,
                          (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None)
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
+    assert (doc["schema_version"], doc["kind"]) == (SCHEMA_VERSION, "dataloader")  # validated by conftest
     return doc, {r["num_workers"]: r["batches_per_s"] for r in doc["dataloader_bench"]["runs"]}, res.stdout
 
 

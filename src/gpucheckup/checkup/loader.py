@@ -14,6 +14,7 @@ from rich.console import Console
 from gpucheckup.analysis.run_logs.environment import usable_cores
 from gpucheckup.analysis.run_logs.loader_advice import Rate, advise, gpu_step_from_report
 from gpucheckup.atomic import write_atomic
+from gpucheckup.document import measured
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import json_doc
 from gpucheckup.safe_text import safe
@@ -87,7 +88,7 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
     adv = advise(rates, cores, limit, gpu_ms, gpu_src)
     render_loader(bench.to_dict(), adv.to_dict(), console)
     if json_path:
-        doc = {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()}
+        doc = measured("dataloader", {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()})
         write_atomic(json_path, json_doc.document(doc))
         console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     return 0
