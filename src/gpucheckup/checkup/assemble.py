@@ -157,7 +157,7 @@ def _job_head(result: Checkups) -> dict | None:
     from gpucheckup.checkup.ranks import job_dict, plain_ranks_dict
 
     summary = rank_summary(result.checkups)
-    return job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
+    return job_dict(result.job, summary, result.checkups) if result.job else plain_ranks_dict(summary)
 
 
 DOCUMENT_BYTES = 256 << 20  # a check-up document is kilobytes a trace (a few MB for many ranks): a larger file is not one

@@ -38,6 +38,8 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES
 from gpucheckup.atomic import open_atomic
+from gpucheckup.checkup.trace_report import _clean
+from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.errors import CheckupError
 from gpucheckup.safe_text import json_escaped
 from gpucheckup.trace import chunks
@@ -56,8 +58,9 @@ CAT = "gpucheckup"
 COUNTER = "GPU busy per step"
 
 
-def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
-    """gpucheckup's events for one trace: metadata, steps, gaps, syncs, busy counter, findings."""
+def annotations(a: TraceAnalysis, d: Diagnosis) -> list[dict]:
+    """gpucheckup's events for one trace (its analysis and diagnosis): metadata, steps, gaps, syncs, busy counter,
+    findings."""
     used = set(unique(a.trace.host.pid).tolist()) | set(unique(a.trace.gpu.device).tolist())
     pid = PID_BASE
     while pid in used:
@@ -72,10 +75,10 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
     ]
     for k, tid in enumerate((TID_STEPS, TID_SYNCS, TID_FINDINGS)):
         ev.append(_meta(pid, tid, "thread_sort_index", sort_index=k))
-    busy = report["gpu"]["step_busy_pct"]
+    busy = _clean([float(x) for x in a.timeline.step_busy_pct])  # as the report gives them
     ev += _step_track(a, pid, busy)
     ev += _gap_tracks(a, pid)
-    for p in report["sync"].get("points", []):
+    for p in _clean(a.syncs.get("points", [])):
         ev.append({"ph": "i", "s": "t", "name": p["op"], "cat": CAT, "pid": pid, "tid": TID_SYNCS,
                    "ts": _us(_ns(p["t_us"])),
                    "args": {"inner_op": p.get("inner_op"), "user_frame": p.get("frame"),
@@ -83,7 +86,7 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
     for i in range(st.count):
         ev.append({"ph": "C", "name": COUNTER, "cat": CAT, "pid": pid, "ts": _us(_ns(st.start[i])),
                    "args": {"busy_pct": round(busy[i], 3)}})
-    return ev + _finding_marks(report["verdict"]["findings"], pid, st.start)
+    return ev + _finding_marks(_clean([f.to_dict() for f in d.findings]), pid, st.start)
 
 
 def _step_track(a: TraceAnalysis, pid: int, busy: list[float]) -> list[dict]:
@@ -226,10 +229,10 @@ def _append(array: bytes, ours: bytes, source: str) -> bytes:
     return array[:-1].rstrip() + b",\n" + ours + b"]"
 
 
-def write(a: TraceAnalysis, report: dict, out: Path) -> None:
+def write(a: TraceAnalysis, d: Diagnosis, out: Path) -> None:
     """Write the annotated trace to `out` (atomically), gzip-compressed when its name ends in .gz."""
     path = Path(a.trace.path)
-    ours = _encoded(annotations(a, report))
+    ours = _encoded(annotations(a, d))
     end = a.trace.events_end
     with open_atomic(out) as f:
         gz = _Gzip(f) if out.name.endswith(".gz") else None

@@ -35,7 +35,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
-from gpucheckup.checkup.trace_report import checkup_dict
+from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, trace_facts
 from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -52,10 +52,11 @@ STRAGGLER_PCT = 10.0  # a rank whose step (its window's) is this much slower tha
 
 
 class Checkup(msgspec.Struct):
-    """One trace's analysis, diagnosis and report dict."""
+    """One trace's analysis, diagnosis, typed facts and report dict."""
 
-    analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
+    analysis: TraceAnalysis | None  # None when checked up in a worker process: the rest comes back
     diagnosis: Diagnosis
+    facts: TraceFacts  # what the work across traces reads (rank, path, step, GPU busy)
     report: dict
     ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
 
@@ -128,14 +129,13 @@ def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | 
     """recheck(waits) for ranks_checkup.check_job: the check-ups of the ranks in `waits` again, with their calls'
     matched waits (the profiler-overhead correction); here for traces in memory, else in worker processes."""
     def recheck(waits: dict[int, object]) -> None:
-        by_rank = {(c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i): c
-                   for i, c in enumerate(checkups)}
+        by_rank = {(c.facts.rank if c.facts.rank is not None else i): c for i, c in enumerate(checkups)}
         todo = [(by_rank[rk], w) for rk, w in waits.items()]
         for c, w in todo:
             if c.analysis is not None:
                 _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w))
         far = [(c, w) for c, w in todo if c.analysis is None]
-        items = [(Path(c.report["trace"]["path"]), w) for c, w in far]
+        items = [(Path(c.facts.path), w) for c, w in far]
         for (c, _), (_, new) in zip(far, parallel.map_files(_recheck_file, items, inputs, ncu, ncu_csv, jobs=jobs)):
             if isinstance(new, CheckupError):
                 raise new
@@ -148,7 +148,7 @@ def _replace(c: Checkup, new: Checkup) -> None:
     old = c.report
     new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
     new.report.update({k: v for k, v in old.items() if k not in new.report})
-    c.analysis, c.diagnosis, c.report = new.analysis, new.diagnosis, new.report
+    c.analysis, c.diagnosis, c.facts, c.report = new.analysis, new.diagnosis, new.facts, new.report
 
 
 def trace_paths(path: Path) -> list[Path]:
@@ -199,7 +199,7 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
     d = diagnose(a, savings.predict(a, fork))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
-    return Checkup(a, d, checkup_dict(a, d))
+    return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
 
 
 def _rank_table(a: TraceAnalysis):
@@ -232,14 +232,14 @@ def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checku
     if not trace.has_gpu:
         return cpu_checkup(trace)
     c = check_trace(trace, inputs, ncu, ncu_csv)
-    return Checkup(None, c.diagnosis, c.report, _rank_table(c.analysis))
+    return Checkup(None, c.diagnosis, c.facts, c.report, _rank_table(c.analysis))
 
 
 def _recheck_file(item: tuple[Path, object], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
     """In a worker process: one trace's check-up again with its calls' matched waits (item: path, waits)."""
     f, waits = item
     c = check_trace(read_trace(f), inputs, ncu, ncu_csv, (), waits)
-    return Checkup(None, c.diagnosis, c.report)
+    return Checkup(None, c.diagnosis, c.facts, c.report)
 
 
 def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
@@ -471,20 +471,19 @@ def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:
-    """Rank order (traces without a rank last, then by path); from the report, which worker check-ups carry."""
-    results.sort(key=lambda c: (c.report["trace"]["rank"] is None, c.report["trace"]["rank"] or 0,
-                                c.report["trace"]["path"]))
+    """Rank order (traces without a rank last, then by path); from the facts, which worker check-ups carry."""
+    results.sort(key=lambda c: (c.facts.rank is None, c.facts.rank or 0, c.facts.path))
 
 
 def rank_summary(results: list[Checkup]) -> list[dict]:
     """One row per trace: rank, verdict, step (its window's: analysis/step_basis.py), GPU busy."""
     return [
         {
-            "rank": c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i,
-            "path": c.report["trace"]["path"],
+            "rank": c.facts.rank if c.facts.rank is not None else i,
+            "path": c.facts.path,
             "verdict": c.diagnosis.primary,
-            "step_ms": c.report["window"]["step_ms"],
-            "busy_pct": c.report["gpu"]["busy_pct"],
+            "step_ms": c.facts.step_ms,
+            "busy_pct": c.facts.busy_pct,
         }
         for i, c in enumerate(results)
     ]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 from msgspec.structs import asdict as fields_of  # the analyses' result records (msgspec Structs), one level
 
 from gpucheckup import __version__
@@ -42,6 +43,27 @@ from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
 from gpucheckup.diagnosis.labels import job_labels
 from gpucheckup.analysis import plot_arrays
+
+
+class TraceFacts(msgspec.Struct, frozen=True):
+    """What the work across traces reads of one trace's check-up (ordering, stragglers, the ranks table, re-checking):
+    its rank and path, its step (the window's: analysis/step_basis.py) and its GPU busy, as the report gives them."""
+
+    rank: int | None
+    path: str
+    step_ms: float | None
+    busy_pct: float | None
+    busy_pct_unprofiled: float | None  # null: the profiler-overhead correction did not apply
+    corrected: bool  # the profiler-overhead correction was computed (the unprofiled step was known)
+    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/communication.py)
+
+
+def trace_facts(a: TraceAnalysis) -> TraceFacts:
+    """The facts of an analyzed trace, with the report's values (plain Python numbers, null for NaN)."""
+    unprofiled = a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None
+    return TraceFacts(rank=_clean(a.trace.rank), path=a.trace.path, step_ms=_clean(a.window.step_ms),
+                      busy_pct=_clean(a.timeline.busy_pct), busy_pct_unprofiled=_clean(unprofiled),
+                      corrected=a.profiler is not None, comm_overlap_pct=_clean(a.communication.overlap_pct))
 
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
