@@ -221,15 +221,16 @@ def cmd_ceilings(args, console) -> int:
 def cmd_ncu_cmd(args, console) -> int:
     from gpucheckup.checkup.ncu_cmd import ncu_command, saved_report
 
-    report = saved_report(args.path)
-    if report is None:
+    part = saved_report(args.path)
+    if part is None:
+        from gpucheckup.checkup.assemble import document
         from gpucheckup.checkup.pipeline import check
 
-        result = check(args.path)
-        if not result.checkups:
+        doc = document(check(args.path))
+        if not doc.checkups:
             raise CheckupError(f"{args.path}: no kernels to profile: the trace has no device activity")
-        report = result.reports()[0]
-    sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
+        part = doc.checkups[0]
+    sys.stdout.write(ncu_command(part, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
 
 
