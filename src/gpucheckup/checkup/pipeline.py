@@ -62,9 +62,11 @@ class Checkup(msgspec.Struct):
 
 
 class CpuCheckup(msgspec.Struct):
-    """The CPU-side check-up of a trace without device activity, and its report dict."""
+    """The CPU-side check-up of a trace without device activity, its trace's rank and path, and its report dict."""
 
     profile: CpuProfile
+    rank: int | None
+    path: str
     report: dict
     findings: list[Finding] = msgspec.field(default_factory=list)  # diagnosis/cpu_rules.py
 
@@ -223,7 +225,7 @@ def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
                            "or other accelerator work) and no CPU operators (cpu_op events)")
     p.step_ms = step_ms
     findings = cpu_findings(p)
-    return CpuCheckup(p, cpu_dict(trace, p, findings), findings)
+    return CpuCheckup(p, trace.rank, trace.path, cpu_dict(trace, p, findings), findings)
 
 
 def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:

@@ -101,8 +101,7 @@ def _write_cpu_files(result: Checkups, out: Output, console: Console, job: dict 
     from gpucheckup.report.pages import cpu_pages
     from gpucheckup.report.pages.job_pages import html_section, markdown_section
 
-    pages = [(f"rank {c.report['trace']['rank']}: {Path(c.report['trace']['path']).name}"
-              if c.report["trace"]["rank"] is not None else Path(c.report["trace"]["path"]).name, c.report)
+    pages = [(f"rank {c.rank}: {Path(c.path).name}" if c.rank is not None else Path(c.path).name, c.report)
              for c in result.cpu]
     if out.html:
         write_atomic(out.html, cpu_pages.render_html(pages, head=html_section(job) if job else "").encode())
