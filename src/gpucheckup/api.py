@@ -79,6 +79,7 @@ class CheckUp:
     report: dict
     ranks: list[CheckUp] = field(default_factory=list)  # every rank's check-up when there are several
     document: Document | None = None  # the whole check-up, as `--json` writes it (the job's, at the top)
+    verdict_basis: str | None = None  # what a coarse verdict rests on (the `coarse` property), for a rank's check-up
 
     @classmethod
     def of_part(cls, doc: Document, i: int = 0, cpu: bool = False) -> CheckUp:
@@ -91,7 +92,7 @@ class CheckUp:
         return cls(path=str(path), verdict=v.primary or "no_timeline", verdict_title=v.title, reason=v.reason,
                    findings=[_finding(f) for f in v.findings],
                    fixes=[_fix(x) for x in (part.fixes if part is not None else doc.fixes)],
-                   figures=figures(part, doc.run), report=flat_report(doc, i, cpu))
+                   figures=figures(part, doc.run), report=flat_report(doc, i, cpu), verdict_basis=v.coarse)
 
     @classmethod
     def of_document(cls, doc: Document) -> CheckUp:
@@ -113,7 +114,7 @@ class CheckUp:
     def coarse(self) -> str | None:
         """What a coarse verdict rests on (an out-of-process attach's sampled stacks, diagnosis/coarse.py); None for
         a verdict read from a timeline."""
-        return self.document.verdict.coarse if self.document else self.report["verdict"].get("coarse")
+        return self.document.verdict.coarse if self.document else self.verdict_basis
 
     @property
     def schema_version(self) -> int | None:
