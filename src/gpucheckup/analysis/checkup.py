@@ -37,7 +37,7 @@ class TraceAnalysis(msgspec.Struct):
     gap_pattern: dict
     gaps_summary: gap_causes.GapSummary
     copies: copies.CopyStats
-    syncs: dict
+    syncs: syncs.SyncStats
     dataloader: dataloader.DataLoaderStats
     api: api_health.ApiHealth
     communication: communication.CommStats

@@ -78,7 +78,7 @@ def annotations(a: TraceAnalysis, d: Diagnosis) -> list[dict]:
     busy = _clean([float(x) for x in a.timeline.step_busy_pct])  # as the report gives them
     ev += _step_track(a, pid, busy)
     ev += _gap_tracks(a, pid)
-    for p in _clean(a.syncs.get("points", [])):
+    for p in _clean(msgspec.to_builtins(a.syncs.points)):
         ev.append({"ph": "i", "s": "t", "name": p["op"], "cat": CAT, "pid": pid, "tid": TID_SYNCS,
                    "ts": _us(_ns(p["t_us"])),
                    "args": {"inner_op": p.get("inner_op"), "user_frame": p.get("frame"),

@@ -96,7 +96,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         },
         "timeline": plot_arrays.step_timeline(a),
         "dataloader": fields_of(a.dataloader),
-        "sync": a.syncs,
+        "sync": msgspec.to_builtins(a.syncs),
         "copies": {**fields_of(a.copies),
                    "by_direction": {k: fields_of(v) for k, v in a.copies.by_direction.items()}},
         "communication": fields_of(a.communication),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.one_trace import host_calls
@@ -31,7 +32,45 @@ from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace
 
 
-def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> dict:
+class SyncCause(msgspec.Struct):
+    """The sync points of one cause (outer op, inner op, user frame, calls): how many, the host blocked, the GPU idle."""
+
+    op: str  # the outermost operator (else the first call)
+    inner_op: str | None
+    frame: str | None  # the innermost Python frame outside torch (None without stacks)
+    calls: list[str]
+    count: int
+    blocked_ms: float
+    gpu_idle_ms: float
+    per_step: float
+
+
+class SyncPoint(msgspec.Struct):
+    """One sync point: when (the trace's clock), what, the host blocked and the GPU idle it caused."""
+
+    t_us: float
+    op: str
+    inner_op: str | None
+    frame: str | None
+    blocked_us: float
+    gpu_idle_us: float
+
+
+class SyncStats(msgspec.Struct):
+    """Sync points in the window (module docstring), in total and per step, by cause (most GPU idle first) and each."""
+
+    recorded: bool  # the trace could hold a sync call (Trace.syncs_recorded)
+    count: int
+    count_per_step: float
+    blocked_ms: float
+    blocked_ms_per_step: float
+    gpu_idle_ms: float
+    gpu_idle_ms_per_step: float
+    by_cause: list[SyncCause]
+    points: list[SyncPoint]  # in time order
+
+
+def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> SyncStats:
     """Sync points in the window, grouped by what caused them."""
     host = trace.host
     lo, hi = steps.window
@@ -39,22 +78,22 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
     calls = calls[(host.start[calls] >= lo) & (host.start[calls] <= hi)]
     points = _sync_points(trace, calls, _idle_by_call(causes))
     n = len(points)
-    return {
-        "recorded": trace.syncs_recorded,
-        "count": n,
-        "count_per_step": n / steps.count,
-        "blocked_ms": sum(p["blocked_us"] for p in points.values()) / 1000,
-        "blocked_ms_per_step": sum(p["blocked_us"] for p in points.values()) / 1000 / steps.count,
-        "gpu_idle_ms": sum(p["idle_us"] for p in points.values()) / 1000,
-        "gpu_idle_ms_per_step": sum(p["idle_us"] for p in points.values()) / 1000 / steps.count,
-        "by_cause": _by_cause(points, steps.count),
-        "points": sorted(
-            ({"t_us": p["start"], "op": p["outer_op"] or p["calls"][0], "inner_op": p["inner_op"],
-              "frame": p["frame"], "blocked_us": p["blocked_us"], "gpu_idle_us": p["idle_us"]}
+    return SyncStats(
+        recorded=trace.syncs_recorded,
+        count=n,
+        count_per_step=n / steps.count,
+        blocked_ms=sum(p["blocked_us"] for p in points.values()) / 1000,
+        blocked_ms_per_step=sum(p["blocked_us"] for p in points.values()) / 1000 / steps.count,
+        gpu_idle_ms=sum(p["idle_us"] for p in points.values()) / 1000,
+        gpu_idle_ms_per_step=sum(p["idle_us"] for p in points.values()) / 1000 / steps.count,
+        by_cause=[SyncCause(**g) for g in _by_cause(points, steps.count)],
+        points=sorted(
+            (SyncPoint(t_us=p["start"], op=p["outer_op"] or p["calls"][0], inner_op=p["inner_op"], frame=p["frame"],
+                       blocked_us=p["blocked_us"], gpu_idle_us=p["idle_us"])
              for p in points.values()),
-            key=lambda p: p["t_us"],
+            key=lambda p: p.t_us,
         ),
-    }
+    )
 
 
 def _idle_by_call(causes: GapCauses) -> dict[int, float]:
