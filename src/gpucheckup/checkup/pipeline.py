@@ -493,11 +493,12 @@ def rank_summary(results: list[Checkup]) -> list[dict]:
 
 def _note_stragglers(results: list[Checkup]) -> None:
     """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
-    rows = rank_summary(results)
-    fastest = min(r["step_ms"] for r in rows)
-    slow = [r for r in rows if r["step_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
-    for r in slow:
-        note = (f"rank {r['rank']} is a straggler: step {r['step_ms']:.2f} ms against "
+    steps = [(c.facts.rank if c.facts.rank is not None else i, c.facts.step_ms) for i, c in enumerate(results)]
+    fastest = min(ms for _, ms in steps)
+    for rank, ms in steps:
+        if not ms > fastest * (1 + STRAGGLER_PCT / 100):
+            continue
+        note = (f"rank {rank} is a straggler: step {ms:.2f} ms against "
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
             c.report["notes"].append(note)
