@@ -13,6 +13,7 @@ from conftest import trace_path
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
 from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.analysis.one_trace.syncs import SyncCause
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.diagnosis import fixes
 from gpucheckup.trace import read_trace
@@ -27,7 +28,7 @@ def base():
                    copies=replace(a.copies, pageable_count=0, exposed_ms_per_step=0.0),
                    communication=replace(a.communication, exposed_ms_per_step=0.0),
                    dataloader=replace(a.dataloader, present=False, iterators=[]),
-                   syncs={**a.syncs, "count": 0, "by_cause": []})
+                   syncs=replace(a.syncs, count=0, by_cause=[]))
 
 
 def idle(a=None, **ms):
@@ -88,11 +89,11 @@ def test_loader_fixes_follow_the_iterator_kind():
 
 
 def test_sync_fixes_save_their_ops_share_of_the_sync_idle():
-    by_cause = [{"op": "aten::item", "inner_op": None, "gpu_idle_ms": 3.0},
-                {"op": "aten::nonzero", "inner_op": "aten::_local_scalar_dense", "gpu_idle_ms": 1.0},
-                {"op": "aten::bincount", "inner_op": None, "gpu_idle_ms": 4.0}]
+    by_cause = [SyncCause("aten::item", None, None, [], 1, 0.0, 3.0, 1.0),
+                SyncCause("aten::nonzero", "aten::_local_scalar_dense", None, [], 1, 0.0, 1.0, 1.0),
+                SyncCause("aten::bincount", None, None, [], 1, 0.0, 4.0, 1.0)]  # op, inner op, ..., GPU idle ms
     a = idle(sync=10.0)
-    a = replace(a, syncs={**a.syncs, "count": 3, "by_cause": by_cause})
+    a = replace(a, syncs=replace(a.syncs, count=3, by_cause=by_cause))
     # host reads: .item() and the nonzero's inner _local_scalar_dense, 4 of the 8 ms after syncs; data-dependent
     # shapes: nonzero and bincount, 5 of 8; each share of the 10 ms sync idle
     got = offered(a, "no_host_reads", "static_shapes", "sync_debug")
