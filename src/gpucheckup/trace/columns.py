@@ -5,7 +5,7 @@ separate arrays and joining them at the end held every column twice at the peak 
 table: freed pieces of a few tens of kB stay in the process's heap), and the many small pieces spread over the
 heap between the chunks' short-lived objects. Here each numeric column is one buffer grown by doubling (a large
 buffer grows by remapping its pages, without a copy) and trimmed once at the end; a raw JSON column keeps its
-rows' byte strings per chunk (joined once) and its row lengths in a growing buffer.
+rows' byte strings per chunk (joined once) and its row lengths in a growing buffer, summed into offsets in place.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Columns:
     def __init__(self) -> None:
         self.rows = 0
         self.numeric: dict[str, np.ndarray] = {}  # buffers: the first `rows` items are the column
-        self.raw: dict[str, tuple[list[bytes], np.ndarray]] = {}  # byte strings per chunk, a buffer of row lengths
+        self.raw: dict[str, tuple[list[bytes], np.ndarray]] = {}  # byte strings per chunk; 0, then the row lengths
 
     def __len__(self) -> int:
         return self.rows
@@ -33,7 +33,9 @@ class Columns:
             if isinstance(value, tuple):
                 data, lengths = value
                 parts, buf = self.raw.get(field, ([], None))
-                self.raw[field] = parts, _put(buf, self.rows, lengths)
+                if buf is None:  # row i's length goes to item i + 1: the offsets are then summed in place
+                    buf = _put(None, 0, np.zeros(1, dtype=np.int64))
+                self.raw[field] = parts, _put(buf, self.rows + 1, lengths)
                 parts.append(data)
                 n = len(lengths)
             else:
@@ -58,10 +60,11 @@ class Columns:
             cols[f] = buf
         for f in raw:
             parts, buf = self.raw.pop(f, ([], None))
-            offsets = np.zeros(self.rows + 1, dtype=np.int64)
-            if buf is not None:
-                np.cumsum(buf[: self.rows], out=offsets[1:])
-            cols[f] = (b"".join(parts), offsets)
+            if buf is None:
+                buf = np.zeros(self.rows + 1, dtype=np.int64)
+            buf.resize(self.rows + 1, refcheck=False)
+            np.cumsum(buf, out=buf)  # in place: a new array's pages would all fault in (0.2 s at 6.9M events)
+            cols[f] = (b"".join(parts), buf)
         self.rows = 0
         return cols
 
@@ -71,7 +74,7 @@ class Columns:
             return None
         piece: dict = {f: buf[: self.rows].copy() for f, buf in self.numeric.items()}
         for f, (parts, buf) in self.raw.items():
-            piece[f] = (b"".join(parts), buf[: self.rows].copy())
+            piece[f] = (b"".join(parts), buf[1 : self.rows + 1].copy())
         return piece
 
 
