@@ -98,12 +98,9 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
     layers = _cause_rows(trace, launch_rows)
     all_sync_rows = host_calls.sync_call_rows(trace, launch_rows)
     # Rows grouped by thread once (a key per (pid, tid) over host rows and gaps), not a mask per thread.
-    pid = np.concatenate([host.pid.astype(np.int64), threads[:, 0]])
-    tid = np.concatenate([host.tid.astype(np.int64), threads[:, 1]])
-    order = np.lexsort((tid, pid))  # (np.unique(axis=0) sorts a void view: far slower)
-    new_pair = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
-    thread_key = np.empty(len(pid), dtype=np.int64)
-    thread_key[order] = np.cumsum(new_pair) - 1
+    # (pair_ids: a search among the few threads' keys, not a lexsort of every host row)
+    thread_key = pair_ids(np.concatenate([host.pid.astype(np.int64), threads[:, 0]]),
+                          np.concatenate([host.tid.astype(np.int64), threads[:, 1]]))
     host_key, gap_key = thread_key[:len(host)], thread_key[len(host):]
     layer_rows = [(cause, {k: rows[i] for k, i in by_key(host_key[rows]).items()}) for cause, rows in layers]
     sync_of = {k: all_sync_rows[i] for k, i in by_key(host_key[all_sync_rows]).items()}
