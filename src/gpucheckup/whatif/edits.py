@@ -433,7 +433,7 @@ def fused_optimizer(g: Graph) -> Edit:
     floor = _kernel_floor_us(g)
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
-    spans, cpu_ops = optimizer_rows(g.trace), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
+    spans, cpu_ops = _span_index(optimizer_rows(g.trace)), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
     for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
         ops = launch_ops[at]
         lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
@@ -458,26 +458,50 @@ def fused_optimizer(g: Graph) -> Edit:
                    f"its kernels one kernel", changed)
 
 
+def _span_index(spans: tuple) -> dict:
+    """Spans (starts, ends, tids) by thread: their starts sorted, their ends in that order, and the running maximum of
+    those ends (for `_latest_span_start`: one sorted search per query, not a pass over every span per step)."""
+    lo, hi, tids = spans
+    index = {}
+    for tid, at in by_key(tids).items():
+        at = at[np.argsort(lo[at], kind="stable")]
+        index[tid] = lo[at], hi[at], np.fmax.accumulate(hi[at])  # fmax: an unknown (nan) end reaches nothing
+    return index
+
+
+def _latest_span_start(index: dict, tid: int, t: float) -> float | None:
+    """The latest start among thread tid's spans holding time t (start <= t <= end), None where none does. Back from
+    the last span started by t, while some span up to there still reaches t (the running maximum of the ends)."""
+    got = index.get(int(tid))
+    if got is None:
+        return None
+    starts, ends, reach = got
+    i = int(np.searchsorted(starts, t, side="right")) - 1
+    while i >= 0 and reach[i] >= t:
+        if ends[i] >= t:
+            return float(starts[i])
+        i -= 1
+    return None
+
+
 def _by_start(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host rows sorted by their start, and those starts (for a sorted search instead of a pass over all rows)."""
     rows = rows[np.argsort(trace.host.start[rows], kind="stable")]
     return rows, trace.host.start[rows]
 
 
-def _operators_before(g: Graph, node: int, spans: tuple, cpu_ops: tuple) -> float:
+def _operators_before(g: Graph, node: int, spans: dict, cpu_ops: tuple) -> float:
     """The host time (us, as traced) of the operators that ran in node's optimizer span before it started: the union
-    of their intervals on its thread, from the span's start to the node's call. `spans`: optimizer_rows(g.trace);
-    `cpu_ops`: the trace's operator rows by start (_by_start)."""
+    of their intervals on its thread, from the span's start to the node's call. `spans`: _span_index of
+    optimizer_rows(g.trace); `cpu_ops`: the trace's operator rows by start (_by_start)."""
     host = g.trace.host
     r = int(g.h_row[node])
     if r < 0:
         return 0.0
     t, tid = float(host.start[r]), host.tid[r]
-    lo, hi, tids = spans
-    mine = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
-    if not len(mine):
+    s = _latest_span_start(spans, tid, t)
+    if s is None:
         return 0.0
-    s = float(lo[mine].max())
     rows, starts = cpu_ops
     ops = rows[np.searchsorted(starts, s, side="left"):np.searchsorted(starts, t, side="right")]
     ops = ops[(host.tid[ops] == tid) & (host.end[ops] <= t)]

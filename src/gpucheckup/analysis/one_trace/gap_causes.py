@@ -127,13 +127,9 @@ def _ending_launches(trace: Trace, gaps, launch_rows: np.ndarray) -> tuple[np.nd
 
 def _thread_keys(host, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One key per (pid, tid) over the host rows and the gaps' threads, so rows are grouped by thread once (not
-    a mask per thread)."""
-    pid = np.concatenate([host.pid.astype(np.int64), threads[:, 0]])
-    tid = np.concatenate([host.tid.astype(np.int64), threads[:, 1]])
-    order = np.lexsort((tid, pid))  # (np.unique(axis=0) sorts a void view: far slower)
-    new_pair = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
-    thread_key = np.empty(len(pid), dtype=np.int64)
-    thread_key[order] = np.cumsum(new_pair) - 1
+    a mask per thread): pair_ids, a search among the few threads' keys, not a lexsort of every host row."""
+    thread_key = pair_ids(np.concatenate([host.pid.astype(np.int64), threads[:, 0]]),
+                          np.concatenate([host.tid.astype(np.int64), threads[:, 1]]))
     return thread_key[:len(host)], thread_key[len(host):]
 
 
