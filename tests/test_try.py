@@ -50,7 +50,7 @@ def _row(doc, fix):
 def test_more_dataloader_workers_measure_faster_with_the_prediction_beside(tried):
     doc, _, _ = tried
     r = _row(doc, "dataloader_workers=4")
-    assert r["applied"] and r["how"].startswith("DataLoader(num_workers 0 -> 4) at ")
+    assert r["applied"] and r["how"].startswith("DataLoader(num_workers 0 -> 4, persistent_workers) at ")
     assert r["how"].endswith(f"{JOB.name}:{_line_of('DataLoader(Waits()')}")  # the job's own call
     assert r["verdict"] == "faster" and r["rounds"] == 2, r["sentence"]
     assert r["measured_saving_pct"] >= 40 and r["interval_pct"][0] > 0, r["sentence"]
@@ -212,7 +212,7 @@ def test_run_try_tries_what_the_check_up_proposes_with_the_prediction_beside(tmp
     assert "runs your command again" in out and "Fixes tried: predicted beside measured" in out
     import re
 
-    (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+)\)", out, re.M).groups()
+    (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+), persistent_workers\)", out, re.M).groups()
     assert n == m and 1 <= int(n) <= cores
     assert "Predicted by the check-up" in out
 
