@@ -253,7 +253,7 @@ class Trial(Struct):
 
     fix: str  # as asked, e.g. "dataloader_workers=8" or "tf32+cudnn_benchmark"
     applied: bool  # every fix of the trial was applied somewhere in the job
-    how: str  # what was applied where ("DataLoader(num_workers 0 -> 8) at train.py:41"), or "not applied: why"
+    how: str  # what was applied where ("DataLoader(num_workers 0 -> 8, persistent_workers) at train.py:41"), or "not applied: why"
     predicted_saving_pct: float | None  # the base check-up's predicted saving (null: it offered no such fix)
     predicted_from: str  # the check-up's fix it comes from, or why there is none
     measured_saving_pct: float | None  # -(the change of the fix's step vs the base's), percent: positive is faster
