@@ -168,6 +168,9 @@ def try_jobs(out: Path, names: list[str], measured: list[dict], rounds: int, dea
         print(f"{name}: try rc {proc.returncode} in {time.time() - t0:.0f} s", flush=True)
 
 
+AGREE = {None: "n/a", True: "yes", False: "**no**"}
+
+
 def try_report(out: Path, measured: list[dict], md: Path | None) -> None:
     """Each trial beside the hand-edited ab of the same fix: do their intervals overlap?"""
     lines = ["| job | fix | try: applied, how | try: measured (interval), verdict | ab: measured (interval), verdict "
@@ -195,7 +198,7 @@ def try_report(out: Path, measured: list[dict], md: Path | None) -> None:
             mm = f"{m['measured_saving_pct']:.1f}% ({mi[0]:.1f}..{mi[1]:.1f}), {m['verdict']}" if mi else "-"
             how = t["how"].replace("|", "/")[:160]
             lines.append(f"| {name} | `{trial}` | {'yes' if t['applied'] else 'no'}: {how} | {tm} | {mm} "
-                         f"| {dict([(None, 'n/a'), (True, 'yes'), (False, '**no**')])[ok]} |")
+                         f"| {AGREE[ok]} |")
     text = "\n".join(lines + ["", f"intervals overlap on {agree} of {total} applied trials"]) + "\n"
     print(text)
     if md:
