@@ -46,7 +46,7 @@ PKG = "src/gpucheckup"
 TABLE = {
     "verdict": ("diagnosis/verdict.py", "pin_verdict rule_table whatif_reports verdicts"),
     "rules": ("diagnosis/rules.py", "pin_rules rule_table synthetic_rules more_cases verdicts"),
-    "fixes": ("diagnosis/fixes.py", "pin_fixes fixes rule_table whatif_reports"),
+    "fixes": ("diagnosis/fixes.py", "pin_fixes pin_cpu_rules fixes rule_table whatif_reports"),
     "timeline": ("analysis/one_trace/timeline.py", "pin_timeline synthetic_rules more_cases verdicts"),
     "gap_causes": ("analysis/one_trace/gap_causes.py", "pin_gap_causes synthetic_rules more_cases verdicts"),
     "steps": ("analysis/one_trace/steps.py", "pin_steps synthetic_rules more_cases verdicts"),

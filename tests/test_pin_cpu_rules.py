@@ -9,6 +9,7 @@ import pytest
 from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile, ThreadRow
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.diagnosis.cpu_rules import cpu_findings
+from gpucheckup.diagnosis.fixes import advised_workers
 
 SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -99,3 +100,11 @@ def test_the_costliest_finding_is_critical_the_others_warnings():
     assert [(f.id, f.severity) for f in found] == [("python_overhead", "critical"), ("few_threads", "warning"),
                                                   ("input_pipeline", "warning")]
     assert [f.cost_ms_per_step for f in found] == pytest.approx([35.0, 22.5, 15.0])
+
+
+@pytest.mark.parametrize("loader_ms, workers", [(800.0, 4), (200.0, 1), (0.0, 1)])
+def test_the_worker_advice_on_a_cpu_profile_names_at_least_one_worker(loader_ms, workers):
+    # 10 steps of 100 ms: 800 ms of waiting is 80 ms loading a batch and 20 ms of the rest, ceil(80 / 20) = 4 workers;
+    # 200 ms is 20 ms against 80 ms, ceil(0.25) = 1; a loader that never made the loop wait still gets one worker
+    # (what `try dataloader_workers` starts from), never DataLoader(num_workers=0)
+    assert advised_workers(profile(loader_ms=loader_ms)) == workers
