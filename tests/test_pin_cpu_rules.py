@@ -108,3 +108,12 @@ def test_the_worker_advice_on_a_cpu_profile_names_at_least_one_worker(loader_ms,
     # 200 ms is 20 ms against 80 ms, ceil(0.25) = 1; a loader that never made the loop wait still gets one worker
     # (what `try dataloader_workers` starts from), never DataLoader(num_workers=0)
     assert advised_workers(profile(loader_ms=loader_ms)) == workers
+
+
+def test_the_worker_fixs_how_names_the_count_and_its_reason():
+    # 800 ms of waiting over 10 steps of 100 ms: 80 ms loading a batch, 20 ms the rest, ceil(80 / 20) = 4 workers
+    f = by_id(profile(loader_ms=800.0))["input_pipeline"]
+    how = {x.key: x.how for x in f.fixes}["dataloader_workers"]
+    assert how.startswith("DataLoader(dataset, num_workers=4, persistent_workers=True): loading takes 80.0 ms a "
+                          "batch in the training process and the rest of the step 20.0 ms, so 4 workers keep pace")
+    assert "{" not in how  # no placeholder left unfilled
