@@ -61,3 +61,14 @@ def test_zero_grad_ranges_only_when_asked_for(trace):
     assert (100.0, 300.0) not in spans(trace)
     assert spans(trace, True) == [(100.0, 300.0), (3000.0, 5000.0), (6000.0, 7000.0), (9000.0, 9000.0),
                                             (11000.0, 12000.0)]
+
+
+def test_only_the_annotation_is_an_optimizer_range(tmp_path):
+    # torch's profiler marks the step with a user annotation; an operator and a Python function that happen to carry
+    # the same name (before and after it in category order) are no range: the one span is the annotation's [1000, 2000]
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 5000),
+              ev("cpu_op", "Optimizer.step#SGD.step", 200, 300),
+              ev("user_annotation", "Optimizer.step#SGD.step", 1000, 1000),
+              ev("python_function", "Optimizer.step#SGD.step", 3000, 500)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    assert spans(tr) == [(1000.0, 2000.0)]
