@@ -257,3 +257,27 @@ def test_a_trace_whose_first_row_is_a_call_predicts_the_same(tmp_path):
     assert 0 in g.h_row.tolist()  # the file's first row is a node of the host chain
     p = whatif.predict(g, "fused_optimizer")
     assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)
+
+
+def test_the_loaders_own_calls_inside_its_wait_go_with_it(tmp_path):
+    # as test_more_dataloader_workers_cut_each_wait_to_the_loaders_throughput, the in-process loader pinning each
+    # batch inside its wait (a cudaHostAlloc [400, 450] after each step's start): that call is the loader's own work,
+    # done by the workers, so with 2 workers the steps are 400 us as there, not 400 plus the call's time
+    events = _waiting_steps("_SingleProcessDataLoaderIter", 1000, 800)
+    events += [ev("cuda_runtime", "cudaHostAlloc", t + 400, 50) for t in (0, 1000)]
+    p = whatif.predict(graph(tmp_path, events), "dataloader_workers", workers=2)
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.4)
+
+
+def test_the_optimizers_cpu_operators_up_to_its_first_launch_go(tmp_path):
+    # step [0, 1000]; Optimizer.step [100, 400] first runs aten::add_ [120, 180] on CPU tensors (a step counter),
+    # which ends exactly when the first launch call starts (180; no operator around that launch, so no dispatch);
+    # then aten::_foreach_mul_ [250, 300] launches at 280, its 95 us of host time before it as in
+    # test_a_fused_optimizer_keeps_one_launch_without_its_dispatch. Fused: add_'s 60 us go (it ended by the launch's
+    # start: it ran before it), the second launch's 5 us call and the 95 us before it go: step 1000 - 160 = 840 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
+              ev("cpu_op", "aten::add_", 120, 60), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              gpu("kernel", "k1", 190, 60, 1), ev("cpu_op", "aten::_foreach_mul_", 250, 50),
+              ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2), gpu("kernel", "k2", 290, 60, 2)]
+    p = whatif.predict(graph(tmp_path, events), "fused_optimizer")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.84)
