@@ -275,9 +275,24 @@ def test_the_optimizers_cpu_operators_up_to_its_first_launch_go(tmp_path):
     # then aten::_foreach_mul_ [250, 300] launches at 280, its 95 us of host time before it as in
     # test_a_fused_optimizer_keeps_one_launch_without_its_dispatch. Fused: add_'s 60 us go (it ended by the launch's
     # start: it ran before it), the second launch's 5 us call and the 95 us before it go: step 1000 - 160 = 840 us
-    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", "Optimizer.step#SGD.step", 100, 300),
-              ev("cpu_op", "aten::add_", 120, 60), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+              ev("user_annotation", "Optimizer.step#SGD.step", 100, 300), ev("cpu_op", "aten::add_", 120, 60), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
               gpu("kernel", "k1", 190, 60, 1), ev("cpu_op", "aten::_foreach_mul_", 250, 50),
               ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2), gpu("kernel", "k2", 290, 60, 2)]
     p = whatif.predict(graph(tmp_path, events), "fused_optimizer")
     assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.84)
+
+
+def test_tf32_and_bf16_scale_fp32_gemms_by_the_datasheet_peak_ratio(tmp_path):
+    # an H200 (the peak table's H200-SXM: fp32 67, tf32 494.7, bf16 989.4 dense TFLOP/s, NVIDIA's datasheet); one
+    # fp32 GEMM (an sgemm kernel, 100 us) launched from aten::mm in a trace recorded without dtypes (the kernel's
+    # name says fp32): under tf32 it takes 100 x 67 / 494.7 = 13.544 us, under bf16 100 x 67 / 989.4 = 6.772 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::mm", 10, 20),
+              ev("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=1),
+              gpu("kernel", "ampere_sgemm_128x64_nn", 40, 100, 1)]
+    g = graph(tmp_path, events)
+    k = [g.trace.names[i] for i in g.trace.gpu.name].index("ampere_sgemm_128x64_nn")
+    e = whatif.tf32(g)
+    assert e.changed == 1 and e.graph.g_dur[k] == pytest.approx(100 * 67 / 494.7)
+    assert e.what == "1 fp32 GEMM kernels scaled by the H200-SXM peak ratio fp32/tf32 = 0.135"
+    assert whatif.bf16(g).graph.g_dur[k] == pytest.approx(100 * 67 / 989.4)
