@@ -296,3 +296,18 @@ def test_tf32_and_bf16_scale_fp32_gemms_by_the_datasheet_peak_ratio(tmp_path):
     assert e.changed == 1 and e.graph.g_dur[k] == pytest.approx(100 * 67 / 494.7)
     assert e.what == "1 fp32 GEMM kernels scaled by the H200-SXM peak ratio fp32/tf32 = 0.135"
     assert whatif.bf16(g).graph.g_dur[k] == pytest.approx(100 * 67 / 989.4)
+
+
+def test_a_larger_batch_grows_the_loaders_own_time_not_another_threads_overlap(tmp_path):
+    # as test_a_larger_batch_doubles_the_data_wait_too, with two calls inside the wait: cudaHostAlloc [100, 150] on
+    # the loading thread and a call on thread 2 [149.5, 159.5] that starts 0.5 us before it ends. Twice the batch
+    # doubles the loader's own time between calls (100 and 300 - 159.5 = 140.5 us), not the calls and not the
+    # -0.5 us overlap: the wait ends at 2 x 100 + 50 - 0.5 + 10 + 2 x 140.5 = 540.5; the launch 10 us later at
+    # 550.5, its 5 us call, the host's 685 us to the step's end: 1240.5 (the kernel, 10 us after the launch and
+    # 600 us long, ends at 1160.5): 620.25 us per batch
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", loader, 0, 300),
+              ev("cuda_runtime", "cudaHostAlloc", 100, 50), ev("cuda_runtime", "cudaGetDevice", 149.5, 10, tid=2),
+              ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
+    p = whatif.predict(graph(tmp_path, events), "larger_batch")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.62025)
