@@ -51,7 +51,7 @@ TABLE = {
     "gap_causes": ("analysis/one_trace/gap_causes.py", "pin_gap_causes synthetic_rules more_cases verdicts"),
     "steps": ("analysis/one_trace/steps.py", "pin_steps synthetic_rules more_cases verdicts"),
     "window": ("analysis/one_trace/window.py", "pin_steps one_window"),
-    "replay": ("whatif/replay.py", "pin_replay replay replay_events replay_fast replay_segments"),
+    "replay": ("whatif/replay.py", "pin_replay replay replay_events replay_fast replay_segments pin_whatif"),
     "whatif": ("whatif/edits.py", "pin_whatif replay_whatif compile_edit static_shapes whatif_reports"),
     "ranks": ("analysis/job/ranks.py", "pin_ranks ranks_h200x2 ranks"),
     "collectives": ("analysis/one_trace/collectives.py", "pin_collectives ranks_h200x2 ranks"),
