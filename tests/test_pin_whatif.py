@@ -311,3 +311,21 @@ def test_a_larger_batch_grows_the_loaders_own_time_not_another_threads_overlap(t
               ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
     p = whatif.predict(graph(tmp_path, events), "larger_batch")
     assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.62025)
+
+
+def test_a_graph_replay_launches_at_the_typical_latency_from_the_traces_first_call(tmp_path):
+    # step [0, 3000]; the first launch call starts at the step's very start (0: it sorts before the step's marker, so
+    # it is the host chain's first node) and its kernel A starts 300 us later [300, 1800]; B and C, launched at 400
+    # and 500 while A runs, queue behind it [1800, 1810], [1810, 1820]; D at 2100 onto the idle stream starts 10 us
+    # after its call [2110, 2120]: the trace's typical launch latency, 10 us. Captured in a graph, every launched op
+    # starts at most that after its call: A at 0 + 10
+    events = [ev("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+              ev("user_annotation", "ProfilerStep#1", 0, 3000), gpu("kernel", "a", 300, 1500, 1)]
+    for i, (t, k) in enumerate(((400, 1800), (500, 1810), (2100, 2110))):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=i + 2), gpu("kernel", "bcd"[i], k, 10, i + 2)]
+    g = graph(tmp_path, events)
+    a = [g.trace.names[i] for i in g.trace.gpu.name].index("a")
+    assert g.g_launch[a] == 0
+    e = whatif.cuda_graphs(g).graph
+    r = replay.replay(e)
+    assert r.op_start[a] - r.node_start[0] == pytest.approx(10)
