@@ -322,7 +322,8 @@ def test_a_graph_replay_launches_at_the_typical_latency_from_the_traces_first_ca
     events = [ev("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
               ev("user_annotation", "ProfilerStep#1", 0, 3000), gpu("kernel", "a", 300, 1500, 1)]
     for i, (t, k) in enumerate(((400, 1800), (500, 1810), (2100, 2110))):
-        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=i + 2), gpu("kernel", "bcd"[i], k, 10, i + 2)]
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=i + 2),
+                   gpu("kernel", "bcd"[i], k, 10, i + 2)]
     g = graph(tmp_path, events)
     a = [g.trace.names[i] for i in g.trace.gpu.name].index("a")
     assert g.g_launch[a] == 0
