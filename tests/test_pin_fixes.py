@@ -236,3 +236,12 @@ def test_more_threads_save_the_operators_time_they_would_split():
     # as many threads as cores (or more, or none reported): nothing to offer
     assert offered(ThreadBudget(30.0, 4, 4), "cpu_threads") == {} == offered(ThreadBudget(30.0, 0, 4), "cpu_threads")
     assert "torch.set_num_threads(4)" in fixes.offer(ThreadBudget(30.0, 1, 4), "cpu_threads")[0].action
+
+
+def test_a_fix_made_by_a_caller_keeps_the_callers_action():
+    # the coarse check-up fills the worker advice itself ("N": sampled stacks give no per-batch cost)
+    made = fixes.make("dataloader_workers", 0.0, "Load batches in worker processes: DataLoader(num_workers=N)")
+    assert made.action == "Load batches in worker processes: DataLoader(num_workers=N)"
+    # without one, the catalogue's action as written
+    assert fixes.make("pin_memory", 1.5).action == fixes.BY_KEY["pin_memory"].action
+    assert fixes.make("pin_memory", 1.5).saving_ms == 1.5

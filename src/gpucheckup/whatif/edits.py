@@ -504,7 +504,9 @@ def _operators_before(g: Graph, node: int, spans: dict, cpu_ops: tuple) -> float
         return 0.0
     rows, starts = cpu_ops
     ops = rows[np.searchsorted(starts, s, side="left"):np.searchsorted(starts, t, side="right")]
-    ops = ops[(host.tid[ops] == tid) & (host.end[ops] <= t)]
+    # strictly before the call: an operator ending at its start is the call's own dispatch (replay's
+    # _dispatch_in_gaps takes a launch at an operator's end as inside it), which the edit removes already
+    ops = ops[(host.tid[ops] == tid) & (host.end[ops] < t)]
     covered, reach = 0.0, s
     for a, b in sorted(zip(host.start[ops].tolist(), host.end[ops].tolist())):  # their union: nested ones once
         if b > reach:
