@@ -20,11 +20,11 @@ A size is run only where the memory it needs is available now (MemAvailable, Lin
 floor's peak RSS per million events measured at the smaller sizes, times its events, with a quarter to spare;
 the floor alone is skipped where only the check-up fits (it holds every decoded event: ~0.8 GB per million),
 the whole size where neither does; either is said in a note. 64x of launch_bound_stacks is 13.8M events (3.4 GB
-of JSON, 0.7 GB gzipped): the check-up peaks ~3.2 GB, the floor ~11 GB.
+of JSON, 0.7 GB gzipped): the check-up peaks ~2.2 GB, the floor ~11 GB.
 
 The trace: $GPUCHECKUP_FIXTURES, else ../shared/fixtures/h200 beside the repository; from a plain clone,
 the bundled `compute_bound` (45k events) is tiled instead. Tiled traces are written once to --workdir
-(32x of launch_bound_stacks: 6.9M events, 1.7 GB of JSON, 0.34 GB gzipped; the check-up peaks ~1.6 GB).
+(32x of launch_bound_stacks: 6.9M events, 1.7 GB of JSON, 0.34 GB gzipped; the check-up peaks ~1.1 GB).
 
 Usage (from a clone, after `pip install -e .`):
     python bench/scaling.py [--sizes 1,4,8,16,32,64] [--repeat 2] [--tolerance 1.15] [--workdir DIR]

@@ -254,3 +254,26 @@ def test_pair_ids_rank_pairs_in_their_order(seed):
         pairs = list(zip(a.tolist(), b.tolist()))
         rank = {p: i for i, p in enumerate(sorted(set(pairs)))}
         assert pair_ids(a, b).tolist() == [rank[p] for p in pairs]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_latest_optimizer_span_start_equals_a_pass_over_every_span(seed):
+    """The fused-optimizer edit's span search (whatif.edits._latest_span_start): the latest start among a thread's
+    spans holding a time, against the plain definition (a mask over every span: the pass per step it replaced);
+    nested, overlapping, touching, unknown (nan) ends and starts, several threads, times at the ends exactly."""
+    from gpucheckup.whatif.edits import _latest_span_start, _span_index
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    lo = np.round(rng.uniform(0, 1000, n), 1)
+    hi = lo + np.round(rng.choice([0.0, 0.5, 3.0, 40.0, 400.0], n), 1)
+    hi[rng.random(n) < 0.05] = np.nan
+    lo[rng.random(n) < 0.03] = np.nan
+    tids = rng.choice([11, 12, -3], n)
+    index = _span_index((lo, hi, tids))
+    times = np.concatenate([rng.uniform(-10, 1500, 400), lo[:50], hi[:50]])
+    for tid in (11, 12, -3, 99):
+        for t in times.tolist():
+            mine = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
+            want = float(lo[mine].max()) if len(mine) else None
+            assert _latest_span_start(index, np.int64(tid), t) == want

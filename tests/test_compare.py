@@ -11,6 +11,7 @@ import pytest
 from conftest import DEMO, REPO, read_report, trace_path
 from gpucheckup.analysis.comparison import compare
 from gpucheckup.cli import main
+from gpucheckup.document import SCHEMA_VERSION
 
 LAUNCH, COMPUTE = DEMO / "launch_bound/trace.json.gz", DEMO / "compute_bound/trace.json.gz"
 
@@ -59,6 +60,8 @@ def test_default_view_fits_80_columns_and_shows_what_changed_grouped_by_name(tmp
     res = _cli("compare", str(pa), str(pb), "--json", str(js))
     assert res.returncode == 0, res.stderr
     doc = json.loads(js.read_text())
+    # a versioned document like every other (docs/schema.md: kind "compare"; conftest validates it by the schema)
+    assert (doc["schema_version"], doc["kind"], doc["a"], doc["b"]) == (SCHEMA_VERSION, "compare", str(pa), str(pb))
     beyond = [f for f in doc["figures"] if f["beyond_noise"]]
     assert 0 < len(beyond) < len(doc["figures"])
     rows = _figure_rows(res.stdout)
@@ -196,3 +199,17 @@ def test_syncs_a_light_window_did_not_record_are_missing_not_zero(tmp_path):
     row = rows["sync.count_per_step"]
     assert row.a == a["sync"]["count_per_step"] and row.b is None and row.beyond_noise
     assert not any(k.startswith("sync.") and f.b is not None for k, f in rows.items())
+
+
+def test_a_run_directory_against_its_own_json_changes_nothing(tmp_path):
+    """The H200 launch-bound job's CUPTI light window (its host samples beside the trace): the run directory checked
+    up here and its `--json` read back are the same check-up, so no figure is new, gone or beyond noise (the JSON's
+    host samples were a second copy of the run's, 10 figures 'new')."""
+    run = REPO / "tests/data/h200/light/launch_bound_cupti"
+    js, cmp = tmp_path / "run.json", tmp_path / "cmp.json"
+    assert main(["analyze", str(run), "--quiet", "--json", str(js)]) == 0
+    assert main(["compare", str(run), str(js), "--all", "--json", str(cmp)]) == 0
+    doc = json.loads(cmp.read_text())
+    assert [f["key"] for f in doc["figures"] if f["status"] != "changed" or f["beyond_noise"]] == []
+    assert any(f["key"].startswith("run_figures.host_samples.") for f in doc["figures"])  # compared, once
+    assert doc["step_change_pct"] == 0

@@ -14,8 +14,9 @@ import pytest
 
 from conftest import REPO, trace_path, read_report
 from gpucheckup.analysis.run_logs.environment import usable_cores
-from gpucheckup.analysis.run_logs.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step_from_report
+from gpucheckup.analysis.run_logs.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step
 from gpucheckup.capture.environment import cgroup_quota
+from gpucheckup.document import SCHEMA_VERSION, Window
 
 FACTORY = f"{REPO / 'tests' / 'jobs' / 'loader_factory.py'}:make_loader"
 BATCH = 4  # tests/jobs/loader_factory.py
@@ -33,6 +34,7 @@ def bench(tmp_path, workers, spin_ms, sleep_ms, cpus=None, extra=(), batches=20,
                          (lambda: (cgroup / "cgroup.procs").write_text(str(os.getpid()))) if cgroup else None)
     assert res.returncode == 0, res.stderr
     doc = json.loads(out.read_text())
+    assert (doc["schema_version"], doc["kind"]) == (SCHEMA_VERSION, "dataloader")  # validated by conftest
     return doc, {r["num_workers"]: r["batches_per_s"] for r in doc["dataloader_bench"]["runs"]}, res.stdout
 
 
@@ -248,12 +250,12 @@ def test_pin_memory_choice():
     assert advise(rates, 8, "CPU count").recommended_pin_memory is False
 
 
-def test_gpu_step_from_report_prefers_the_unprofiled_step():
-    r = {"window": {"step_ms": 20.0, "basis": "median of 5 step windows"}, "gaps": {"per_step_ms": {"input": 5.0}},
-         "profiler": {"applied": True, "unprofiled_step_ms": 12.0}}
-    assert gpu_step_from_report(r)[0] == pytest.approx(7.0)
-    r["profiler"] = None
-    assert gpu_step_from_report(r)[0] == pytest.approx(15.0)
+def test_gpu_step_prefers_the_unprofiled_step():
+    window = Window(step_ms=20.0, basis="median of 5 step windows", traced_step_ms=20.0, devices=1, steps=5,
+                    length_ms=100.0)
+    gaps = {"per_step_ms": {"input": 5.0}}
+    assert gpu_step(window, {"applied": True, "unprofiled_step_ms": 12.0}, gaps)[0] == pytest.approx(7.0)  # 12 - 5
+    assert gpu_step(window, None, gaps)[0] == pytest.approx(15.0)  # 20 - 5
 
 
 @pytest.mark.parametrize("files, cpus", [({"cpu.max": "200000 100000\n"}, 2.0), ({"cpu.max": "max 100000\n"}, None),

@@ -9,6 +9,7 @@ import pytest
 from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile, ThreadRow
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.diagnosis.cpu_rules import cpu_findings
+from gpucheckup.diagnosis.fixes import advised_workers
 
 SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 MULTI = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
@@ -99,3 +100,20 @@ def test_the_costliest_finding_is_critical_the_others_warnings():
     assert [(f.id, f.severity) for f in found] == [("python_overhead", "critical"), ("few_threads", "warning"),
                                                   ("input_pipeline", "warning")]
     assert [f.cost_ms_per_step for f in found] == pytest.approx([35.0, 22.5, 15.0])
+
+
+@pytest.mark.parametrize("loader_ms, workers", [(800.0, 4), (200.0, 1), (0.0, 1)])
+def test_the_worker_advice_on_a_cpu_profile_names_at_least_one_worker(loader_ms, workers):
+    # 10 steps of 100 ms: 800 ms of waiting is 80 ms loading a batch and 20 ms of the rest, ceil(80 / 20) = 4 workers;
+    # 200 ms is 20 ms against 80 ms, ceil(0.25) = 1; a loader that never made the loop wait still gets one worker
+    # (what `try dataloader_workers` starts from), never DataLoader(num_workers=0)
+    assert advised_workers(profile(loader_ms=loader_ms)) == workers
+
+
+def test_the_worker_fixs_how_names_the_count_and_its_reason():
+    # 800 ms of waiting over 10 steps of 100 ms: 80 ms loading a batch, 20 ms the rest, ceil(80 / 20) = 4 workers
+    f = by_id(profile(loader_ms=800.0))["input_pipeline"]
+    how = {x.key: x.how for x in f.fixes}["dataloader_workers"]
+    assert how.startswith("DataLoader(dataset, num_workers=4, persistent_workers=True): loading takes 80.0 ms a "
+                          "batch in the training process and the rest of the step 20.0 ms, so 4 workers keep pace")
+    assert "{" not in how  # no placeholder left unfilled

@@ -13,6 +13,7 @@ from conftest import trace_path
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
 from gpucheckup.analysis.run_logs.run import RunAnalysis
+from gpucheckup.analysis.one_trace.syncs import SyncCause
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.diagnosis import fixes
 from gpucheckup.trace import read_trace
@@ -27,7 +28,7 @@ def base():
                    copies=replace(a.copies, pageable_count=0, exposed_ms_per_step=0.0),
                    communication=replace(a.communication, exposed_ms_per_step=0.0),
                    dataloader=replace(a.dataloader, present=False, iterators=[]),
-                   syncs={**a.syncs, "count": 0, "by_cause": []})
+                   syncs=replace(a.syncs, count=0, by_cause=[]))
 
 
 def idle(a=None, **ms):
@@ -88,11 +89,11 @@ def test_loader_fixes_follow_the_iterator_kind():
 
 
 def test_sync_fixes_save_their_ops_share_of_the_sync_idle():
-    by_cause = [{"op": "aten::item", "inner_op": None, "gpu_idle_ms": 3.0},
-                {"op": "aten::nonzero", "inner_op": "aten::_local_scalar_dense", "gpu_idle_ms": 1.0},
-                {"op": "aten::bincount", "inner_op": None, "gpu_idle_ms": 4.0}]
+    by_cause = [SyncCause("aten::item", None, None, [], 1, 0.0, 3.0, 1.0),
+                SyncCause("aten::nonzero", "aten::_local_scalar_dense", None, [], 1, 0.0, 1.0, 1.0),
+                SyncCause("aten::bincount", None, None, [], 1, 0.0, 4.0, 1.0)]  # op, inner op, ..., GPU idle ms
     a = idle(sync=10.0)
-    a = replace(a, syncs={**a.syncs, "count": 3, "by_cause": by_cause})
+    a = replace(a, syncs=replace(a.syncs, count=3, by_cause=by_cause))
     # host reads: .item() and the nonzero's inner _local_scalar_dense, 4 of the 8 ms after syncs; data-dependent
     # shapes: nonzero and bincount, 5 of 8; each share of the 10 ms sync idle
     got = offered(a, "no_host_reads", "static_shapes", "sync_debug")
@@ -235,3 +236,12 @@ def test_more_threads_save_the_operators_time_they_would_split():
     # as many threads as cores (or more, or none reported): nothing to offer
     assert offered(ThreadBudget(30.0, 4, 4), "cpu_threads") == {} == offered(ThreadBudget(30.0, 0, 4), "cpu_threads")
     assert "torch.set_num_threads(4)" in fixes.offer(ThreadBudget(30.0, 1, 4), "cpu_threads")[0].action
+
+
+def test_a_fix_made_by_a_caller_keeps_the_callers_action():
+    # the coarse check-up fills the worker advice itself ("N": sampled stacks give no per-batch cost)
+    made = fixes.make("dataloader_workers", 0.0, "Load batches in worker processes: DataLoader(num_workers=N)")
+    assert made.action == "Load batches in worker processes: DataLoader(num_workers=N)"
+    # without one, the catalogue's action as written
+    assert fixes.make("pin_memory", 1.5).action == fixes.BY_KEY["pin_memory"].action
+    assert fixes.make("pin_memory", 1.5).saving_ms == 1.5

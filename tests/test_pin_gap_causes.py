@@ -108,11 +108,13 @@ def test_the_last_gap_with_no_next_op_is_split_up_to_the_window_end(tmp_path):
 
 def test_without_launch_calls_the_first_host_thread_is_the_training_thread(tmp_path):
     # no CUDA call in the trace (kernels launched before it began): every gap is charged to the first host event's
-    # thread, (1, 1) here; its loader wait 500-700 in the gap [400, 1000] is input, another process's is not
+    # thread, (1, 1) here; its loader wait 500-700 in the gap [400, 1000] is input, another process's is not, nor
+    # that of thread 3, whose operator is the trace's last host event
     kern = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 400,
             "args": {"device": 0, "stream": 7}}
     other = dict(ev("user_annotation", LOADER, 600, 300), pid=2)
-    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), other, kern, ev("user_annotation", LOADER, 500, 200)]
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), other, kern, ev("user_annotation", LOADER, 500, 200),
+              ev("cpu_op", "aten::add", 950, 20, tid=3)]
     tr = read_trace(write_trace(tmp_path / "t.json", events))
     rows = launches.launch_rows(tr)
     st = steps.find_steps(tr, rows)
@@ -139,3 +141,35 @@ def test_a_gap_whose_op_was_launched_by_the_traces_first_host_row_is_queued(tmp_
     assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(100, 600)]
     c = gap_causes.attribute_gaps(tr, st, tl, rows)
     assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx({"queued": 500})
+
+
+def test_the_training_thread_is_the_one_that_launched_the_most(tmp_path):
+    # step [0, 1000]; thread 2 launches the first kernel [0, 100] (the trace's first launch), thread 1 the next two
+    # [100, 200] and [200, 300]: thread 1 launched the most, so the last gap [300, 1000], which has no next op, is
+    # charged to thread 1's state: its loader wait 500-700 is input (200), the rest other host (500)
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(0, 0, 100, 1, tid=2)
+    events += kernel(100, 100, 200, 2) + kernel(200, 200, 300, 3) + [ev("user_annotation", LOADER, 500, 200)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    tl = timeline.gpu_timeline(tr, st)
+    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(300, 1000)]
+    c = gap_causes.attribute_gaps(tr, st, tl, rows)
+    assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx(
+        {"input": 200, "other_host": 500})
+    assert c.thread.tolist() == [[1, 1]]
+
+
+def test_a_gap_ended_by_the_traces_first_gpu_op_has_its_launch_latency(tmp_path):
+    # step [0, 1000]; the trace's only (so first) kernel runs [400, 1000], launched at 300: the gap [0, 400] is the
+    # host's until the launch, [0, 300] with nothing open on thread 1 (other host, 300), then the launch's own
+    # latency [300, 400] (launch, 100)
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(300, 400, 1000, 1)
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    tl = timeline.gpu_timeline(tr, st)
+    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(0, 400)]
+    c = gap_causes.attribute_gaps(tr, st, tl, rows)
+    assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx(
+        {"other_host": 300, "launch": 100})

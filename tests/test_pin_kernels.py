@@ -95,6 +95,9 @@ INDEX = ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_inde
     ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nt_align1>(cutlass_80_simt_sgemm_128x128_8x4_nt_align1"
      "::Params)", "cutlass_80_simt_sgemm_128x128_8x4_nt_align1"),
     ("void " + "a" * 100 + "<int>(int)", "a" * 69 + "..."),  # 72 characters at most
+    # a word with a name after "Reduce" names the op from there; "Reduce" closing a word names none
+    ("void my_kernel<BlockReduceSum>(float*)", "my_kernel (ReduceSum)"),
+    ("void my_kernel<BlockReduce>(float*)", "my_kernel"),
 ])
 def test_kernel_labels_by_hand(name, label):
     from gpucheckup.analysis.one_trace.kernels import kernel_label
@@ -159,3 +162,55 @@ def test_the_gpu_caught_up_after_10_us_idle(tmp_path, idle_us, optimizer):
                                                                               5500, 100))]
     kd = analyze(read_trace(write_trace(tmp_path / "t.json", events))).kernels.to_dict()
     assert kd["categories_ms"]["optimizer"] == pytest.approx(0.1 if optimizer else 0.0)
+
+
+# the fused AdamW's kernel of a real trace, its arguments cut short
+ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+        "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, "
+        "(at::native::ADAM_MODE)1, false>, float const*, double, bool>(at::native::(anonymous namespace)::"
+        "FusedOptimizerTensorListMetadata<4>, int)")
+
+
+@pytest.mark.parametrize("name, words", [
+    # the function's qualified name, then the functions and functors inside its template; its parameter list is
+    # never read (a ReduceOp among the parameters does not make a reduction)
+    ("void my_kernel<float>(at::native::ReduceOp<float> op)", "my_kernel"),
+    # multi_tensor_apply's op is a template argument: the last name before each top-level argument's own template,
+    # after the functors found inside; the cast "(at::native::ADAM_MODE)" inside one argument ends there
+    (ADAM, "at::native::multi_tensor_apply_kernel FusedAdamMathFunctor FusedOptimizerTensorListMetadata const double "
+           "bool"),
+    # a name cut inside its template (no closing ">"): the template runs to the end, its arguments named as above
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<2>, at::native::Copy<float, float", "at::native::multi_tensor_apply_kernel TensorListMetadata "
+                                                            "Copy"),
+])
+def test_work_names_by_hand(name, words):
+    from gpucheckup.analysis.one_trace.kernels import work_names
+
+    assert work_names(name) == words
+
+
+def test_data_movement_families_from_the_raw_events():
+    # moe_seed's data-movement kernels by family (their names read by hand against the documented patterns: the
+    # index/gather kernels of the routing, the radix and bitonic sorts, the scatter-gather and indexing backward, two
+    # elementwise copies); each family's time, count and share of all kernel time from the raw events of its kernels
+    path = trace_path("moe_seed")
+    k = analyze(read_trace(path)).kernels.to_dict()
+    ks = raw_kernels(raw_events(path))
+    total = sum(e["dur"] for e in ks)
+    fams = k["data_movement"]
+    assert [f["family"] for f in fams] == ["index", "scatter", "gather", "sort", "copy"]
+    assert [f["total_ms"] for f in fams] == sorted((f["total_ms"] for f in fams), reverse=True)  # largest first
+    for f in fams:
+        assert len(f["kernels"]) < 5  # each family lists all its kernel names (at most 5 are listed)
+        mine = [e for e in ks if e["name"] in f["kernels"]]
+        us = sum(e["dur"] for e in mine)
+        assert f["count"] == len(mine) and f["total_ms"] == pytest.approx(us / 1000, abs=len(mine) * EPS_US / 1000)
+        assert f["pct"] == pytest.approx(100 * us / total, abs=100 * len(mine) * EPS_US / total)
+        by_name = defaultdict(float)
+        for e in mine:
+            by_name[e["name"]] += e["dur"]
+        assert f["kernels"] == sorted(by_name, key=by_name.get, reverse=True)  # the largest kernel first
+        from gpucheckup.analysis.one_trace.kernels import kernel_label  # pinned by test_kernel_labels_by_hand
+
+        assert f["labels"] == [kernel_label(n) for n in f["kernels"]]

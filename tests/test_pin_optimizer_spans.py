@@ -61,3 +61,25 @@ def test_zero_grad_ranges_only_when_asked_for(trace):
     assert (100.0, 300.0) not in spans(trace)
     assert spans(trace, True) == [(100.0, 300.0), (3000.0, 5000.0), (6000.0, 7000.0), (9000.0, 9000.0),
                                             (11000.0, 12000.0)]
+
+
+def test_only_the_annotation_is_an_optimizer_range(tmp_path):
+    # torch's profiler marks the step with a user annotation; an operator and a Python function that happen to carry
+    # the same name (before and after it in category order) are no range: the one span is the annotation's [1000, 2000];
+    # likewise only autograd's backward operator is closure work, not a Python function carrying its name
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 5000),
+              ev("cpu_op", "Optimizer.step#SGD.step", 200, 300),
+              ev("user_annotation", "Optimizer.step#SGD.step", 1000, 1000),
+              ev("python_function", BACKWARD, 1200, 300),
+              ev("python_function", "Optimizer.step#SGD.step", 3000, 500)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    assert spans(tr) == [(1000.0, 2000.0)]
+
+
+def test_a_process_with_one_closure_call_is_cut_after_it(tmp_path):
+    # one range [1000, 5000] and one closure [1100, 2000] in it, the process's only closure work: the span [2000, 5000]
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 6000),
+              ev("user_annotation", "Optimizer.step#SGD.step", 1000, 4000),
+              ev("user_annotation", "Optimizer.closure#SGD.step", 1100, 900)]
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    assert spans(tr) == [(2000.0, 5000.0)]

@@ -139,3 +139,25 @@ def test_host_time_per_step_counts_every_positive_gap(tmp_path):
     assert replay.host_per_step(g) == pytest.approx((1000.0, 12.0))
     assert replay.event_scale(g) == pytest.approx(1 - 12 * 0.70 * 2 / 1000)
 
+
+
+def test_dispatch_is_the_launching_operators_time_in_each_gap(tmp_path):
+    # step [0, 1000], one thread: three operators [100, 200], [300, 400], [500, 600], each launching at its start + 50
+    # (a 1 us call) a 10 us kernel; Python between them. Each call's gap runs from the previous node's end: the first
+    # [0, 150] holds 50 us of its operator; the second [151, 350] the first operator's tail [151, 200] (49 us) and
+    # 50 us of its own; the third [351, 550] likewise 49 + 50
+    events = [step(1, 0, 1000)]
+    for i, t in enumerate((100, 300, 500)):
+        events += [ev("cpu_op", "aten::add", t, 100)] + launch(t + 50, t + 60, t + 70, i + 1)
+    g, r = replayed(tmp_path, events)
+    calls = [j for j, row in enumerate(g.h_row.tolist()) if row >= 0]
+    assert [float(g.h_dispatch[j]) for j in calls] == pytest.approx([50, 99, 99])
+    assert r.duration.tolist() == pytest.approx([1000])
+
+
+def test_a_trace_whose_first_host_event_is_a_launch_call_replays(tmp_path):
+    # the launch at 10 is the file's first event (host rows keep file order: row 0); its kernel [20, 1500] runs past
+    # the host step [0, 1000]: the unchanged replay gives the step as measured, 1500 us, the kernel linked to its call
+    g, r = replayed(tmp_path, launch(10, 20, 1500, 1) + [step(1, 0, 1000)])
+    assert g.h_row[g.g_launch[0]] == 0
+    assert r.duration.tolist() == pytest.approx([1500])

@@ -1,5 +1,5 @@
-"""Step windows (analysis/one_trace/steps.py) and the one window (analysis/one_trace/window.py) on tiny synthetic traces whose
-expected windows are worked out by hand from the events, per the definitions in docs/metrics.md: step end =
+"""Step windows (analysis/one_trace/steps.py) and the one window (analysis/one_trace/window.py) on tiny synthetic
+traces whose expected windows are worked out by hand from the events, per the definitions in docs/metrics.md: step end =
 max(host end, end of the GPU work launched inside the host step), never before the previous step's end;
 windows tile [first host start, last step end]."""
 
@@ -144,3 +144,26 @@ def test_traced_window_and_its_normalizers():
     assert empty.share(5.0) == 0.0 and empty.pct(1.0) == 0.0
     sub_ms = window.Window(0.5, "", 0.5, 1000.0, 1, 2)  # a step under a millisecond still has percents
     assert sub_ms.pct(0.1) == pytest.approx(20.0)
+
+
+def test_a_step_starting_under_a_microsecond_before_the_previous_end_overlaps(tmp_path):
+    # step 2 starts at 999.5, half a microsecond before step 1 ends at 1000: an overlap, and the trace says so (only
+    # starts within a nanosecond of the end, float noise, count as touching)
+    st, tr = find(tmp_path, [step(1, 0, 1000), step(2, 999.5, 2000)] + launch(10, 20, 100, 1))
+    assert windows(st) == [(0, 1000), (1000, 2000)]
+    assert any("1 ProfilerStep# annotations overlap" in w for w in tr.warnings)
+
+
+def test_a_launch_that_is_the_files_first_host_event_extends_its_step(tmp_path):
+    # the launch at 10 comes first in the file (host rows keep file order: it is row 0); its kernel runs to 1500,
+    # past step 1's host end 1000: window 1 = [0, 1500], window 2 = [1500, 2000]
+    st, tr = find(tmp_path, launch(10, 20, 1500, 1) + [step(1, 0, 1000), step(2, 1000, 2000)])
+    assert tr.names[tr.host.name[0]] == "cudaLaunchKernel"
+    assert windows(st) == [(0, 1500), (1500, 2000)]
+
+
+def test_the_per_step_times_are_whole_microseconds(tmp_path):
+    # windows [0, 1000.4] and [1000.4, 2000]: 1.0004 and 0.9996 ms, written to the microsecond (the trace clock's
+    # unit) as 1.0 and 1.0
+    st, _ = find(tmp_path, [step(1, 0, 1000.4), step(2, 1000.4, 2000)] + launch(10, 20, 100, 1))
+    assert steps.summary(st).per_step_ms == [1.0, 1.0]

@@ -257,3 +257,76 @@ def test_a_trace_whose_first_row_is_a_call_predicts_the_same(tmp_path):
     assert 0 in g.h_row.tolist()  # the file's first row is a node of the host chain
     p = whatif.predict(g, "fused_optimizer")
     assert p.changed == 1 and p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.87)
+
+
+def test_the_loaders_own_calls_inside_its_wait_go_with_it(tmp_path):
+    # as test_more_dataloader_workers_cut_each_wait_to_the_loaders_throughput, the in-process loader pinning each
+    # batch inside its wait (a cudaHostAlloc [400, 450] after each step's start): that call is the loader's own work,
+    # done by the workers, so with 2 workers the steps are 400 us as there, not 400 plus the call's time
+    events = _waiting_steps("_SingleProcessDataLoaderIter", 1000, 800)
+    events += [ev("cuda_runtime", "cudaHostAlloc", t + 400, 50) for t in (0, 1000)]
+    p = whatif.predict(graph(tmp_path, events), "dataloader_workers", workers=2)
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.4)
+
+
+def test_the_optimizers_cpu_operators_up_to_its_first_launch_go(tmp_path):
+    # step [0, 1000]; Optimizer.step [100, 400] first runs aten::add_ [120, 180] on CPU tensors (a step counter),
+    # which ends exactly when the first launch call starts (180; no operator around that launch, so no dispatch);
+    # then aten::_foreach_mul_ [250, 300] launches at 280, its 95 us of host time before it as in
+    # test_a_fused_optimizer_keeps_one_launch_without_its_dispatch. Fused: add_'s 60 us go (it ended by the launch's
+    # start: it ran before it), the second launch's 5 us call and the 95 us before it go: step 1000 - 160 = 840 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+              ev("user_annotation", "Optimizer.step#SGD.step", 100, 300), ev("cpu_op", "aten::add_", 120, 60), ev("cuda_runtime", "cudaLaunchKernel", 180, 5, correlation=1),
+              gpu("kernel", "k1", 190, 60, 1), ev("cpu_op", "aten::_foreach_mul_", 250, 50),
+              ev("cuda_runtime", "cudaLaunchKernel", 280, 5, correlation=2), gpu("kernel", "k2", 290, 60, 2)]
+    p = whatif.predict(graph(tmp_path, events), "fused_optimizer")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.84)
+
+
+def test_tf32_and_bf16_scale_fp32_gemms_by_the_datasheet_peak_ratio(tmp_path):
+    # an H200 (the peak table's H200-SXM: fp32 67, tf32 494.7, bf16 989.4 dense TFLOP/s, NVIDIA's datasheet); one
+    # fp32 GEMM (an sgemm kernel, 100 us) launched from aten::mm in a trace recorded without dtypes (the kernel's
+    # name says fp32): under tf32 it takes 100 x 67 / 494.7 = 13.544 us, under bf16 100 x 67 / 989.4 = 6.772 us
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::mm", 10, 20),
+              ev("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=1),
+              gpu("kernel", "ampere_sgemm_128x64_nn", 40, 100, 1)]
+    g = graph(tmp_path, events)
+    k = [g.trace.names[i] for i in g.trace.gpu.name].index("ampere_sgemm_128x64_nn")
+    e = whatif.tf32(g)
+    assert e.changed == 1 and e.graph.g_dur[k] == pytest.approx(100 * 67 / 494.7)
+    assert e.what == "1 fp32 GEMM kernels scaled by the H200-SXM peak ratio fp32/tf32 = 0.135"
+    assert whatif.bf16(g).graph.g_dur[k] == pytest.approx(100 * 67 / 989.4)
+
+
+def test_a_larger_batch_grows_the_loaders_own_time_not_another_threads_overlap(tmp_path):
+    # as test_a_larger_batch_doubles_the_data_wait_too, with two calls inside the wait: cudaHostAlloc [100, 150] on
+    # the loading thread and a call on thread 2 [149.5, 159.5] that starts 0.5 us before it ends. Twice the batch
+    # doubles the loader's own time between calls (100 and 300 - 159.5 = 140.5 us), not the calls and not the
+    # -0.5 us overlap: the wait ends at 2 x 100 + 50 - 0.5 + 10 + 2 x 140.5 = 540.5; the launch 10 us later at
+    # 550.5, its 5 us call, the host's 685 us to the step's end: 1240.5 (the kernel, 10 us after the launch and
+    # 600 us long, ends at 1160.5): 620.25 us per batch
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("user_annotation", loader, 0, 300),
+              ev("cuda_runtime", "cudaHostAlloc", 100, 50), ev("cuda_runtime", "cudaGetDevice", 149.5, 10, tid=2),
+              ev("cuda_runtime", "cudaLaunchKernel", 310, 5, correlation=1), gpu("kernel", "k", 320, 300, 1)]
+    p = whatif.predict(graph(tmp_path, events), "larger_batch")
+    assert p.step_ms_before == pytest.approx(1.0) and p.step_ms_after == pytest.approx(0.62025)
+
+
+def test_a_graph_replay_launches_at_the_typical_latency_from_the_traces_first_call(tmp_path):
+    # step [0, 3000]; the first launch call starts at the step's very start (0: it sorts before the step's marker, so
+    # it is the host chain's first node) and its kernel A starts 300 us later [300, 1800]; B and C, launched at 400
+    # and 500 while A runs, queue behind it [1800, 1810], [1810, 1820]; D at 2100 onto the idle stream starts 10 us
+    # after its call [2110, 2120]: the trace's typical launch latency, 10 us. Captured in a graph, every launched op
+    # starts at most that after its call: A at 0 + 10
+    events = [ev("cuda_runtime", "cudaLaunchKernel", 0, 5, correlation=1),
+              ev("user_annotation", "ProfilerStep#1", 0, 3000), gpu("kernel", "a", 300, 1500, 1)]
+    for i, (t, k) in enumerate(((400, 1800), (500, 1810), (2100, 2110))):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=i + 2),
+                   gpu("kernel", "bcd"[i], k, 10, i + 2)]
+    g = graph(tmp_path, events)
+    a = [g.trace.names[i] for i in g.trace.gpu.name].index("a")
+    assert g.g_launch[a] == 0
+    e = whatif.cuda_graphs(g).graph
+    r = replay.replay(e)
+    assert r.op_start[a] - r.node_start[0] == pytest.approx(10)

@@ -43,7 +43,9 @@ def test_unchanged_replay_reproduces_each_step(path):
     r = replay.replay(g)
     measured = g.steps.duration
     assert len(r.duration) == len(measured)
-    assert np.all(np.abs(r.duration / measured - 1) <= replay.REPRODUCE_TOLERANCE), (r.duration, measured)
+    # within 5% of each measured step (docs/metrics.md), written as a number: a looser REPRODUCE_TOLERANCE in the
+    # module must not loosen the test
+    assert np.all(np.abs(r.duration / measured - 1) <= 0.05), (r.duration, measured)
     # every GPU op was placed, none before its launch
     assert not np.isnan(r.op_start).any()
     linked = g.g_launch >= 0
@@ -66,7 +68,8 @@ def test_calibration_reaches_the_unprofiled_step(path):
         return
     g.host_scale = 0.0
     gpu_floor = replay.replay(g).median_ms  # no host time at all: the GPU's own work and waits
-    assert c.replayed_ms == pytest.approx(max(unprofiled, gpu_floor * (1 + replay.CALIBRATION_FLOOR)), rel=0.05)
+    # the unprofiled step, or 1% above the all-GPU floor (docs/metrics.md), written as a number
+    assert c.replayed_ms == pytest.approx(max(unprofiled, gpu_floor * 1.01), rel=0.05)
     assert c.replayed_ms <= c.traced_ms
 
 

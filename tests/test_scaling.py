@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from gpucheckup.document import SCHEMA_VERSION
+
 JOBS = Path(__file__).resolve().parent / "jobs"
 PY = sys.executable
 
@@ -44,6 +46,7 @@ def test_efficiency_above_100_is_flagged_with_the_thread_difference_torchrun_mad
     res = gpucheckup("scaling", str(run_1), str(run_2), "--json", str(out), env=dict(env, COLUMNS="80"))
     assert res.returncode == 0, res.stderr
     sc = json.loads(out.read_text())
+    assert (sc["schema_version"], sc["kind"], sc["n"]) == (SCHEMA_VERSION, "scaling", 2)  # validated by conftest
     assert own_1 > own_2  # the jobs' own clocks: 32x the samples per step take longer
     assert sc["efficiency_pct"] > 100
     diffs = {d["name"]: (d["run_1"], d["run_n"]) for d in sc["env_differences"]}

@@ -269,12 +269,13 @@ def test_synthetic_annotations_with_shapes_are_not_operators(tmp_path):
 
 def test_synthetic_operators_between_steps_are_in_no_step(tmp_path):
     # as the varying case, with an operator after each step's ProfilerStep range ([s, s + 950]) ends, at s + 960
-    # (logging or a hook between steps): outside every step's host window, it is no operator position of a step
+    # (logging or a hook between steps): outside every step's host window, it is no operator position of a step.
+    # They come first in the file (host rows keep file order), so that a step index not dropped with its row would
+    # shift every operator's step
     sizes = [100, 120, 90, 110]
-    events = _moe_like(sizes)
-    for s in range(len(sizes)):
-        events.append(_ev("cpu_op", "aten::add_", s * 1000.0 + 960, 5, **{"Input Dims": [[256, 64], [256, 64], []],
-                                                                          "External id": 1000 + s}))
+    events = [_ev("cpu_op", "aten::add_", s * 1000.0 + 960, 5, **{"Input Dims": [[256, 64], [256, 64], []],
+                                                                   "External id": 1000 + s}) for s in range(len(sizes))]
+    events += _moe_like(sizes)
     g = replay.build(read_trace(write_trace(tmp_path / "t.json", events, record_shapes=1)))
     e = whatif.static_shapes(g, ops=DATA_DEPENDENT_OPS)
     assert "3 of 8 operator positions change shape across 4 steps" in e.what and "8 kernels" in e.what

@@ -50,7 +50,7 @@ def _row(doc, fix):
 def test_more_dataloader_workers_measure_faster_with_the_prediction_beside(tried):
     doc, _, _ = tried
     r = _row(doc, "dataloader_workers=4")
-    assert r["applied"] and r["how"].startswith("DataLoader(num_workers 0 -> 4) at ")
+    assert r["applied"] and r["how"].startswith("DataLoader(num_workers 0 -> 4, persistent_workers) at ")
     assert r["how"].endswith(f"{JOB.name}:{_line_of('DataLoader(Waits()')}")  # the job's own call
     assert r["verdict"] == "faster" and r["rounds"] == 2, r["sentence"]
     assert r["measured_saving_pct"] >= 40 and r["interval_pct"][0] > 0, r["sentence"]
@@ -117,7 +117,10 @@ def test_a_job_with_no_steps_ends_and_is_said_in_one_line(tmp_path, capfd):
 def test_the_commands_own_exit_code_passes_through(tmp_path, capfd):
     pytest.importorskip("torch")
     rc = main(["try", "tf32", "--no-predict", "--rounds", "2", "--out", str(tmp_path), "--", *CMD, "--exit", "3"])
-    assert rc == 3 and "exited with status 3" in capfd.readouterr().err
+    out, err = capfd.readouterr()
+    assert rc == 3 and "exited with status 3" in err
+    # no base check-up was asked for, so none is announced among the runs
+    assert "runs your command again: the base and each fix" in out and "for the check-up" not in out
 
 
 def test_options_after_the_fixes_and_the_commands_own_are_told_apart():
@@ -170,6 +173,20 @@ def test_workers_are_not_added_to_an_iterable_dataset_nor_a_cuda_collate():
     assert "collate_fn builds CUDA tensors" in t.records[1]["how"]
 
 
+def test_added_workers_persist_across_epochs_as_the_advice_says():
+    # the advice is DataLoader(num_workers=N, persistent_workers=True): workers started once. Without persistence a
+    # loader starts its workers again every epoch (each a new process that imports and builds the dataset again)
+    t, torch = _trial("dataloader_workers=2")
+    kw = {"dataset": [torch.ones(1)] * 4, "batch_size": 2}
+    t.edit_loader(kw, "train.py:7")
+    loader = torch.utils.data.DataLoader(**kw)
+    assert (loader.num_workers, loader.persistent_workers) == (2, True)
+    assert t.records[0]["how"] == "DataLoader(num_workers 0 -> 2, persistent_workers) at train.py:7"
+    kept = {"dataset": [torch.ones(1)], "num_workers": 1, "persistent_workers": False}
+    t.edit_loader(kept, "train.py:9")  # raised from 1: persistent too, as advised
+    assert (kept["num_workers"], kept["persistent_workers"]) == (2, True)
+
+
 def test_an_optimizer_torch_will_not_fuse_is_built_as_asked_with_torchs_reason():
     t, torch = _trial("fused_optimizer")
     params = [torch.nn.Parameter(torch.ones(3))]
@@ -195,7 +212,7 @@ def test_run_try_tries_what_the_check_up_proposes_with_the_prediction_beside(tmp
     assert "runs your command again" in out and "Fixes tried: predicted beside measured" in out
     import re
 
-    (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+)\)", out, re.M).groups()
+    (n, m) = re.search(r"^dataloader_workers=(\d+): DataLoader\(num_workers 0 -> (\d+), persistent_workers\)", out, re.M).groups()
     assert n == m and 1 <= int(n) <= cores
     assert "Predicted by the check-up" in out
 
@@ -228,7 +245,7 @@ def test_a_loader_rebuilt_from_the_patched_one_is_not_said_twice():
     t2.edit_loader(other, "eval.py:5")  # a loader with more workers than asked, and nothing applied: said
     assert first["num_workers"] == 4
     assert t.records == [{"fix": "dataloader_workers", "applied": True,
-                          "how": "DataLoader(num_workers 0 -> 4) at train.py:10"}]
+                          "how": "DataLoader(num_workers 0 -> 4, persistent_workers) at train.py:10"}]
     assert t2.records[0]["how"] == "not applied: DataLoader at eval.py:5 already has num_workers=6"
 
 

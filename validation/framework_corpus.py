@@ -15,8 +15,16 @@ the biggest measured saving (the fix's finding is the verdict's, or the verdict 
 one); no prediction above its bound; configuration fixes within 25% and code changes within 50% of the measured
 saving (relative to it; a measured "same", no difference, is met by a prediction under 5% of the step).
 
+`try` runs on the GPU machine too (issue 24): each job's configuration fixes applied by the agent with
+`gpucheckup try --no-predict` (no code change; the same rounds, warm-up and measured steps as the hand-edited `ab`,
+the worker count the same as that `ab`'s flag, read from MEASURED), one `try` per job, writing OUT/try/JOB.json.
+`try-report` joins each trial with the hand-edited `ab` of the same fix (MEASURED: a measured.json) and says
+whether they agree: the two intervals overlap.
+
     python validation/framework_corpus.py measure OUT [--only hf,lightning] [--rounds 2] [--deadline-s 540]
     python validation/framework_corpus.py report OUT [OUT2 ...] [--md FILE]
+    python validation/framework_corpus.py try OUT --measured tests/data/h200/corpus/measured.json [--only ...]
+    python validation/framework_corpus.py try-report OUT --measured tests/data/h200/corpus/measured.json [--md FILE]
 """
 
 from __future__ import annotations
@@ -131,6 +139,72 @@ def measure(out: Path, names: list[str], rounds: int, deadline: float) -> None:
             (out / "measured.json").write_text(json.dumps(rows, indent=1))
 
 
+# the trial that applies a catalogue fix, as `gpucheckup try` names it ({workers}: the hand-edited ab's count)
+TRIALS = {"fused_optimizer": "fused_optimizer", "dataloader_workers": "dataloader_workers={workers}",
+          "pin_memory": "pin_memory", "tf32": "tf32", "cudnn_benchmark": "cudnn_benchmark"}
+
+
+def trials_of(name: str, measured: list[dict]) -> list[tuple[str, str]]:
+    """The job's configuration fixes the agent can apply: (catalogue key, trial), workers as the ab measured."""
+    flags = {m["fix"]: m["flags"] for m in measured if m["job"] == name}
+    workers = flags.get("dataloader_workers", "--workers 8").split()[-1]
+    return [(key, TRIALS[key].replace("{workers}", workers)) for key, _, tier in JOBS[name].fixes
+            if key in TRIALS and tier == "config"]
+
+
+def try_jobs(out: Path, names: list[str], measured: list[dict], rounds: int, deadline: float) -> None:
+    """One `gpucheckup try` per job with its configuration fixes, ab's steps, no prediction (no base check-up)."""
+    (out / "try").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        job, trials = JOBS[name], trials_of(name, measured)
+        if not trials or time.time() > deadline:
+            print(f"{name}: skipped ({'no trial' if not trials else 'deadline'})", flush=True)
+            continue
+        t0 = time.time()
+        res = out / "try" / f"{name}.json"
+        proc = subprocess.run(GC + ["try", ",".join(t for _, t in trials), "--no-predict", "--rounds", str(rounds),
+                                    "--warmup", str(job.warmup), "--measure", str(job.measure), "--out",
+                                    str(out / "try_runs"), "--json", str(res), "--", *command(job)], check=False)
+        print(f"{name}: try rc {proc.returncode} in {time.time() - t0:.0f} s", flush=True)
+
+
+AGREE = {None: "n/a", True: "yes", False: "**no**"}
+
+
+def try_report(out: Path, measured: list[dict], md: Path | None) -> None:
+    """Each trial beside the hand-edited ab of the same fix: do their intervals overlap?"""
+    lines = ["| job | fix | try: applied, how | try: measured (interval), verdict | ab: measured (interval), verdict "
+             "| agree |", "| --- | --- | --- | --- | --- | --- |"]
+    agree = total = 0
+    for name in JOBS:
+        res = out / "try" / f"{name}.json"
+        if not res.exists():
+            continue
+        doc = json.loads(res.read_text())
+        by_trial = {t["fix"]: t for t in doc["fixes"]}
+        for key, trial in trials_of(name, measured):
+            t = by_trial.get(trial)
+            m = next((r for r in measured if r["job"] == name and r["fix"] == key), None)
+            if t is None or m is None:
+                continue
+            ti, mi = t.get("interval_pct"), m.get("interval_pct")
+            ok = None if not (t["applied"] and ti and mi) else (ti[0] <= mi[1] and mi[0] <= ti[1])
+            if ok is not None:
+                total += 1
+                agree += ok
+            tm = "-" if t["measured_saving_pct"] is None else (
+                f"{t['measured_saving_pct']:.1f}% ({ti[0]:.1f}..{ti[1]:.1f}), {t['verdict']}" if ti else
+                f"{t['measured_saving_pct']:.1f}%, {t['verdict']}")
+            mm = f"{m['measured_saving_pct']:.1f}% ({mi[0]:.1f}..{mi[1]:.1f}), {m['verdict']}" if mi else "-"
+            how = t["how"].replace("|", "/")[:160]
+            lines.append(f"| {name} | `{trial}` | {'yes' if t['applied'] else 'no'}: {how} | {tm} | {mm} "
+                         f"| {AGREE[ok]} |")
+    text = "\n".join(lines + ["", f"intervals overlap on {agree} of {total} applied trials"]) + "\n"
+    print(text)
+    if md:
+        md.write_text(text)
+
+
 def predictions(run_dir: Path) -> dict:
     """The baseline's check-up: its verdict, step and each ranked fix's prediction, bound and finding."""
     import gpucheckup
@@ -220,14 +294,21 @@ def report(outs: list[Path], md: Path | None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=["measure", "report"])
+    p.add_argument("what", choices=["measure", "report", "try", "try-report"])
     p.add_argument("out", type=Path, nargs="+")
     p.add_argument("--only", help="comma-separated jobs (default: all)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--deadline-s", type=float, default=540.0)
     p.add_argument("--md", type=Path)
+    p.add_argument("--measured", type=Path, help="the hand-edited ab's measured.json (try, try-report)")
     a = p.parse_args()
-    if a.what == "measure":
+    measured = json.loads(a.measured.read_text()) if a.measured else []
+    if a.what == "try":
+        a.out[0].mkdir(parents=True, exist_ok=True)
+        try_jobs(a.out[0], a.only.split(",") if a.only else list(JOBS), measured, a.rounds, time.time() + a.deadline_s)
+    elif a.what == "try-report":
+        try_report(a.out[0], measured, a.md)
+    elif a.what == "measure":
         a.out[0].mkdir(parents=True, exist_ok=True)
         measure(a.out[0], a.only.split(",") if a.only else list(JOBS), a.rounds, time.time() + a.deadline_s)
     else:

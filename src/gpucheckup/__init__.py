@@ -18,7 +18,7 @@ _API_MODULE = "gpucheckup.api"
 
 def analyze(path, **mfu):
     """Check up a trace, a folder of per-rank traces or a run directory: a gpucheckup.api.CheckUp (verdict,
-    findings, fixes, figures, and the report dict that --json writes)."""
+    findings, fixes, figures, and the typed document that --json writes)."""
     return import_module(_API_MODULE).analyze(path, **mfu)
 
 

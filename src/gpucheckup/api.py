@@ -22,6 +22,7 @@ from pathlib import Path
 
 import msgspec
 
+from gpucheckup import document
 from gpucheckup.document import Document, flat_report
 from gpucheckup.errors import CheckupError
 
@@ -78,39 +79,42 @@ class CheckUp:
     report: dict
     ranks: list[CheckUp] = field(default_factory=list)  # every rank's check-up when there are several
     document: Document | None = None  # the whole check-up, as `--json` writes it (the job's, at the top)
+    verdict_basis: str | None = None  # what a coarse verdict rests on (the `coarse` property), for a rank's check-up
 
     @classmethod
-    def of(cls, report: dict) -> CheckUp:
-        """A check-up from one report dict (a check-up of the document, with its run's run-level keys)."""
-        v = report["verdict"]
-        return cls(
-            path=str((report.get("trace") or report.get("run") or {}).get("path", "")),
-            verdict=v["primary"] or "no_timeline", verdict_title=v["title"], reason=v["reason"],
-            findings=[_finding(f) for f in v["findings"]], fixes=[_fix(x) for x in report["fixes"]],
-            figures=figures(report), report=report)
+    def of_part(cls, doc: Document, i: int = 0, cpu: bool = False) -> CheckUp:
+        """Check-up i of the document (of `cpu_checkups` when `cpu`; the run's own with neither), typed: its verdict,
+        findings, fixes and figures read from the document's types; `report` is document.flat_report's."""
+        reports = doc.cpu_checkups if cpu else (doc.checkups or doc.cpu_checkups)
+        part = reports[i] if reports else None
+        v = part.verdict if part is not None else doc.verdict
+        path = part.trace.get("path", "") if part is not None else (doc.run.info.get("path", "") if doc.run else "")
+        return cls(path=str(path), verdict=v.primary or "no_timeline", verdict_title=v.title, reason=v.reason,
+                   findings=[_finding(f) for f in v.findings],
+                   fixes=[_fix(x) for x in (part.fixes if part is not None else doc.fixes)],
+                   figures=figures(part, doc.run), report=flat_report(doc, i, cpu), verdict_basis=v.coarse)
 
     @classmethod
     def of_document(cls, doc: Document) -> CheckUp:
         """The job's check-up from its document: the job's verdict, fixes and step; each check-up in `ranks`."""
         n = len(doc.checkups) + len(doc.cpu_checkups)
-        ups = [cls.of(flat_report(doc, i)) for i in range(len(doc.checkups))]
-        ups += [cls.of(flat_report(doc, i, cpu=True)) for i in range(len(doc.cpu_checkups))]
-        first = ups[0] if ups else cls.of(flat_report(doc))
-        v = msgspec.to_builtins(doc.verdict)
+        ups = [cls.of_part(doc, i) for i in range(len(doc.checkups))]
+        ups += [cls.of_part(doc, i, cpu=True) for i in range(len(doc.cpu_checkups))]
+        first = ups[0] if ups else cls.of_part(doc)
         figs = dict(first.figures) if n <= 1 else dict.fromkeys(FIGURES)  # several: each rank's are its own
         figs["step_ms"] = doc.step.ms if doc.step else None
-        fixes = msgspec.to_builtins(doc.fixes)
-        report = first.report if n <= 1 else {**first.report, "verdict": v, "fixes": fixes, "notes": list(doc.notes)}
-        return cls(path=doc.path, verdict=v["primary"] or "no_timeline", verdict_title=v["title"],
-                   reason=v["reason"], findings=[_finding(f) for f in v["findings"]],
-                   fixes=[_fix(x) for x in fixes], figures=figs, report=report,
-                   ranks=ups if n > 1 else [], document=doc)
+        report = first.report if n <= 1 else {**first.report, "verdict": msgspec.to_builtins(doc.verdict),
+                                              "fixes": msgspec.to_builtins(doc.fixes), "notes": list(doc.notes)}
+        v = doc.verdict
+        return cls(path=doc.path, verdict=v.primary or "no_timeline", verdict_title=v.title, reason=v.reason,
+                   findings=[_finding(f) for f in v.findings], fixes=[_fix(x) for x in doc.fixes], figures=figs,
+                   report=report, ranks=ups if n > 1 else [], document=doc)
 
     @property
     def coarse(self) -> str | None:
         """What a coarse verdict rests on (an out-of-process attach's sampled stacks, diagnosis/coarse.py); None for
         a verdict read from a timeline."""
-        return self.document.verdict.coarse if self.document else self.report["verdict"].get("coarse")
+        return self.document.verdict.coarse if self.document else self.verdict_basis
 
     @property
     def schema_version(self) -> int | None:
@@ -126,34 +130,35 @@ class CheckUp:
         return frame(self.document, name)
 
 
-def _finding(f: dict) -> Finding:
-    """A Finding of a report's finding dict."""
-    return Finding(f["id"], f["severity"], f["title"], f["cost_ms_per_step"], f["cost_pct_of_step"],
-                   tuple(f["evidence"]))
+def _finding(f: document.Finding) -> Finding:
+    """The API's Finding of a document's finding."""
+    return Finding(f.id, f.severity, f.title, f.cost_ms_per_step, f.cost_pct_of_step, tuple(f.evidence))
 
 
-def _fix(x: dict) -> Fix:
-    """A Fix of a report's fix dict."""
-    return Fix(x.get("key", ""), x["action"], x["tier"], x.get("saving_ms"), x.get("finding") or "")
+def _fix(x: document.Fix) -> Fix:
+    """The API's Fix of a document's fix."""
+    return Fix(x.key, x.action, x.tier, x.saving_ms, x.finding or "")
 
 
-def figures(report: dict) -> dict[str, float | None]:
-    """The FIGURES of a report dict (None: not measured in this check-up)."""
+def figures(part: document.TraceReport | document.CpuReport | None, run: document.Run | None = None
+            ) -> dict[str, float | None]:
+    """The FIGURES of one check-up of a document (a CPU-side one's, a GPU one's, or with neither the run's; None: not
+    measured in this check-up)."""
     out: dict[str, float | None] = dict.fromkeys(FIGURES)
-    if "cpu" in report:
-        c = report["cpu"]
+    if isinstance(part, document.CpuReport):
+        c = part.cpu
         out.update(step_ms=c["step_median_ms"], dataloader_pct=c["dataloader_pct"],
                    python_between_pct=c["python_between_pct"])
         return out
-    if "gpu" not in report:  # a run without a trace
+    if part is None:  # a run without a trace
         from gpucheckup.analysis.step_basis import run_step
 
-        step = run_step((report.get("run_figures") or {}).get("steps"), "")
+        step = run_step((run.figures if run else {}).get("steps"), "")
         out["step_ms"] = step.ms if step else None
         return out
-    out.update(mfu_pct=(report.get("mfu") or {}).get("pct"), busy_pct=report["gpu"]["busy_pct"],
-               step_ms=report["window"]["step_ms"], dataloader_pct=report["dataloader"]["pct_of_step"])
-    for c, v in report["gaps"]["pct_of_step"].items():
+    out.update(mfu_pct=(part.mfu or {}).get("pct"), busy_pct=part.gpu.busy_pct, step_ms=part.window.step_ms,
+               dataloader_pct=part.dataloader["pct_of_step"])
+    for c, v in part.gaps["pct_of_step"].items():
         if f"gap_{c}_pct" in out:
             out[f"gap_{c}_pct"] = v
     return out

@@ -16,8 +16,10 @@ Top level (docs/schema.md says what each key holds and lists every change by ver
 - job: the cross-rank section of several ranks (null for one); run: the run directory's run-level
   section (null for a trace or a folder); cases: the demo's case names, one per check-up (else null)
 
-The measuring commands write their own documents under the same version: `ab --json` an
-`AbDocument` (kind "ab"), `try --json` a `TryDocument` (kind "try"); the schema holds all three.
+The other commands write their own documents under the same version: `ab --json` an `AbDocument`
+(kind "ab"), `try --json` a `TryDocument` ("try"), `compare --json` a `CompareDocument` ("compare"),
+`scaling --json` a `ScalingDocument` ("scaling"), `dataloader --json` a `DataloaderDocument`
+("dataloader"); the schema holds them all.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+
+from gpucheckup import __version__
 
 SCHEMA_VERSION = 3
 KINDS = ("trace", "cpu_trace", "traces", "run", "cases")
@@ -249,7 +253,7 @@ class Trial(Struct):
 
     fix: str  # as asked, e.g. "dataloader_workers=8" or "tf32+cudnn_benchmark"
     applied: bool  # every fix of the trial was applied somewhere in the job
-    how: str  # what was applied where ("DataLoader(num_workers 0 -> 8) at train.py:41"), or "not applied: why"
+    how: str  # what was applied where ("DataLoader(num_workers 0 -> 8, persistent_workers) at train.py:41"), or "not applied: why"
     predicted_saving_pct: float | None  # the base check-up's predicted saving (null: it offered no such fix)
     predicted_from: str  # the check-up's fix it comes from, or why there is none
     measured_saving_pct: float | None  # -(the change of the fix's step vs the base's), percent: positive is faster
@@ -289,13 +293,150 @@ class TryDocument(Struct):
     notes: list[str]
 
 
+class FigureChange(Struct):
+    """One figure of two check-ups compared (analysis/comparison/compare.py): its value on each side, its change in
+    `unit` ("pct": relative, "points": of a percentage, "absolute": from 0), and whether it is beyond noise."""
+
+    key: str
+    name: str
+    group: str
+    a: float | None
+    b: float | None
+    change: float | None
+    unit: Literal["pct", "points", "absolute"]
+    status: Literal["changed", "new", "gone", "from 0"]
+    beyond_noise: bool
+
+
+class CompareDocument(Struct):
+    """`gpucheckup compare --json`: two check-ups (A, B) figure by figure, with the step's change and the noise."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Literal["compare"]
+    a: str  # the paths compared
+    b: str
+    headline: str  # the step-time key compared
+    step_change_pct: float | None  # B's step vs A's, percent (negative: B is faster; null: no step on a side)
+    noise_pct: float
+    step_beyond_noise: bool
+    cv_pct: list[float | None]  # each side's step-time variation [A, B]
+    verdict: list[str | None]  # each side's primary verdict [A, B]
+    sentence: str
+    figures: list[FigureChange]
+    noise_k: float
+    min_noise_pct: float
+
+
+class EnvDifference(Struct):
+    """Something env.json records that differs between the two runs of `scaling`."""
+
+    name: str
+    run_1: str
+    run_n: str
+
+
+class ScalingDocument(Struct):
+    """`gpucheckup scaling --json`: the N-GPU run against the 1-GPU run (analysis/job/scaling.py)."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Literal["scaling"]
+    n: int  # GPUs of the N-GPU run
+    step_1_ms: float
+    step_n_ms: float
+    efficiency_pct: float  # 100 x step_1 / step_n
+    extra_ms: float  # step_n - step_1
+    parts_ms: dict[str, float]  # the extra time by part: waiting, transfer, compute (when known), other
+    step_from: str  # what the step times are
+    env_differences: list[EnvDifference]
+    over_100_cause: str | None  # above 100% efficiency: its likely cause
+
+
+class LoaderRun(Struct):
+    """One DataLoader setting measured by `gpucheckup dataloader` (capture/dataloader_bench.py)."""
+
+    num_workers: int
+    pin_memory: bool
+    batches: int  # timed batches (fewer than asked when the loader ran out)
+    seconds: float
+    batches_per_s: float
+    samples_per_s: float | None
+    startup_s: float
+    worker_pids: list[int]
+    worker_rss_mb: list[float]
+    worker_shared_mb: list[float]
+    worker_uss_mb: list[float]
+    main_rss_mb: float | None
+    note: str
+    worker_cpu_s: float | None  # the workers' CPU seconds over the timed batches (null: not readable)
+    main_cpu_s: float | None
+    worker_runq_s: float | None  # the workers' seconds ready to run but waiting for a core (null: unknown)
+
+
+class LoaderBench(Struct):
+    """Every setting measured, and the CPU budget of the process that ran them."""
+
+    factory: str
+    runs: list[LoaderRun]
+    cpu: Section  # count, affinity, cgroup_quota_cpus, cgroup_source, usable (capture/environment.cpu_budget)
+    accelerator: bool  # whether pin_memory could pin (torch saw a CUDA device)
+    notes: list[str]
+
+
+class LoaderAdvice(Struct):
+    """The advice of `gpucheckup dataloader` (analysis/run_logs/loader_advice.py): figures and sentences."""
+
+    usable_cores: float | None
+    limited_by: str
+    worker_cap: int | None
+    best_workers: int
+    best_batches_per_s: float
+    knee_workers: int
+    feed_workers: int
+    feed_batches_per_s: float
+    gpu_step_ms: float | None
+    gpu_steps_per_s: float | None
+    gpu_source: str
+    bottleneck: bool | None  # null when the GPU's step time is unknown
+    suffice_workers: int | None
+    recommended_workers: int
+    recommended_pin_memory: bool | None
+    over_cap: list[int]
+    waits_on: Literal["io", "cpu"] | None
+    worker_cpu_share: float | None
+    share_at_workers: int | None
+    sentences: list[str]
+
+
+class DataloaderDocument(Struct):
+    """`gpucheckup dataloader --json`: the loader's settings measured alone, and the advice."""
+
+    schema_version: int
+    gpucheckup_version: str
+    kind: Literal["dataloader"]
+    dataloader_bench: LoaderBench
+    advice: LoaderAdvice
+
+
+MEASURED = {"ab": AbDocument, "try": TryDocument, "compare": CompareDocument, "scaling": ScalingDocument,
+            "dataloader": DataloaderDocument}  # the other commands' documents, by their `kind`
+
+
+def measured(kind: str, parts: dict):
+    """A measuring command's document of `kind` ("compare", "scaling", "dataloader", ...) from its parts' plain
+    fields, checked against its type (msgspec.ValidationError names the first key that does not fit)."""
+    return msgspec.convert({"schema_version": SCHEMA_VERSION, "gpucheckup_version": __version__, "kind": kind, **parts},
+                           MEASURED[kind])
+
+
 RUN_KEYS = {"run": "info", "nvml": "nvml", "step_history": "step_history", "env": "env", "run_figures": "figures"}
 
 
 def json_schema() -> dict:
-    """The JSON Schema of the documents, generated from these types (`gpucheckup schema` prints it): a check-up, an
-    `ab` or a `try` document (told apart by `kind`)."""
-    refs, defs = msgspec.json.schema_components([Document, AbDocument, TryDocument], ref_template="#/$defs/{name}")
+    """The JSON Schema of the documents, generated from these types (`gpucheckup schema` prints it): a check-up, or
+    a measuring command's document (`ab`, `try`, `compare`, `scaling`, `dataloader`; told apart by `kind`)."""
+    refs, defs = msgspec.json.schema_components([Document, *MEASURED.values()], ref_template="#/$defs/{name}")
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": f"gpucheckup check-up, schema version {SCHEMA_VERSION}", "anyOf": list(refs), "$defs": defs}
 
@@ -307,14 +448,16 @@ def decode(data: bytes) -> Document:
 
 def flat_report(doc: Document, i: int = 0, cpu: bool = False) -> dict:
     """Check-up i (of `cpu_checkups` when `cpu`, or when there is no GPU one) as one report dict with its run's
-    run-level keys (the shape the renderers and `compare` read)."""
+    run-level keys (the shape the renderers and `compare` read): a trace's host samples once, in the run's figures,
+    as the pipeline builds it."""
     reports = doc.cpu_checkups if cpu else (doc.checkups or doc.cpu_checkups)
     out = msgspec.to_builtins(reports[i]) if reports else {"verdict": msgspec.to_builtins(doc.verdict),
                                                            "fixes": msgspec.to_builtins(doc.fixes),
                                                            "notes": list(doc.notes)}
+    samples = out.pop("host_samples", None)
     if doc.run is not None:
         run = msgspec.to_builtins(doc.run)
         out.update({key: run[field] for key, field in RUN_KEYS.items()})
         if reports is doc.checkups and doc.checkups:
-            out["run_figures"] = {**out["run_figures"], "host_samples": out.get("host_samples")}
+            out["run_figures"] = {**out["run_figures"], "host_samples": samples}
     return out

@@ -37,7 +37,7 @@ class TraceAnalysis(msgspec.Struct):
     gap_pattern: dict
     gaps_summary: gap_causes.GapSummary
     copies: copies.CopyStats
-    syncs: dict
+    syncs: syncs.SyncStats
     dataloader: dataloader.DataLoaderStats
     api: api_health.ApiHealth
     communication: communication.CommStats
@@ -60,41 +60,17 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
             ncu_path: str = "", comm_waits=None) -> TraceAnalysis:
     """All analyses of one trace (`comm_waits`: its collective calls' waits from the cross-rank matching, for
     the profiler-overhead correction). Raises CheckupError for a trace with no GPU activity."""
-    if not trace.has_gpu:
-        raise CheckupError(
-            f"{trace.path}: CPU-only trace (no kernels, copies or memsets), so there is no GPU to check up; "
-            "record it with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
-        )
+    _check_gpu_activity(trace)
     rows = launches.launch_rows(trace)
     st = steps.find_steps(trace, rows)
     timeline = tl.gpu_timeline(trace, st)
-    if not any(timeline.busy_us(d) > 0 for d in timeline.busy):
-        raise CheckupError(
-            f"{trace.path}: no kernel, copy or memset runs inside the {st.count} ProfilerStep window(s) "
-            f"({len(trace.gpu)} GPU ops lie outside them), so there is nothing to check up for the steps"
-        )
+    _check_work_in_steps(trace, st, timeline)
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()
-    w = win.traced_window(st, len(timeline.busy))
-    gaps_summary = gap_causes.summarize(causes, w)
-    prof = None
-    if inputs.unprofiled_step_ms:
-        work_us, busy_us = profiler_overhead.gpu_work_us(trace, timeline.window, collective_calls(trace, st, rows),
-                                                        comm_waits)
-        prof = profiler_overhead.correction(w.traced_step_ms, w.ms(work_us), inputs.unprofiled_step_ms,
-                                            inputs.unprofiled_from, w.ms(busy_us - work_us))
-        w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)  # the job's step (step_basis.py)
-        if prof.applied:
-            gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
-    step_s = w.step_ms / 1000
+    w, prof, gaps_summary = _window_and_profiler(trace, st, rows, timeline, causes, inputs, comm_waits)
     shapes = shape_flops.shape_flops(trace, st)
-    annotated = shape_flops.annotated_flops(trace, st)
     device = trace.devices[0].name if trace.devices else ""
-    mfu_fig = mfu.mfu_figures(device, step_s, gemm_dtype.gemm_dtypes(trace, kstats),
-                              inputs, annotated, shapes)
-    mfu_fig.shape_flops = shapes.to_dict() if shapes else None
-    mfu_fig.annotated_flops = annotated.to_dict() if annotated else None
     gpu = lookup(inputs.gpu or device) if (inputs.gpu or device) else None
     return TraceAnalysis(
         trace=trace,
@@ -111,13 +87,59 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         dataloader=dataloader.dataloader_stats(trace, st, w),
         api=api_health.api_health(trace, rows),
         communication=communication.comm_stats(trace, st, kstats, w),
-        mfu=mfu_fig,
+        mfu=_mfu(trace, st, kstats, inputs, shapes, device, w.step_ms / 1000),
         roofline=roofline.roofline(shapes, gpu, st.count),
         ncu=_ncu_bounds(ncu, kstats, ncu_path) if ncu else None,
         profiler=prof,
         window=w,
         framework=inputs.framework,
     )
+
+
+def _check_gpu_activity(trace: Trace) -> None:
+    """CheckupError for a trace without kernels, copies or memsets."""
+    if not trace.has_gpu:
+        raise CheckupError(
+            f"{trace.path}: CPU-only trace (no kernels, copies or memsets), so there is no GPU to check up; "
+            "record it with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        )
+
+
+def _check_work_in_steps(trace: Trace, st: steps.Steps, timeline: tl.Timeline) -> None:
+    """CheckupError for a trace whose GPU work all lies outside its step windows."""
+    if not any(timeline.busy_us(d) > 0 for d in timeline.busy):
+        raise CheckupError(
+            f"{trace.path}: no kernel, copy or memset runs inside the {st.count} ProfilerStep window(s) "
+            f"({len(trace.gpu)} GPU ops lie outside them), so there is nothing to check up for the steps"
+        )
+
+
+def _window_and_profiler(trace: Trace, st: steps.Steps, rows: np.ndarray, timeline: tl.Timeline,
+                         causes: gap_causes.GapCauses, inputs: mfu.MfuInputs, comm_waits):
+    """The step window, the profiler-overhead correction (None without an unprofiled step) and the gap summary
+    (corrected when the correction applies)."""
+    w = win.traced_window(st, len(timeline.busy))
+    gaps_summary = gap_causes.summarize(causes, w)
+    if not inputs.unprofiled_step_ms:
+        return w, None, gaps_summary
+    work_us, busy_us = profiler_overhead.gpu_work_us(trace, timeline.window, collective_calls(trace, st, rows),
+                                                    comm_waits)
+    prof = profiler_overhead.correction(w.traced_step_ms, w.ms(work_us), inputs.unprofiled_step_ms,
+                                        inputs.unprofiled_from, w.ms(busy_us - work_us))
+    w = win.unprofiled(w, inputs.unprofiled_step_ms, inputs.unprofiled_from)  # the job's step (step_basis.py)
+    if prof.applied:
+        gaps_summary = profiler_overhead.corrected_gaps(gaps_summary, prof)
+    return w, prof, gaps_summary
+
+
+def _mfu(trace: Trace, st: steps.Steps, kstats: kernels.KernelStats, inputs: mfu.MfuInputs,
+         shapes: shape_flops.FlopCount | None, device: str, step_s: float) -> mfu.MfuFigures:
+    """The MFU figures, with the FLOPs counted from the shapes and from the annotations beside them."""
+    annotated = shape_flops.annotated_flops(trace, st)
+    mfu_fig = mfu.mfu_figures(device, step_s, gemm_dtype.gemm_dtypes(trace, kstats), inputs, annotated, shapes)
+    mfu_fig.shape_flops = shapes.to_dict() if shapes else None
+    mfu_fig.annotated_flops = annotated.to_dict() if annotated else None
+    return mfu_fig
 
 
 def _ncu_bounds(ncu: list[NcuLaunch], kstats: kernels.KernelStats, path: str) -> ncu_bounds.NcuBounds:

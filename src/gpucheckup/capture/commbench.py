@@ -101,23 +101,7 @@ def worker(argv: list[str] | None = None) -> int:
             if progress:
                 progress.update(task, description=f"{op} {size / MIB:.0f} MiB")
             try:
-                x, y = _buffers(torch, op, size, n, device)
-                for _ in range(WARMUP):
-                    _call(dist, op, x, y)
-                sync()
-                dist.barrier()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    _call(dist, op, x, y)
-                sync()
-                elapsed = torch.tensor([(time.perf_counter() - t0) / iters * 1e3], device=device)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-                ms = float(elapsed.item())
-                nbytes = max(x.numel(), y.numel()) * 4
-                bw = links.busbw_gb_s(op, nbytes, ms, n)
-                results.append({"op": op, "bytes": nbytes, "ms": ms, "algbw_gb_s": nbytes / ms / 1e6,
-                                "busbw_gb_s": bw})
-                del x, y
+                results.append(_time_collective(torch, dist, op, size, n, device, iters, sync))
             except (RuntimeError, ValueError) as e:  # a backend without this collective (gloo)
                 skipped[op] = str(e).splitlines()[0][:200]
             if progress:
@@ -126,22 +110,49 @@ def worker(argv: list[str] | None = None) -> int:
         progress.stop()
     if rank == 0:
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
-        doc = {"format": links.COMMBENCH_FORMAT, "device": name, "backend": dist.get_backend(), "nranks": n,
-               "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-               "torch": torch.__version__, "iters": iters, "results": results, "skipped": skipped,
-               "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
-        out = args.out or links.cache_path(name, n)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"{'op':<15} {'MiB':>6} {'ms':>9} {'algbw GB/s':>11} {'busbw GB/s':>11}")
-        for r in results:
-            print(f"{r['op']:<15} {r['bytes'] / MIB:>6.0f} {r['ms']:>9.3f} {r['algbw_gb_s']:>11.2f} "
-                  f"{r['busbw_gb_s']:>11.2f}")
-        for op, why in skipped.items():
-            print(f"{op}: skipped ({why})")
-        print(f"written to {out}")
+        _write_results(args.out or links.cache_path(name, n), name, dist.get_backend(), n, torch.__version__, iters,
+                       results, skipped)
     dist.destroy_process_group()
     return 0
+
+
+def _time_collective(torch, dist, op: str, size: int, n: int, device, iters: int, sync) -> dict:
+    """One collective at one size: WARMUP calls, then `iters` timed; the slowest rank's time per call and the
+    algorithm and bus bandwidths it gives."""
+    x, y = _buffers(torch, op, size, n, device)
+    for _ in range(WARMUP):
+        _call(dist, op, x, y)
+    sync()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        _call(dist, op, x, y)
+    sync()
+    elapsed = torch.tensor([(time.perf_counter() - t0) / iters * 1e3], device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    ms = float(elapsed.item())
+    nbytes = max(x.numel(), y.numel()) * 4
+    return {"op": op, "bytes": nbytes, "ms": ms, "algbw_gb_s": nbytes / ms / 1e6,
+            "busbw_gb_s": links.busbw_gb_s(op, nbytes, ms, n)}
+
+
+def _write_results(out: Path, name: str, backend: str, n: int, torch_version: str, iters: int, results: list[dict],
+                   skipped: dict[str, str]) -> None:
+    """Rank 0: the measurements written atomically (links.COMMBENCH_FORMAT) and printed as a table."""
+    from gpucheckup.atomic import write_atomic
+
+    doc = {"format": links.COMMBENCH_FORMAT, "device": name, "backend": backend, "nranks": n,
+           "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+           "torch": torch_version, "iters": iters, "results": results, "skipped": skipped,
+           "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
+    write_atomic(out, (json.dumps(doc, indent=2) + "\n").encode(), parents=True)
+    print(f"{'op':<15} {'MiB':>6} {'ms':>9} {'algbw GB/s':>11} {'busbw GB/s':>11}")
+    for r in results:
+        print(f"{r['op']:<15} {r['bytes'] / MIB:>6.0f} {r['ms']:>9.3f} {r['algbw_gb_s']:>11.2f} "
+              f"{r['busbw_gb_s']:>11.2f}")
+    for op, why in skipped.items():
+        print(f"{op}: skipped ({why})")
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":

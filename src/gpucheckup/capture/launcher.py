@@ -126,22 +126,14 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
     except OSError as e:
         rd.close()
         raise CheckupError(f"cannot write in the run directory {rd.path}: {safe_dir.cause(e)}") from None
-    env = os.environ.copy()
-    env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env[layout.ENV_RUN_DIR] = rd.path
-    env[layout.ENV_RUN_DIR_ID] = rd.id
-    env[layout.ENV_LAUNCHER_PID] = str(os.getpid())
-    env.update(agent_environment(args))
+    env = _job_environment(rd, args)
     started = time.time()
     forwarder = SignalForwarder()  # before the job starts: no signal may fall between the two
     try:
         child = subprocess.Popen(cmd, env=env)
     except OSError as e:
         forwarder.restore()
-        if isinstance(e, FileNotFoundError):
-            code, why = 127, "command not found"
-        else:  # as a shell says it: 126 for a command found but not runnable
-            code, why = 126, "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
+        code, why = _not_runnable(e)
         return Job(run_dir, _not_started(rd, cmd, started, code, f"{why}: {cmd[0]}"), started=False)
     # From here on the job runs: whatever fails below, wait for it, write the manifest, pass its status on.
     problems: list[str] = []
@@ -174,6 +166,25 @@ def run_job(cmd: list[str], args: RunOptions) -> Job:
         run_dir = _where_now(rd, run_dir)
         rd.close()
     return Job(run_dir, rc, started=True)
+
+
+def _job_environment(rd: safe_dir.RunDirectory, args: RunOptions) -> dict[str, str]:
+    """The job's environment: ours, with the agent's folder first on PYTHONPATH, the run directory and the
+    launcher named, and the agent's settings."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join([str(inject_dir())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env[layout.ENV_RUN_DIR] = rd.path
+    env[layout.ENV_RUN_DIR_ID] = rd.id
+    env[layout.ENV_LAUNCHER_PID] = str(os.getpid())
+    env.update(agent_environment(args))
+    return env
+
+
+def _not_runnable(e: OSError) -> tuple[int, str]:
+    """A command that could not start, as a shell says it: 127 not found, 126 found but not runnable."""
+    if isinstance(e, FileNotFoundError):
+        return 127, "command not found"
+    return 126, "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
 
 
 def _where_now(rd: safe_dir.RunDirectory, run_dir: Path) -> Path:
@@ -358,15 +369,7 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
     stated under failed.launcher (with anything in `problems`) and the others still run."""
     problems = [] if problems is None else problems
     failed: dict[str, str] = {}
-    disk = _guard(problems, "checking free space", lambda: disk_full(rd))  # as the job left it
-    if disk:
-        failed["disk"] = disk
-    _guard(problems, "freeing the reserved space", rd.release)
-    replaced = _guard(problems, "checking the run directory", rd.replaced)
-    if replaced:  # only its owner can do this (safe_dir.check_out): said, and the files stay where they were
-        failed["run_dir"] = (f"{rd.path} was replaced by {replaced} while the job ran; nothing was written through "
-                             "it: the files written are in the folder the launcher made, wherever it was moved")
-        say(f"gpucheckup: {failed['run_dir']}")
+    disk = _check_run_dir(rd, problems, failed)
     samplers = ((nvml, "nvml"), (cpu, "cpu")) + (((host, "host_samples"),) if host is not None else ())
     for sampler, key in samplers:
         if sampler is None:
@@ -376,20 +379,8 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
             failed[key] = sampler.status
     agents = _guard(problems, "reading the agents' accounts", lambda: read_agents(rd)) or {}
     recovered = _guard(problems, "publishing partial files", lambda: publish_leftovers(rd)) or []
-    execd = [k for k, a in agents.items() if (a.get("state") or {}).get("exec_pending")]
-    if recovered and execd:
-        failed["agent_exit"] = (f"the job's process ({', '.join(execd)}) exec'd a program that did not re-arm the "
-                                f"agent (not Python, or it never imported torch); steps counted until the exec were "
-                                f"published: {', '.join(recovered)}")
-    elif recovered and disk:  # the writes that would have finished them failed: the job's exit says nothing here
-        failed["partial_files"] = (f"ENOSPC (the run directory's file system was full, failed.disk): partial files "
-                                   f"published as they were: {', '.join(recovered)}")
-    elif recovered and rc == 0:
-        failed["agent_exit"] = (f"the job exited 0, but files were left unfinished (its process ended without the "
-                                f"agent's exit handler, e.g. os._exit); published as they were: {', '.join(recovered)}")
-    elif recovered:
-        failed["agent_exit"] = (f"the job did not exit cleanly; partial files published as they were: "
-                                f"{', '.join(recovered)}")
+    if recovered:
+        failed.update(_leftovers_said(recovered, agents, disk, rc))
     env = _guard(problems, "merging the environment", lambda: environment.merge_agents(host_env, agents)) or host_env
     _guard(problems, "writing env.json", lambda: rd.write_json(layout.ENV, env))
     captured, more_failed = _guard(problems, "reading what was captured",
@@ -402,7 +393,45 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
         captured[key] = _guard(problems, f"summing up {key}", sampler.summary) if sampler else {"status": "not started"}
     if problems:
         failed["launcher"] = "; ".join(problems)
-    manifest = {
+    return write_manifest(rd, _manifest(rd, cmd, args, rc, started, ended, env, agents, captured, failed))
+
+
+def _check_run_dir(rd: safe_dir.RunDirectory, problems: list[str], failed: dict[str, str]) -> str | None:
+    """The run directory as the job left it: its free space (returned, said under failed.disk), the reserve
+    freed, and whether someone replaced it while the job ran (said under failed.run_dir)."""
+    disk = _guard(problems, "checking free space", lambda: disk_full(rd))
+    if disk:
+        failed["disk"] = disk
+    _guard(problems, "freeing the reserved space", rd.release)
+    replaced = _guard(problems, "checking the run directory", rd.replaced)
+    if replaced:  # only its owner can do this (safe_dir.check_out): said, and the files stay where they were
+        failed["run_dir"] = (f"{rd.path} was replaced by {replaced} while the job ran; nothing was written through "
+                             "it: the files written are in the folder the launcher made, wherever it was moved")
+        say(f"gpucheckup: {failed['run_dir']}")
+    return disk
+
+
+def _leftovers_said(recovered: list[str], agents: dict, disk: str | None, rc) -> dict[str, str]:
+    """Why partial files were left for the launcher to publish, by what the job's end tells."""
+    files = ", ".join(recovered)
+    execd = [k for k, a in agents.items() if (a.get("state") or {}).get("exec_pending")]
+    if execd:
+        return {"agent_exit": f"the job's process ({', '.join(execd)}) exec'd a program that did not re-arm the agent "
+                              f"(not Python, or it never imported torch); steps counted until the exec were "
+                              f"published: {files}"}
+    if disk:  # the writes that would have finished them failed: the job's exit says nothing here
+        return {"partial_files": f"ENOSPC (the run directory's file system was full, failed.disk): partial files "
+                                 f"published as they were: {files}"}
+    if rc == 0:
+        return {"agent_exit": f"the job exited 0, but files were left unfinished (its process ended without the "
+                              f"agent's exit handler, e.g. os._exit); published as they were: {files}"}
+    return {"agent_exit": f"the job did not exit cleanly; partial files published as they were: {files}"}
+
+
+def _manifest(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started, ended, env: dict, agents: dict,
+              captured: dict, failed: dict) -> dict:
+    """manifest.json's content: the command, its times and exit, the options, what was captured and failed."""
+    return {
         "gpucheckup_version": __version__,
         "kind": layout.KIND_RUN,
         "command": cmd,
@@ -426,7 +455,6 @@ def finish_run_dir(rd: safe_dir.RunDirectory, cmd, args: RunOptions, rc, started
             "cuda_driver": env.get("cuda_driver"),
         },
     }
-    return write_manifest(rd, manifest)
 
 
 DISK_LOW_BYTES = 1 << 20  # under this much free space at the job's end, the file system is said to be full

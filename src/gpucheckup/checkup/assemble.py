@@ -21,7 +21,9 @@ import msgspec
 from gpucheckup import __version__, layout
 from gpucheckup.analysis import step_basis
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
-from gpucheckup.document import RUN_KEYS, SCHEMA_VERSION, Document, Step, decode
+from gpucheckup.document import (
+    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, decode,
+)
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import check_regular
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
@@ -30,30 +32,34 @@ CPU_STEP_BASIS = "median ProfilerStep of the trace (CPU-side check-up)"
 
 
 def document(result: Checkups, cases: list[str] | None = None) -> Document:
-    """The one document of a path's check-ups (`cases`: the demo's case names, one per check-up)."""
+    """The one document of a path's check-ups (`cases`: the demo's case names, one per check-up): each report
+    converted to its type once, the job's parts then read from those types."""
     reports = [c.report for c in result.checkups]
     cpu = [c.report for c in result.cpu]
     run_report = result.run.report if result.run and result.run.report else None
     first = (reports or cpu or [run_report])[0]
+    parts = [msgspec.convert(_trace_part(r), TraceReport) for r in reports]
+    cpu_parts = [msgspec.convert(_cpu_part(r), CpuReport) for r in cpu]
+    run = msgspec.convert(_run(first, bool(reports)), Run) if result.run else None
     head = _job_head(result)
-    verdict, lead = _job_verdict(result, head, reports, cpu, run_report)
-    fixes = _cpu_job_fixes(verdict, lead) if result.job is not None and not reports else lead["fixes"]
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "gpucheckup_version": __version__,
-        "kind": _kind(result, cases),
-        "path": str(result.path),
-        "verdict": verdict,
-        "step": _step(result, reports, cpu, first),
-        "fixes": fixes,
-        "notes": _notes(lead, reports + cpu),
-        "checkups": [_trace_part(r) for r in reports],
-        "cpu_checkups": [_cpu_part(r) for r in cpu],
-        "job": {"ranks": head["ranks"], "communication": head.get("communication")} if head else None,
-        "run": _run(first, bool(reports)) if result.run else None,
-        "cases": list(cases) if cases else None,
-    }
-    return msgspec.convert(doc, Document)
+    verdict, lead = _job_verdict(result, head, parts, cpu_parts, run_report)
+    fixes = _cpu_job_fixes(verdict, lead) if result.job is not None and not parts else list(lead.fixes)
+    return Document(
+        schema_version=SCHEMA_VERSION,
+        gpucheckup_version=__version__,
+        kind=_kind(result, cases),
+        path=str(result.path),
+        verdict=verdict,
+        step=_step(parts, cpu_parts, run),
+        fixes=fixes,
+        notes=_notes(lead, parts + cpu_parts),
+        checkups=parts,
+        cpu_checkups=cpu_parts,
+        job=msgspec.convert({"ranks": head["ranks"], "communication": head.get("communication")}, Job)
+        if head else None,
+        run=run,
+        cases=list(cases) if cases else None,
+    )
 
 
 def _kind(result: Checkups, cases: list[str] | None) -> str:
@@ -67,63 +73,73 @@ def _kind(result: Checkups, cases: list[str] | None) -> str:
     return "trace" if result.checkups else "cpu_trace"
 
 
-def _job_verdict(result: Checkups, head: dict | None, reports: list[dict], cpu: list[dict],
-                 run_report: dict | None):
-    """The job's verdict (module docstring) and the report whose fixes and notes go with it."""
+class _Lead(msgspec.Struct):
+    """The verdict, fixes and notes of a run's own report (a run with no trace to check up)."""
+
+    verdict: Verdict
+    fixes: list[Fix]
+    notes: list[str]
+
+
+def _job_verdict(result: Checkups, head: dict | None, parts: list[TraceReport], cpu: list[CpuReport],
+                 run_report: dict | None) -> tuple[Verdict, TraceReport | CpuReport | _Lead]:
+    """The job's verdict (module docstring) and the check-up whose fixes and notes go with it."""
     if result.job is not None:
-        primary, reason, findings = result.job.primary, result.job.reason, head["verdict"]["findings"]
-    elif not reports and not cpu:
-        return run_report["verdict"], run_report
-    elif len(reports) + len(cpu) == 1:
-        r = (reports or cpu)[0]
-        return r["verdict"], r
+        primary, reason = result.job.primary, result.job.reason
+        findings = msgspec.convert(head["verdict"]["findings"], list[Finding])
+    elif not parts and not cpu:
+        lead = msgspec.convert(run_report, _Lead)
+        return lead.verdict, lead
+    elif len(parts) + len(cpu) == 1:
+        r = (parts or cpu)[0]
+        return r.verdict, r
     else:
-        votes = Counter(r["verdict"]["primary"] for r in reports or cpu)
+        votes = Counter(r.verdict.primary for r in parts or cpu)
         primary = votes.most_common(1)[0][0]
         what = "traces" if result.run is None else "ranks"
-        reason = f"{votes[primary]} of {len(reports or cpu)} {what}: {str(primary).replace('_', ' ')}"
+        reason = f"{votes[primary]} of {len(parts or cpu)} {what}: {str(primary).replace('_', ' ')}"
         findings = []
-    lead = next((r for r in reports + cpu if r["verdict"]["primary"] == primary), (reports or cpu)[0])
-    title = VERDICT_TITLES.get(primary) or lead["verdict"]["title"]
-    return {"primary": primary, "title": title, "reason": reason, "scores": {}, "findings": findings}, lead
+    lead = next((r for r in parts + cpu if r.verdict.primary == primary), (parts or cpu)[0])
+    title = VERDICT_TITLES.get(primary) or lead.verdict.title
+    return Verdict(primary=primary, title=title, reason=reason, scores={}, findings=findings), lead
 
 
-def _cpu_job_fixes(verdict: dict, lead: dict) -> list[dict]:
+def _cpu_job_fixes(verdict: Verdict, lead: CpuReport) -> list[Fix]:
     """A CPU-only job's fixes: those of its cross-rank findings (a GPU rank's check-up holds them already:
     checkup/ranks.check_job), then the lead rank's, each catalogue key (else action) once."""
-    found = [{**x, "finding": f["id"]} for f in verdict["findings"] if f["severity"] != "info" for x in f["fix"]]
-    out: dict[str, dict] = {}
-    for x in found + list(lead["fixes"]):
-        out.setdefault(x.get("key") or x["action"], x)
+    found = [msgspec.structs.replace(x, finding=f.id) for f in verdict.findings if f.severity != "info" for x in f.fix]
+    out: dict[str, Fix] = {}
+    for x in found + list(lead.fixes):
+        out.setdefault(x.key or x.action, x)
     return list(out.values())
 
 
-def _step(result: Checkups, reports: list[dict], cpu: list[dict], first: dict) -> Step | None:
+def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> Step | None:
     """The job's step time (analysis/step_basis.py)."""
-    steps = [(_label(r, i), Step(ms=r["window"]["step_ms"], basis=r["window"]["basis"]))
-             for i, r in enumerate(reports) if r["window"]["step_ms"] is not None]
+    steps = [(_label(p, i), Step(ms=p.window.step_ms, basis=p.window.basis))
+             for i, p in enumerate(parts) if p.window.step_ms is not None]
     if steps:  # in a run directory, each window's step is already its step log's (analysis/step_basis.py)
         return step_basis.job_step(steps)
-    if result.run is not None:
-        key = first["run"].get("steps_from")
-        step = step_basis.run_step(first["run_figures"].get("steps"), layout.steps_file(key) if key else "")
+    if run is not None:
+        key = run.info.get("steps_from")
+        step = step_basis.run_step(run.figures.get("steps"), layout.steps_file(key) if key else "")
         if step is not None:
             return step
-    ms = [r["cpu"]["step_median_ms"] for r in cpu if r["cpu"].get("step_median_ms") is not None]
+    ms = [p.cpu["step_median_ms"] for p in cpu if p.cpu.get("step_median_ms") is not None]
     return Step(ms=max(ms), basis=CPU_STEP_BASIS) if ms else None
 
 
-def _label(report: dict, i: int) -> str:
-    """'rank R' of a trace's report (its position when it has no rank)."""
-    rank = report["trace"].get("rank")
+def _label(part: TraceReport, i: int) -> str:
+    """'rank R' of a trace's check-up (its position when it has no rank)."""
+    rank = part.trace.get("rank")
     return f"rank {rank if rank is not None else i}"
 
 
-def _notes(lead: dict, reports: list[dict]) -> list[str]:
-    """The lead report's notes, then every other report's that it lacks, each once."""
-    out = list(lead["notes"])
-    for r in reports:
-        out += [n for n in r["notes"] if n not in out]
+def _notes(lead, parts: list) -> list[str]:
+    """The lead check-up's notes, then every other check-up's that it lacks, each once."""
+    out = list(lead.notes)
+    for r in parts:
+        out += [n for n in r.notes if n not in out]
     return out
 
 
@@ -157,7 +173,7 @@ def _job_head(result: Checkups) -> dict | None:
     from gpucheckup.checkup.ranks import job_dict, plain_ranks_dict
 
     summary = rank_summary(result.checkups)
-    return job_dict(result.job, summary, result.reports()) if result.job else plain_ranks_dict(summary)
+    return job_dict(result.job, summary, result.checkups) if result.job else plain_ranks_dict(summary)
 
 
 DOCUMENT_BYTES = 256 << 20  # a check-up document is kilobytes a trace (a few MB for many ranks): a larger file is not one

@@ -12,8 +12,9 @@ from pathlib import Path
 from rich.console import Console
 
 from gpucheckup.analysis.run_logs.environment import usable_cores
-from gpucheckup.analysis.run_logs.loader_advice import Rate, advise, gpu_step_from_report
+from gpucheckup.analysis.run_logs.loader_advice import Rate, advise, step_without_data
 from gpucheckup.atomic import write_atomic
+from gpucheckup.document import measured
 from gpucheckup.errors import CheckupError
 from gpucheckup.report import json_doc
 from gpucheckup.safe_text import safe
@@ -33,29 +34,24 @@ def parse_workers(text: str) -> list[int]:
 
 
 def gpu_step_for(path: Path) -> tuple[float, str]:
-    """The GPU's step time without waiting for data (ms) and its source, from a check-up JSON, run dir or trace."""
+    """The GPU's step time without waiting for data (ms) and its source, from a check-up JSON, run dir or trace (its
+    check-up document, either way read through document.py's types)."""
     path = Path(path)
     if not path.exists():
         raise CheckupError(f"{path}: no such file or folder")
-    from gpucheckup.checkup.assemble import is_document, read_document
+    from gpucheckup.checkup.assemble import document, is_document, read_document
 
-    run_steps = None
     if path.is_file() and path.suffix == ".json" and is_document(path):
-        from gpucheckup.document import flat_report
-
         doc = read_document(path)
-        reports = ([flat_report(doc, i) for i in range(len(doc.checkups))]
-                   or [flat_report(doc, i, cpu=True) for i in range(len(doc.cpu_checkups))])
     else:
         from gpucheckup.checkup.pipeline import check
 
-        result = check(path)
-        reports = result.reports()
-        run_steps = result.run.analysis.steps if result.run is not None else None
+        doc = document(check(path))
+    run_steps = doc.run.figures.get("steps") if doc.run is not None else None
     found = []
-    for r in reports:
+    for part in doc.checkups or doc.cpu_checkups:
         try:
-            found.append(gpu_step_from_report(r, run_steps))
+            found.append(step_without_data(part, run_steps))
         except (ValueError, AttributeError, TypeError, KeyError):
             continue
     if not found:
@@ -87,7 +83,7 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
     adv = advise(rates, cores, limit, gpu_ms, gpu_src)
     render_loader(bench.to_dict(), adv.to_dict(), console)
     if json_path:
-        doc = {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()}
+        doc = measured("dataloader", {"dataloader_bench": bench.to_dict(), "advice": adv.to_dict()})
         write_atomic(json_path, json_doc.document(doc))
         console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     return 0

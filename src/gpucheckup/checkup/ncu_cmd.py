@@ -22,14 +22,14 @@ import msgspec
 from gpucheckup.analysis.flops.ncu_bounds import base_name
 from gpucheckup.errors import CheckupError
 from gpucheckup.safe_text import UNSAFE
-from gpucheckup.document import decode, flat_report
+from gpucheckup.document import TraceReport, decode
 from gpucheckup.trace.ncu_csv import SOL_METRICS
 
 MAX_LAUNCH_COUNT = 1000
 
 
-def saved_report(path: Path) -> dict | None:
-    """A check-up report read from a check-up document (its first check-up's); None when the path is not one."""
+def saved_report(path: Path) -> TraceReport | None:
+    """The first GPU check-up of a check-up document, read through its types; None when the path is not one."""
     if path.is_file() and path.name.endswith(".json"):
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -40,7 +40,7 @@ def saved_report(path: Path) -> dict | None:
                 raise CheckupError(f"{path}: not a check-up document ({str(e).splitlines()[0][:120]})") from None
             if not doc.checkups:
                 raise CheckupError(f"{path}: a check-up with no GPU timeline (no kernels to profile)")
-            return flat_report(doc)
+            return doc.checkups[0]
     return None
 
 
@@ -58,13 +58,13 @@ def printable_regex(name: str) -> str:
     return "".join(parts) + re.escape(name[pos:])
 
 
-def ncu_command(report: dict, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:
-    """The ncu command line for a report's top kernels by GPU time."""
-    kernels = [k for k in report["kernels"]["top"] if k.get("name")][:top]
+def ncu_command(part: TraceReport, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:
+    """The ncu command line for a GPU check-up's top kernels by GPU time."""
+    kernels = [k for k in part.kernels["top"] if k.get("name")][:top]
     if not kernels:
         raise CheckupError("the check-up has no kernels to profile")
     bases = list(dict.fromkeys(base_name(k["name"]) for k in kernels))
-    steps = max(int(report["steps"]["count"]), 1)
+    steps = max(int(part.steps["count"]), 1)
     per_step = max(1, round(sum(k["count"] for k in kernels) / steps))
     regex = "regex:^(" + "|".join(printable_regex(b) for b in bases) + ")$"
     args = [

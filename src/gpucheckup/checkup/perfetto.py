@@ -38,6 +38,8 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES
 from gpucheckup.atomic import open_atomic
+from gpucheckup.checkup.trace_report import _clean
+from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.errors import CheckupError
 from gpucheckup.safe_text import json_escaped
 from gpucheckup.trace import chunks
@@ -56,13 +58,14 @@ CAT = "gpucheckup"
 COUNTER = "GPU busy per step"
 
 
-def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
-    """gpucheckup's events for one trace: metadata, steps, gaps, syncs, busy counter, findings."""
+def annotations(a: TraceAnalysis, d: Diagnosis) -> list[dict]:
+    """gpucheckup's events for one trace (its analysis and diagnosis): metadata, steps, gaps, syncs, busy counter,
+    findings."""
     used = set(unique(a.trace.host.pid).tolist()) | set(unique(a.trace.gpu.device).tolist())
     pid = PID_BASE
     while pid in used:
         pid += 1
-    st, g = a.steps, a.timeline.gaps
+    st = a.steps
     ev: list[dict] = [
         _meta(pid, 0, "process_name", name="gpucheckup"),
         _meta(pid, 0, "process_sort_index", sort_index=-1),
@@ -72,17 +75,38 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
     ]
     for k, tid in enumerate((TID_STEPS, TID_SYNCS, TID_FINDINGS)):
         ev.append(_meta(pid, tid, "thread_sort_index", sort_index=k))
+    busy = _clean([float(x) for x in a.timeline.step_busy_pct])  # as the report gives them
+    ev += _step_track(a, pid, busy)
+    ev += _gap_tracks(a, pid)
+    for p in _clean(msgspec.to_builtins(a.syncs.points)):
+        ev.append({"ph": "i", "s": "t", "name": p["op"], "cat": CAT, "pid": pid, "tid": TID_SYNCS,
+                   "ts": _us(_ns(p["t_us"])),
+                   "args": {"inner_op": p.get("inner_op"), "user_frame": p.get("frame"),
+                            "host_blocked_us": round(p["blocked_us"], 3), "gpu_idle_us": round(p["gpu_idle_us"], 3)}})
+    for i in range(st.count):
+        ev.append({"ph": "C", "name": COUNTER, "cat": CAT, "pid": pid, "ts": _us(_ns(st.start[i])),
+                   "args": {"busy_pct": round(busy[i], 3)}})
+    return ev + _finding_marks(_clean([f.to_dict() for f in d.findings]), pid, st.start)
 
-    busy = report["gpu"]["step_busy_pct"]
+
+def _step_track(a: TraceAnalysis, pid: int, busy: list[float]) -> list[dict]:
+    """The steps track: one slice per step with its GPU busy, time and idle time by cause."""
+    st = a.steps
     idle_by_step = _idle_by_step(a)
     steps = []
-    step_us, gap_us = st.duration, g.dur  # once: each is a new array (per step or gap it was steps x steps)
+    step_us = st.duration  # once: a new array each time (per step it was steps x steps)
     for i in range(st.count):
         steps.append((_ns(st.start[i]), _ns(st.end[i]), st.labels[i], {
             "step": i, "gpu_busy_pct": round(busy[i], 3), "step_ms": round(float(step_us[i]) / 1000, 6),
             **{f"idle_ms_{c}": round(v, 6) for c, v in idle_by_step[i].items() if v > 0}}))
-    ev += _x_track(pid, TID_STEPS, steps)
+    return _x_track(pid, TID_STEPS, steps)
 
+
+def _gap_tracks(a: TraceAnalysis, pid: int) -> list[dict]:
+    """One idle-gap track per device: each gap a slice named by its main cause, its time by cause in its args."""
+    st, g = a.steps, a.timeline.gaps
+    gap_us = g.dur  # once: a new array each time
+    ev: list[dict] = []
     dom = a.causes.dominant()
     by_device = np.argsort(g.device, kind="stable")  # one sort, not a mask per device
     devs = g.device[by_device]
@@ -101,21 +125,16 @@ def annotations(a: TraceAnalysis, report: dict) -> list[dict]:
                         position_in_step=round(position, 4))
             slices.append((_ns(start), _ns(end), f"idle: {CAUSES[cause]}", args))
         ev += _x_track(pid, tid, sorted(slices, key=lambda s: s[0]))
+    return ev
 
-    for p in report["sync"].get("points", []):
-        ev.append({"ph": "i", "s": "t", "name": p["op"], "cat": CAT, "pid": pid, "tid": TID_SYNCS,
-                   "ts": _us(_ns(p["t_us"])),
-                   "args": {"inner_op": p.get("inner_op"), "user_frame": p.get("frame"),
-                            "host_blocked_us": round(p["blocked_us"], 3), "gpu_idle_us": round(p["gpu_idle_us"], 3)}})
 
-    for i in range(st.count):
-        ev.append({"ph": "C", "name": COUNTER, "cat": CAT, "pid": pid, "ts": _us(_ns(st.start[i])),
-                   "args": {"busy_pct": round(busy[i], 3)}})
-
+def _finding_marks(findings: list[dict], pid: int, step_starts: np.ndarray) -> list[dict]:
+    """The findings track: a mark per finding (at its first event, else the first step), and a slice per event."""
+    ev: list[dict] = []
     next_id = 1
-    for f in report["verdict"]["findings"]:
+    for f in findings:
         pointers = [e for e in f.get("events", []) if e.get("t_us") is not None]
-        t0 = min((e["t_us"] for e in pointers), default=st.start[0])
+        t0 = min((e["t_us"] for e in pointers), default=step_starts[0])
         ev.append({"ph": "i", "s": "g", "name": f"{f['severity']}: {f['title']}", "cat": CAT, "pid": pid,
                    "tid": TID_FINDINGS, "ts": _us(_ns(t0)),
                    "args": {"finding": f["id"], "rule": f["rule"], "cost_ms_per_step":
@@ -210,10 +229,10 @@ def _append(array: bytes, ours: bytes, source: str) -> bytes:
     return array[:-1].rstrip() + b",\n" + ours + b"]"
 
 
-def write(a: TraceAnalysis, report: dict, out: Path) -> None:
+def write(a: TraceAnalysis, d: Diagnosis, out: Path) -> None:
     """Write the annotated trace to `out` (atomically), gzip-compressed when its name ends in .gz."""
     path = Path(a.trace.path)
-    ours = _encoded(annotations(a, report))
+    ours = _encoded(annotations(a, d))
     end = a.trace.events_end
     with open_atomic(out) as f:
         gz = _Gzip(f) if out.name.endswith(".gz") else None

@@ -35,7 +35,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
-from gpucheckup.checkup.trace_report import checkup_dict
+from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, trace_facts
 from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -52,18 +52,21 @@ STRAGGLER_PCT = 10.0  # a rank whose step (its window's) is this much slower tha
 
 
 class Checkup(msgspec.Struct):
-    """One trace's analysis, diagnosis and report dict."""
+    """One trace's analysis, diagnosis, typed facts and report dict."""
 
-    analysis: TraceAnalysis | None  # None when checked up in a worker process: only diagnosis and report come back
+    analysis: TraceAnalysis | None  # None when checked up in a worker process: the rest comes back
     diagnosis: Diagnosis
+    facts: TraceFacts  # what the work across traces reads (rank, path, step, GPU busy)
     report: dict
     ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
 
 
 class CpuCheckup(msgspec.Struct):
-    """The CPU-side check-up of a trace without device activity, and its report dict."""
+    """The CPU-side check-up of a trace without device activity, its trace's rank and path, and its report dict."""
 
     profile: CpuProfile
+    rank: int | None
+    path: str
     report: dict
     findings: list[Finding] = msgspec.field(default_factory=list)  # diagnosis/cpu_rules.py
 
@@ -128,14 +131,13 @@ def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | 
     """recheck(waits) for ranks_checkup.check_job: the check-ups of the ranks in `waits` again, with their calls'
     matched waits (the profiler-overhead correction); here for traces in memory, else in worker processes."""
     def recheck(waits: dict[int, object]) -> None:
-        by_rank = {(c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i): c
-                   for i, c in enumerate(checkups)}
+        by_rank = {(c.facts.rank if c.facts.rank is not None else i): c for i, c in enumerate(checkups)}
         todo = [(by_rank[rk], w) for rk, w in waits.items()]
         for c, w in todo:
             if c.analysis is not None:
                 _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w))
         far = [(c, w) for c, w in todo if c.analysis is None]
-        items = [(Path(c.report["trace"]["path"]), w) for c, w in far]
+        items = [(Path(c.facts.path), w) for c, w in far]
         for (c, _), (_, new) in zip(far, parallel.map_files(_recheck_file, items, inputs, ncu, ncu_csv, jobs=jobs)):
             if isinstance(new, CheckupError):
                 raise new
@@ -148,7 +150,7 @@ def _replace(c: Checkup, new: Checkup) -> None:
     old = c.report
     new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
     new.report.update({k: v for k, v in old.items() if k not in new.report})
-    c.analysis, c.diagnosis, c.report = new.analysis, new.diagnosis, new.report
+    c.analysis, c.diagnosis, c.facts, c.report = new.analysis, new.diagnosis, new.facts, new.report
 
 
 def trace_paths(path: Path) -> list[Path]:
@@ -199,7 +201,7 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
     d = diagnose(a, savings.predict(a, fork))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
-    return Checkup(a, d, checkup_dict(a, d))
+    return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
 
 
 def _rank_table(a: TraceAnalysis):
@@ -223,7 +225,7 @@ def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
                            "or other accelerator work) and no CPU operators (cpu_op events)")
     p.step_ms = step_ms
     findings = cpu_findings(p)
-    return CpuCheckup(p, cpu_dict(trace, p, findings), findings)
+    return CpuCheckup(p, trace.rank, trace.path, cpu_dict(trace, p, findings), findings)
 
 
 def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:
@@ -232,14 +234,14 @@ def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checku
     if not trace.has_gpu:
         return cpu_checkup(trace)
     c = check_trace(trace, inputs, ncu, ncu_csv)
-    return Checkup(None, c.diagnosis, c.report, _rank_table(c.analysis))
+    return Checkup(None, c.diagnosis, c.facts, c.report, _rank_table(c.analysis))
 
 
 def _recheck_file(item: tuple[Path, object], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup:
     """In a worker process: one trace's check-up again with its calls' matched waits (item: path, waits)."""
     f, waits = item
     c = check_trace(read_trace(f), inputs, ncu, ncu_csv, (), waits)
-    return Checkup(None, c.diagnosis, c.report)
+    return Checkup(None, c.diagnosis, c.facts, c.report)
 
 
 def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | None = None,
@@ -471,20 +473,19 @@ def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:
-    """Rank order (traces without a rank last, then by path); from the report, which worker check-ups carry."""
-    results.sort(key=lambda c: (c.report["trace"]["rank"] is None, c.report["trace"]["rank"] or 0,
-                                c.report["trace"]["path"]))
+    """Rank order (traces without a rank last, then by path); from the facts, which worker check-ups carry."""
+    results.sort(key=lambda c: (c.facts.rank is None, c.facts.rank or 0, c.facts.path))
 
 
 def rank_summary(results: list[Checkup]) -> list[dict]:
     """One row per trace: rank, verdict, step (its window's: analysis/step_basis.py), GPU busy."""
     return [
         {
-            "rank": c.report["trace"]["rank"] if c.report["trace"]["rank"] is not None else i,
-            "path": c.report["trace"]["path"],
+            "rank": c.facts.rank if c.facts.rank is not None else i,
+            "path": c.facts.path,
             "verdict": c.diagnosis.primary,
-            "step_ms": c.report["window"]["step_ms"],
-            "busy_pct": c.report["gpu"]["busy_pct"],
+            "step_ms": c.facts.step_ms,
+            "busy_pct": c.facts.busy_pct,
         }
         for i, c in enumerate(results)
     ]
@@ -492,11 +493,12 @@ def rank_summary(results: list[Checkup]) -> list[dict]:
 
 def _note_stragglers(results: list[Checkup]) -> None:
     """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
-    rows = rank_summary(results)
-    fastest = min(r["step_ms"] for r in rows)
-    slow = [r for r in rows if r["step_ms"] > fastest * (1 + STRAGGLER_PCT / 100)]
-    for r in slow:
-        note = (f"rank {r['rank']} is a straggler: step {r['step_ms']:.2f} ms against "
+    steps = [(c.facts.rank if c.facts.rank is not None else i, c.facts.step_ms) for i, c in enumerate(results)]
+    fastest = min(ms for _, ms in steps)
+    for rank, ms in steps:
+        if not ms > fastest * (1 + STRAGGLER_PCT / 100):
+            continue
+        note = (f"rank {rank} is a straggler: step {ms:.2f} ms against "
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
             c.report["notes"].append(note)

@@ -77,7 +77,7 @@ def check_job(inputs: list[RankInput], checkups: dict[int, object], run_path: Pa
         return None
     if recheck is not None:
         waits = {rk: ra.call_waits[rk] for rk, c in checkups.items()
-                 if c.report.get("profiler") is not None and rk in ra.call_waits}
+                 if c.facts.corrected and rk in ra.call_waits}
         if waits:
             recheck(waits)
     env = env or {}
@@ -113,8 +113,8 @@ def _add_to_ranks(ra, checkups: dict[int, object], findings: list, slow) -> None
             continue
         if ra.straggler is not None and row.rank != ra.straggler:
             rank_rules.discount_wait(c.diagnosis, row.exposed_wait_ms, ra.straggler, step, row.transfer_ms)
-            if row.exposed_wait_ms > 0 and c.report["gpu"].get("busy_pct_unprofiled") is None:
-                busy = c.report["gpu"]["busy_pct"]  # as traced (the unprofiled figure leaves the wait out)
+            if row.exposed_wait_ms > 0 and c.facts.busy_pct_unprofiled is None:
+                busy = c.facts.busy_pct  # as traced (the unprofiled figure leaves the wait out)
                 c.diagnosis.notes.append(
                     f"GPU busy {busy:.1f}% counts {row.exposed_wait_ms:.2f} ms per step of NCCL kernels waiting for "
                     f"rank {ra.straggler} as work; without them the GPU computes "
@@ -155,13 +155,14 @@ def _r(x, nd=3):
     return None if x is None else round(float(x), nd)
 
 
-def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[dict] | None = None) -> dict:
-    """The job's JSON keys: ranks (straggler, table), communication, verdict."""
+def job_dict(job: JobCheckup, summary: list[dict] | None = None, checkups: list | None = None) -> dict:
+    """The job's JSON keys: ranks (straggler, table), communication, verdict (`checkups`: the ranks' GPU check-ups,
+    for their communication overlap)."""
     from gpucheckup.checkup.trace_report import _clean
 
     ra = job.analysis
     old = {r["rank"]: r for r in (summary or [])}
-    overlap = {(r.get("trace") or {}).get("rank", i): r.get("communication") for i, r in enumerate(reports or [])}
+    overlap = {c.facts.rank: c.facts.comm_overlap_pct for c in checkups or []}
     table = []
     for row in ra.table:
         d = {"rank": row.rank, "step_ms": _r(row.step_ms), "compute_ms": _r(row.compute_ms),
@@ -170,8 +171,7 @@ def job_dict(job: JobCheckup, summary: list[dict] | None = None, reports: list[d
              "late_ms": _r(row.late_ms), "last_pct": _r(row.last_pct, 1), "clock_offset_us": _r(row.offset_us, 1),
              "verdict": job.rank_verdicts.get(row.rank)}
         d.update({k: v for k, v in old.get(row.rank, {}).items() if k not in d})
-        comm = overlap.get(row.rank)
-        d["comm_overlap_pct"] = _r(comm.get("overlap_pct"), 1) if comm else None
+        d["comm_overlap_pct"] = _r(overlap.get(row.rank), 1)
         table.append(d)
     return _clean({
         "ranks": {"straggler": ra.straggler, "late_ms_per_step": _r(ra.straggler_late_ms) if ra.straggler is not None
@@ -204,8 +204,7 @@ def attach_job(inputs: list[RankInput], checkups: list, run_path: Path | None = 
         return None
     by_rank = {}
     for i, c in enumerate(checkups):
-        rk = c.report["trace"]["rank"]
-        by_rank[rk if rk is not None else i] = c
+        by_rank[c.facts.rank if c.facts.rank is not None else i] = c
     job = check_job(inputs, by_rank, run_path, env, nvml, recheck)
     if job is None:
         return None
@@ -224,9 +223,3 @@ def refresh_report(report: dict, d) -> None:
     report["verdict"] = {**report["verdict"], **new["verdict"]}
     report["fixes"] = new["fixes"]
     report["notes"] = report["notes"] + [n for n in new["notes"] if n not in report["notes"]]
-
-
-def payload(job: JobCheckup | None, summary: list[dict], reports: list[dict]) -> dict:
-    """The JSON document of several ranks."""
-    head = job_dict(job, summary, reports) if job else plain_ranks_dict(summary)
-    return {**head, "reports": reports}

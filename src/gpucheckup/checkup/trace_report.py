@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 from msgspec.structs import asdict as fields_of  # the analyses' result records (msgspec Structs), one level
 
 from gpucheckup import __version__
@@ -44,30 +45,35 @@ from gpucheckup.diagnosis.labels import job_labels
 from gpucheckup.analysis import plot_arrays
 
 
+class TraceFacts(msgspec.Struct, frozen=True):
+    """What the work across traces reads of one trace's check-up (ordering, stragglers, the ranks table, re-checking):
+    its rank and path, its step (the window's: analysis/step_basis.py) and its GPU busy, as the report gives them."""
+
+    rank: int | None
+    path: str
+    step_ms: float | None
+    busy_pct: float | None
+    busy_pct_unprofiled: float | None  # null: the profiler-overhead correction did not apply
+    corrected: bool  # the profiler-overhead correction was computed (the unprofiled step was known)
+    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/communication.py)
+
+
+def trace_facts(a: TraceAnalysis) -> TraceFacts:
+    """The facts of an analyzed trace, with the report's values (plain Python numbers, null for NaN)."""
+    unprofiled = a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None
+    return TraceFacts(rank=_clean(a.trace.rank), path=a.trace.path, step_ms=_clean(a.window.step_ms),
+                      busy_pct=_clean(a.timeline.busy_pct), busy_pct_unprofiled=_clean(unprofiled),
+                      corrected=a.profiler is not None, comm_overlap_pct=_clean(a.communication.overlap_pct))
+
+
 def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
     """Everything the reports show, as plain JSON types."""
-    tr = a.trace
     k = a.kernels.to_dict()
     for t in k["top"]:
         t["label"] = kernel_label(t["name"])
-    length = a.timeline.length
-    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / length if length > 0 else 0.0 for dev in a.timeline.busy}
     out = {
         "gpucheckup_version": __version__,
-        "trace": {
-            "path": tr.path,
-            "rank": tr.rank,
-            "world_size": tr.world_size,
-            "devices": [{"id": x.id, "name": x.name, "sm_count": x.sm_count, "memory_gb": x.total_memory / 1e9,
-                         "compute_capability": x.compute_capability} for x in tr.devices],
-            "cuda_runtime_version": tr.cuda_runtime_version,
-            "cuda_driver_version": tr.cuda_driver_version,
-            "with_stack": tr.with_stack,
-            "record_shapes": tr.record_shapes,
-            "window_us": list(a.steps.window),
-            "start_us": a.trace.span[0],  # the trace's first event: times a person reads are ms from it
-            "base_time_ns": tr.base_time_ns,
-        },
+        "trace": _trace_section(a),
         "verdict": {
             "primary": d.primary,
             "title": d.title,
@@ -77,14 +83,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         },
         "fixes": fix_dicts(d),
         "window": a.window.to_dict(),
-        "gpu": {
-            "busy_pct": a.timeline.busy_pct,
-            "busy_pct_unprofiled": a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None,
-            "devices": busy_dev,
-            "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
-                        for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
-            "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
-        },
+        "gpu": _gpu_section(a),
         "steps": fields_of(a.step_summary),
         "profiler": fields_of(a.profiler) if a.profiler else None,
         "kernels": k,
@@ -97,7 +96,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         },
         "timeline": plot_arrays.step_timeline(a),
         "dataloader": fields_of(a.dataloader),
-        "sync": a.syncs,
+        "sync": msgspec.to_builtins(a.syncs),
         "copies": {**fields_of(a.copies),
                    "by_direction": {k: fields_of(v) for k, v in a.copies.by_direction.items()}},
         "communication": fields_of(a.communication),
@@ -110,6 +109,39 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }
     return _clean(out)
+
+
+def _trace_section(a: TraceAnalysis) -> dict:
+    """The report's `trace`: where the trace came from, its devices, versions and window."""
+    tr = a.trace
+    return {
+        "path": tr.path,
+        "rank": tr.rank,
+        "world_size": tr.world_size,
+        "devices": [{"id": x.id, "name": x.name, "sm_count": x.sm_count, "memory_gb": x.total_memory / 1e9,
+                     "compute_capability": x.compute_capability} for x in tr.devices],
+        "cuda_runtime_version": tr.cuda_runtime_version,
+        "cuda_driver_version": tr.cuda_driver_version,
+        "with_stack": tr.with_stack,
+        "record_shapes": tr.record_shapes,
+        "window_us": list(a.steps.window),
+        "start_us": a.trace.span[0],  # the trace's first event: times a person reads are ms from it
+        "base_time_ns": tr.base_time_ns,
+    }
+
+
+def _gpu_section(a: TraceAnalysis) -> dict:
+    """The report's `gpu`: busy % of the step (as traced, and without the profiler), per device, stream, step."""
+    length = a.timeline.length
+    busy_dev = {str(dev): 100 * a.timeline.busy_us(dev) / length if length > 0 else 0.0 for dev in a.timeline.busy}
+    return {
+        "busy_pct": a.timeline.busy_pct,
+        "busy_pct_unprofiled": a.profiler.busy_pct_unprofiled if a.profiler and a.profiler.applied else None,
+        "devices": busy_dev,
+        "streams": [{"device": dev, "stream": s, "busy_ms": us / 1000}
+                    for (dev, s), us in sorted(a.timeline.busy_by_stream.items())],
+        "step_busy_pct": [float(x) for x in a.timeline.step_busy_pct],
+    }
 
 
 def _gaps(a: TraceAnalysis) -> dict:

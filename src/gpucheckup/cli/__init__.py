@@ -108,9 +108,11 @@ _frozen: list[bool] = []  # gc.freeze() done in this process (main() runs many t
 # glibc's malloc (mallopt): blocks under MMAP_THRESHOLD come from the heap, where freed memory is kept (up to
 # TRIM_THRESHOLD at its top) and the heap grows TOP_PAD at a time. By default a block over ~128 KiB (a chunk of JSON,
 # its columns) is mapped and unmapped each time, so every page of the next one faults again: 15.0k -> 11.5k page
-# faults of a 1 MB check-up, ~3-4% of its time on this VM; at 16x (3.4M events) the same faults and peak within 2%
-# (larger settings, 32 MiB and 1 GiB: -20% faults there but +11% peak RSS). docs/performance.md.
-MALLOC_OPTIONS = {-3: 8 << 20, -1: 64 << 20, -2: 8 << 20}  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD
+# faults of a 1 MB check-up, ~3-4% of its time on this VM. The threshold is glibc's largest (32 MiB): a large trace's
+# analyses make many temporary columns of 8-32 MiB (1-4M rows), each of whose pages faulted in again when mapped
+# afresh; at 16x and 32x (3.4M, 6.9M events) system CPU 1.07 -> 0.67 and 2.38 -> 1.03 s, peak RSS +12% and +1.5%
+# (8 MiB before; the reader's columns grow in place, trace/columns.py). docs/performance.md.
+MALLOC_OPTIONS = {-3: 32 << 20, -1: 64 << 20, -2: 8 << 20}  # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD
 
 
 def _keep_freed_memory() -> None:

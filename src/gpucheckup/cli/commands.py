@@ -139,9 +139,9 @@ def _run_try_after(args, run_dir: Path, console) -> None:
     """`run --try`: the check-up's configuration fixes tried on the same command (checkup/trial.py), predicted
     beside measured; a failure here is one line and never changes the job's exit status."""
     from gpucheckup.atomic import NotWritten
-    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+    from gpucheckup.checkup.trial import BaseFailed, run_try, side_effects
 
-    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    console.print(side_effects(False), style="bold", markup=False, soft_wrap=True)  # the run was the check-up
     try:
         doc = run_try(list(args.cmd), None, args.try_rounds, *_try_counts(None, None, args.max_steps),
                       args.max_steps, args.out, checkup_dir=run_dir, progress=_try_progress(console))
@@ -222,15 +222,16 @@ def cmd_ceilings(args, console) -> int:
 def cmd_ncu_cmd(args, console) -> int:
     from gpucheckup.checkup.ncu_cmd import ncu_command, saved_report
 
-    report = saved_report(args.path)
-    if report is None:
+    part = saved_report(args.path)
+    if part is None:
+        from gpucheckup.checkup.assemble import document
         from gpucheckup.checkup.pipeline import check
 
-        result = check(args.path)
-        if not result.checkups:
+        doc = document(check(args.path))
+        if not doc.checkups:
             raise CheckupError(f"{args.path}: no kernels to profile: the trace has no device activity")
-        report = result.reports()[0]
-    sys.stdout.write(ncu_command(report, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
+        part = doc.checkups[0]
+    sys.stdout.write(ncu_command(part, top=args.top, skip_steps=args.skip_steps, command=args.command) + "\n")
     return 0
 
 
@@ -271,69 +272,19 @@ def cmd_commbench(args, console) -> int:
 
 
 def cmd_scaling(args, console) -> int:
-    from gpucheckup.report import json_doc
+    """Scaling efficiency of an N-GPU run against a 1-GPU run (checkup/scaling.py), printed; JSON when asked."""
     from dataclasses import asdict
 
-    import numpy as np
-    from rich.table import Table
-
-    from gpucheckup.analysis.job.ranks import _gpu_shares, rank_input
-    from gpucheckup.analysis.job.scaling import EFFICIENCY_LOW_PCT, scaling
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.checkup.pipeline import check_run
+    from gpucheckup.checkup.scaling import scaling_of
+    from gpucheckup.document import measured
+    from gpucheckup.report import json_doc
+    from gpucheckup.report.text import scaling_text
 
-    def step_and_compute(res):
-        st = res.run.analysis.steps or {}
-        traces = [c.analysis.trace for c in res.checkups]
-        step = st.get("unprofiled_ms")  # the job without the profiler (steps after a window can run slower)
-        how = f"total time over the unprofiled steps, {st.get('unprofiled_basis')} (steps*.csv)"
-        if not step and st.get("late_median_ms"):  # steps that never settled: the second half's median
-            step, how = st["late_median_ms"], "median of the second half of the unprofiled steps (steps*.csv)"
-        if not step and res.checkups:  # each rank's window step (analysis/step_basis.py); the slowest sets the pace
-            step, how = max(c.report["window"]["step_ms"] for c in res.checkups), "the slowest rank's traced step"
-        if not step:
-            raise CheckupError(f"{res.path}: no step times (no steps*.csv and no GPU trace)")
-        comp = [_gpu_shares(rank_input(t, i))[0] for i, t in enumerate(traces)]
-        comp = [c for c in comp if c is not None]
-        return step, (float(np.mean(comp)) if comp else None), how
-
-    r1, rn = check_run(args.run_1), check_run(args.run_n)
-    n = len(rn.job.analysis.ranks) if rn.job else max(len(rn.checkups), len(rn.run.run.steps))
-    n1 = len(r1.job.analysis.ranks) if r1.job else max(len(r1.checkups), len(r1.run.run.steps), 1)
-    if n1 != 1 or n < 2:
-        raise CheckupError(f"scaling needs a 1-GPU run and an N-GPU run; got {n1} and {n} ranks")
-    s1, c1, how = step_and_compute(r1)
-    sn, cn, _ = step_and_compute(rn)
-    comm = (float(np.mean([c.report["communication"]["exposed_ms_per_step"] for c in rn.checkups]))
-            if rn.checkups else 0.0)
-    wait = float(np.mean([r.exposed_wait_ms for r in rn.job.analysis.table])) if rn.job else 0.0
-    sc = scaling(n, s1, sn, c1, cn, comm, wait, how, r1.run.run.env, rn.run.run.env)
-    t = Table(title=f"Scaling: 1 -> {n} GPUs", title_justify="left")
-    t.add_column("figure")
-    t.add_column("value", justify="right")
-    t.add_row("step, 1 GPU", f"{s1:.2f} ms")
-    t.add_row(f"step, {n} GPUs", f"{sn:.2f} ms")
-    t.add_row("efficiency", f"{sc.efficiency_pct:.1f}%" + (f" (under {EFFICIENCY_LOW_PCT:g}%: look at communication)"
-                                                           if sc.low else " (above 100%: see below)" if sc.high
-                                                           else ""))
-    for k, v in sc.parts_ms.items():
-        t.add_row(f"  extra: {k}", f"{v:+.2f} ms")
-    console.print(t)
-    console.print(f"step times: {how}", style="dim", markup=False)
-    if sc.env_differences:
-        d = Table(title="Environment differences (env.json)", title_justify="left")
-        for col in ("what", "1 rank", f"{n} ranks"):
-            d.add_column(col, overflow="fold")
-        for e in sc.env_differences:
-            d.add_row(e.name, e.run_1, e.run_n)
-        console.print(d)
-    elif r1.run.run.env and rn.run.run.env:
-        console.print("environment (env.json): no difference besides the rank count", style="dim", markup=False)
-    if sc.over_100_cause:
-        console.print(f"Efficiency above 100%: {n} ranks did more than {n} times the work of one per unit of time. "
-                      f"Likely cause: {sc.over_100_cause}.", markup=False)
+    res = scaling_of(args.run_1, args.run_n)
+    scaling_text.render(res.scaling, res.step_from, res.both_envs, console)
     if args.json:
-        write_atomic(args.json, json_doc.document(asdict(sc)))
+        write_atomic(args.json, json_doc.document(measured("scaling", asdict(res.scaling))))
     return 0
 
 
@@ -358,7 +309,7 @@ def _try_progress(console):
 def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
     """Print a try document and write the files asked for."""
     from gpucheckup.atomic import write_atomic
-    from gpucheckup.checkup.trial import SIDE_EFFECTS
+    from gpucheckup.checkup.trial import side_effects
     from gpucheckup.report import json_doc
     from gpucheckup.report.text import try_text
 
@@ -371,17 +322,16 @@ def _emit_try(doc, console, json_path, markdown_path, html_path) -> None:
 
         for path, text in ((markdown_path, try_pages.markdown), (html_path, try_pages.html)):
             if path:
-                write_atomic(path, text(doc, SIDE_EFFECTS).encode())
+                write_atomic(path, text(doc, side_effects(doc.checkup is not None)).encode())
                 console.print(f"written to {safe(path)}", style="dim", markup=False)
 
 
 def cmd_try(args, console) -> int:
     """Try fixes (checkup/trial.py); the command's own exit status when it fails as it is."""
     from gpucheckup.capture import launcher
-    from gpucheckup.atomic import NotWritten
-    from gpucheckup.checkup.trial import SIDE_EFFECTS, BaseFailed, run_try
+    from gpucheckup.checkup.trial import BaseFailed, run_try, side_effects
 
-    console.print(SIDE_EFFECTS, style="bold", markup=False, soft_wrap=True)
+    console.print(side_effects(not args.no_predict), style="bold", markup=False, soft_wrap=True)
     if not args.max_steps:
         console.print("No --max-steps: each run lasts as long as the job does.", style="dim", markup=False)
     try:
@@ -421,34 +371,34 @@ def cmd_ab(args, console) -> int:
     return 0
 
 
-def _report_of(path: Path) -> dict:
-    """The check-up report of a run directory, a trace, or a check-up JSON document (its first check-up's, with
-    its run's run-level keys)."""
-    from gpucheckup.document import flat_report
+def _document_of(path: Path):
+    """The check-up document of a run directory or a trace (checked up here), or a check-up JSON document read back:
+    both sides of `compare` through the same types (document.py)."""
+    from gpucheckup.checkup.assemble import document, is_document, read_document
     from gpucheckup.checkup.pipeline import check
 
-    from gpucheckup.checkup.assemble import is_document, read_document
-
     if path.is_file() and path.name.endswith(".json") and is_document(path):
-        return flat_report(read_document(path))
-    return check(path).reports()[0]
+        return read_document(path)
+    return document(check(path))
 
 
 def cmd_compare(args, console) -> int:
+    from gpucheckup.document import measured
     from gpucheckup.report import json_doc
-    from gpucheckup.analysis.comparison.compare import compare
+    from gpucheckup.analysis.comparison.compare import compare_documents
     from gpucheckup.atomic import write_atomic
     from gpucheckup.report.text import compare_text
 
     if args.fail_if_slower is not None and not args.fail_if_slower >= 0:
         raise CheckupError(f"--fail-if-slower must be 0 or more, got {args.fail_if_slower}")
-    c = compare(_report_of(args.a), _report_of(args.b))
+    c = compare_documents(_document_of(args.a), _document_of(args.b))
     compare_text.render(c, console, everything=args.all)
     if args.markdown:
         write_atomic(args.markdown, compare_text.markdown(c, str(args.a), str(args.b), args.all).encode())
         console.print(f"Markdown written to {safe(args.markdown)}", style="dim", markup=False)
     if args.json:
-        write_atomic(args.json, json_doc.document(c.to_dict()))
+        write_atomic(args.json, json_doc.document(measured("compare", {"a": str(args.a), "b": str(args.b),
+                                                                        **c.to_dict()})))
         console.print(f"JSON written to {safe(args.json)}", style="dim", markup=False)
     if args.fail_if_slower is None:
         return 0

@@ -65,7 +65,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         if result.job and (out.html or out.markdown):
             from gpucheckup.checkup.ranks import job_dict
 
-            job = job_dict(result.job, rank_summary(checkups), result.reports())
+            job = job_dict(result.job, rank_summary(checkups), checkups)
         _write_files(list(zip(labels, slugs, checkups)), out, console, title, job)
         return 0
     if result.cpu:
@@ -73,7 +73,7 @@ def emit(result: Checkups, out: Output, console: Console, cases: list[str] | Non
         if result.job and (out.html or out.markdown):  # a CPU-only job of several ranks: its verdict first
             from gpucheckup.checkup.ranks import job_dict
 
-            job = job_dict(result.job, [], result.reports())
+            job = job_dict(result.job, [], result.checkups)
         return _write_cpu_files(result, out, console, job)
     if result.run:
         if out.html:  # the run-level report: findings, whole-run figures, step times, NVML
@@ -101,8 +101,7 @@ def _write_cpu_files(result: Checkups, out: Output, console: Console, job: dict 
     from gpucheckup.report.pages import cpu_pages
     from gpucheckup.report.pages.job_pages import html_section, markdown_section
 
-    pages = [(f"rank {c.report['trace']['rank']}: {Path(c.report['trace']['path']).name}"
-              if c.report["trace"]["rank"] is not None else Path(c.report["trace"]["path"]).name, c.report)
+    pages = [(f"rank {c.rank}: {Path(c.path).name}" if c.rank is not None else Path(c.path).name, c.report)
              for c in result.cpu]
     if out.html:
         write_atomic(out.html, cpu_pages.render_html(pages, head=html_section(job) if job else "").encode())
@@ -126,7 +125,7 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
             from gpucheckup.checkup.ranks import job_dict
             from gpucheckup.report.text import terminal_ranks
 
-            terminal_ranks.render_job(job_dict(result.job, rank_summary(result.checkups), result.reports()), console)
+            terminal_ranks.render_job(job_dict(result.job, rank_summary(result.checkups), result.checkups), console)
         elif len(result.checkups) > 1:
             terminal.render_ranks(rank_summary(result.checkups), console)
         for c in result.checkups:
@@ -150,8 +149,7 @@ def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bo
     for col in ("case", "verdict", "GPU busy", "step"):
         t.add_column(col)
     for case, c in zip(cases, result.checkups):
-        t.add_row(case, c.diagnosis.primary, f"{c.report['gpu']['busy_pct']:.1f}%",
-                  f"{c.report['window']['step_ms']:.2f} ms")
+        t.add_row(case, c.diagnosis.primary, f"{c.facts.busy_pct:.1f}%", f"{c.facts.step_ms:.2f} ms")
     console.print(t)
     for case, c in zip(cases, result.checkups):
         console.rule(f"demo case: {case}")
@@ -183,7 +181,7 @@ def _write_files(items: list, out: Output, console: Console, title: str, job: di
         for _, slug, c in items:
             path = out.perfetto if len(items) == 1 else with_slug(out.perfetto, slug)
             with Console(stderr=True).status(f"writing the annotated trace {escape(safe(path))}"):
-                perfetto.write(c.analysis, c.report, path)
+                perfetto.write(c.analysis, c.diagnosis, path)
             console.print(f"annotated trace written to {safe(path)} (open it in ui.perfetto.dev)", style="dim",
                           markup=False, soft_wrap=True)
 

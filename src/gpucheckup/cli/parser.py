@@ -331,8 +331,8 @@ def _try(sub, common) -> None:
                     "THIS RUNS YOUR COMMAND AGAIN, with all its side effects: once for the check-up, then "
                     "(1 + fixes) x rounds times. --max-steps ends each run cleanly after N optimizer steps.",
         epilog="fixes (FIX[,FIX...]; a+b applies both in one trial):\n"
-               "  dataloader_workers[=N]  DataLoader(num_workers=N); N by default the workers the advice names,\n"
-               "                          up to the usable cores\n"
+               "  dataloader_workers[=N]  DataLoader(num_workers=N, persistent_workers=True); N by default the\n"
+               "                          workers the advice names, up to the usable cores\n"
                "  persistent_workers      DataLoader(persistent_workers=True) where it has workers\n"
                "  prefetch_factor[=K]     DataLoader(prefetch_factor=K) where it has workers (default 4)\n"
                "  pin_memory              DataLoader(pin_memory=True) where CUDA is available\n"

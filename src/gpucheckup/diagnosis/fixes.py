@@ -165,14 +165,14 @@ def _indexing_ms(a: TraceAnalysis) -> float:
 
 def _sync_share(a: TraceAnalysis, ops: frozenset) -> float:
     """The share of sync-caused GPU idle that follows syncs from the given ops."""
-    groups = a.syncs["by_cause"]
-    total = sum(g["gpu_idle_ms"] for g in groups)
-    part = sum(g["gpu_idle_ms"] for g in groups if g["op"] in ops or (g["inner_op"] or "") in ops)
+    groups = a.syncs.by_cause
+    total = sum(g.gpu_idle_ms for g in groups)
+    part = sum(g.gpu_idle_ms for g in groups if g.op in ops or (g.inner_op or "") in ops)
     return part / total if total > 0 else 0.0
 
 
 def _has_sync_from(a: TraceAnalysis, ops: frozenset) -> bool:
-    return any(g["op"] in ops or (g["inner_op"] or "") in ops for g in a.syncs["by_cause"])
+    return any(g.op in ops or (g.inner_op or "") in ops for g in a.syncs.by_cause)
 
 
 def _host_read_ops(a: TraceAnalysis) -> frozenset:
@@ -440,7 +440,7 @@ CATALOGUE: list[CatalogueFix] = [
         "sync_debug", "Find every sync with torch.cuda.set_sync_debug_mode(\"warn\")", "code",
         when="the trace has host-GPU synchronizations",
         saves="nothing by itself: it finds the syncs the other fixes remove",
-        applies=_never_on_run(lambda a: a.syncs["count"] > 0), saving=_zero,
+        applies=_never_on_run(lambda a: a.syncs.count > 0), saving=_zero,
         bottleneck="sync_bound"),
     CatalogueFix(
         "pinned_reuse", "Keep reused host tensors pinned (tensor.pin_memory()) and copy them on a side stream",

@@ -204,16 +204,15 @@ def synchronizations(a: TraceAnalysis) -> Finding | None:
         return None
     s = a.syncs
     evidence = [
-        f"synchronizations: {per_step(s['count'], a.steps.count, a.steps.marked)}; each drains the GPU's queue, "
+        f"synchronizations: {per_step(s.count, a.steps.count, a.steps.marked)}; each drains the GPU's queue, "
         f"which then idles until the host launches again (host work after the sync included): {ms:.2f} ms per "
         f"step ({pct:.1f}%)",
     ]
-    for c in s["by_cause"][:4]:
-        where = f" at {c['frame']}" if c["frame"] else ""
-        inner = f" -> {c['inner_op']}" if c["inner_op"] and c["inner_op"] != c["op"] else ""
-        evidence.append(f"{c['op']}{inner}{where}: {per_step(c['count'], a.steps.count, a.steps.marked)}, host blocked "
-                        f"{c['blocked_ms']:.2f} ms, GPU idle {c['gpu_idle_ms']:.2f} ms in total "
-                        f"({' + '.join(c['calls'])})")
+    for c in s.by_cause[:4]:
+        where = f" at {c.frame}" if c.frame else ""
+        inner = f" -> {c.inner_op}" if c.inner_op and c.inner_op != c.op else ""
+        evidence.append(f"{c.op}{inner}{where}: {per_step(c.count, a.steps.count, a.steps.marked)}, host blocked "
+                        f"{c.blocked_ms:.2f} ms, GPU idle {c.gpu_idle_ms:.2f} ms in total ({' + '.join(c.calls)})")
     rows = union1d(host_calls.sync_call_rows(a.trace, a.launch_rows), host_calls.sync_op_rows(a.trace))
     events = ev.gaps(a, ("sync",), 2) + ev.host_rows(a, rows, 3)
     return _finding(

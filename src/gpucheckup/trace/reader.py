@@ -27,6 +27,7 @@ import numpy as np
 
 from gpucheckup.errors import CheckupError
 from gpucheckup.trace import chunks, parallel, schema
+from gpucheckup.trace.columns import Columns
 from gpucheckup.files import check_regular
 from gpucheckup.trace.tables import (
     CPU_OP,
@@ -226,8 +227,7 @@ class _Builder:
         self.str_ids: dict[str, int] = {}
         self.id_of = _Ids(self.num_id)
         self.thread_names: dict[tuple[int, int], str] = {}
-        self.gpu: list[dict] = []
-        self.host: list[dict] = []
+        self.gpu, self.host = Columns(), Columns()
         self.bad_time = 0
         self.dropped = 0
         self.cbf_count, self.cbf_us = 0, 0.0
@@ -328,7 +328,7 @@ class _Builder:
 
     def part(self) -> Part:
         """What this builder read, to be joined before the rest of the trace (read by another builder)."""
-        return Part(_joined(self.gpu), _joined(self.host), self.names, self.str_ids, self.thread_names,
+        return Part(_piece(self.gpu), _piece(self.host), self.names, self.str_ids, self.thread_names,
                     self.bad_time, self.cbf_count, self.cbf_us, self.host_rows, self.comm)
 
     def after(self, p: Part) -> None:
@@ -343,12 +343,14 @@ class _Builder:
         name_id.update(zip(p.names, range(len(p.names))))
         rename = np.fromiter(map(name_id.__getitem__, self.names), np.int32, len(self.names))
         if np.any(rename != np.arange(len(rename))):
-            for piece in self.gpu + self.host:
-                piece["name"] = rename[piece["name"]]
+            for table in (self.gpu, self.host):
+                if len(table):
+                    names = table.column("name")
+                    names[:] = rename[names]
         self.names[:] = name_id.names
         self.str_ids = str_ids
         self.thread_names = {**p.thread_names, **self.thread_names}
-        self.gpu, self.host = p.gpu + self.gpu, p.host + self.host
+        self.gpu, self.host = _after(p.gpu, self.gpu), _after(p.host, self.host)
         self.bad_time += p.bad_time
         self.cbf_count += p.cbf_count
         us = p.cbf_us
@@ -360,21 +362,14 @@ class _Builder:
 
     def gpu_table(self) -> GpuOps:
         """The GPU columns, sorted by start."""
-        cols = _concat(self.gpu, ("kind", "name", "device", "stream", "start", "end")
-                       + tuple(c.field for c in GPU_COLUMNS if c.dtype is not None),
-                       tuple(c.field for c in GPU_COLUMNS if c.dtype is None))
-        self.gpu = []
+        cols = _finished(self.gpu, ("kind", "name", "device", "stream", "start", "end"), GPU_COLUMNS)
         gpu = GpuOps(**cols)
         order = np.argsort(gpu.start, kind="stable")
         return gpu if np.all(order[1:] > order[:-1]) else gpu.take(order)
 
     def host_table(self) -> HostEvents:
         """The host columns, in file order."""
-        cols = _concat(self.host, ("cat", "name", "pid", "tid", "start", "end")
-                       + tuple(c.field for c in HOST_COLUMNS if c.dtype is not None),
-                       tuple(c.field for c in HOST_COLUMNS if c.dtype is None))
-        self.host = []
-        return HostEvents(**cols)
+        return HostEvents(**_finished(self.host, ("cat", "name", "pid", "tid", "start", "end"), HOST_COLUMNS))
 
 
 @functools.cache
@@ -417,25 +412,28 @@ def _column_dtype(field: str) -> type:
     return _DTYPES.get(field) or declared[field]
 
 
-def _concat(pieces: list[dict], numeric: tuple[str, ...], raw: tuple[str, ...]) -> dict:
-    """Join the chunks' column pieces column by column, freeing each piece's column as it goes."""
-    cols: dict = {}
-    for f in numeric:
-        parts = [p.pop(f) for p in pieces]
-        cols[f] = np.concatenate(parts) if parts else np.zeros(0, dtype=_column_dtype(f))
+def _finished(table: Columns, fixed: tuple[str, ...], args: tuple[Column, ...]) -> dict:
+    """A table's finished columns by field (raw ones as `RawColumn`s); `table` is emptied."""
+    numeric = fixed + tuple(c.field for c in args if c.dtype is not None)
+    raw = tuple(c.field for c in args if c.dtype is None)
+    cols = table.take(numeric, raw, {f: _column_dtype(f) for f in numeric})
     for f in raw:
-        parts = [p.pop(f) for p in pieces]
-        lengths = np.concatenate([[0]] + [lens for _, lens in parts]).astype(np.int64)
-        cols[f] = RawColumn(b"".join(data for data, _ in parts), np.cumsum(lengths))
+        cols[f] = RawColumn(*cols[f])
     return cols
 
 
-def _joined(pieces: list[dict]) -> list[dict]:
-    """The chunks' column pieces as one piece (fewer, larger buffers to send to another process)."""
-    if len(pieces) < 2:
-        return pieces
-    return [{f: (b"".join(p[f][0] for p in pieces), np.concatenate([p[f][1] for p in pieces]))
-             if isinstance(v, tuple) else np.concatenate([p[f] for p in pieces]) for f, v in pieces[0].items()}]
+def _piece(table: Columns) -> list[dict]:
+    """A table's rows so far as at most one piece (`Columns.append`'s format), to send to another process."""
+    piece = table.piece()
+    return [piece] if piece is not None else []
+
+
+def _after(pieces: list[dict], table: Columns) -> Columns:
+    """The rows of `pieces`, then those of `table`, as one table."""
+    joined = Columns()
+    for piece in pieces + _piece(table):
+        joined.append(piece)
+    return joined
 
 
 def _decode_events(data: bytes) -> tuple[list[schema.Event], int]:

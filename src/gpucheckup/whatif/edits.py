@@ -71,6 +71,12 @@ CALL_FIXED_LAUNCHES = 5.0
 COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
 GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
 GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
+# What a kernel launched from Inductor's generated code costs the host, in launch calls: its launcher and launch call
+# (2.9) and the generated Python before it (1.5), measured in the same compiled trace (docs/validation.md section 7).
+# That code is the same whatever the eager model ran between its kernels (module calls, hooks, autocast's casts and
+# dispatch), so a compiled launch costs at most this; where eager cost less, it keeps eager's cost.
+COMPILED_LAUNCH_LAUNCHES = 2.9 + 1.5
+COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction")  # generated code already running in the trace
 PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
 AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
 LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
@@ -427,7 +433,7 @@ def fused_optimizer(g: Graph) -> Edit:
     floor = _kernel_floor_us(g)
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
-    spans, cpu_ops = optimizer_rows(g.trace), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
+    spans, cpu_ops = _span_index(optimizer_rows(g.trace)), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
     for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
         ops = launch_ops[at]
         lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
@@ -452,29 +458,55 @@ def fused_optimizer(g: Graph) -> Edit:
                    f"its kernels one kernel", changed)
 
 
+def _span_index(spans: tuple) -> dict:
+    """Spans (starts, ends, tids) by thread: their starts sorted, their ends in that order, and the running maximum of
+    those ends (for `_latest_span_start`: one sorted search per query, not a pass over every span per step)."""
+    lo, hi, tids = spans
+    index = {}
+    for tid, at in by_key(tids).items():
+        at = at[np.argsort(lo[at], kind="stable")]
+        index[tid] = lo[at], hi[at], np.fmax.accumulate(hi[at])  # fmax: an unknown (nan) end reaches nothing
+    return index
+
+
+def _latest_span_start(index: dict, tid: int, t: float) -> float | None:
+    """The latest start among thread tid's spans holding time t (start <= t <= end), None where none does. Back from
+    the last span started by t, while some span up to there still reaches t (the running maximum of the ends)."""
+    got = index.get(int(tid))
+    if got is None:
+        return None
+    starts, ends, reach = got
+    i = int(np.searchsorted(starts, t, side="right")) - 1
+    while i >= 0 and reach[i] >= t:
+        if ends[i] >= t:
+            return float(starts[i])
+        i -= 1
+    return None
+
+
 def _by_start(trace: Trace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host rows sorted by their start, and those starts (for a sorted search instead of a pass over all rows)."""
     rows = rows[np.argsort(trace.host.start[rows], kind="stable")]
     return rows, trace.host.start[rows]
 
 
-def _operators_before(g: Graph, node: int, spans: tuple, cpu_ops: tuple) -> float:
+def _operators_before(g: Graph, node: int, spans: dict, cpu_ops: tuple) -> float:
     """The host time (us, as traced) of the operators that ran in node's optimizer span before it started: the union
-    of their intervals on its thread, from the span's start to the node's call. `spans`: optimizer_rows(g.trace);
-    `cpu_ops`: the trace's operator rows by start (_by_start)."""
+    of their intervals on its thread, from the span's start to the node's call. `spans`: _span_index of
+    optimizer_rows(g.trace); `cpu_ops`: the trace's operator rows by start (_by_start)."""
     host = g.trace.host
     r = int(g.h_row[node])
     if r < 0:
         return 0.0
     t, tid = float(host.start[r]), host.tid[r]
-    lo, hi, tids = spans
-    mine = np.flatnonzero((tids == tid) & (lo <= t) & (hi >= t))
-    if not len(mine):
+    s = _latest_span_start(spans, tid, t)
+    if s is None:
         return 0.0
-    s = float(lo[mine].max())
     rows, starts = cpu_ops
     ops = rows[np.searchsorted(starts, s, side="left"):np.searchsorted(starts, t, side="right")]
-    ops = ops[(host.tid[ops] == tid) & (host.end[ops] <= t)]
+    # strictly before the call: an operator ending at its start is the call's own dispatch (replay's
+    # _dispatch_in_gaps takes a launch at an operator's end as inside it), which the edit removes already
+    ops = ops[(host.tid[ops] == tid) & (host.end[ops] < t)]
     covered, reach = 0.0, s
     for a, b in sorted(zip(host.start[ops].tolist(), host.end[ops].tolist())):  # their union: nested ones once
         if b > reach:
@@ -685,9 +717,9 @@ def cuda_graphs(g: Graph) -> Edit:
 def torch_compile(g: Graph) -> Edit:
     """torch.compile(model): the model's kernels as Inductor fuses them (`_inductor_fusion`); the dispatch and
     launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
-    kernels) keeps its launch, costing the host what its eager launch cost (Inductor's generated code calls
-    a launcher per kernel in place of the operator: measured on the H200 at 2.9 launch calls per launch against
-    eager's 2.7, its Python between kernels at 1.5 against eager's 2.4). Each call into the compiled model
+    kernels) keeps its launch, costing the host what generated code costs per launch (COMPILED_LAUNCH_LAUNCHES:
+    its launcher and call and the Python before it) or its eager cost where that was less
+    (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the compiled model
     (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
     optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
@@ -699,10 +731,34 @@ def torch_compile(g: Graph) -> Edit:
     g.h_dur[j] = 0.0
     g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
     calls = _compiled_calls(g, eager)
-    for entry, backward, _nodes, params in calls:
+    for entry, backward, nodes, params in calls:
+        _generated_launches(g, nodes[1:], unit)
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
     return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
                    f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
+
+
+def _generated_launches(g: Graph, nodes: np.ndarray, unit: float) -> None:
+    """Each launch inside a compiled call after its first costs the host at most COMPILED_LAUNCH_LAUNCHES: the host
+    time before it (its gap, from the node before) and its call, cut to that by shortening the gap."""
+    nodes = nodes[(g.h_kind[nodes] == CALL) & (g.h_dur[nodes] > 0)]
+    nodes = nodes[~_already_compiled(g)[nodes]]
+    gap = np.maximum(g.h_gap[nodes], 0.0)
+    g.h_gap[nodes] -= np.clip(gap + g.h_dur[nodes] - COMPILED_LAUNCH_LAUNCHES * unit, 0.0, gap)
+
+
+def _already_compiled(g: Graph) -> np.ndarray:
+    """Per node: whether its host row starts inside generated code the trace already runs (COMPILED_RANGES): a
+    compiled model's launches cost what compiled code costs, which the trace measured."""
+    if "already_compiled" not in g.memo:
+        host = g.trace.host
+        ranges = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n.startswith(COMPILED_RANGES))))
+        out = np.zeros(len(g.h_kind), dtype=bool)
+        rows = g.h_row[g.h_row >= 0]
+        out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], host.start[ranges].astype(np.float64),
+                                       host.end[ranges].astype(np.float64), host.tid[ranges])
+        g.memo["already_compiled"] = out
+    return g.memo["already_compiled"]
 
 
 def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:

@@ -161,14 +161,45 @@ class Replayed(msgspec.Struct):
 
 def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | None = None) -> Graph:
     """The dependency graph of a trace's profiled steps."""
-    host, gpu = trace.host, trace.gpu
     lr = launches.launch_rows(trace) if launch_rows is None else launch_rows
     st = find_steps(trace, lr) if steps is None else steps
+    h = _host_chain(trace, st, lr)
+    o = _gpu_ops(trace, st, lr, h.node_of_row)
+    h_ret, h_await, h_waited = _sync_waits(trace, h, o.g_launch, o.g_launch >= 0)
+    m = len(trace.gpu)
+    return Graph(trace=trace, steps=st, launch_rows=lr, t0=float(h.start[0]) if len(h.start) else 0.0, h_row=h.row,
+                 h_kind=h.kind, h_gap=h.gap, h_dur=h.dur, h_ret=h_ret, h_await=h_await,
+                 h_dispatch=_dispatch_in_gaps(trace, lr, h.frontier, h.start), h_waited=h_waited,
+                 step_start_node=h.step_start_node, step_end_node=h.step_end_node, loaders=h.loaders,
+                 g_launch=o.g_launch, g_stream=trace.gpu.stream.copy(), g_prev=o.g_prev, g_lat=o.g_lat, g_gap=o.g_gap,
+                 g_dur=trace.gpu.dur.copy(), g_abs=o.g_abs, g_dep=np.full(m, -1, dtype=np.int64), g_step=o.g_step,
+                 typical_lat=o.typical_lat, typical_gap=o.typical_gap)
+
+
+class _HostChain(msgspec.Struct):
+    """The host chain as measured, in node order: each node's start, end, kind and trace row; its gap to the frontier
+    and duration; the step and DataLoader markers' nodes; each host row's node (-1: none)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    frontier: np.ndarray
+    kind: np.ndarray
+    row: np.ndarray
+    gap: np.ndarray
+    dur: np.ndarray
+    step_start_node: np.ndarray
+    step_end_node: np.ndarray
+    loaders: list
+    node_of_row: np.ndarray
+
+
+def _host_chain(trace: Trace, st: Steps, lr: np.ndarray) -> _HostChain:
+    """The nodes: the runtime and driver calls (sync calls marked), then the step starts and ends and the DataLoader
+    starts and ends as zero-length markers, sorted by (start, -end)."""
+    host = trace.host
     calls = np.flatnonzero(np.isin(host.cat, (RUNTIME, DRIVER)))
     sync_rows = host_calls.sync_call_rows(trace, lr)
     loader_rows = host_calls.dataloader_rows(trace)
-
-    # Nodes: calls, then markers (step starts/ends, loader starts/ends), sorted by (start, -end).
     starts = [host.start[calls], st.host_start if st.marked else st.start[:1],
               st.host_end if st.marked else st.end[:1], host.start[loader_rows], host.end[loader_rows]]
     ends = [host.end[calls], starts[1], starts[2], starts[3], starts[4]]
@@ -180,19 +211,36 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     s_all, e_all = np.concatenate(starts), np.concatenate(ends)
     order = np.lexsort((-e_all, s_all))
     s_all, e_all, kind, row, tag, idx = s_all[order], e_all[order], kind[order], row[order], tag[order], idx[order]
-    n = len(order)
-    frontier = np.concatenate(([s_all[0]], np.maximum.accumulate(e_all)[:-1])) if n else np.zeros(0)
-    gap = s_all - frontier
-    dur = e_all - s_all
+    frontier = np.concatenate(([s_all[0]], np.maximum.accumulate(e_all)[:-1])) if len(order) else np.zeros(0)
     node_of = {(int(t), int(i)): j for j, (t, i) in enumerate(zip(tag, idx)) if t > 0}
-    step_start_node = np.array([node_of[(1, i)] for i in range(len(starts[1]))], dtype=np.int64)
-    step_end_node = np.array([node_of[(2, i)] for i in range(len(starts[2]))], dtype=np.int64)
-    loaders = [(node_of[(3, i)], node_of[(4, i)], "SingleProcess" in trace.names[host.name[r]])
-               for i, r in enumerate(loader_rows)]
     node_of_row = np.full(len(host), -1, dtype=np.int64)
     node_of_row[row[row >= 0]] = np.flatnonzero(row >= 0)
+    return _HostChain(
+        start=s_all, end=e_all, frontier=frontier, kind=kind, row=row, gap=s_all - frontier, dur=e_all - s_all,
+        step_start_node=np.array([node_of[(1, i)] for i in range(len(starts[1]))], dtype=np.int64),
+        step_end_node=np.array([node_of[(2, i)] for i in range(len(starts[2]))], dtype=np.int64),
+        loaders=[(node_of[(3, i)], node_of[(4, i)], "SingleProcess" in trace.names[host.name[r]])
+                 for i, r in enumerate(loader_rows)],
+        node_of_row=node_of_row)
 
-    # GPU ops: launch node, stream predecessor, latency and gap held fixed.
+
+class _GpuOps(msgspec.Struct):
+    """Each GPU op's launching node, stream predecessor, latency and gap held fixed, start when unlinked, step."""
+
+    g_launch: np.ndarray
+    g_prev: np.ndarray
+    g_lat: np.ndarray
+    g_gap: np.ndarray
+    g_abs: np.ndarray
+    g_step: np.ndarray
+    typical_lat: float
+    typical_gap: float
+
+
+def _gpu_ops(trace: Trace, st: Steps, lr: np.ndarray, node_of_row: np.ndarray) -> _GpuOps:
+    """GPU ops: launch node, stream predecessor, latency and gap held fixed (queued ops and host-bound ones as the
+    module docstring says), and the step whose host window launched each."""
+    host, gpu = trace.host, trace.gpu
     m = len(gpu)
     g_launch = np.where(lr >= 0, node_of_row[np.maximum(lr, 0)], -1)
     g_prev = np.full(m, -1, dtype=np.int64)
@@ -208,9 +256,6 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
     host_bound = linked & ~queued
     typical_lat = float(median(lat_m[host_bound & has_prev])) if (host_bound & has_prev).any() else 0.0
     typical_gap = float(median(np.maximum(gap_m[queued], 0))) if queued.any() else 0.0
-    g_lat = np.where(queued, np.minimum(lat_m, typical_lat), lat_m)
-    g_gap = np.where(host_bound & has_prev, np.minimum(gap_m, typical_gap), gap_m)
-    g_abs = np.where(~linked & ~has_prev, gpu.start, np.nan)
     g_step = np.full(m, -1, dtype=np.int64)
     if st.marked:
         t = host.start[np.maximum(lr, 0)]
@@ -219,45 +264,48 @@ def build(trace: Trace, steps: Steps | None = None, launch_rows: np.ndarray | No
         g_step[ok] = i[ok]
     else:
         g_step[:] = 0
+    return _GpuOps(g_launch=g_launch, g_prev=g_prev, g_lat=np.where(queued, np.minimum(lat_m, typical_lat), lat_m),
+                   g_gap=np.where(host_bound & has_prev, np.minimum(gap_m, typical_gap), gap_m),
+                   g_abs=np.where(~linked & ~has_prev, gpu.start, np.nan), g_step=g_step, typical_lat=typical_lat,
+                   typical_gap=typical_gap)
 
-    # Sync nodes: what they wait for and how long after it they return.
+
+def _sync_waits(trace: Trace, h: _HostChain, g_launch: np.ndarray, linked: np.ndarray) -> tuple:
+    """Sync nodes: the ops each waited for (per stream, the last op launched up to the call that ended during it),
+    how long after the last of them it returned, and whether it waited; a waiting sync's own cost (h.dur) becomes
+    min(duration, return)."""
+    gpu = trace.gpu
+    n = len(h.kind)
     h_ret = np.zeros(n)
     h_await: list = [np.zeros(0, dtype=np.int64)] * n
     h_waited = np.zeros(n, dtype=bool)
-    sync_nodes = np.flatnonzero(kind == SYNC)
-    if len(sync_nodes):
-        # per stream, its ops by start: the last op launched up to the call that started before it ended
-        per_stream = []
-        for s in unique(gpu.stream):
-            ops = np.flatnonzero(gpu.stream == s)
-            ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
-            per_stream.append((ops, gpu.start[ops], np.where(linked[ops], g_launch[ops], -1)))
-        for j in sync_nodes:
-            a, e = s_all[j], e_all[j]
-            last = []
-            for ops, start, by in per_stream:
-                p = int(np.searchsorted(start, e, side="left")) - 1
-                while p >= 0 and by[p] > j:  # launched after the call (by another thread): not awaited
-                    p -= 1
-                if p >= 0:
-                    last.append(int(ops[p]))
-            if not last:
-                continue
-            cand = np.array(last)
-            waited = cand[(gpu.end[cand] > a) & (gpu.end[cand] <= e + 1.0)]
-            if len(waited):
-                h_await[j] = waited
-                h_ret[j] = e - gpu.end[waited].max()
-                dur[j] = min(dur[j], max(h_ret[j], 0.0))
-                h_waited[j] = True
-    g = Graph(trace=trace, steps=st, launch_rows=lr, t0=float(s_all[0]) if n else 0.0, h_row=row, h_kind=kind,
-              h_gap=gap, h_dur=dur, h_ret=h_ret, h_await=h_await, h_dispatch=_dispatch_in_gaps(trace, lr, frontier,
-                                                                                                s_all),
-              h_waited=h_waited, step_start_node=step_start_node, step_end_node=step_end_node, loaders=loaders,
-              g_launch=g_launch, g_stream=gpu.stream.copy(), g_prev=g_prev, g_lat=g_lat, g_gap=g_gap,
-              g_dur=gpu.dur.copy(), g_abs=g_abs, g_dep=np.full(m, -1, dtype=np.int64), g_step=g_step,
-              typical_lat=typical_lat, typical_gap=typical_gap)
-    return g
+    sync_nodes = np.flatnonzero(h.kind == SYNC)
+    if not len(sync_nodes):
+        return h_ret, h_await, h_waited
+    per_stream = []  # per stream, its ops by start: the last op launched up to the call that started before it ended
+    for s in unique(gpu.stream):
+        ops = np.flatnonzero(gpu.stream == s)
+        ops = ops[np.lexsort((gpu.end[ops], gpu.start[ops]))]
+        per_stream.append((ops, gpu.start[ops], np.where(linked[ops], g_launch[ops], -1)))
+    for j in sync_nodes:
+        a, e = h.start[j], h.end[j]
+        last = []
+        for ops, start, by in per_stream:
+            p = int(np.searchsorted(start, e, side="left")) - 1
+            while p >= 0 and by[p] > j:  # launched after the call (by another thread): not awaited
+                p -= 1
+            if p >= 0:
+                last.append(int(ops[p]))
+        if not last:
+            continue
+        cand = np.array(last)
+        waited = cand[(gpu.end[cand] > a) & (gpu.end[cand] <= e + 1.0)]
+        if len(waited):
+            h_await[j] = waited
+            h_ret[j] = e - gpu.end[waited].max()
+            h.dur[j] = min(h.dur[j], max(h_ret[j], 0.0))
+            h_waited[j] = True
+    return h_ret, h_await, h_waited
 
 
 def _dispatch_in_gaps(trace: Trace, lr: np.ndarray, frontier: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -315,14 +363,60 @@ def replay(g: Graph) -> Replayed:
     ns, ne = [0.0] * n, [0.0] * n
     nan = float("nan")
     os_, oe = [nan] * m, [nan] * m
-    lat, ggap, gdur, gabs = g.g_lat.tolist(), g.g_gap.tolist(), g.g_dur.tolist(), g.g_abs.tolist()
     chains, stream_of, after = order.chains, order.stream_of, order.after
+    done = [-1]  # the last host node placed: an op launched by a later one waits
+    advance = _op_placer(g, chains, done, ns, os_, oe)
+    for f in range(len(chains)):
+        advance(f)
+    frontier = g.t0
+    t_prev = -np.inf
+    for j in range(n):
+        if j:
+            s = frontier + gap[j]
+            if t_prev > s:
+                s = t_prev
+        else:
+            s = g.t0
+        ns[j] = s
+        e = s + dur[j]
+        if kind[j] == SYNC:
+            aw = h_await[j]
+            if len(aw):
+                aw = aw.tolist()
+                for o in aw:
+                    x = oe[o]
+                    if x != x:
+                        done[0] = j
+                        advance(stream_of[o])
+                e = max(e, max([oe[o] for o in aw]) + ret[j])
+        ne[j] = e
+        done[0] = j
+        streams = after[j]
+        if streams:
+            for f in streams:
+                advance(f)
+        if e > frontier:
+            frontier = e
+        t_prev = s
+    done[0] = n
+    for _ in range(3):  # extra dependencies across streams may need a second pass
+        for f in range(len(chains)):
+            advance(f)
+    node_start, node_end = np.array(ns), np.array(ne)
+    op_start, op_end = np.array(os_, dtype=float), np.array(oe, dtype=float)
+    return _windows(g, node_start, node_end, op_start, op_end)
+
+
+def _op_placer(g: Graph, chains: list, done: list, ns: list, os_: list, oe: list):
+    """advance(f): place the ops of stream chain f in order (start os_, end oe) while each one's launching node is
+    placed (at or before done[0]) and its extra dependency has ended; the walk of replay() calls it."""
+    lat, ggap, gdur, gabs = g.g_lat.tolist(), g.g_gap.tolist(), g.g_dur.tolist(), g.g_abs.tolist()
     ptr = [0] * len(chains)  # per stream: the next op to place
-    done_node = -1
 
     def advance(f):
         chain, p = chains[f], ptr[f]
         end = len(chain)
+        done_node = done[0]
         while p < end:
             o, lo, pv, d = chain[p]
             if lo > done_node:
@@ -349,45 +443,7 @@ def replay(g: Graph) -> Replayed:
             p += 1
         ptr[f] = p
 
-    for f in range(len(chains)):
-        advance(f)
-    frontier = g.t0
-    t_prev = -np.inf
-    for j in range(n):
-        if j:
-            s = frontier + gap[j]
-            if t_prev > s:
-                s = t_prev
-        else:
-            s = g.t0
-        ns[j] = s
-        e = s + dur[j]
-        if kind[j] == SYNC:
-            aw = h_await[j]
-            if len(aw):
-                aw = aw.tolist()
-                for o in aw:
-                    x = oe[o]
-                    if x != x:
-                        done_node = j
-                        advance(stream_of[o])
-                e = max(e, max([oe[o] for o in aw]) + ret[j])
-        ne[j] = e
-        done_node = j
-        streams = after[j]
-        if streams:
-            for f in streams:
-                advance(f)
-        if e > frontier:
-            frontier = e
-        t_prev = s
-    done_node = n
-    for _ in range(3):  # extra dependencies across streams may need a second pass
-        for f in range(len(chains)):
-            advance(f)
-    node_start, node_end = np.array(ns), np.array(ne)
-    op_start, op_end = np.array(os_, dtype=float), np.array(oe, dtype=float)
-    return _windows(g, node_start, node_end, op_start, op_end)
+    return advance
 
 
 def _replay_by_segments(g: Graph) -> Replayed | None:

@@ -1,5 +1,6 @@
-"""Compare two check-ups (reports of `gpucheckup analyze`, from run directories or JSON): every
-figure side by side, its change, and whether the change is beyond noise.
+"""Compare two check-ups (documents of `gpucheckup analyze`, from run directories, traces or JSON, each read
+through document.py's types: compare_documents): every figure side by side, its change, and whether the change is
+beyond noise.
 
 Definitions (also in docs/metrics.md, "Compare"):
 - figures: every number in the report outside the descriptive parts (SKIP_PREFIXES: paths,
@@ -29,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from gpucheckup.document import Document, flat_report
 
 NOISE_K = 2.0
 MIN_NOISE_PCT = 1.0
@@ -256,3 +259,9 @@ def compare(a: dict, b: dict) -> Comparison:
     step = float(100 * (fb[headline] / fa[headline] - 1)) if fa.get(headline) and fb.get(headline) else None
     va, vb = _get(a, "verdict.primary"), _get(b, "verdict.primary")
     return Comparison(headline, step, float(noise), cv_a, cv_b, va, vb, rows)
+
+
+def compare_documents(a: Document, b: Document) -> Comparison:
+    """Two check-up documents compared: each one's first check-up (its trace's report with its run's run-level keys;
+    a run without a trace, the run's), read through the same types whether checked up now or loaded from JSON."""
+    return compare(flat_report(a), flat_report(b))

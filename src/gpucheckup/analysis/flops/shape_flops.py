@@ -317,14 +317,45 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
     if len(rows) == 0 or not any(host.shapes[r] for r in rows[:50]):
         return None
     is_root, root_of = outermost(trace, rows)
-    # A root's dtype is that of the innermost counted op inside it (autocast casts on the way down).
-    inner_dtype: dict[int, str] = {}
-    depth_seen: dict[int, float] = {}
-    dtype_of: dict[bytes, str] = {}  # the same raw types recur every step: decoded once
     names = [trace.names[n] for n in host.name[rows].tolist()]
     args = list(zip(names, host.shapes.take(rows), host.dtypes.take(rows),
                     host.concrete.take(rows) if host.concrete else [None] * len(rows)))
-    roots, starts = root_of.tolist(), host.start[rows].tolist()
+    roots = root_of.tolist()
+    inner_dtype = _inner_dtypes(args, roots, host.start[rows].tolist())
+    step = _step_of(steps, host.start[rows])
+    t = _Tally(np.zeros(steps.count), {"matmul": 0.0, "conv": 0.0, "attention": 0.0})
+    kernel_us = _kernel_time_per_root(trace, rows, root_of, is_root)
+    seen: dict[tuple, OpFlops | None] = {}  # op_flops by (name, raw arguments): ops recur every step
+    members: dict[int, list[int]] = {}
+    for i, root in enumerate(roots):
+        if i != root:
+            members.setdefault(root, []).append(i)
+    for i in np.flatnonzero(is_root & (step >= 0)).tolist():
+        counted_here = _count_op(trace, rows, i, members.get(i, []), seen, args)
+        if not counted_here:
+            t.skipped += 1
+            continue
+        for n, (j, of) in enumerate(counted_here):
+            dtype = inner_dtype.get(i, of.dtype) if j == i else (of.dtype or inner_dtype.get(i, ""))
+            t.add(names[j], of, dtype, int(step[i]), kernel_us.get(i, 0.0) / 1000 if n == 0 else None)
+    if t.counted == 0:
+        return None
+    return FlopCount(
+        source="shapes",
+        per_step=[float(x) for x in t.per_step],
+        flops_per_step=float(median(t.per_step)),
+        ops_counted=t.counted,
+        ops_skipped=t.skipped,
+        by_kind={k: v / steps.count for k, v in t.by_kind.items()},
+        groups=_ranked_groups(t.groups, steps.count),
+    )
+
+
+def _inner_dtypes(args: list[tuple], roots: list[int], starts: list[float]) -> dict[int, str]:
+    """Each root op's dtype: that of the innermost counted op inside it (autocast casts on the way down)."""
+    inner_dtype: dict[int, str] = {}
+    depth_seen: dict[int, float] = {}
+    dtype_of: dict[bytes, str] = {}  # the same raw types recur every step: decoded once
     for i, (_, _, raw, _) in enumerate(args):
         if raw is None:
             continue
@@ -338,53 +369,41 @@ def shape_flops(trace: Trace, steps: Steps) -> FlopCount | None:
                     dt = dtype_of[raw] = ""
             if dt:
                 inner_dtype[root], depth_seen[root] = dt, starts[i]
-    step = _step_of(steps, host.start[rows])
-    n_steps = steps.count
-    per_step = np.zeros(n_steps)
-    by_kind = {"matmul": 0.0, "conv": 0.0, "attention": 0.0}
-    counted = skipped = 0
+    return inner_dtype
+
+
+class _Tally(msgspec.Struct):
+    """The counted FLOPs so far: per step, per kind, per group of (op, shapes, dtype); ops counted and skipped."""
+
+    per_step: np.ndarray
+    by_kind: dict[str, float]
     groups: dict[tuple, dict] = {}
-    kernel_us = _kernel_time_per_root(trace, rows, root_of, is_root)
-    seen: dict[tuple, OpFlops | None] = {}  # op_flops by (name, raw arguments): ops recur every step
-    members: dict[int, list[int]] = {}
-    for i, root in enumerate(roots):
-        if i != root:
-            members.setdefault(root, []).append(i)
-    for i in np.flatnonzero(is_root & (step >= 0)).tolist():
-        counted_here = _count_op(trace, rows, i, members.get(i, []), seen, args)
-        if not counted_here:
-            skipped += 1
-            continue
-        for n, (j, of) in enumerate(counted_here):
-            name = names[j]
-            dtype = inner_dtype.get(i, of.dtype) if j == i else (of.dtype or inner_dtype.get(i, ""))
-            counted += 1
-            per_step[step[i]] += of.flops
-            by_kind[KIND[name]] += of.flops
-            key = (name, str(of.shapes), dtype)
-            g = groups.setdefault(key, {"op": name, "kind": KIND[name], "shapes": of.shapes, "dtype": dtype,
-                                        "count": 0, "flops_each": of.flops, "bytes_each": of.bytes(dtype),
-                                        "flops_total": 0.0, "kernel_ms": 0.0})
-            g["count"] += 1
-            g["flops_total"] += of.flops
-            if n == 0:
-                g["kernel_ms"] += kernel_us.get(i, 0.0) / 1000
-    if counted == 0:
-        return None
+    counted: int = 0
+    skipped: int = 0
+
+    def add(self, name: str, of: OpFlops, dtype: str, step: int, kernel_ms: float | None) -> None:
+        """Count one op's FLOPs in its step, kind and group (`kernel_ms`: its root's kernel time, for the first
+        op counted of a root only)."""
+        self.counted += 1
+        self.per_step[step] += of.flops
+        self.by_kind[KIND[name]] += of.flops
+        g = self.groups.setdefault((name, str(of.shapes), dtype), {
+            "op": name, "kind": KIND[name], "shapes": of.shapes, "dtype": dtype, "count": 0, "flops_each": of.flops,
+            "bytes_each": of.bytes(dtype), "flops_total": 0.0, "kernel_ms": 0.0})
+        g["count"] += 1
+        g["flops_total"] += of.flops
+        if kernel_ms is not None:
+            g["kernel_ms"] += kernel_ms
+
+
+def _ranked_groups(groups: dict[tuple, dict], n_steps: int) -> list[dict]:
+    """The groups by FLOPs, most first, with their intensity, achieved TFLOPS and FLOPs per step."""
     out = sorted(groups.values(), key=lambda g: -g["flops_total"])
     for g in out:
         g["intensity"] = g["flops_each"] / g["bytes_each"] if g["bytes_each"] > 0 else None
         g["achieved_tflops"] = g["flops_total"] / (g["kernel_ms"] / 1000) / 1e12 if g["kernel_ms"] > 0 else None
         g["flops_per_step"] = g["flops_total"] / n_steps
-    return FlopCount(
-        source="shapes",
-        per_step=[float(x) for x in per_step],
-        flops_per_step=float(median(per_step)),
-        ops_counted=counted,
-        ops_skipped=skipped,
-        by_kind={k: v / n_steps for k, v in by_kind.items()},
-        groups=out,
-    )
+    return out
 
 
 def _count_op(trace: Trace, rows: np.ndarray, i: int, inside: list[int], seen: dict[tuple, OpFlops | None],

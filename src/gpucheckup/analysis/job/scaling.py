@@ -62,6 +62,11 @@ class Scaling:
         return self.efficiency_pct < EFFICIENCY_LOW_PCT
 
     @property
+    def low_pct(self) -> float:
+        """The efficiency under which the N-GPU run is said to scale poorly (EFFICIENCY_LOW_PCT)."""
+        return EFFICIENCY_LOW_PCT
+
+    @property
     def high(self) -> bool:
         return self.efficiency_pct > EFFICIENCY_HIGH_PCT
 

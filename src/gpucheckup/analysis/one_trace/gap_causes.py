@@ -65,30 +65,11 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
     gaps = timeline.gaps
     n = len(gaps)
     time = np.zeros((n, len(CAUSES)))
-    threads = np.zeros((n, 2), dtype=np.int64)
     sync_row = np.full(n, -1, dtype=np.int64)
     if n == 0:
-        return GapCauses(time, threads, sync_row)
+        return GapCauses(time, np.zeros((n, 2), dtype=np.int64), sync_row)
     host = trace.host
-    gpu = trace.gpu
-    main = _main_thread(trace, launch_rows)
-
-    # The op that ends each gap: the first op on the device starting at or after the gap's end.
-    launch_t = np.full(n, np.nan)
-    gpu_of_dev = by_key(gpu.device)  # one sort, not a mask per device (linear in devices x ops)
-    for dev, g in by_key(gaps.device).items():
-        on_dev = gpu_of_dev.get(dev, np.zeros(0, dtype=np.int64))
-        k = np.searchsorted(gpu.start[on_dev], gaps.end[g] - 1e-6, side="left")
-        has = k < len(on_dev)
-        op = np.where(has, on_dev[np.minimum(k, len(on_dev) - 1)], -1)
-        row = np.where(op >= 0, launch_rows[np.maximum(op, 0)], -1)
-        ok = row >= 0
-        launch_t[g[ok]] = host.start[row[ok]]
-        threads[g[ok], 0] = host.pid[row[ok]]
-        threads[g[ok], 1] = host.tid[row[ok]]
-        threads[g[~ok]] = main
-    no_launch = np.isnan(launch_t)
-    launch_t[no_launch] = gaps.end[no_launch]
+    launch_t, threads = _ending_launches(trace, gaps, launch_rows)
 
     queued = launch_t <= gaps.start
     time[queued, QUEUED] = gaps.dur[queued]
@@ -97,14 +78,7 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
 
     layers = _cause_rows(trace, launch_rows)
     all_sync_rows = host_calls.sync_call_rows(trace, launch_rows)
-    # Rows grouped by thread once (a key per (pid, tid) over host rows and gaps), not a mask per thread.
-    pid = np.concatenate([host.pid.astype(np.int64), threads[:, 0]])
-    tid = np.concatenate([host.tid.astype(np.int64), threads[:, 1]])
-    order = np.lexsort((tid, pid))  # (np.unique(axis=0) sorts a void view: far slower)
-    new_pair = np.r_[True, (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])]
-    thread_key = np.empty(len(pid), dtype=np.int64)
-    thread_key[order] = np.cumsum(new_pair) - 1
-    host_key, gap_key = thread_key[:len(host)], thread_key[len(host):]
+    host_key, gap_key = _thread_keys(host, threads)
     layer_rows = [(cause, {k: rows[i] for k, i in by_key(host_key[rows]).items()}) for cause, rows in layers]
     sync_of = {k: all_sync_rows[i] for k, i in by_key(host_key[all_sync_rows]).items()}
     none = np.zeros(0, dtype=np.int64)
@@ -124,6 +98,39 @@ def attribute_gaps(trace: Trace, steps: Steps, timeline: Timeline, launch_rows: 
         time[g, OTHER] += np.maximum((b - a) - explained, 0.0)
         _apply_sync_drain(time, sync_row, g, a, b, host, sync_of.get(key, none))
     return GapCauses(time, threads, sync_row)
+
+
+def _ending_launches(trace: Trace, gaps, launch_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each gap, the launch call of the op that ends it (the first op on the device starting at or after the
+    gap's end): its start (the gap's end when none) and its thread (pid, tid; the main thread when none)."""
+    host, gpu = trace.host, trace.gpu
+    n = len(gaps)
+    main = _main_thread(trace, launch_rows)
+    launch_t = np.full(n, np.nan)
+    threads = np.zeros((n, 2), dtype=np.int64)
+    gpu_of_dev = by_key(gpu.device)  # one sort, not a mask per device (linear in devices x ops)
+    for dev, g in by_key(gaps.device).items():
+        on_dev = gpu_of_dev.get(dev, np.zeros(0, dtype=np.int64))
+        k = np.searchsorted(gpu.start[on_dev], gaps.end[g] - 1e-6, side="left")
+        has = k < len(on_dev)
+        op = np.where(has, on_dev[np.minimum(k, len(on_dev) - 1)], -1)
+        row = np.where(op >= 0, launch_rows[np.maximum(op, 0)], -1)
+        ok = row >= 0
+        launch_t[g[ok]] = host.start[row[ok]]
+        threads[g[ok], 0] = host.pid[row[ok]]
+        threads[g[ok], 1] = host.tid[row[ok]]
+        threads[g[~ok]] = main
+    no_launch = np.isnan(launch_t)
+    launch_t[no_launch] = gaps.end[no_launch]
+    return launch_t, threads
+
+
+def _thread_keys(host, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One key per (pid, tid) over the host rows and the gaps' threads, so rows are grouped by thread once (not
+    a mask per thread): pair_ids, a search among the few threads' keys, not a lexsort of every host row."""
+    thread_key = pair_ids(np.concatenate([host.pid.astype(np.int64), threads[:, 0]]),
+                          np.concatenate([host.tid.astype(np.int64), threads[:, 1]]))
+    return thread_key[:len(host)], thread_key[len(host):]
 
 
 def _apply_sync_drain(time, sync_row, g, a, b, host, sync_rows) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import msgspec
 import numpy as np
 
 from gpucheckup.analysis.one_trace import host_calls
@@ -31,17 +32,82 @@ from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace
 
 
-def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> dict:
+class SyncCause(msgspec.Struct):
+    """The sync points of one cause (outer op, inner op, user frame, calls): how many, the host blocked, the GPU idle."""
+
+    op: str  # the outermost operator (else the first call)
+    inner_op: str | None
+    frame: str | None  # the innermost Python frame outside torch (None without stacks)
+    calls: list[str]
+    count: int
+    blocked_ms: float
+    gpu_idle_ms: float
+    per_step: float
+
+
+class SyncPoint(msgspec.Struct):
+    """One sync point: when (the trace's clock), what, the host blocked and the GPU idle it caused."""
+
+    t_us: float
+    op: str
+    inner_op: str | None
+    frame: str | None
+    blocked_us: float
+    gpu_idle_us: float
+
+
+class SyncStats(msgspec.Struct):
+    """Sync points in the window (module docstring), in total and per step, by cause (most GPU idle first) and each."""
+
+    recorded: bool  # the trace could hold a sync call (Trace.syncs_recorded)
+    count: int
+    count_per_step: float
+    blocked_ms: float
+    blocked_ms_per_step: float
+    gpu_idle_ms: float
+    gpu_idle_ms_per_step: float
+    by_cause: list[SyncCause]
+    points: list[SyncPoint]  # in time order
+
+
+def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapCauses) -> SyncStats:
     """Sync points in the window, grouped by what caused them."""
     host = trace.host
     lo, hi = steps.window
     calls = host_calls.sync_call_rows(trace, launch_rows)
     calls = calls[(host.start[calls] >= lo) & (host.start[calls] <= hi)]
+    points = _sync_points(trace, calls, _idle_by_call(causes))
+    n = len(points)
+    return SyncStats(
+        recorded=trace.syncs_recorded,
+        count=n,
+        count_per_step=n / steps.count,
+        blocked_ms=sum(p["blocked_us"] for p in points.values()) / 1000,
+        blocked_ms_per_step=sum(p["blocked_us"] for p in points.values()) / 1000 / steps.count,
+        gpu_idle_ms=sum(p["idle_us"] for p in points.values()) / 1000,
+        gpu_idle_ms_per_step=sum(p["idle_us"] for p in points.values()) / 1000 / steps.count,
+        by_cause=[SyncCause(**g) for g in _by_cause(points, steps.count)],
+        points=sorted(
+            (SyncPoint(t_us=p["start"], op=p["outer_op"] or p["calls"][0], inner_op=p["inner_op"], frame=p["frame"],
+                       blocked_us=p["blocked_us"], gpu_idle_us=p["idle_us"])
+             for p in points.values()),
+            key=lambda p: p.t_us,
+        ),
+    )
+
+
+def _idle_by_call(causes: GapCauses) -> dict[int, float]:
+    """The GPU idle time (us) each sync call's row drained (gap_causes' sync share of each gap)."""
     idle_by_call: dict[int, float] = defaultdict(float)
     for row, t in zip(causes.sync_row, causes.time[:, SYNC] if len(causes.time) else []):
         if row >= 0:
             idle_by_call[int(row)] += float(t)
+    return idle_by_call
 
+
+def _sync_points(trace: Trace, calls: np.ndarray, idle_by_call: dict[int, float]) -> dict[tuple, dict]:
+    """The sync points (module docstring): the calls inside one outermost operator, or a call outside every one."""
+    host = trace.host
     points: dict[tuple, dict] = {}
     around = _enclosing_all(trace, calls, (CPU_OP,))
     frames = _enclosing_all(trace, calls, (PYTHON,)) if trace.with_stack else {}
@@ -62,7 +128,11 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
         p["calls"].append(trace.names[host.name[row]])
         p["blocked_us"] += float(host.end[row] - host.start[row])
         p["idle_us"] += idle_by_call.get(int(row), 0.0)
+    return points
 
+
+def _by_cause(points: dict[tuple, dict], n_steps: int) -> list[dict]:
+    """The points grouped by cause (operators, user frame, calls), the most GPU idle first."""
     groups: dict[tuple, dict] = {}
     for p in points.values():
         key = (p["outer_op"], p["inner_op"], p["frame"], tuple(sorted(set(p["calls"]))))
@@ -80,24 +150,8 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
         g["gpu_idle_ms"] += p["idle_us"] / 1000
     by_cause = sorted(groups.values(), key=lambda g: (-g["gpu_idle_ms"], -g["count"]))
     for g in by_cause:
-        g["per_step"] = g["count"] / steps.count
-    n = len(points)
-    return {
-        "recorded": trace.syncs_recorded,
-        "count": n,
-        "count_per_step": n / steps.count,
-        "blocked_ms": sum(p["blocked_us"] for p in points.values()) / 1000,
-        "blocked_ms_per_step": sum(p["blocked_us"] for p in points.values()) / 1000 / steps.count,
-        "gpu_idle_ms": sum(p["idle_us"] for p in points.values()) / 1000,
-        "gpu_idle_ms_per_step": sum(p["idle_us"] for p in points.values()) / 1000 / steps.count,
-        "by_cause": by_cause,
-        "points": sorted(
-            ({"t_us": p["start"], "op": p["outer_op"] or p["calls"][0], "inner_op": p["inner_op"],
-              "frame": p["frame"], "blocked_us": p["blocked_us"], "gpu_idle_us": p["idle_us"]}
-             for p in points.values()),
-            key=lambda p: p["t_us"],
-        ),
-    }
+        g["per_step"] = g["count"] / n_steps
+    return by_cause
 
 
 def _enclosing_all(trace: Trace, rows: np.ndarray, cats: tuple[int, ...]) -> dict[int, list[int]]:

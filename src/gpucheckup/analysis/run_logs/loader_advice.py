@@ -22,7 +22,7 @@ Definitions (docs/metrics.md, "DataLoader benchmark"):
   rate within the cap: beyond it more workers buy less than the noise of such a measurement.
   So the advice follows the measured curve: a rate that keeps rising sets the knee further out.
 - the GPU's need: 1000 / step_ms where step_ms is the GPU's step time without waiting for data
-  (gpu_step_from_report; from a CPU check-up, the training step's time without waiting for
+  (step_without_data; from a CPU check-up, the training step's time without waiting for
   data). The loader is the bottleneck when even the best rate within the cap is below the need;
   otherwise the fewest workers whose rate is at least HEADROOM (1.1) x the need suffice: the 10%
   margin absorbs per-batch jitter that prefetching (prefetch_factor batches per worker) cannot hide.
@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+
+from gpucheckup.document import CpuReport, TraceReport, Window
 
 FLAT_PCT = 10.0
 HEADROOM = 1.1
@@ -225,21 +227,26 @@ def _workers(n: int) -> str:
     return "1 worker" if n == 1 else f"{n} workers"
 
 
-def gpu_step_from_report(report: dict, run_steps: dict | None = None) -> tuple[float, str]:
-    """The step time without waiting for data, in ms, from a check-up report dict, and how it was derived: on a GPU
-    the report's step time (`window.step_ms`: without the profiler when that correction applied) minus the input
-    idle per step; in a CPU check-up the run's unprofiled step (`run_steps`, else the report's run figures; else the
-    profiled step) minus the main thread's DataLoader time per profiled step. ValueError when it has neither."""
-    prof = report.get("profiler") or {}
-    window = report.get("window") or {}
-    gaps = report.get("gaps") or {}
-    cpu = report.get("cpu") or {}
-    if not window.get("step_ms") and cpu.get("step_median_ms"):
-        return _cpu_step(cpu, run_steps or ((report.get("run_figures") or {}).get("steps") or {}))
+def step_without_data(part: TraceReport | CpuReport, run_steps: dict | None = None) -> tuple[float, str]:
+    """The step time without waiting for data, in ms, from one check-up of a document, and how it was derived: on a
+    GPU the check-up's step time (gpu_step); in a CPU check-up the run's unprofiled step (`run_steps`: the run's step
+    figures) else the profiled step, minus the main thread's DataLoader time per profiled step. ValueError when it
+    has neither."""
+    if isinstance(part, CpuReport):
+        if not part.cpu.get("step_median_ms"):
+            raise ValueError("the check-up has no step time")
+        return _cpu_step(part.cpu, run_steps or {})
+    return gpu_step(part.window, part.profiler, part.gaps)
+
+
+def gpu_step(window: Window, profiler: dict | None, gaps: dict) -> tuple[float, str]:
+    """A GPU check-up's step without waiting for data: its step (the unprofiled one when the profiler correction
+    applied, else the window's `step_ms`) minus the input idle per step; ValueError without a step."""
+    prof = profiler or {}
     if prof.get("applied") and prof.get("unprofiled_step_ms"):
         step, how = float(prof["unprofiled_step_ms"]), "unprofiled step"
-    elif window.get("step_ms"):
-        step, how = float(window["step_ms"]), f"step ({window.get('basis', 'the report basis')})"
+    elif window.step_ms:
+        step, how = float(window.step_ms), f"step ({window.basis})"
     else:
         raise ValueError("the check-up has no step time")
     wait = float((gaps.get("per_step_ms") or {}).get("input") or 0.0)
@@ -247,7 +254,7 @@ def gpu_step_from_report(report: dict, run_steps: dict | None = None) -> tuple[f
 
 
 def _cpu_step(cpu: dict, steps: dict) -> tuple[float, str]:
-    """A CPU check-up's step without waiting for data (gpu_step_from_report)."""
+    """A CPU check-up's step without waiting for data (step_without_data)."""
     if steps.get("unprofiled_ms"):
         step, how = float(steps["unprofiled_ms"]), "unprofiled step (steps.csv)"
     elif steps.get("late_median_ms"):

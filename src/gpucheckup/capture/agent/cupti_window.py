@@ -501,36 +501,8 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         return (unix_ns - base) / 1000.0
 
     lo_rec = marks[1] if len(marks) > 1 else lo  # the warm-up step's end: what ended before it is not kept
-    ev: list[dict] = []
-    streams: set[tuple[int, int]] = set()
-    syncs = []
-    for r in records:
-        kind, start, end, dev, stream, corr, ctx = r[:7]
-        if kind == "sync":
-            syncs.append(r)
-            continue
-        t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
-        if t1 < t0 or t1 < lo_rec:
-            continue
-        streams.add((dev, stream))
-        args = {"device": dev, "context": ctx, "stream": stream, "correlation": corr}
-        if kind == "kernel":
-            name, grid, block, regs, smem = r[7:]
-            args.update({"registers per thread": regs, "shared memory": smem, "grid": list(grid), "block": list(block)})
-            ev.append({"ph": "X", "cat": "kernel", "name": demangle(name), "pid": dev, "tid": stream, "ts": us(t0),
-                       "dur": (t1 - t0) / 1000.0, "args": args})
-        elif kind == "memcpy":
-            ck, src, dst, nbytes = r[7:]
-            args["bytes"] = nbytes
-            name = f"Memcpy {MEMCPY_KINDS.get(ck, 'Unknown')} ({MEMORY_KINDS.get(src, 'Unknown')} -> " \
-                   f"{MEMORY_KINDS.get(dst, 'Unknown')})"
-            ev.append({"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": dev, "tid": stream, "ts": us(t0),
-                       "dur": (t1 - t0) / 1000.0, "args": args})
-        else:
-            mk, nbytes = r[7:]
-            args["bytes"] = nbytes
-            ev.append({"ph": "X", "cat": "gpu_memset", "name": f"Memset ({MEMORY_KINDS.get(mk, 'Unknown')})",
-                       "pid": dev, "tid": stream, "ts": us(t0), "dur": (t1 - t0) / 1000.0, "args": args})
+    ev, streams = _gpu_events(records, clock, lo_rec, us)
+    syncs = [r for r in records if r[0] == "sync"]
     host = []
     # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; each later mark ends a recorded step
     for i in range(2, len(marks)):
@@ -541,6 +513,51 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
     for ext, (name, t0, t1) in enumerate(sorted(host, key=lambda r: (r[1], -r[2])), start=1):
         ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": us(t0),
                    "dur": max(t1 - t0, 0) / 1000.0, "args": {"External id": ext}})
+    trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
+             "traceEvents": _metadata(pid, tid, streams) + ev,
+             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host),
+                                  "sync_calls": _sync_counts(syncs)}}
+    if dist:
+        trace["distributedInfo"] = dist
+    return trace
+
+
+def _gpu_events(records, clock: Clock, lo_rec: int, us) -> tuple[list[dict], set[tuple[int, int]]]:
+    """The kernel, copy and memset records that end after the warm-up step as Kineto's GPU events, and the
+    (device, stream) pairs they ran on."""
+    ev: list[dict] = []
+    streams: set[tuple[int, int]] = set()
+    for r in records:
+        kind, start, end, dev, stream, corr, ctx = r[:7]
+        if kind == "sync":
+            continue
+        t0, t1 = clock.unix_ns(start), clock.unix_ns(end)
+        if t1 < t0 or t1 < lo_rec:
+            continue
+        streams.add((dev, stream))
+        args = {"device": dev, "context": ctx, "stream": stream, "correlation": corr}
+        if kind == "kernel":
+            name, grid, block, regs, smem = r[7:]
+            args.update({"registers per thread": regs, "shared memory": smem, "grid": list(grid), "block": list(block)})
+            cat = "kernel"
+            name = demangle(name)
+        elif kind == "memcpy":
+            ck, src, dst, nbytes = r[7:]
+            args["bytes"] = nbytes
+            cat = "gpu_memcpy"
+            name = f"Memcpy {MEMCPY_KINDS.get(ck, 'Unknown')} ({MEMORY_KINDS.get(src, 'Unknown')} -> " \
+                   f"{MEMORY_KINDS.get(dst, 'Unknown')})"
+        else:
+            mk, nbytes = r[7:]
+            args["bytes"] = nbytes
+            cat, name = "gpu_memset", f"Memset ({MEMORY_KINDS.get(mk, 'Unknown')})"
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": stream, "ts": us(t0),
+                   "dur": (t1 - t0) / 1000.0, "args": args})
+    return ev, streams
+
+
+def _metadata(pid: int, tid: int, streams: set[tuple[int, int]]) -> list[dict]:
+    """Kineto's metadata events: the host process and thread, each GPU and each of its streams named."""
     meta = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python3"}},
             {"ph": "M", "name": "process_labels", "pid": pid, "tid": 0, "args": {"labels": "CPU"}},
             {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "thread " + str(tid) + " (python)"}}]
@@ -548,13 +565,7 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         meta.append({"ph": "M", "name": "process_labels", "pid": dev, "tid": 0, "args": {"labels": f"GPU {dev}"}})
     for dev, s in sorted(streams):
         meta.append({"ph": "M", "name": "thread_name", "pid": dev, "tid": s, "args": {"name": f"stream {s}"}})
-    trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
-             "traceEvents": meta + ev,
-             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host),
-                                  "sync_calls": _sync_counts(syncs)}}
-    if dist:
-        trace["distributedInfo"] = dist
-    return trace
+    return meta
 
 
 def sync_events(syncs, clock: Clock, lo: int, hi, pid: int, tid: int, us) -> list[dict]:

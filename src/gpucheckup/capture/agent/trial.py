@@ -4,8 +4,9 @@ Active only where GPUCHECKUP_TRY names them (the `try` command sets it in its tr
 plain `gpucheckup run` never does). Each patch is small, changes one setting the job's own code
 would pass, and says what it did and where, or "not applied: why"; the job runs either way:
 
-- dataloader_workers[=N]: DataLoader(num_workers=N) where the job asked for fewer (N: the `try`
-  command's, from the check-up's workers_to_keep_pace and the usable cores). Not applied to an
+- dataloader_workers[=N]: DataLoader(num_workers=N, persistent_workers=True) where the job asked for
+  fewer workers (N: the `try` command's, from the check-up's workers_to_keep_pace and the usable
+  cores), as the advice says it: workers that are not persistent start again every epoch. Not applied to an
   IterableDataset (each worker would replay the whole stream unless the dataset shards itself) nor
   with a collate_fn whose code names `cuda` (a worker cannot build CUDA tensors).
 - persistent_workers: DataLoader(persistent_workers=True) where it has workers.
@@ -235,6 +236,9 @@ class Trial:
                 changes.append(f"num_workers {workers} -> {n}")
                 applied.append("dataloader_workers")
                 kw["num_workers"] = workers = n
+                if not kw.get("persistent_workers"):  # as the advice says: workers started once, not every epoch
+                    kw["persistent_workers"] = True
+                    changes.append("persistent_workers")
         if "persistent_workers" in w:
             if kw.get("persistent_workers"):
                 self.note("persistent_workers", False, f"DataLoader at {where} already keeps its workers")

@@ -1,0 +1,50 @@
+"""The reader's growing column buffers give the same table as joining its chunks' pieces (trace/columns.py)."""
+
+import numpy as np
+
+from gpucheckup.trace.columns import MIN_ROWS, Columns
+
+
+def _pieces(sizes, seed=0):
+    """Pieces as the reader makes them: numeric columns and a raw JSON column (bytes joined, row lengths)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in sizes:
+        rows = [b"[%d]" % v if v % 3 else b"" for v in rng.integers(0, 1000, n)]
+        out.append({"start": rng.random(n), "cat": rng.integers(0, 5, n).astype(np.int8),
+                    "shapes": (b"".join(rows), np.array([len(r) for r in rows], dtype=np.int64))})
+    return out
+
+
+def test_appended_chunks_equal_their_concatenation():
+    # sizes crossing the first buffer's size and several doublings, with empty chunks between
+    sizes = [0, 5, MIN_ROWS - 5, 1, 0, 3 * MIN_ROWS + 7, 17, 9 * MIN_ROWS]
+    pieces = _pieces(sizes)
+    t = Columns()
+    for p in pieces:
+        t.append(p)
+    assert len(t) == sum(sizes)
+    cols = t.take(("start", "cat", "never"), ("shapes", "absent"), {"never": np.int64, "start": float, "cat": np.int8})
+    np.testing.assert_array_equal(cols["start"], np.concatenate([p["start"] for p in pieces]))
+    assert cols["cat"].dtype == np.int8
+    assert cols["cat"].tolist() == [v for p in pieces for v in p["cat"].tolist()]
+    assert cols["never"].dtype == np.int64 and len(cols["never"]) == 0
+    data, offsets = cols["shapes"]
+    assert data == b"".join(p["shapes"][0] for p in pieces)
+    # row i's bytes: data[offsets[i]:offsets[i + 1]], the lengths summed by hand from 0
+    lengths = np.concatenate([p["shapes"][1] for p in pieces])
+    assert offsets[0] == 0 and np.diff(offsets).tolist() == lengths.tolist()
+    assert cols["absent"][0] == b"" and cols["absent"][1].tolist() == [0] * (sum(sizes) + 1)
+    assert len(t) == 0
+
+
+def test_piece_copies_the_rows_so_far():
+    pieces = _pieces([3, 2 * MIN_ROWS])
+    t = Columns()
+    for p in pieces:
+        t.append(p)
+    one = t.piece()
+    t.column("start")[:] = -1  # the piece does not share the buffers
+    np.testing.assert_array_equal(one["start"], np.concatenate([p["start"] for p in pieces]))
+    assert one["shapes"][0] == pieces[0]["shapes"][0] + pieces[1]["shapes"][0]
+    assert Columns().piece() is None
