@@ -102,6 +102,7 @@ def test_ids_are_never_compared(tmp_path):
     compare shows no id among its figures."""
     pytest.importorskip("torch")
     out = tmp_path / "runs"
+    out.mkdir()  # run --out makes the run's own folder, not the folders above it
     for name in ("one", "two"):
         res = _cli("run", "--out", str(out / name), "--skip", "3", "--steps", "3", "--no-report", "--",
                    sys.executable, str(REPO / "tests" / "jobs" / "train_mlp.py"))
