@@ -115,6 +115,7 @@ def run_once(job: str, mode: str, work: Path, r: int, timeout_s: float = 240.0) 
     row = {"job": job, "mode": mode, "round": r}
     if mode != "plain":
         out = work / "runs" / f"{job}-{mode}-{r}"
+        out.parent.mkdir(parents=True, exist_ok=True)  # run --out makes one folder, not those above it
         light = mode == "light" or mode in CUPTI_MODES
         cmd = [PY, "-m", "gpucheckup", "run", "--out", str(out), "--skip", str(skip), "--steps", str(steps_k),
                "--no-report", *(["--light"] if light else []), "--", *cmd]

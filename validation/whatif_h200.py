@@ -74,6 +74,7 @@ def command(example: str, args: list[str], gpus: int) -> list[str]:
 def baseline(out: Path, example: str, args: list[str], gpus: int) -> tuple[Path, dict]:
     """Capture the baseline with `gpucheckup run`; its run directory and check-up JSON."""
     where = out / "runs" / example
+    where.parent.mkdir(parents=True, exist_ok=True)  # run --out makes one folder, not those above it
     report = out / f"{example}-checkup.json"
     subprocess.run(PY + ["gpucheckup", "run", "--out", str(where), "--json", str(report), "--no-report",
                          *RUN_OPTIONS.get(example, []), "--",

@@ -64,6 +64,7 @@ def main() -> None:
             steps, warm, meas, skip, window = 12, 2, 10, 4, 3
         t0 = time.time()
         where = a.out / "runs" / example
+        where.parent.mkdir(parents=True, exist_ok=True)  # run --out makes one folder, not those above it
         if a.fixes:
             fixes = [f for f in fixes if f[0][0] in a.fixes.split(",")]
         if not a.no_baseline:
