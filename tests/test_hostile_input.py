@@ -29,18 +29,10 @@ END = b'{"ph": "M", "name": "end", "pid": 0, "tid": 0}]}'  # closes a stream of 
 EVENTS = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2}, ' * 40000  # ~3 MB
 
 
-# The command as `gpucheckup` runs it, writing its own peak RSS (VmHWM) to the file $PEAK_RSS_OUT at exit. Not
-# the child's ru_maxrss: at exec the kernel folds the spawning process's resident set into it, so a child of a
-# test process that has grown (a whole suite: ~600 MB) would be charged for it.
-MEASURED = """import atexit, os, sys
-def _peak():
-    with open("/proc/self/status") as f, open(os.environ["PEAK_RSS_OUT"], "w") as out:
-        out.write(next(line.split()[1] for line in f if line.startswith("VmHWM:")))
-atexit.register(_peak)
-sys.argv = ["gpucheckup", *sys.argv[1:]]
-from gpucheckup.cli import entry
-entry()
-"""
+# The command as `gpucheckup` runs it, writing its own peak RSS (VmHWM) to $PEAK_RSS_OUT at exit: the fuzz's own
+# launcher (fuzz/run.py MEASURED says why not the child's ru_maxrss)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
+from run import MEASURED  # noqa: E402
 
 
 def run_measured(*args: str, timeout: float = 120, cwd=None) -> tuple[int, str, str, float]:

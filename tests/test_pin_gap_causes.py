@@ -40,6 +40,18 @@ def causes(tmp_path, host_events, launch_at=550.0, tid=1):
     return got, gap_causes.summarize(c, window.traced_window(st, 1)), c
 
 
+def attributed(tmp_path, events):
+    """The trace of `events` read back: its gaps as (start, end), each cause's nonzero time in its first gap, and
+    the attribution itself."""
+    tr = read_trace(write_trace(tmp_path / "t.json", events))
+    rows = launches.launch_rows(tr)
+    st = steps.find_steps(tr, rows)
+    tl = timeline.gpu_timeline(tr, st)
+    c = gap_causes.attribute_gaps(tr, st, tl, rows)
+    got = {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} if len(c.time) else {}
+    return list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())), got, c
+
+
 def test_host_stretch_split_by_the_launching_thread_state(tmp_path):
     # [100, 550]: the loader 150-300, an operator 350-450, nothing else (200 us of Python); [550, 600] latency
     got, summary, c = causes(tmp_path, [ev("user_annotation", LOADER, 150, 150), ev("cpu_op", "aten::mm", 350, 100)])
@@ -149,14 +161,9 @@ def test_the_training_thread_is_the_one_that_launched_the_most(tmp_path):
     # charged to thread 1's state: its loader wait 500-700 is input (200), the rest other host (500)
     events = [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(0, 0, 100, 1, tid=2)
     events += kernel(100, 100, 200, 2) + kernel(200, 200, 300, 3) + [ev("user_annotation", LOADER, 500, 200)]
-    tr = read_trace(write_trace(tmp_path / "t.json", events))
-    rows = launches.launch_rows(tr)
-    st = steps.find_steps(tr, rows)
-    tl = timeline.gpu_timeline(tr, st)
-    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(300, 1000)]
-    c = gap_causes.attribute_gaps(tr, st, tl, rows)
-    assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx(
-        {"input": 200, "other_host": 500})
+    gaps, got, c = attributed(tmp_path, events)
+    assert gaps == [(300, 1000)]
+    assert got == pytest.approx({"input": 200, "other_host": 500})
     assert c.thread.tolist() == [[1, 1]]
 
 
@@ -165,11 +172,6 @@ def test_a_gap_ended_by_the_traces_first_gpu_op_has_its_launch_latency(tmp_path)
     # host's until the launch, [0, 300] with nothing open on thread 1 (other host, 300), then the launch's own
     # latency [300, 400] (launch, 100)
     events = [ev("user_annotation", "ProfilerStep#1", 0, 1000)] + kernel(300, 400, 1000, 1)
-    tr = read_trace(write_trace(tmp_path / "t.json", events))
-    rows = launches.launch_rows(tr)
-    st = steps.find_steps(tr, rows)
-    tl = timeline.gpu_timeline(tr, st)
-    assert list(zip(tl.gaps.start.tolist(), tl.gaps.end.tolist())) == [(0, 400)]
-    c = gap_causes.attribute_gaps(tr, st, tl, rows)
-    assert {k: v for k, v in zip(gap_causes.CAUSES, c.time[0].tolist()) if v} == pytest.approx(
-        {"other_host": 300, "launch": 100})
+    gaps, got, _ = attributed(tmp_path, events)
+    assert gaps == [(0, 400)]
+    assert got == pytest.approx({"other_host": 300, "launch": 100})
