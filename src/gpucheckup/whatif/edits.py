@@ -120,8 +120,12 @@ def _in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
     """Per node: whether its host row starts inside the optimizer's own span on its thread
     (analysis/one_trace/optimizer_spans.py: not the closure's forward and backward), or in an
     `Optimizer.zero_grad#` range when `zero_grad`."""
+    return _starts_inside(g, *optimizer_rows(g.trace, zero_grad))
+
+
+def _starts_inside(g: Graph, lo: np.ndarray, hi: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Per node: whether its host row starts inside one of the intervals [lo, hi] on its thread."""
     host = g.trace.host
-    lo, hi, tid = optimizer_rows(g.trace, zero_grad)
     rows = g.h_row[g.h_row >= 0]
     out = np.zeros(len(g.h_kind), dtype=bool)
     out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], lo, hi, tid)
@@ -433,7 +437,8 @@ def fused_optimizer(g: Graph) -> Edit:
     floor = _kernel_floor_us(g)
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
-    spans, cpu_ops = _span_index(optimizer_rows(g.trace)), _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
+    spans = _span_index(optimizer_rows(g.trace))
+    cpu_ops = _by_start(g.trace, np.flatnonzero(g.trace.host.cat == CPU_OP))
     for at in by_key(g.g_step[launch_ops]).values():  # one sort by step (a mask per step was steps x ops)
         ops = launch_ops[at]
         lo, hi = np.searchsorted(region_all, [g.g_launch[ops].min(), g.g_launch[ops].max()], side="left")
@@ -719,8 +724,8 @@ def torch_compile(g: Graph) -> Edit:
     launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
     kernels) keeps its launch, costing the host what generated code costs per launch (COMPILED_LAUNCH_LAUNCHES:
     its launcher and call and the Python before it) or its eager cost where that was less
-    (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the compiled model
-    (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
+    (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the
+    compiled model (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
     optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
     g = g.copy()
@@ -753,11 +758,8 @@ def _already_compiled(g: Graph) -> np.ndarray:
     if "already_compiled" not in g.memo:
         host = g.trace.host
         ranges = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n.startswith(COMPILED_RANGES))))
-        out = np.zeros(len(g.h_kind), dtype=bool)
-        rows = g.h_row[g.h_row >= 0]
-        out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], host.start[ranges].astype(np.float64),
-                                       host.end[ranges].astype(np.float64), host.tid[ranges])
-        g.memo["already_compiled"] = out
+        g.memo["already_compiled"] = _starts_inside(g, host.start[ranges].astype(np.float64),
+                                                    host.end[ranges].astype(np.float64), host.tid[ranges])
     return g.memo["already_compiled"]
 
 
