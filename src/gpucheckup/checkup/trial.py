@@ -37,11 +37,14 @@ from gpucheckup.diagnosis.fixes import BY_KEY, advised_workers
 from gpucheckup.document import SCHEMA_VERSION, AbSide, Trial, TryCheckup, TryDocument
 from gpucheckup.errors import CheckupError
 
+
 def side_effects(checkup_run: bool) -> str:
     """What a trial runs, said first: the command again, once more for the check-up when it runs one."""
     first = "once for the check-up, then " if checkup_run else ""
     return (f"gpucheckup try runs your command again: {first}the base and each fix in turn for every round, each a "
             "whole process with all its side effects (files and checkpoints it writes, what it logs or sends).")
+
+
 # the check-up's fixes the agent can apply, and the trial that applies each
 PROPOSED = {"dataloader_workers": "dataloader_workers", "more_workers": "dataloader_workers",
             "pin_memory": "pin_memory", "fused_optimizer": "fused_optimizer", "tf32": "tf32",
