@@ -8,6 +8,9 @@ dropped). The worker count of `dataloader_workers` is the one the baseline's che
 (`checkups[].dataloader.workers_to_keep_pace`), read on the machine before the fix is measured. Writes
 OUT/runs/JOB-*/ (the run directories), OUT/ab/JOB-FIX.json and OUT/measured.json.
 
+With `--pairs JOB:FIX,...` `measure` captures no baseline: it measures those fixes again with `ab` (more rounds,
+another machine), the worker count as MEASURED's row of that fix says; the rows say their rounds.
+
 `report` runs anywhere, with the code as it is: it checks up each baseline run directory again, joins each fix's
 prediction (the ranked fix's replayed `predicted.saving_pct`, else its bound `saving_ms` as a share of the step)
 with the measurement, and writes the table (Markdown) and the per-job checks: the verdict names the bottleneck of
@@ -22,6 +25,8 @@ the worker count the same as that `ab`'s flag, read from MEASURED), one `try` pe
 whether they agree: the two intervals overlap.
 
     python validation/framework_corpus.py measure OUT [--only hf,lightning] [--rounds 2] [--deadline-s 540]
+    python validation/framework_corpus.py measure OUT --pairs hf:no_host_reads,sync:no_host_reads --rounds 4 \
+        --measured tests/data/h200/corpus/measured.json   # again, ab only, the same flags (workers as measured)
     python validation/framework_corpus.py report OUT [OUT2 ...] [--md FILE]
     python validation/framework_corpus.py try OUT --measured tests/data/h200/corpus/measured.json [--only ...]
     python validation/framework_corpus.py try-report OUT --measured tests/data/h200/corpus/measured.json [--md FILE]
@@ -70,7 +75,8 @@ JOBS = {
         FUSED, WORKERS, ("torch_compile", ("--compile", "default"), "code"))),
     "timm": Job("train_timm_amp.py", (), 200, 80, 10, 40, 120, (
         FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"),
-        ("cudnn_benchmark", ("--cudnn-benchmark", "1"), "config"))),
+        ("cudnn_benchmark", ("--cudnn-benchmark", "1"), "config"),
+        ("torch_compile", ("--compile", "default"), "code"))),
     "input": Job("train_input_bound.py", (), 40, 16, 5, 8, 24, (WORKERS, ("pin_memory", ("--pin", "1"), "config"))),
     "accelerate": Job("train_accelerate.py", (), 200, 80, 10, 40, 120, (
         FUSED, ("torch_compile", ("--compile", "default"), "code"))),
@@ -78,7 +84,8 @@ JOBS = {
         ("no_host_reads", ("--log-every", "100"), "config"), FUSED), torchrun=True),
     "compiled": Job("train_launch_bound.py", ("--compile", "default"), 200, 80, 10, 40, 120, (
         FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
-    "forloop": Job("train_launch_bound.py", ("--foreach", "0"), 200, 80, 10, 30, 120, (FUSED,)),
+    "forloop": Job("train_launch_bound.py", ("--foreach", "0"), 200, 80, 10, 30, 120, (
+        FUSED, ("torch_compile", ("--compile", "default"), "code"))),
     "sync": Job("train_sync_bound.py", (), 150, 60, 10, 20, 100, (("no_host_reads", ("--reads", "0"), "config"), FUSED)),
     "gpu": Job("train_gpu_bound.py", ("--batch", "16"), 90, 40, 6, 20, 50, (
         ("torch_compile", ("--compile", "default"), "code"),)),
@@ -99,6 +106,39 @@ def advised_workers(run_dir: Path) -> int:
         return max(int(dl.get("workers_to_keep_pace") or 0) for dl in loaders) or 8
     except (ValueError, KeyError, TypeError):
         return 8
+
+
+def ab_row(out: Path, name: str, key: str, flags: tuple[str, ...], tier: str, rounds: int) -> dict:
+    """Measure one fix of one job with ab (A the job as written, B with the fix's flags): its measured.json row."""
+    job = JOBS[name]
+    res = out / "ab" / f"{name}-{key}.json"
+    t1 = time.time()
+    proc = subprocess.run(GC + ["ab", "--rounds", str(rounds), "--warmup", str(job.warmup), "--measure",
+                                str(job.measure), "--json", str(res), "--", *command(job), "--",
+                                *command(job, flags)], check=False)
+    ab = json.loads(res.read_text()) if res.exists() else {}
+    return {"job": name, "fix": key, "flags": " ".join(flags), "tier": tier, "ab_rc": proc.returncode,
+            "measured_saving_pct": -ab["change_pct"] if "change_pct" in ab else None,
+            "interval_pct": [-x for x in reversed(ab["interval_pct"])] if ab.get("interval_pct") else None,
+            "verdict": ab.get("verdict"), "a_ms": (ab.get("a") or {}).get("median_ms"),
+            "b_ms": (ab.get("b") or {}).get("median_ms"), "rounds": rounds, "seconds": round(time.time() - t1)}
+
+
+def remeasure(out: Path, pairs: list[str], measured: list[dict], rounds: int, deadline: float) -> None:
+    """Measure JOB:FIX pairs again with ab only (no baseline), the flags as MEASURED's rows or the job's own."""
+    rows = []
+    (out / "ab").mkdir(parents=True, exist_ok=True)
+    for pair in pairs:
+        name, key = pair.split(":")
+        if time.time() > deadline:
+            print(f"{pair}: skipped (deadline)", flush=True)
+            continue
+        tier, flags = next((t, fl) for k, fl, t in JOBS[name].fixes if k == key)
+        old = next((m for m in measured if m["job"] == name and m["fix"] == key), None)
+        flags = tuple(old["flags"].split()) if old else tuple(f.replace("{workers}", "8") for f in flags)
+        rows.append(ab_row(out, name, key, flags, tier, rounds))
+        print(json.dumps(rows[-1]), flush=True)
+        (out / "measured.json").write_text(json.dumps(rows, indent=1))
 
 
 def measure(out: Path, names: list[str], rounds: int, deadline: float) -> None:
@@ -122,18 +162,7 @@ def measure(out: Path, names: list[str], rounds: int, deadline: float) -> None:
                 print(f"{name} {key}: skipped (deadline)", flush=True)
                 continue
             flags = tuple(f.replace("{workers}", str(workers)) for f in flags)
-            res = out / "ab" / f"{name}-{key}.json"
-            t1 = time.time()
-            proc = subprocess.run(GC + ["ab", "--rounds", str(rounds), "--warmup", str(job.warmup), "--measure",
-                                        str(job.measure), "--json", str(res), "--", *command(job), "--",
-                                        *command(job, flags)], check=False)
-            ab = json.loads(res.read_text()) if res.exists() else {}
-            row = {"job": name, "fix": key, "flags": " ".join(flags), "tier": tier, "ab_rc": proc.returncode,
-                   "measured_saving_pct": -ab["change_pct"] if "change_pct" in ab else None,
-                   "interval_pct": [-x for x in reversed(ab["interval_pct"])] if ab.get("interval_pct") else None,
-                   "verdict": ab.get("verdict"), "a_ms": (ab.get("a") or {}).get("median_ms"),
-                   "b_ms": (ab.get("b") or {}).get("median_ms"),
-                   "seconds": round(time.time() - t1)}
+            row = ab_row(out, name, key, flags, tier, rounds)
             rows.append(row)
             print(json.dumps(row), flush=True)
             (out / "measured.json").write_text(json.dumps(rows, indent=1))
@@ -297,6 +326,7 @@ def main() -> None:
     p.add_argument("what", choices=["measure", "report", "try", "try-report"])
     p.add_argument("out", type=Path, nargs="+")
     p.add_argument("--only", help="comma-separated jobs (default: all)")
+    p.add_argument("--pairs", help="measure: comma-separated JOB:FIX to measure again, ab only (no baseline)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--deadline-s", type=float, default=540.0)
     p.add_argument("--md", type=Path)
@@ -308,6 +338,9 @@ def main() -> None:
         try_jobs(a.out[0], a.only.split(",") if a.only else list(JOBS), measured, a.rounds, time.time() + a.deadline_s)
     elif a.what == "try-report":
         try_report(a.out[0], measured, a.md)
+    elif a.what == "measure" and a.pairs:
+        a.out[0].mkdir(parents=True, exist_ok=True)
+        remeasure(a.out[0], a.pairs.split(","), measured, a.rounds, time.time() + a.deadline_s)
     elif a.what == "measure":
         a.out[0].mkdir(parents=True, exist_ok=True)
         measure(a.out[0], a.only.split(",") if a.only else list(JOBS), a.rounds, time.time() + a.deadline_s)
