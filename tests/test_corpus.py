@@ -24,19 +24,23 @@ from gpucheckup.diagnosis.savings import FixPrediction
 CORPUS = Path(__file__).parent / "data" / "h200" / "corpus"
 MEASURED = json.loads((CORPUS / "measured.json").read_text())
 
-# By hand, from measured.json: each job's fix with the largest measured saving that ab called faster, and the
-# bottleneck that fix relieves. cuda_graph, torch_compile and fused_optimizer remove host launches and dispatch on
-# loops whose GPU idles waiting for them (launch_bound); more DataLoader workers remove the wait for batches
-# (input_bound). The sync job has no fix measured faster, so no verdict is implied for it.
+# By hand, from measured.json (each fix's measurement of record: the latest `ab` with the most rounds, the earlier
+# one kept in its row): each job's fix with the largest measured saving that ab called faster, and the bottleneck
+# that fix relieves. cuda_graph, torch_compile and fused_optimizer remove host launches and dispatch on loops whose
+# GPU idles waiting for them (launch_bound); more DataLoader workers remove the wait for batches (input_bound). The
+# GradScaler loop (`amp`) has no fix measured faster since its fused optimizer was measured again (19.8% over 2
+# rounds, 0.3% over 3), so no verdict is implied for it.
 BEST = {
     "hf": ("cuda_graph", "launch_bound"),           # 46.4%
     "lightning": ("fused_optimizer", "launch_bound"),  # 7.5%
     "timm": ("cuda_graph", "launch_bound"),         # 67.9%
-    "input": ("dataloader_workers", "input_bound"),  # 94.7%
+    "input": ("dataloader_workers", "input_bound"),  # 94.9%
     "accelerate": ("torch_compile", "launch_bound"),  # 31.6%
-    "amp": ("fused_optimizer", "launch_bound"),     # 19.8%
     "forloop": ("fused_optimizer", "launch_bound"),  # 51.3%
 }
+# Not resolved by the measurements: the sync job's removed reads saved 23.0% (sync_bound), its check-up reads
+# launch_bound because CUDA graphs replay 31% there, a fix not measured on it (docs/validation.md 7h)
+UNMEASURED_LEAD = {"sync": ("no_host_reads", "cuda_graph")}
 FRAMEWORK = {"hf": "hf_trainer", "lightning": "lightning", "accelerate": "accelerate", "timm": "plain", "input": "plain",
              "amp": "plain", "forloop": "plain", "sync": "plain"}
 JOBS = sorted(FRAMEWORK)
@@ -53,7 +57,19 @@ def test_the_table_of_best_fixes_is_the_measurement():
     for job, (fix, _) in BEST.items():
         faster = [r for r in MEASURED if r["job"] == job and r["verdict"] == "faster"]
         assert max(faster, key=lambda r: r["measured_saving_pct"])["fix"] == fix, job
-    assert not [r for r in MEASURED if r["job"] == "sync" and r["verdict"] == "faster"]
+    assert not [r for r in MEASURED if r["job"] == "amp" and r["verdict"] == "faster"]
+
+
+@pytest.mark.parametrize("job", sorted(UNMEASURED_LEAD))
+def test_a_verdict_the_measurements_do_not_settle_rests_on_an_unmeasured_fix(docs, job):
+    """Where the verdict names another bottleneck than the best measured fix's, the fix it follows was not
+    measured and its replay exceeds the measured best (else the verdict is wrong)."""
+    measured_best, lead = UNMEASURED_LEAD[job]
+    best = max((r for r in MEASURED if r["job"] == job and r["verdict"] == "faster"),
+               key=lambda r: r["measured_saving_pct"])
+    assert best["fix"] == measured_best and not [r for r in MEASURED if r["job"] == job and r["fix"] == lead]
+    saving = {f.key: f.predicted.saving_pct for f in docs[job].fixes if f.predicted}
+    assert saving[lead] > best["measured_saving_pct"] and docs[job].verdict.primary == "launch_bound"
 
 
 @pytest.mark.parametrize("job", sorted(BEST))
@@ -149,10 +165,11 @@ def test_the_fused_edit_drops_the_operators_the_foreach_form_runs_before_its_fir
 
 
 def test_what_to_try_first_is_not_a_cheap_fix_worth_a_fraction_of_a_percent(docs):
-    # hf: Trainer's NaN-filter read (a configuration fix, 0.3% replayed) against CUDA graphs (a code change, 50.7%;
-    # measured 46.4%): the graphs come first, the read after every fix worth a tenth of the largest saving
+    # hf: Trainer's NaN-filter read (a configuration fix, 1.1% replayed) against CUDA graphs and a larger batch (code
+    # changes, 47.7% and 49.3%; the graphs measured 46.4%): those come first, the read after every fix worth a tenth
+    # of the largest saving
     keys = [f.key for f in docs["hf"].fixes]
-    assert keys[0] == "cuda_graph" and keys.index("no_host_reads") > keys.index("torch_compile")
+    assert set(keys[:2]) == {"cuda_graph", "larger_batch"} and keys.index("no_host_reads") > keys.index("torch_compile")
     # amp: the fused optimizer (7.6%) is over a tenth of CUDA graphs' 56.9%, so the configuration fix stays first
     assert docs["amp"].fixes[0].key == "fused_optimizer"
 
@@ -161,9 +178,13 @@ def test_what_to_try_first_is_not_a_cheap_fix_worth_a_fraction_of_a_percent(docs
 # measured one after the other on one machine. Read through the schema's own types: a document the tool wrote then
 # must still load as the versioned JSON says.
 PAIRED = CORPUS / "try" / "paired"
+TF32 = "torch.set_float32_matmul_precision(\"high\"), torch.backends.cudnn.allow_tf32 = True at torch's import"
 PAIRS = {"lightning_workers": "DataLoader(num_workers 0 -> 1, persistent_workers) at validation/train_lightning.py:",
          "timm_fused": "SGD(fused=True) at validation/train_timm_amp.py:",
-         "input_workers": "DataLoader(num_workers 0 -> 19, persistent_workers) at validation/train_input_bound.py:"}
+         "input_workers": "DataLoader(num_workers 0 -> 19, persistent_workers) at validation/train_input_bound.py:",
+         # the configuration fixes the corpus's check-ups propose that no trial had measured (docs/validation.md 7h)
+         "input_pin": "DataLoader(pin_memory) at validation/train_input_bound.py:", "lightning_tf32": TF32,
+         "forloop_tf32": TF32}
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -208,3 +229,60 @@ def test_compile_on_an_autocast_transformer_predicts_its_measured_saving(docs):
     measured = next(r for r in MEASURED if r["job"] == "accelerate" and r["fix"] == "torch_compile")
     fix = next(f for f in docs["accelerate"].fixes if f.key == "torch_compile")
     assert abs(fix.predicted.saving_pct - measured["measured_saving_pct"]) <= 0.5 * measured["measured_saving_pct"]
+
+
+def _graph_of(job: str) -> replay.Graph:
+    return replay.build(read_trace(CORPUS / job / "traces" / "trace.json.gz"))
+
+
+def _launching_inside(g: replay.Graph, op_name: str) -> set[int]:
+    """Nodes whose host call runs inside an operator named op_name on its thread."""
+    host = g.trace.host
+    rows = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n == op_name)))
+    inside = whatif._starts_inside(g, host.start[rows].astype(float), host.end[rows].astype(float), host.tid[rows])
+    return set(np.flatnonzero(inside & np.isin(np.arange(len(g.h_kind)), g.g_launch)).tolist())
+
+
+def test_compiled_calls_hold_the_model_not_the_loop_around_it():
+    # torch.compile(model) compiles what the model runs: the batch is copied to the GPU before the model is called,
+    # `loss.backward()` seeds the gradient outside it, and Trainer clips the gradients after the backward. Counted
+    # as the model, Lightning's Python between the batch's copy and the forward (about 0.5 ms a step, traced) was cut
+    # as if compiled: 17.4% predicted, measured -8.2% (-19.4..11.7, measured.json)
+    light = _graph_of("lightning")
+    in_calls = {int(n) for _, _, nodes, _ in whatif._compiled_calls(light, whatif._outside_the_model(light))
+                for n in nodes}
+    gpu = light.trace.gpu
+    to_gpu = {int(j) for j, name in zip(light.g_launch, gpu.name)
+              if j >= 0 and "HtoD" in light.trace.names[name]}
+    assert to_gpu and not to_gpu & in_calls  # the batch's copies (pinned, Lightning's transfer) are not the model's
+    seeds = _launching_inside(light, "aten::ones_like")  # the seed of loss.backward(): one a step
+    assert len(seeds) == light.steps.count and not seeds & in_calls
+    hf = _graph_of("hf")
+    in_calls = {int(n) for _, _, nodes, _ in whatif._compiled_calls(hf, whatif._outside_the_model(hf)) for n in nodes}
+    clipping = _launching_inside(hf, "aten::_foreach_norm")  # clip_grad_norm_, after the backward
+    assert clipping and not clipping & in_calls
+
+
+def test_a_gradient_norm_check_goes_with_its_reads():
+    # the sync job reads a norm of every parameter's gradient after the backward, `[p.grad.norm().item() ...]`, and a
+    # statistic of each block's output in the forward; its fix (`--reads 0`) drops the check and keeps the
+    # statistics as tensors. Read every N steps, a value computed only for the read is computed every N steps: the
+    # norms go with their reads; the forward's statistics (read before the backward) stay
+    events = raw_events(CORPUS / "sync" / "traces" / "trace.json.gz")["traceEvents"]
+    norms = sum(e.get("name") == "aten::linalg_vector_norm" for e in events)
+    steps = sum(str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+                for e in events)
+    assert (norms, steps) == (160, 10)  # 16 parameters, 10 steps
+    g = _graph_of("sync")
+    reads = [j for j in np.flatnonzero(g.h_kind == replay.SYNC) if whatif._enclosing_ops(g, j) & whatif.SCALAR_READS]
+    assert len(reads) == 24 * steps  # 8 statistics and 16 norms a step
+    gone = whatif._read_producers(g, reads)
+    assert {whatif._outermost_op(g, g.h_row[k]) for k in gone} == {
+        r for r in np.flatnonzero(np.isin(g.trace.host.name, g.trace.name_ids(
+            lambda n: n == "aten::linalg_vector_norm")))}
+    means = _launching_inside(g, "aten::mean")
+    assert means and not means & set(gone)
+    # the prediction against the measurement: a configuration fix within 25% of what it saved
+    measured = next(r for r in MEASURED if r["job"] == "sync" and r["fix"] == "no_host_reads")
+    fix = next(f for f in gpucheckup.analyze(str(CORPUS / "sync")).document.fixes if f.key == "no_host_reads")
+    assert abs(fix.predicted.saving_pct - measured["measured_saving_pct"]) <= 0.25 * measured["measured_saving_pct"]

@@ -247,7 +247,7 @@ def test_compiled_calls_are_the_forward_and_the_backward_with_the_parameters_sha
     # launch_bound: no sync inside the model, so one forward (main thread) and one backward (autograd's thread) call
     # per step; their inputs: the parameters, counted independently as the AccumulateGrad operators of the trace
     g = _graph("launch_bound")
-    calls = whatif._compiled_calls(g, whatif._in_optimizer(g, zero_grad=True))
+    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
     host, names = g.trace.host, g.trace.names
     params = sum(names[n] == "torch::autograd::AccumulateGrad" for n in host.name.tolist()) / g.steps.count
     assert params > 10
@@ -258,7 +258,7 @@ def test_compiled_calls_are_the_forward_and_the_backward_with_the_parameters_sha
         assert len(tids) == 1 and entry == nodes[0] and set(nodes.tolist()) <= set(g.g_launch.tolist())
     # item_checks: .item() reads inside the forward cut it into calls (a graph cannot hold a sync)
     g = _graph("item_checks")
-    calls = whatif._compiled_calls(g, whatif._in_optimizer(g, zero_grad=True))
+    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
     assert [b for _, b, _, _ in calls].count(False) > 2 * g.steps.count
 
 
@@ -267,7 +267,7 @@ def test_compiled_calls_pay_their_wrappers_per_input():
     # calls (the trace's median launch call); summed over the calls: fixed x calls + per input x (parameters + 1)
     g = _graph("launch_bound")
     e = whatif.torch_compile(g).graph
-    calls = whatif._compiled_calls(g, whatif._in_optimizer(g, zero_grad=True))
+    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
     unit = replay.typical_launch_us(g)
     dropped = (e.h_dur == 0) & (g.h_dur > 0)
     added = float(e.h_dur[~dropped].sum() - g.h_dur[~dropped].sum())
@@ -290,7 +290,7 @@ def _without_wrappers(g, fix):
 def test_graph_replays_cost_their_wrappers_and_a_launch_per_kernel():
     g = _graph("launch_bound")
     e = whatif.cuda_graphs(g).graph
-    calls = whatif._compiled_calls(g, whatif._in_optimizer(g, zero_grad=True))
+    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
     unit = replay.typical_launch_us(g)
     gpu = g.trace.gpu
     for entry, backward, nodes, p in calls[:4]:

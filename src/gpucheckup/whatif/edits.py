@@ -40,6 +40,11 @@ DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
 WORKER_FACTOR = 2.0  # how many times the workers a multi-process loader gets
 BATCH_FACTOR = 2.0  # larger_batch: the batch grows by this factor
 SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read of one value: no host work on arrays
+# What a scalar read after the backward computes just for itself (`_read_producers`): reductions to a few values and
+# finiteness checks
+READ_PRODUCERS = frozenset({"aten::norm", "aten::linalg_vector_norm", "aten::sum", "aten::mean", "aten::amax",
+                            "aten::amin", "aten::max", "aten::min", "aten::any", "aten::all", "aten::isnan",
+                            "aten::isinf", "aten::isfinite", "aten::logical_or", "aten::logical_and"})
 # Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
 # reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
 # lookups: pointwise loads and stores at computed addresses). Measured on the H200 MoE example: its data-movement
@@ -152,8 +157,9 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     (or not at all: a static bound instead of a size read), so the read itself goes too: its
     operator's dispatch, its calls (the copy call, the stream sync after it) and the copy it
     launched. A copy read brings arrays the host then computes on (metrics in numpy): that work,
-    the host time after the read up to the next operator that launches GPU work, goes with it.
-    The other syncs still wait."""
+    the host time after the read up to the next operator that launches GPU work, goes with it. A scalar read
+    after the step's backward of a value computed just for it (`_read_producers`: a gradient-norm or NaN check)
+    takes that computation with it. The other syncs still wait."""
     g = g.copy()
     names = g.trace.names
     host, gpu = g.trace.host, g.trace.gpu
@@ -167,6 +173,7 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
                  and not _enclosing_ops(g, j) & SCALAR_READS}
     if ops is not None:
         nodes = [j for j in nodes if _enclosing_ops(g, j) & ops or (reads and j in copy_read)]
+    trailing: list[int] = []  # the calls after a read that go with it (the stream sync after its copy)
     for j in nodes:
         g.h_kind[j] = CALL
         g.h_await[j] = np.zeros(0, dtype=np.int64)
@@ -182,12 +189,60 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
         k = j + 1
         while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
             g.h_dur[k] = 0.0
+            trailing.append(k)
             k += 1
         if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
             g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
+    producers = _read_producers(g, [j for j in nodes if _enclosing_ops(g, j) & SCALAR_READS]) if ops else []
+    gone = set(nodes) | set(trailing) | set(producers)
+    for k in producers:  # with the read gone before it too, the Python between them (the loop calling both) goes
+        if g.h_gap[k] > 0:
+            g.h_gap[k] -= g.h_gap[k] if k - 1 in gone else min(g.h_dispatch[k], g.h_gap[k])
+        g.h_dur[k] = 0.0
+    g.g_dur[np.isin(g.g_launch, producers)] = 0.0
     which = f" inside {', '.join(sorted(ops))}" if ops is not None else ""
     which += " or reading copies to the host" if ops is not None and reads else ""
-    return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU", len(nodes))
+    also = f"; {len(producers)} launches computing only what was read go with it" if len(producers) else ""
+    return Edit(g, f"{len(nodes)} sync calls{which} no longer wait for the GPU{also}", len(nodes))
+
+
+def _read_producers(g: Graph, reads: list[int]) -> list[int]:
+    """The nodes of the operators that compute only what a scalar read takes, for the reads in `reads` made after
+    their step's backward: the operator that launched last before the read on its thread, when it is one of
+    READ_PRODUCERS (a reduction to a few values or a finiteness check). After the backward nothing of the step
+    differentiates it, and a value read right after it is computed is computed for the read (a per-parameter
+    gradient norm checked on the host, Trainer's NaN filter); read every N steps, it is computed every N steps. A
+    read before the backward (the loss, a forward statistic) keeps what it reads: the backward may need it."""
+    host = g.trace.host
+    after = _after_backward(g)
+    launching = np.zeros(len(g.h_kind), dtype=bool)
+    launching[replay.launch_nodes(g)] = True
+    out: set[int] = set()
+    for j in reads:
+        if not after[j]:
+            continue
+        tid, read = host.tid[g.h_row[j]], _outermost_op(g, g.h_row[j])
+        k = j - 1
+        while k >= 0 and (g.h_row[k] < 0 or host.tid[g.h_row[k]] != tid or not launching[k]
+                          or (read >= 0 and host.start[g.h_row[k]] >= host.start[read])):
+            if g.h_kind[k] == MARK or not after[k]:
+                break
+            k -= 1
+        if k < 0 or g.h_kind[k] == MARK or not after[k] or not launching[k]:
+            continue
+        op = _outermost_op(g, g.h_row[k])
+        if op >= 0 and g.trace.names[host.name[op]] in READ_PRODUCERS:
+            out.update(np.flatnonzero(_starts_inside(g, host.start[[op]].astype(np.float64),
+                                                     host.end[[op]].astype(np.float64), host.tid[[op]])).tolist())
+    return sorted(out)
+
+
+def _outermost_op(g: Graph, r: int) -> int:
+    """The host row of the outermost CPU operator that encloses host row r on its thread, -1 when none does."""
+    host = g.trace.host
+    m = np.flatnonzero((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
+                       & (host.start <= host.start[r]) & (host.end >= host.end[r]))
+    return int(m[np.argmin(host.start[m])]) if len(m) else -1
 
 
 # static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
@@ -587,6 +642,56 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
     return Edit(g, f"{len(g.loaders)} DataLoader waits cut to the loader's throughput with {how}", len(g.loaders))
 
 
+def _outside_the_model(g: Graph) -> np.ndarray:
+    """Per node: whether torch.compile(model) leaves it eager: the optimizer's own span and zero_grad
+    (`_in_optimizer`), copies of the inputs to the GPU (made before the model is called: a compiled graph moves no
+    host data), and on the threads that call the model, per step, the backward's call (its last launch before each
+    burst of autograd's thread: the gradient seed, `loss.backward()`'s ones) and all after the step's last backward
+    (gradient clipping, loss scaling, NaN checks, logging: the loop's code, not the model's)."""
+    return _remembered(g, "outside_the_model", (g.h_kind, g.h_row), lambda: _find_outside(g))
+
+
+def _find_outside(g: Graph) -> np.ndarray:
+    """_outside_the_model, computed."""
+    out = _in_optimizer(g, zero_grad=True)
+    gpu = g.trace.gpu
+    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
+    out[g.g_launch[to_gpu]] = True
+    launching = np.zeros(len(g.h_kind), dtype=bool)
+    launching[replay.launch_nodes(g)] = True
+    backward = _autograd_thread(g)
+    for lo, hi in zip(g.step_start_node.tolist(), g.step_end_node.tolist()):
+        seed = -1
+        for j in range(lo, hi + 1):
+            if backward[j] and seed >= 0:
+                out[seed] = True
+                seed = -1
+            elif launching[j] and not backward[j] and g.h_row[j] >= 0:
+                seed = j
+    return out | (_after_backward(g) & ~backward)
+
+
+def _after_backward(g: Graph) -> np.ndarray:
+    """Per node (markers excepted): whether it comes after its step's last node on autograd's thread."""
+    backward = _autograd_thread(g)
+    out = np.zeros(len(g.h_kind), dtype=bool)
+    for lo, hi in zip(g.step_start_node.tolist(), g.step_end_node.tolist()):
+        ran = np.flatnonzero(backward[lo:hi + 1])
+        if len(ran):
+            out[lo + ran[-1] + 1:hi + 1] = True
+    return out & (g.h_row >= 0)
+
+
+def _autograd_thread(g: Graph) -> np.ndarray:
+    """Per node: whether autograd's thread runs it (the thread that runs AUTOGRAD_THREAD_OP: the backward)."""
+    host = g.trace.host
+    if "autograd_tids" not in g.memo:
+        ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
+        g.memo["autograd_tids"] = set(unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
+    tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
+    return np.isin(tid, np.fromiter(g.memo["autograd_tids"], dtype=np.int64)) & (g.h_row >= 0)
+
+
 def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
     """The calls into the compiled model, as (entry node, backward?, its launching nodes, its parameters): each
     stretch of the host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose
@@ -603,10 +708,7 @@ def _find_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[replay.launch_nodes(g)] = True
     tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
-    if "autograd_tids" not in g.memo:
-        ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
-        g.memo["autograd_tids"] = set(unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
-    backward_tids = g.memo["autograd_tids"]
+    backward = _autograd_thread(g)
     breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
     out, cur, cur_tid = [], [], None
     for j, (brk, ln, t) in enumerate(zip(breaks, launching.tolist(), tid.tolist())):
@@ -621,7 +723,7 @@ def _find_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray
             cur_tid = t
     if cur:
         out.append(cur)
-    calls = [(c[0], int(tid[c[0]]) in backward_tids, np.asarray(c, dtype=np.int64)) for c in out]
+    calls = [(c[0], bool(backward[c[0]]), np.asarray(c, dtype=np.int64)) for c in out]
     if "params_per_step" not in g.memo:
         ids = g.trace.name_ids(lambda n: n == PARAM_OP)
         g.memo["params_per_step"] = float(np.isin(host.name[host.cat == CPU_OP], ids).sum()) / max(g.steps.count, 1)
@@ -686,13 +788,14 @@ def cuda_graphs(g: Graph) -> Edit:
     host's launch calls, operator dispatch and other runtime calls in it cost nothing, and its first launch
     becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES
     per input) and the graph's launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their
-    durations and run back to back (launch latency at the trace's typical one). The optimizer step
-    (`Optimizer.*` ranges) is not part of the compiled model and stays eager, launch by launch (the trace cannot
-    tell whether a user would compile or capture it too: that takes capturable=True and whole-step capture);
+    durations and run back to back (launch latency at the trace's typical one). The optimizer step and the loop's
+    code around the model (`_outside_the_model`) are not part of the compiled model and stay eager, launch by
+    launch (the trace cannot tell whether a user would compile or capture them too: that takes capturable=True and
+    whole-step capture);
     host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
     stays."""
     g = g.copy()
-    eager = _in_optimizer(g, zero_grad=True)
+    eager = _outside_the_model(g)
     _inductor_fusion(g, eager)
     unit = replay.typical_launch_us(g)
     calls = _compiled_calls(g, eager)
@@ -727,9 +830,9 @@ def torch_compile(g: Graph) -> Edit:
     (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the
     compiled model (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
-    optimizer step (`Optimizer.*` ranges) is not part of the compiled model: it stays as it is."""
+    optimizer step and the loop's code around the model (`_outside_the_model`) stay as they are."""
     g = g.copy()
-    eager = _in_optimizer(g, zero_grad=True)
+    eager = _outside_the_model(g)
     unit = replay.typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
     j = unique(folded)
