@@ -27,9 +27,10 @@ MEASURED = json.loads((CORPUS / "measured.json").read_text())
 # By hand, from measured.json (each fix's measurement of record: the latest `ab` with the most rounds, the earlier
 # one kept in its row): each job's fix with the largest measured saving that ab called faster, and the bottleneck
 # that fix relieves. cuda_graph, torch_compile and fused_optimizer remove host launches and dispatch on loops whose
-# GPU idles waiting for them (launch_bound); more DataLoader workers remove the wait for batches (input_bound). The
-# GradScaler loop (`amp`) has no fix measured faster since its fused optimizer was measured again (19.8% over 2
-# rounds, 0.3% over 3), so no verdict is implied for it.
+# GPU idles waiting for them (launch_bound); more DataLoader workers remove the wait for batches (input_bound);
+# removing the host reads removes the syncs' drained queue (sync_bound). The GradScaler loop (`amp`) has no fix
+# measured faster since its fused optimizer was measured again (19.8% over 2 rounds, 0.3% over 3), so no verdict is
+# implied for it.
 BEST = {
     "hf": ("cuda_graph", "launch_bound"),           # 46.4%
     "lightning": ("fused_optimizer", "launch_bound"),  # 7.5%
@@ -37,10 +38,8 @@ BEST = {
     "input": ("dataloader_workers", "input_bound"),  # 94.9%
     "accelerate": ("torch_compile", "launch_bound"),  # 31.6%
     "forloop": ("fused_optimizer", "launch_bound"),  # 51.3%
+    "sync": ("no_host_reads", "sync_bound"),        # 23.0% (CUDA graphs: -15.1%, no difference)
 }
-# Not resolved by the measurements: the sync job's removed reads saved 23.0% (sync_bound), its check-up reads
-# launch_bound because CUDA graphs replay 31% there, a fix not measured on it (docs/validation.md 7h)
-UNMEASURED_LEAD = {"sync": ("no_host_reads", "cuda_graph")}
 FRAMEWORK = {"hf": "hf_trainer", "lightning": "lightning", "accelerate": "accelerate", "timm": "plain", "input": "plain",
              "amp": "plain", "forloop": "plain", "sync": "plain"}
 JOBS = sorted(FRAMEWORK)
@@ -60,16 +59,32 @@ def test_the_table_of_best_fixes_is_the_measurement():
     assert not [r for r in MEASURED if r["job"] == "amp" and r["verdict"] == "faster"]
 
 
-@pytest.mark.parametrize("job", sorted(UNMEASURED_LEAD))
-def test_a_verdict_the_measurements_do_not_settle_rests_on_an_unmeasured_fix(docs, job):
-    """Where the verdict names another bottleneck than the best measured fix's, the fix it follows was not
-    measured and its replay exceeds the measured best (else the verdict is wrong)."""
-    measured_best, lead = UNMEASURED_LEAD[job]
-    best = max((r for r in MEASURED if r["job"] == job and r["verdict"] == "faster"),
-               key=lambda r: r["measured_saving_pct"])
-    assert best["fix"] == measured_best and not [r for r in MEASURED if r["job"] == job and r["fix"] == lead]
-    saving = {f.key: f.predicted.saving_pct for f in docs[job].fixes if f.predicted}
-    assert saving[lead] > best["measured_saving_pct"] and docs[job].verdict.primary == "launch_bound"
+def test_graphs_of_a_model_that_reads_on_the_host_are_an_upper_bound_and_name_no_verdict(docs):
+    # the sync job's forward reads a statistic with .item() after each of its 8 blocks: torch.compile breaks the
+    # graph at each read. Measured with mode="reduce-overhead": no faster (-15.1%, -33.3..1.4, measured.json), while
+    # removing the reads saved 23.0%. The graphs' replay leaves each break's resume out, so it is a bound, said so,
+    # and the verdict follows the fix whose saving is an estimate
+    events = raw_events(CORPUS / "sync" / "traces" / "trace.json.gz")["traceEvents"]
+    steps = sum(str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"
+                for e in events)
+    fixes = {f.key: f for f in docs["sync"].fixes}
+    for key in ("cuda_graph", "torch_compile"):
+        assert f"reads GPU values on the host {24 - 16} times a step" in fixes[key].predicted_note
+        assert "upper bound" in fixes[key].predicted_note
+    measured = next(r for r in MEASURED if r["job"] == "sync" and r["fix"] == "cuda_graph")
+    assert measured["interval_pct"][0] <= fixes["cuda_graph"].predicted.saving_pct  # a bound: not below it
+    assert docs["sync"].verdict.primary == "sync_bound" and docs["sync"].fixes[0].key == "no_host_reads"
+    # the reads are eager, and the backward is as many graphs as the forward (each region differentiates itself)
+    g = _graph_of("sync")
+    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    forward = sum(not b for _, b, _, _ in calls)
+    backward = sum(b for _, b, _, _ in calls)
+    assert forward == backward == (8 + 1) * steps
+    in_calls = {int(n) for _, _, nodes, _ in calls for n in nodes}
+    assert not _launching_inside(g, "aten::item") & in_calls
+    # a model that reads nothing inside its forward keeps its estimate
+    for job in ("lightning", "timm", "forloop", "accelerate"):
+        assert not next(f for f in docs[job].fixes if f.key == "cuda_graph").predicted_note, job
 
 
 @pytest.mark.parametrize("job", sorted(BEST))

@@ -61,7 +61,7 @@ def test_every_replayable_fix_carries_its_prediction_in_the_step_time():
                 assert p["saving_pct"] == pytest.approx(100 * p["saving_ms"] / step)
                 assert p["step_ms"] == pytest.approx(step - p["saving_ms"])
                 assert 0 <= p["saving_ms"] <= step
-                assert fx["predicted_note"] is None
+                assert fx["predicted_note"] is None or "upper bound" in fx["predicted_note"]  # graph breaks: said
             else:
                 assert p is None and fx["predicted_note"] == savings.NO_EDIT, (case, fx["key"])
 
@@ -79,7 +79,8 @@ def test_every_format_prints_each_fix_prediction_and_its_edit(case):
             flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", t))
             if p:
                 want = (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
-                        f"({p['saving_pct']:.1f}%)")
+                        f"({p['saving_pct']:.1f}%" + ("; an upper bound" if "upper bound" in (fx["predicted_note"] or "")
+                                                      else ")"))
             else:
                 want = fx["predicted_note"]
             assert want in flat, (fmt, fx["key"], want)

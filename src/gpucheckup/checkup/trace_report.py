@@ -163,11 +163,13 @@ def fix_dicts(d: Diagnosis) -> list[dict]:
 
 
 def _prediction(p) -> dict | None:
-    """A replayed prediction's fields as the document holds them (its `coarse` goes to `predicted_note`)."""
+    """A replayed prediction's fields as the document holds them (its `coarse`, which also says why it is an upper
+    bound when it is one, goes to `predicted_note`)."""
     if p is None:
         return None
     d = fields_of(p)
     d.pop("coarse", None)
+    d.pop("upper_bound", None)
     return d
 
 

@@ -42,6 +42,7 @@ class Fix(msgspec.Struct):
         if self.predicted is not None:
             d["predicted"] = msgspec.structs.asdict(self.predicted)
             coarse = d["predicted"].pop("coarse", "")
+            d["predicted"].pop("upper_bound", None)  # said in the note
             if coarse:
                 d["predicted_note"] = coarse
         return d

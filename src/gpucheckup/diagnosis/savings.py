@@ -57,6 +57,7 @@ class FixPrediction(msgspec.Struct):
     saving_ms: float  # per step
     saving_pct: float  # of the report's step time
     coarse: str = ""  # why this prediction is coarser than a full window's (COARSE) or capped (diagnosis CAPPED)
+    upper_bound: bool = False  # the edit leaves a cost of the change out (said in `coarse`): it names no verdict
 
 
 class Predictions(msgspec.Struct):
@@ -104,9 +105,9 @@ class Predictions(msgspec.Struct):
                 self.note = p
                 return
             pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
+            coarse = "; ".join(x for x in (self.coarse, p.unmodelled) if x)
             self.by_key[e.key] = FixPrediction(e.replay.__name__, p.transform, step - pct * step / 100,
-                                               pct * step / 100, pct,
-                                               self.coarse)
+                                               pct * step / 100, pct, coarse, bool(p.unmodelled))
 
 
 def predict(a: TraceAnalysis, fork: bool = False) -> Predictions:

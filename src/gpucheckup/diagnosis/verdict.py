@@ -15,6 +15,9 @@ Rule from savings (first): the verdict is the bottleneck (diagnosis/fixes.py, ea
 `bottleneck`) of the offered fix whose replayed saving (diagnosis/savings.py) is the largest,
 when that saving is at least MIN_SAVING_PCT of the step: below it no fix moves the step beyond
 its run-to-run noise, so no fix names the bound. The reason line names that fix and its saving.
+A prediction that leaves out a cost of its own change (`upper_bound`: CUDA graphs or torch.compile on a model whose
+forward reads GPU values on the host, where each graph break's resume is not modelled) is a bound, not an
+estimate: it names no verdict.
 A fix that amortizes every per-step cost (larger_batch) or removes launches and kernel time alike
 (torch_compile) names no bottleneck and is not counted.
 Rule from scores (when no replayed saving decides: no prediction, a CPU-only trace, all below
@@ -71,7 +74,7 @@ def from_savings(fixes: list, step_ms: float) -> tuple[str, str] | None:
     best = None
     for f in fixes:
         p = f.predicted
-        if p is None or not BY_KEY[f.key].bottleneck or p.saving_pct < MIN_SAVING_PCT:
+        if p is None or not BY_KEY[f.key].bottleneck or p.saving_pct < MIN_SAVING_PCT or p.upper_bound:
             continue
         if best is None or p.saving_ms > best.predicted.saving_ms:
             best = f

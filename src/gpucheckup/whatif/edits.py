@@ -96,6 +96,7 @@ class Prediction:
     step_ms_after: float
     transform: str  # what the edit did, in one sentence
     changed: int = 0  # graph nodes or GPU ops the edit changed (0: not applicable)
+    unmodelled: str = ""  # the edit's Edit.unmodelled: a cost it leaves out, so the saving is an upper bound
 
     @property
     def saving_ms(self) -> float:
@@ -119,6 +120,7 @@ class Edit:
     what: str
     changed: int
     per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
+    unmodelled: str = ""  # a cost of the change the edit does not model: its saving is an upper bound, and why
 
 
 def _in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
@@ -239,10 +241,39 @@ def _read_producers(g: Graph, reads: list[int]) -> list[int]:
 
 def _outermost_op(g: Graph, r: int) -> int:
     """The host row of the outermost CPU operator that encloses host row r on its thread, -1 when none does."""
+    return int(_outermost_ops(g, np.asarray([r]))[0])
+
+
+def _outermost_ops(g: Graph, rows: np.ndarray) -> np.ndarray:
+    """Per host row: the row of the outermost CPU operator enclosing it on its thread (process and thread), -1
+    where none does. The operators no other encloses are found once per trace, per thread."""
     host = g.trace.host
-    m = np.flatnonzero((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
-                       & (host.start <= host.start[r]) & (host.end >= host.end[r]))
-    return int(m[np.argmin(host.start[m])]) if len(m) else -1
+    if "top_ops" not in g.memo:
+        g.memo["top_ops"] = _top_ops(g)
+    out = np.full(len(rows), -1, dtype=np.int64)
+    want = host.pid[rows].astype(np.int64) * (1 << 32) + host.tid[rows].astype(np.int64)
+    for key, (start, end, op) in g.memo["top_ops"].items():
+        mine = np.flatnonzero(want == key)
+        i = np.searchsorted(start, host.start[rows[mine]], side="right") - 1
+        ok = (i >= 0) & (end[np.maximum(i, 0)] >= host.end[rows[mine]])
+        out[mine[ok]] = op[i[ok]]
+    return out
+
+
+def _top_ops(g: Graph) -> dict:
+    """Per thread (pid << 32 | tid): its outermost CPU operators (start, end, host row), by start."""
+    host = g.trace.host
+    ops = np.flatnonzero(host.cat == CPU_OP)
+    key = host.pid[ops].astype(np.int64) * (1 << 32) + host.tid[ops].astype(np.int64)
+    out = {}
+    for k in unique(key).tolist():
+        mine = ops[key == k]
+        mine = mine[np.lexsort((-host.end[mine], host.start[mine]))]  # by start, the longer first
+        end = host.end[mine]
+        reach = np.maximum.accumulate(end)
+        top = np.concatenate(([True], host.start[mine[1:]] >= reach[:-1]))  # not inside one before it
+        out[k] = (host.start[mine[top]], end[top], mine[top])
+    return out
 
 
 # static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
@@ -645,9 +676,10 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
 def _outside_the_model(g: Graph) -> np.ndarray:
     """Per node: whether torch.compile(model) leaves it eager: the optimizer's own span and zero_grad
     (`_in_optimizer`), copies of the inputs to the GPU (made before the model is called: a compiled graph moves no
-    host data), and on the threads that call the model, per step, the backward's call (its last launch before each
-    burst of autograd's thread: the gradient seed, `loss.backward()`'s ones) and all after the step's last backward
-    (gradient clipping, loss scaling, NaN checks, logging: the loop's code, not the model's)."""
+    host data), the operators that wait for the GPU (`_host_reads`: a graph break each), and on the threads that
+    call the model, per step, the backward's call (its last launch before each burst of autograd's thread: the
+    gradient seed, `loss.backward()`'s ones) and all after the step's last backward (gradient clipping, loss
+    scaling, NaN checks, logging: the loop's code, not the model's)."""
     return _remembered(g, "outside_the_model", (g.h_kind, g.h_row), lambda: _find_outside(g))
 
 
@@ -660,26 +692,58 @@ def _find_outside(g: Graph) -> np.ndarray:
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[replay.launch_nodes(g)] = True
     backward = _autograd_thread(g)
-    for lo, hi in zip(g.step_start_node.tolist(), g.step_end_node.tolist()):
-        seed = -1
-        for j in range(lo, hi + 1):
-            if backward[j] and seed >= 0:
-                out[seed] = True
-                seed = -1
-            elif launching[j] and not backward[j] and g.h_row[j] >= 0:
-                seed = j
-    return out | (_after_backward(g) & ~backward)
+    calling = launching & ~backward & (g.h_row >= 0)
+    seq = np.flatnonzero(calling | backward)  # the seed: a calling thread's launch right before a backward node
+    step = _step_of(g, seq)
+    seed = calling[seq[:-1]] & backward[seq[1:]] & (step[:-1] >= 0) & (step[:-1] == step[1:])
+    out[seq[:-1][seed]] = True
+    return out | (_after_backward(g) & ~backward) | _host_reads(g)
+
+
+def _step_of(g: Graph, nodes: np.ndarray) -> np.ndarray:
+    """Per node: the index of the step window (step start to end node) holding it, -1 for none."""
+    i = np.searchsorted(g.step_start_node, nodes, side="right") - 1
+    return np.where((i >= 0) & (nodes <= g.step_end_node[np.maximum(i, 0)]), i, -1)
+
+
+def _host_reads(g: Graph) -> np.ndarray:
+    """Per node: whether it belongs to an operator that waits for the GPU (a sync: `.item()`, a size read,
+    `.cpu()`; not the wait for an input's copy to the GPU), outermost on its thread: torch.compile breaks its graph
+    at such an operator, which runs eager."""
+    host = g.trace.host
+    syncs = np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0) & ~_input_waits(g))
+    ops = unique(_outermost_ops(g, g.h_row[syncs]))
+    ops = ops[ops >= 0]
+    return _starts_inside(g, host.start[ops].astype(np.float64), host.end[ops].astype(np.float64), host.tid[ops])
+
+
+def _input_waits(g: Graph) -> np.ndarray:
+    """Per node: a sync made by an operator that copies to the GPU (an input's transfer, `.to(device)`: its
+    outermost operator launched a host-to-device copy), which reads no GPU value."""
+    return _remembered(g, "input_waits", (g.h_kind, g.g_launch), lambda: _find_input_waits(g))
+
+
+def _find_input_waits(g: Graph) -> np.ndarray:
+    """_input_waits, computed."""
+    gpu = g.trace.gpu
+    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
+    copying = unique(_outermost_ops(g, g.h_row[g.g_launch[to_gpu]]))
+    syncs = np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0))
+    out = np.zeros(len(g.h_kind), dtype=bool)
+    out[syncs[np.isin(_outermost_ops(g, g.h_row[syncs]), copying[copying >= 0])]] = True
+    return out
 
 
 def _after_backward(g: Graph) -> np.ndarray:
     """Per node (markers excepted): whether it comes after its step's last node on autograd's thread."""
-    backward = _autograd_thread(g)
-    out = np.zeros(len(g.h_kind), dtype=bool)
-    for lo, hi in zip(g.step_start_node.tolist(), g.step_end_node.tolist()):
-        ran = np.flatnonzero(backward[lo:hi + 1])
-        if len(ran):
-            out[lo + ran[-1] + 1:hi + 1] = True
-    return out & (g.h_row >= 0)
+    backward = np.flatnonzero(_autograd_thread(g))
+    step = _step_of(g, backward)
+    last_bw = np.full(len(g.step_start_node), -1)
+    np.maximum.at(last_bw, step[step >= 0], backward[step >= 0])
+    nodes = np.arange(len(g.h_kind))
+    mine = _step_of(g, nodes)
+    after = (mine >= 0) & (last_bw[np.maximum(mine, 0)] >= 0) & (nodes > last_bw[np.maximum(mine, 0)])
+    return after & (g.h_row >= 0)
 
 
 def _autograd_thread(g: Graph) -> np.ndarray:
@@ -723,13 +787,33 @@ def _find_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray
             cur_tid = t
     if cur:
         out.append(cur)
-    calls = [(c[0], bool(backward[c[0]]), np.asarray(c, dtype=np.int64)) for c in out]
+    calls = _split_backwards(g, [(c[0], bool(backward[c[0]]), np.asarray(c, dtype=np.int64)) for c in out])
     if "params_per_step" not in g.memo:
         ids = g.trace.name_ids(lambda n: n == PARAM_OP)
         g.memo["params_per_step"] = float(np.isin(host.name[host.cat == CPU_OP], ids).sum()) / max(g.steps.count, 1)
     total = {b: sum(len(n) for _, bb, n in calls if bb == b) for b in (False, True)}
     params = g.memo["params_per_step"] * g.steps.count
     return [(e, b, n, params * len(n) / total[b]) for e, b, n in calls]
+
+
+def _split_backwards(g: Graph, calls: list[tuple[int, bool, np.ndarray]]) -> list[tuple[int, bool, np.ndarray]]:
+    """A forward broken into K graphs has K backward graphs (each compiled region differentiates itself): in a
+    step whose forward is K calls and whose backward is one, that call becomes K, in the forward's reverse order,
+    each with launches in proportion to its forward's."""
+    step = np.searchsorted(g.step_start_node, [e for e, _, _ in calls], side="right") - 1
+    out = []
+    for s in unique(step).tolist():
+        mine = [c for c, t in zip(calls, step.tolist()) if t == s]
+        fwd = [len(n) for _, b, n in mine if not b]
+        bwd = [c for c in mine if c[1]]
+        if len(fwd) < 2 or len(bwd) != 1:
+            out += mine
+            continue
+        nodes = bwd[0][2]
+        cuts = np.rint(np.cumsum(fwd[::-1])[:-1] / sum(fwd) * len(nodes)).astype(np.int64)
+        pieces = [p for p in np.split(nodes, cuts) if len(p)]
+        out += [c for c in mine if not c[1]] + [(int(p[0]), True, p) for p in pieces]
+    return sorted(out, key=lambda c: c[0])
 
 
 def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
@@ -819,7 +903,7 @@ def cuda_graphs(g: Graph) -> Edit:
     g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
     return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
                    f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
-                changed)
+                changed, unmodelled=_graph_breaks(g))
 
 
 def torch_compile(g: Graph) -> Edit:
@@ -843,7 +927,23 @@ def torch_compile(g: Graph) -> Edit:
         _generated_launches(g, nodes[1:], unit)
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
     return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
-                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n)
+                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n, unmodelled=_graph_breaks(g))
+
+
+def _graph_breaks(g: Graph) -> str:
+    """Why a compiled model's saving is an upper bound where its forward reads GPU values on the host (a sync
+    before the step's backward, outside the optimizer, on the calling thread): torch.compile breaks the graph at
+    each read; the forward's and backward's extra graphs are modelled (`_compiled_calls`), each resume's guards and
+    frame evaluation are not (no trace here measured them). "" where the forward reads nothing."""
+    reads = ((g.h_kind == SYNC) & (g.h_row >= 0) & ~_in_optimizer(g, zero_grad=True) & ~_after_backward(g)
+             & ~_autograd_thread(g) & ~_input_waits(g))
+    per_step = float(reads.sum()) / max(g.steps.count, 1)
+    if per_step < 1.0:
+        return ""
+    n = round(per_step)
+    return (f"the model's forward reads GPU values on the host {n} time{'s' if n != 1 else ''} a step: torch.compile breaks "
+            "its graph at each read; the extra graphs are modelled, each resume's guards and frame are not, so "
+            "this is an upper bound (a graph holds no host read: remove them first)")
 
 
 def _generated_launches(g: Graph, nodes: np.ndarray, unit: float) -> None:
@@ -1046,7 +1146,7 @@ def predict(g: Graph, fix: str | Callable[..., Edit], before_ms: float | None = 
             what += (f"; the replay saved {before - after:.2f} ms, more than the {bound:.2f} ms the edit takes out of "
                      "a step: capped there")
             after = before - bound
-    return Prediction(fix, before, after, what, edit.changed)
+    return Prediction(fix, before, after, what, edit.changed, edit.unmodelled)
 
 
 def predict_all(trace: Trace, unprofiled_step_ms: float | None = None) -> dict[str, Prediction]:

@@ -69,7 +69,8 @@ def saving_text(fx: dict) -> str:
     if p:
         note = fx.get("predicted_note") or ""
         coarse = ("; coarse: no operators recorded" if note.startswith("coarse") else "") + (
-            "; capped at the fix's bound" if "capped at" in note else "")
+            "; capped at the fix's bound" if "capped at" in note else "") + (
+            "; an upper bound: graph breaks at the forward's host reads not modelled" if "upper bound" in note else "")
         return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
                 f"({p['saving_pct']:.1f}%{coarse})")
     bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
