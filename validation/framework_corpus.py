@@ -86,7 +86,8 @@ JOBS = {
         FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
     "forloop": Job("train_launch_bound.py", ("--foreach", "0"), 200, 80, 10, 30, 120, (
         FUSED, ("torch_compile", ("--compile", "default"), "code"))),
-    "sync": Job("train_sync_bound.py", (), 150, 60, 10, 20, 100, (("no_host_reads", ("--reads", "0"), "config"), FUSED)),
+    "sync": Job("train_sync_bound.py", (), 150, 60, 10, 20, 100, (("no_host_reads", ("--reads", "0"), "config"), FUSED,
+                                                                   ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
     "gpu": Job("train_gpu_bound.py", ("--batch", "16"), 90, 40, 6, 20, 50, (
         ("torch_compile", ("--compile", "default"), "code"),)),
 }

@@ -15,6 +15,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import StepClock, fused, parse  # noqa: E402
 
 
+def forward(blocks, x, stats, reads):
+    """The model's forward: each block's output logs a statistic (read on the host with .item() when `reads`)."""
+    h = x
+    for b in blocks:
+        h = nn.functional.gelu(b(h))
+        stat = h.float().abs().mean()
+        stats.append(stat.item() if reads else stat.detach())  # .item(): a host-GPU sync per block
+    return h.float().square().mean()
+
+
 def main():
     args = parse(__doc__.splitlines()[0], batch=512, d=2048, blocks=8, steps=150, warmup=20, reads=1)
     torch.manual_seed(0)
@@ -24,14 +34,11 @@ def main():
     x = torch.randn(args.batch, args.d, device=dev)
     clock = StepClock(args)
     stats = []
+    # --compile MODE: the forward compiled as a user would (torch.compile breaks its graph at each .item())
+    step_forward = torch.compile(forward, mode=args.compile) if args.compile else forward
     while True:
-        h = x
         with torch.autocast(dev.type, dtype=torch.bfloat16):
-            for b in blocks:
-                h = nn.functional.gelu(b(h))
-                stat = h.float().abs().mean()
-                stats.append(stat.item() if args.reads else stat.detach())  # .item(): a host-GPU sync per block
-            loss = h.float().square().mean()
+            loss = step_forward(blocks, x, stats, args.reads)
         loss.backward()
         if args.reads:  # a sync per parameter
             norms = [p.grad.norm().item() for p in blocks.parameters()]
