@@ -352,9 +352,9 @@ def test_gap_pattern_by_one_sort_equals_the_per_step_loop(gaps):
             if len(x):
                 largest += float(x.max())
     if idle > 0 and len(g):
-        assert got["largest_gap_share_pct"] == pytest.approx(100 * largest / idle, rel=1e-12)
+        assert got.largest_gap_share_pct == pytest.approx(100 * largest / idle, rel=1e-12)
     else:
-        assert got["largest_gap_share_pct"] == 0.0
+        assert got.largest_gap_share_pct == 0.0
 
 
 def test_seed_corpus_is_small_and_real():

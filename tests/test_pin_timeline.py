@@ -78,7 +78,7 @@ def pattern(rows):
 def test_step_start_is_the_first_tenth_inclusive(pos, early):
     # one 60 us gap at `pos` and one 40 us gap in the middle of step 0
     p = pattern([(0, 0, 0, 60, pos), (0, 0, 500, 540, 0.5)])
-    assert p["idle_at_step_start_pct"] == pytest.approx(60.0 if early else 0.0)
+    assert p.idle_at_step_start_pct == pytest.approx(60.0 if early else 0.0)
 
 
 @pytest.mark.parametrize("sizes,start_pos,shape", [
@@ -94,22 +94,22 @@ def test_idle_shape_thresholds(sizes, start_pos, shape):
     for s in sizes:
         rows.append((0, 0, t, t + s, start_pos))
         t += s + 1
-    assert pattern(rows)["shape"] == shape
+    assert pattern(rows).shape == shape
 
 
 def test_bunched_at_step_start_needs_half_the_idle_there():
     # largest gap 60 of 100 at 0.05: start share 60% -> at step start; at 0.5 with a 45 us gap early: 45%
-    assert pattern([(0, 0, 0, 60, 0.05), (0, 0, 100, 140, 0.5)])["shape"] == "bunched at step start"
-    assert pattern([(0, 0, 0, 50, 0.05), (0, 0, 100, 150, 0.5)])["shape"] == "bunched at step start"  # 50%
-    assert pattern([(0, 0, 0, 45, 0.05), (0, 0, 100, 155, 0.5)])["shape"] == "bunched"
+    assert pattern([(0, 0, 0, 60, 0.05), (0, 0, 100, 140, 0.5)]).shape == "bunched at step start"
+    assert pattern([(0, 0, 0, 50, 0.05), (0, 0, 100, 150, 0.5)]).shape == "bunched at step start"  # 50%
+    assert pattern([(0, 0, 0, 45, 0.05), (0, 0, 100, 155, 0.5)]).shape == "bunched"
 
 
 def test_no_idle_and_gaps_outside_steps():
-    assert pattern([]) == {"idle_ms": 0.0, "gap_count": 0, "idle_at_step_start_pct": 0.0,
-                           "largest_gap_share_pct": 0.0, "shape": "none"}
+    assert pattern([]) == timeline.GapPattern(idle_ms=0.0, gap_count=0, idle_at_step_start_pct=0.0,
+                                              largest_gap_share_pct=0.0, shape="none")
     # a gap outside every step (-1) counts in the idle time but is nobody's largest or early gap
     p = pattern([(0, -1, 0, 100, 0.0), (0, 0, 200, 300, 0.5)])
-    assert (p["idle_ms"], p["gap_count"], p["largest_gap_share_pct"], p["idle_at_step_start_pct"]) == (0.2, 2, 50, 0)
+    assert (p.idle_ms, p.gap_count, p.largest_gap_share_pct, p.idle_at_step_start_pct) == (0.2, 2, 50, 0)
 
 
 def reference(rows):
@@ -136,12 +136,12 @@ def test_idle_shape_matches_a_plain_implementation(items):
         t += dur + 1
     start_pct, largest_pct = reference(rows)
     p = pattern(rows)
-    assert p["idle_at_step_start_pct"] == pytest.approx(start_pct)
-    assert p["largest_gap_share_pct"] == pytest.approx(largest_pct)
+    assert p.idle_at_step_start_pct == pytest.approx(start_pct)
+    assert p.largest_gap_share_pct == pytest.approx(largest_pct)
     want = ("bunched at step start" if start_pct >= 50 else "bunched") if largest_pct >= 50 else (
         "spread between kernels" if largest_pct < 20 else "mixed")
     if min(abs(largest_pct - 50), abs(largest_pct - 20), abs(start_pct - 50)) > 1e-6:  # off float ties
-        assert p["shape"] == want
+        assert p.shape == want
 
 
 def test_no_gpu_work_is_an_empty_timeline(tmp_path):
@@ -166,4 +166,4 @@ def test_a_device_busy_all_the_time_has_no_gaps(tmp_path):
     tl, st = build(tmp_path, ev_ + kernel(0, 1200, 1) + kernel(1200, 2000, 2))
     assert len(tl.gaps) == 0 and tl.busy_pct == pytest.approx(100.0)
     assert tl.step_busy_pct.tolist() == pytest.approx([100.0, 100.0])
-    assert timeline.gap_pattern(tl, st)["shape"] == "none"
+    assert timeline.gap_pattern(tl, st).shape == "none"

@@ -34,7 +34,7 @@ class TraceAnalysis(msgspec.Struct):
     causes: gap_causes.GapCauses
     kernels: kernels.KernelStats
     step_summary: steps.StepSummary
-    gap_pattern: dict
+    gap_pattern: tl.GapPattern
     gaps_summary: gap_causes.GapSummary
     copies: copies.CopyStats
     syncs: syncs.SyncStats

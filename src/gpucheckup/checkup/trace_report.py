@@ -89,7 +89,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "kernels": k,
         "gaps": {
             **_gaps(a),
-            "pattern": a.gap_pattern,
+            "pattern": fields_of(a.gap_pattern),
             "cause_titles": CAUSE_TITLES,
             "longest": _longest_gaps(a),
             "histogram": plot_arrays.gap_histogram(a),

@@ -173,8 +173,8 @@ def launch_overhead(a: TraceAnalysis) -> Finding | None:
         f"{_cost(a, 'other_host')[1]:.1f}% in Python between ops)",
         f"{k.count} kernels, mean {k.mean_us:.1f} us, median {k.median_us:.1f} us; "
         f"{k.small_pct:.1f}% run under {SMALL_KERNEL_US:g} us, shorter than launching them takes",
-        f"idle time is {pat['shape']} ({pat.get('gap_count', 0)} gaps; the longest gap per step holds "
-        f"{pat['largest_gap_share_pct']:.0f}% of idle time)",
+        f"idle time is {pat.shape} ({pat.gap_count} gaps; the longest gap per step holds "
+        f"{pat.largest_gap_share_pct:.0f}% of idle time)",
     ]
     if k.launch_delay_median_us is not None:
         d = k.launch_delay_median_us

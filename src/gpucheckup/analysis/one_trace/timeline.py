@@ -118,13 +118,22 @@ def _split_at(gaps: iv.Intervals, cuts: np.ndarray) -> iv.Intervals:
     return lo[keep], hi[keep]
 
 
-def gap_pattern(timeline: Timeline, steps: Steps) -> dict:
+class GapPattern(msgspec.Struct):
+    """Where a trace's idle time falls: how much, in how many gaps, at step starts, in each step's longest gap."""
+
+    idle_ms: float  # all idle gaps, summed
+    gap_count: int
+    idle_at_step_start_pct: float  # of the idle time: in gaps at a step's start (position <= STEP_START)
+    largest_gap_share_pct: float  # of the idle time: in the longest gap of each (step, device)
+    shape: str  # "bunched at step start", "bunched", "mixed", "spread between kernels" or "none"
+
+
+def gap_pattern(timeline: Timeline, steps: Steps) -> GapPattern:
     """Where idle time falls inside steps: at their start or spread between kernels."""
     g = timeline.gaps
     idle = float(g.dur.sum())
     if idle <= 0 or len(g) == 0:
-        return {"idle_ms": 0.0, "gap_count": 0, "idle_at_step_start_pct": 0.0, "largest_gap_share_pct": 0.0,
-                "shape": "none"}
+        return GapPattern(0.0, 0, 0.0, 0.0, "none")
     early = float(g.dur[(g.step >= 0) & (g.position <= STEP_START)].sum())
     m = g.step >= 0  # the longest gap of each (step, device): one sort, not a mask per step
     order = np.lexsort((g.device[m], g.step[m]))
@@ -139,10 +148,4 @@ def gap_pattern(timeline: Timeline, steps: Steps) -> dict:
         shape = "spread between kernels"
     else:
         shape = "mixed"
-    return {
-        "idle_ms": idle / 1000,
-        "gap_count": int(len(g)),
-        "idle_at_step_start_pct": start_pct,
-        "largest_gap_share_pct": largest_pct,
-        "shape": shape,
-    }
+    return GapPattern(idle / 1000, int(len(g)), start_pct, largest_pct, shape)
