@@ -53,6 +53,8 @@ TABLE = {
     "window": ("analysis/one_trace/window.py", "pin_steps one_window"),
     "replay": ("whatif/replay.py", "pin_replay replay replay_events replay_fast replay_segments pin_whatif"),
     "whatif": ("whatif/edits.py", "pin_whatif replay_whatif compile_edit static_shapes whatif_reports"),
+    "compiled": ("whatif/compiled.py", "pin_whatif replay_whatif compile_edit whatif_reports corpus"),
+    "nodes": ("whatif/nodes.py", "pin_whatif replay_whatif compile_edit whatif_reports corpus"),
     "ranks": ("analysis/job/ranks.py", "pin_ranks ranks_h200x2 ranks"),
     "collectives": ("analysis/one_trace/collectives.py", "pin_collectives ranks_h200x2 ranks"),
     "cpu_rules": ("diagnosis/cpu_rules.py", "pin_cpu_rules cpu_fixes cpu_job_verdict"),

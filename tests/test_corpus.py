@@ -16,6 +16,7 @@ import gpucheckup
 from conftest import raw_events
 from gpucheckup.trace import read_trace
 from gpucheckup.whatif import edits as whatif
+from gpucheckup.whatif import compiled, nodes
 from gpucheckup.whatif import replay
 from gpucheckup.diagnosis import capped
 from gpucheckup.diagnosis.fixes import BY_KEY
@@ -76,7 +77,7 @@ def test_graphs_of_a_model_that_reads_on_the_host_are_an_upper_bound_and_name_no
     assert docs["sync"].verdict.primary == "sync_bound" and docs["sync"].fixes[0].key == "no_host_reads"
     # the reads are eager, and the backward is as many graphs as the forward (each region differentiates itself)
     g = _graph_of("sync")
-    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    calls = compiled._compiled_calls(g, compiled._outside_the_model(g))
     forward = sum(not b for _, b, _, _ in calls)
     backward = sum(b for _, b, _, _ in calls)
     assert forward == backward == (8 + 1) * steps
@@ -163,7 +164,7 @@ def test_the_fused_edit_drops_the_operators_the_foreach_form_runs_before_its_fir
     assert len(want) == 10 and min(want) > 100  # each span runs > 0.1 ms of such operators (profiled)
     g = replay.build(read_trace(trace_path))
     after = whatif.fused_optimizer(g).graph
-    inside = np.flatnonzero(whatif._in_optimizer(g) & (g.h_kind != replay.MARK))
+    inside = np.flatnonzero(nodes.in_optimizer(g) & (g.h_kind != replay.MARK))
     launching = inside[np.isin(inside, g.g_launch)]
     # the first launching node of each span: the smallest node of the span that launched GPU work
     starts = sorted(int(n) for n in launching)
@@ -231,10 +232,10 @@ def test_compiled_launches_cost_what_the_compiled_trace_measured():
     # optimizer's was 0.85-0.89 eager and 0.65 compiled. `forloop` is that model and optimizer (eager, measured again
     # in the corpus); the edit, applied to it, must land the compiled model's host time where the compiled trace did.
     g = replay.build(read_trace(CORPUS / "forloop" / "traces" / "trace.json.gz"))
-    opt = whatif._in_optimizer(g, zero_grad=True)
+    opt = nodes.in_optimizer(g, zero_grad=True)
     model, optimizer = np.flatnonzero(~opt), np.flatnonzero(opt)
     assert 0.80 <= _host_us(g, model) / _host_us(g, optimizer) <= 0.92  # the eager trace reads as section 7's
-    e = whatif.torch_compile(g).graph
+    e = compiled.torch_compile(g).graph
     assert abs(_host_us(e, model) / _host_us(e, optimizer) - 0.65) <= 0.05
 
 
@@ -254,7 +255,7 @@ def _launching_inside(g: replay.Graph, op_name: str) -> set[int]:
     """Nodes whose host call runs inside an operator named op_name on its thread."""
     host = g.trace.host
     rows = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n == op_name)))
-    inside = whatif._starts_inside(g, host.start[rows].astype(float), host.end[rows].astype(float), host.tid[rows])
+    inside = nodes.starts_inside(g, host.start[rows].astype(float), host.end[rows].astype(float), host.tid[rows])
     return set(np.flatnonzero(inside & np.isin(np.arange(len(g.h_kind)), g.g_launch)).tolist())
 
 
@@ -264,7 +265,7 @@ def test_compiled_calls_hold_the_model_not_the_loop_around_it():
     # as the model, Lightning's Python between the batch's copy and the forward (about 0.5 ms a step, traced) was cut
     # as if compiled: 17.4% predicted, measured -8.2% (-19.4..11.7, measured.json)
     light = _graph_of("lightning")
-    in_calls = {int(n) for _, _, nodes, _ in whatif._compiled_calls(light, whatif._outside_the_model(light))
+    in_calls = {int(n) for _, _, nodes, _ in compiled._compiled_calls(light, compiled._outside_the_model(light))
                 for n in nodes}
     gpu = light.trace.gpu
     to_gpu = {int(j) for j, name in zip(light.g_launch, gpu.name)
@@ -273,7 +274,7 @@ def test_compiled_calls_hold_the_model_not_the_loop_around_it():
     seeds = _launching_inside(light, "aten::ones_like")  # the seed of loss.backward(): one a step
     assert len(seeds) == light.steps.count and not seeds & in_calls
     hf = _graph_of("hf")
-    in_calls = {int(n) for _, _, nodes, _ in whatif._compiled_calls(hf, whatif._outside_the_model(hf)) for n in nodes}
+    in_calls = {int(n) for _, _, nodes, _ in compiled._compiled_calls(hf, compiled._outside_the_model(hf)) for n in nodes}
     clipping = _launching_inside(hf, "aten::_foreach_norm")  # clip_grad_norm_, after the backward
     assert clipping and not clipping & in_calls
 
@@ -289,10 +290,10 @@ def test_a_gradient_norm_check_goes_with_its_reads():
                 for e in events)
     assert (norms, steps) == (160, 10)  # 16 parameters, 10 steps
     g = _graph_of("sync")
-    reads = [j for j in np.flatnonzero(g.h_kind == replay.SYNC) if whatif._enclosing_ops(g, j) & whatif.SCALAR_READS]
+    reads = [j for j in np.flatnonzero(g.h_kind == replay.SYNC) if nodes.enclosing_ops(g, j) & whatif.SCALAR_READS]
     assert len(reads) == 24 * steps  # 8 statistics and 16 norms a step
     gone = whatif._read_producers(g, reads)
-    assert {whatif._outermost_op(g, g.h_row[k]) for k in gone} == {
+    assert {nodes.outermost_op(g, g.h_row[k]) for k in gone} == {
         r for r in np.flatnonzero(np.isin(g.trace.host.name, g.trace.name_ids(
             lambda n: n == "aten::linalg_vector_norm")))}
     means = _launching_inside(g, "aten::mean")

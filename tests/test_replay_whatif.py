@@ -11,6 +11,7 @@ import pytest
 from conftest import DEMO, REPO
 from gpucheckup.analysis.one_trace import host_calls
 from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.whatif import compiled
 from gpucheckup.analysis.one_trace.kernels import categorize
 from gpucheckup.hardware import peaks
 from gpucheckup.trace.reader import read_trace
@@ -110,7 +111,7 @@ def test_torch_compile_keeps_the_other_kernels():
     g = _graph("launch_bound")
     p = _predict("launch_bound", "torch_compile")
     names, gpu = g.trace.names, g.trace.gpu
-    other = np.array([categorize(names[n]) not in whatif.COMPILE_FUSES for n in gpu.name])
+    other = np.array([categorize(names[n]) not in compiled.COMPILE_FUSES for n in gpu.name])
     assert p.changed > 0 and p.saving_ms > 0
     assert p.step_ms_after >= np.median(_gpu_ms_per_step(g, other)) * 0.95
 

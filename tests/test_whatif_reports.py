@@ -16,6 +16,7 @@ import independent as ind
 from conftest import DEMO, REPO, raw_events
 from gpucheckup.checkup import pipeline
 from gpucheckup.whatif import replay, edits as whatif
+from gpucheckup.whatif import compiled, nodes
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.analysis.one_trace.kernels import categorize
 from gpucheckup.analysis.flops.mfu import MfuInputs
@@ -157,7 +158,7 @@ def _graph(case: str) -> replay.Graph:
 
 
 def _optimizer_nodes(g: replay.Graph) -> np.ndarray:
-    return whatif._in_optimizer(g, zero_grad=True) & (g.h_kind != replay.MARK)
+    return nodes.in_optimizer(g, zero_grad=True) & (g.h_kind != replay.MARK)
 
 
 @pytest.mark.parametrize("fix", ["cuda_graphs", "torch_compile"])
@@ -207,13 +208,13 @@ def test_host_reads_edit_keeps_other_syncs_and_drops_the_host_work_on_copied_val
 
 def test_fused_chains_do_not_cross_threads():
     g = _graph("launch_bound")
-    e = whatif.torch_compile(g).graph
+    e = compiled.torch_compile(g).graph
     host, names, gpu = g.trace.host, g.trace.names, g.trace.gpu
     fused = np.flatnonzero((e.g_dur == 0) & (g.g_dur > 0))
     assert len(fused)
     for o in fused:
         p = g.g_prev[o]
-        assert categorize(names[gpu.name[p]]) in whatif.COMPILE_FUSES and categorize(names[gpu.name[o]]) in whatif.COMPILE_FUSES
+        assert categorize(names[gpu.name[p]]) in compiled.COMPILE_FUSES and categorize(names[gpu.name[o]]) in compiled.COMPILE_FUSES
         assert host.tid[g.h_row[g.g_launch[p]]] == host.tid[g.h_row[g.g_launch[o]]]
 
 
@@ -248,7 +249,7 @@ def test_compiled_calls_are_the_forward_and_the_backward_with_the_parameters_sha
     # launch_bound: no sync inside the model, so one forward (main thread) and one backward (autograd's thread) call
     # per step; their inputs: the parameters, counted independently as the AccumulateGrad operators of the trace
     g = _graph("launch_bound")
-    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    calls = compiled._compiled_calls(g, compiled._outside_the_model(g))
     host, names = g.trace.host, g.trace.names
     params = sum(names[n] == "torch::autograd::AccumulateGrad" for n in host.name.tolist()) / g.steps.count
     assert params > 10
@@ -259,7 +260,7 @@ def test_compiled_calls_are_the_forward_and_the_backward_with_the_parameters_sha
         assert len(tids) == 1 and entry == nodes[0] and set(nodes.tolist()) <= set(g.g_launch.tolist())
     # item_checks: .item() reads inside the forward cut it into calls (a graph cannot hold a sync)
     g = _graph("item_checks")
-    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    calls = compiled._compiled_calls(g, compiled._outside_the_model(g))
     assert [b for _, b, _, _ in calls].count(False) > 2 * g.steps.count
 
 
@@ -267,8 +268,8 @@ def test_compiled_calls_pay_their_wrappers_per_input():
     # the edit's host time beyond the launches it drops: per call the fixed part and the per-input part, in launch
     # calls (the trace's median launch call); summed over the calls: fixed x calls + per input x (parameters + 1)
     g = _graph("launch_bound")
-    e = whatif.torch_compile(g).graph
-    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    e = compiled.torch_compile(g).graph
+    calls = compiled._compiled_calls(g, compiled._outside_the_model(g))
     unit = replay.typical_launch_us(g)
     dropped = (e.h_dur == 0) & (g.h_dur > 0)
     added = float(e.h_dur[~dropped].sum() - g.h_dur[~dropped].sum())
@@ -280,18 +281,18 @@ def test_compiled_calls_pay_their_wrappers_per_input():
 
 
 def _without_wrappers(g, fix):
-    keep = whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES
+    keep = compiled.CALL_FIXED_LAUNCHES, compiled.COMPILED_INPUT_LAUNCHES, compiled.GRAPHED_INPUT_LAUNCHES
     try:
-        whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES = 0.0, (0, 0), (0, 0)
+        compiled.CALL_FIXED_LAUNCHES, compiled.COMPILED_INPUT_LAUNCHES, compiled.GRAPHED_INPUT_LAUNCHES = 0.0, (0, 0), (0, 0)
         return whatif.predict(g, fix).saving_ms
     finally:
-        whatif.CALL_FIXED_LAUNCHES, whatif.COMPILED_INPUT_LAUNCHES, whatif.GRAPHED_INPUT_LAUNCHES = keep
+        compiled.CALL_FIXED_LAUNCHES, compiled.COMPILED_INPUT_LAUNCHES, compiled.GRAPHED_INPUT_LAUNCHES = keep
 
 
 def test_graph_replays_cost_their_wrappers_and_a_launch_per_kernel():
     g = _graph("launch_bound")
-    e = whatif.cuda_graphs(g).graph
-    calls = whatif._compiled_calls(g, whatif._outside_the_model(g))
+    e = compiled.cuda_graphs(g).graph
+    calls = compiled._compiled_calls(g, compiled._outside_the_model(g))
     unit = replay.typical_launch_us(g)
     gpu = g.trace.gpu
     for entry, backward, nodes, p in calls[:4]:
@@ -309,7 +310,7 @@ def test_inductor_fusion_puts_at_most_one_reduction_in_a_kernel():
     # a fused kernel: a kept kernel and the kernels folded into it after it on its stream; of them at most one
     # reduction (categorised independently from the kernel names), and folded kernels are elementwise or reductions
     g = _graph("launch_bound")
-    e = whatif.torch_compile(g).graph
+    e = compiled.torch_compile(g).graph
     names, gpu = g.trace.names, g.trace.gpu
     folded = (e.g_dur == 0) & (g.g_dur > 0) & (gpu.kind == KERNEL)
     assert folded.sum() > 0
@@ -327,6 +328,6 @@ def test_inductor_fusion_puts_at_most_one_reduction_in_a_kernel():
             continue
         groups += 1
         cats = [categorize(names[gpu.name[m]]) for m in members]
-        assert all(c in whatif.COMPILE_FUSES for c in cats)
-        assert cats.count(whatif.COMPILE_REDUCES) <= 1, cats
+        assert all(c in compiled.COMPILE_FUSES for c in cats)
+        assert cats.count(compiled.COMPILE_REDUCES) <= 1, cats
     assert groups > 0

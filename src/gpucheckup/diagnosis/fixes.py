@@ -29,8 +29,8 @@ from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
-from gpucheckup.whatif import edits
-from gpucheckup.whatif.edits import COMPILE_FUSES_MOVES
+from gpucheckup.whatif import compiled, edits
+from gpucheckup.whatif.compiled import COMPILE_FUSES_MOVES
 from gpucheckup.diagnosis.findings import Fix
 from gpucheckup.diagnosis.framework_words import framework_how
 from gpucheckup.hardware.peaks import lookup
@@ -392,7 +392,7 @@ CATALOGUE: list[CatalogueFix] = [
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a) > 0),
         saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
                       + (1 - FUSION_KEEP) * (_kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a))),
-        replay=edits.torch_compile),  # no bottleneck: it removes launches and memory-bound kernel time alike
+        replay=compiled.torch_compile),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",
@@ -402,7 +402,7 @@ CATALOGUE: list[CatalogueFix] = [
               "shrinks (upper bound: all of it)",
         applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
         saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued")),
-        bottleneck="launch_bound", replay=edits.cuda_graphs),
+        bottleneck="launch_bound", replay=compiled.cuda_graphs),
     CatalogueFix(
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
         "global batch)", "code",

@@ -14,7 +14,6 @@ and says why.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,15 +24,17 @@ from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.flops.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
 from gpucheckup.analysis.groups import by_key
-from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.analysis.one_trace import host_calls, launches
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize, data_movement_family
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES
 from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.hardware import peaks
 from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
 from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
+from gpucheckup.whatif.compiled import cuda_graphs, torch_compile
+from gpucheckup.whatif.nodes import (Edit, after_backward, categories, enclosing_ops, in_optimizer,
+                                     outermost_op, starts_inside)
 
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
 DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
@@ -45,45 +46,6 @@ SCALAR_READS = frozenset({"aten::item", "aten::_local_scalar_dense"})  # a read 
 READ_PRODUCERS = frozenset({"aten::norm", "aten::linalg_vector_norm", "aten::sum", "aten::mean", "aten::amax",
                             "aten::amin", "aten::max", "aten::min", "aten::any", "aten::all", "aten::isnan",
                             "aten::isinf", "aten::isfinite", "aten::logical_or", "aten::logical_and"})
-# Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
-# reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
-# lookups: pointwise loads and stores at computed addresses). Measured on the H200 MoE example: its data-movement
-# kernels took 1.42 ms per step eager and 0.58 ms compiled, GEMMs unchanged (docs/validation.md section 7c).
-COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/one_trace/kernels.py)
-COMPILE_FUSES_MOVES = ("gather", "scatter", "index", "embedding")  # data-movement families (kernels.py) it fuses too
-# Copies, casts, cat and transposes are left as they are: a copy the trace cannot tie to its producer may be a weight
-# cast (autocast), which Inductor leaves a kernel of its own (its only consumer is the GEMM library call).
-# Never fused, whatever the category: library algorithms Inductor calls rather than generates (CUB's sorts, scans,
-# selects and device reductions, top-k), and kernels Inductor already generated (a compiled trace's `triton_*`)
-COMPILE_KEEPS = re.compile(r"cub::|sort|topk|^triton_", re.I)
-COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
-# What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
-# runtime launch call (`replay.typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
-# profiler calibration scales it with every host cost). Measured on the H200 (torch 2.11; docs/validation.md
-# section 7) in traces of the launch example run with --compile and with --cuda-graphs, each against that trace's
-# own median cudaLaunchKernel. A call into the compiled model (forward or backward) runs wrappers around the
-# generated code (`## Call CompiledFxGraph`): Dynamo's guards and pre-graph bytecode, AOTAutograd's runtime
-# wrapper, and with graphs cudagraph trees' replay bookkeeping (static input addresses checked, other inputs
-# copied in). Each of them walks the call's inputs (the pre-graph bytecode gathers the parameters, the guards
-# check each tensor), so the cost is taken per input: a call's inputs are its share of the parameters (the
-# trace's PARAM_OP count per step, shared among the calls of one direction by their launches) and the one
-# tensor it is called with, on top of a fixed part: what AOTAutograd's wrapper does before it touches them, as the
-# trace labels it (`AOTDispatcher Runtime Wrapper Prologue`: 34-42 us against a 7.45 us launch call compiled,
-# 26-37 us against 5.33 us graphed). On the launch example (144 parameters: 145 inputs per call) the wrappers took
-# 820 us (forward) and 538 us (backward) compiled, and 788 and 1041 us graphed less the graph launch: per input,
-# forward and backward, beyond the fixed part,
-CALL_FIXED_LAUNCHES = 5.0
-COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
-GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
-GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
-# What a kernel launched from Inductor's generated code costs the host, in launch calls: its launcher and launch call
-# (2.9) and the generated Python before it (1.5), measured in the same compiled trace (docs/validation.md section 7).
-# That code is the same whatever the eager model ran between its kernels (module calls, hooks, autocast's casts and
-# dispatch), so a compiled launch costs at most this; where eager cost less, it keeps eager's cost.
-COMPILED_LAUNCH_LAUNCHES = 2.9 + 1.5
-COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction")  # generated code already running in the trace
-PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
-AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
 LOW_PRECISION = "tf32"  # the format the fp32 GEMMs move to (tf32 needs no model change)
 
 
@@ -112,44 +74,6 @@ class Prediction:
                 "changed": self.changed}
 
 
-@dataclass
-class Edit:
-    """A transformation's result: the edited graph, what it did, how many things it changed."""
-
-    graph: Graph
-    what: str
-    changed: int
-    per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
-    unmodelled: str = ""  # a cost of the change the edit does not model: its saving is an upper bound, and why
-
-
-def _in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
-    """Per node: whether its host row starts inside the optimizer's own span on its thread
-    (analysis/one_trace/optimizer_spans.py: not the closure's forward and backward), or in an
-    `Optimizer.zero_grad#` range when `zero_grad`."""
-    return _starts_inside(g, *optimizer_rows(g.trace, zero_grad))
-
-
-def _starts_inside(g: Graph, lo: np.ndarray, hi: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Per node: whether its host row starts inside one of the intervals [lo, hi] on its thread."""
-    host = g.trace.host
-    rows = g.h_row[g.h_row >= 0]
-    out = np.zeros(len(g.h_kind), dtype=bool)
-    out[g.h_row >= 0] = inside_any(host.start[rows], host.tid[rows], lo, hi, tid)
-    return out
-
-
-def _remembered(g: Graph, name: str, arrays: tuple, compute):
-    """compute() once for the graphs whose `arrays` (what it reads) are equal: every fix's edit starts from a copy of
-    the same calibrated graph, whose memo the copies share (torch_compile and cuda_graphs fuse the same kernels)."""
-    got = g.memo.get(name)
-    if got is not None and all(np.array_equal(a, b) for a, b in zip(got[0], arrays)):
-        return got[1]
-    value = compute()
-    g.memo[name] = (tuple(a.copy() for a in arrays), value)
-    return value
-
-
 def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) -> Edit:
     """The host stops waiting for the GPU at its sync calls (sync APIs, reads of GPU values into
     pageable memory): each keeps only its own cost; the copies stay on the GPU. Input copies to
@@ -172,9 +96,9 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     to_host = set(np.flatnonzero((gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "DtoH" in n)))
                   .tolist())
     copy_read = {j for j in nodes if any(int(o) in to_host for o in g.h_await[j])
-                 and not _enclosing_ops(g, j) & SCALAR_READS}
+                 and not enclosing_ops(g, j) & SCALAR_READS}
     if ops is not None:
-        nodes = [j for j in nodes if _enclosing_ops(g, j) & ops or (reads and j in copy_read)]
+        nodes = [j for j in nodes if enclosing_ops(g, j) & ops or (reads and j in copy_read)]
     trailing: list[int] = []  # the calls after a read that go with it (the stream sync after its copy)
     for j in nodes:
         g.h_kind[j] = CALL
@@ -195,7 +119,7 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
             k += 1
         if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
             g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
-    producers = _read_producers(g, [j for j in nodes if _enclosing_ops(g, j) & SCALAR_READS]) if ops else []
+    producers = _read_producers(g, [j for j in nodes if enclosing_ops(g, j) & SCALAR_READS]) if ops else []
     gone = set(nodes) | set(trailing) | set(producers)
     for k in producers:  # with the read gone before it too, the Python between them (the loop calling both) goes
         if g.h_gap[k] > 0:
@@ -216,14 +140,14 @@ def _read_producers(g: Graph, reads: list[int]) -> list[int]:
     gradient norm checked on the host, Trainer's NaN filter); read every N steps, it is computed every N steps. A
     read before the backward (the loss, a forward statistic) keeps what it reads: the backward may need it."""
     host = g.trace.host
-    after = _after_backward(g)
+    after = after_backward(g)
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[replay.launch_nodes(g)] = True
     out: set[int] = set()
     for j in reads:
         if not after[j]:
             continue
-        tid, read = host.tid[g.h_row[j]], _outermost_op(g, g.h_row[j])
+        tid, read = host.tid[g.h_row[j]], outermost_op(g, g.h_row[j])
         k = j - 1
         while k >= 0 and (g.h_row[k] < 0 or host.tid[g.h_row[k]] != tid or not launching[k]
                           or (read >= 0 and host.start[g.h_row[k]] >= host.start[read])):
@@ -232,48 +156,11 @@ def _read_producers(g: Graph, reads: list[int]) -> list[int]:
             k -= 1
         if k < 0 or g.h_kind[k] == MARK or not after[k] or not launching[k]:
             continue
-        op = _outermost_op(g, g.h_row[k])
+        op = outermost_op(g, g.h_row[k])
         if op >= 0 and g.trace.names[host.name[op]] in READ_PRODUCERS:
-            out.update(np.flatnonzero(_starts_inside(g, host.start[[op]].astype(np.float64),
+            out.update(np.flatnonzero(starts_inside(g, host.start[[op]].astype(np.float64),
                                                      host.end[[op]].astype(np.float64), host.tid[[op]])).tolist())
     return sorted(out)
-
-
-def _outermost_op(g: Graph, r: int) -> int:
-    """The host row of the outermost CPU operator that encloses host row r on its thread, -1 when none does."""
-    return int(_outermost_ops(g, np.asarray([r]))[0])
-
-
-def _outermost_ops(g: Graph, rows: np.ndarray) -> np.ndarray:
-    """Per host row: the row of the outermost CPU operator enclosing it on its thread (process and thread), -1
-    where none does. The operators no other encloses are found once per trace, per thread."""
-    host = g.trace.host
-    if "top_ops" not in g.memo:
-        g.memo["top_ops"] = _top_ops(g)
-    out = np.full(len(rows), -1, dtype=np.int64)
-    want = host.pid[rows].astype(np.int64) * (1 << 32) + host.tid[rows].astype(np.int64)
-    for key, (start, end, op) in g.memo["top_ops"].items():
-        mine = np.flatnonzero(want == key)
-        i = np.searchsorted(start, host.start[rows[mine]], side="right") - 1
-        ok = (i >= 0) & (end[np.maximum(i, 0)] >= host.end[rows[mine]])
-        out[mine[ok]] = op[i[ok]]
-    return out
-
-
-def _top_ops(g: Graph) -> dict:
-    """Per thread (pid << 32 | tid): its outermost CPU operators (start, end, host row), by start."""
-    host = g.trace.host
-    ops = np.flatnonzero(host.cat == CPU_OP)
-    key = host.pid[ops].astype(np.int64) * (1 << 32) + host.tid[ops].astype(np.int64)
-    out = {}
-    for k in unique(key).tolist():
-        mine = ops[key == k]
-        mine = mine[np.lexsort((-host.end[mine], host.start[mine]))]  # by start, the longer first
-        end = host.end[mine]
-        reach = np.maximum.accumulate(end)
-        top = np.concatenate(([True], host.start[mine[1:]] >= reach[:-1]))  # not inside one before it
-        out[k] = (host.start[mine[top]], end[top], mine[top])
-    return out
 
 
 # static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
@@ -492,17 +379,6 @@ def _read_size(g: Graph, rows: np.ndarray, shapes: list, step: np.ndarray,
                   "steps")
 
 
-def _enclosing_ops(g: Graph, j: int) -> set[str]:
-    """Names of the CPU operators that enclose node j's call on its thread."""
-    host = g.trace.host
-    r = g.h_row[j]
-    if r < 0:
-        return set()
-    m = ((host.cat == CPU_OP) & (host.tid == host.tid[r]) & (host.pid == host.pid[r])
-         & (host.start <= host.start[r]) & (host.end >= host.end[r]))
-    return {g.trace.names[int(i)] for i in unique(host.name[m])}
-
-
 def fused_optimizer(g: Graph) -> Edit:
     """One fused kernel per parameter group (taken as one group: the trace does not say how many)
     instead of a launch per tensor (foreach=False: several kernels per parameter) or per tensor
@@ -516,7 +392,7 @@ def fused_optimizer(g: Graph) -> Edit:
     step counters and their reads), which the fused form keeps on the GPU and updates inside its kernels; its
     Python (collecting the parameters, grouping them) stays."""
     g = g.copy()
-    inside = _in_optimizer(g) & (g.h_kind != MARK)
+    inside = in_optimizer(g) & (g.h_kind != MARK)
     launching = np.isin(g.g_launch, np.flatnonzero(inside))
     if not launching.any():
         return Edit(g, "no Optimizer.step launches in the trace", 0)
@@ -673,299 +549,6 @@ def dataloader_workers(g: Graph, workers: int = DEFAULT_WORKERS, factor: float =
     return Edit(g, f"{len(g.loaders)} DataLoader waits cut to the loader's throughput with {how}", len(g.loaders))
 
 
-def _outside_the_model(g: Graph) -> np.ndarray:
-    """Per node: whether torch.compile(model) leaves it eager: the optimizer's own span and zero_grad
-    (`_in_optimizer`), copies of the inputs to the GPU (made before the model is called: a compiled graph moves no
-    host data), the operators that wait for the GPU (`_host_reads`: a graph break each), and on the threads that
-    call the model, per step, the backward's call (its last launch before each burst of autograd's thread: the
-    gradient seed, `loss.backward()`'s ones) and all after the step's last backward (gradient clipping, loss
-    scaling, NaN checks, logging: the loop's code, not the model's)."""
-    return _remembered(g, "outside_the_model", (g.h_kind, g.h_row), lambda: _find_outside(g))
-
-
-def _find_outside(g: Graph) -> np.ndarray:
-    """_outside_the_model, computed."""
-    out = _in_optimizer(g, zero_grad=True)
-    gpu = g.trace.gpu
-    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
-    out[g.g_launch[to_gpu]] = True
-    launching = np.zeros(len(g.h_kind), dtype=bool)
-    launching[replay.launch_nodes(g)] = True
-    backward = _autograd_thread(g)
-    calling = launching & ~backward & (g.h_row >= 0)
-    seq = np.flatnonzero(calling | backward)  # the seed: a calling thread's launch right before a backward node
-    step = _step_of(g, seq)
-    seed = calling[seq[:-1]] & backward[seq[1:]] & (step[:-1] >= 0) & (step[:-1] == step[1:])
-    out[seq[:-1][seed]] = True
-    return out | (_after_backward(g) & ~backward) | _host_reads(g)
-
-
-def _step_of(g: Graph, nodes: np.ndarray) -> np.ndarray:
-    """Per node: the index of the step window (step start to end node) holding it, -1 for none."""
-    i = np.searchsorted(g.step_start_node, nodes, side="right") - 1
-    return np.where((i >= 0) & (nodes <= g.step_end_node[np.maximum(i, 0)]), i, -1)
-
-
-def _host_reads(g: Graph) -> np.ndarray:
-    """Per node: whether it belongs to an operator that waits for the GPU (a sync: `.item()`, a size read,
-    `.cpu()`; not the wait for an input's copy to the GPU), outermost on its thread: torch.compile breaks its graph
-    at such an operator, which runs eager."""
-    host = g.trace.host
-    syncs = np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0) & ~_input_waits(g))
-    ops = unique(_outermost_ops(g, g.h_row[syncs]))
-    ops = ops[ops >= 0]
-    return _starts_inside(g, host.start[ops].astype(np.float64), host.end[ops].astype(np.float64), host.tid[ops])
-
-
-def _input_waits(g: Graph) -> np.ndarray:
-    """Per node: a sync made by an operator that copies to the GPU (an input's transfer, `.to(device)`: its
-    outermost operator launched a host-to-device copy), which reads no GPU value."""
-    return _remembered(g, "input_waits", (g.h_kind, g.g_launch), lambda: _find_input_waits(g))
-
-
-def _find_input_waits(g: Graph) -> np.ndarray:
-    """_input_waits, computed."""
-    gpu = g.trace.gpu
-    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
-    copying = unique(_outermost_ops(g, g.h_row[g.g_launch[to_gpu]]))
-    syncs = np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0))
-    out = np.zeros(len(g.h_kind), dtype=bool)
-    out[syncs[np.isin(_outermost_ops(g, g.h_row[syncs]), copying[copying >= 0])]] = True
-    return out
-
-
-def _after_backward(g: Graph) -> np.ndarray:
-    """Per node (markers excepted): whether it comes after its step's last node on autograd's thread."""
-    backward = np.flatnonzero(_autograd_thread(g))
-    step = _step_of(g, backward)
-    last_bw = np.full(len(g.step_start_node), -1)
-    np.maximum.at(last_bw, step[step >= 0], backward[step >= 0])
-    nodes = np.arange(len(g.h_kind))
-    mine = _step_of(g, nodes)
-    after = (mine >= 0) & (last_bw[np.maximum(mine, 0)] >= 0) & (nodes > last_bw[np.maximum(mine, 0)])
-    return after & (g.h_row >= 0)
-
-
-def _autograd_thread(g: Graph) -> np.ndarray:
-    """Per node: whether autograd's thread runs it (the thread that runs AUTOGRAD_THREAD_OP: the backward)."""
-    host = g.trace.host
-    if "autograd_tids" not in g.memo:
-        ids = g.trace.name_ids(lambda n: n.startswith(AUTOGRAD_THREAD_OP))
-        g.memo["autograd_tids"] = set(unique(host.tid[(host.cat == CPU_OP) & np.isin(host.name, ids)]).tolist())
-    tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
-    return np.isin(tid, np.fromiter(g.memo["autograd_tids"], dtype=np.int64)) & (g.h_row >= 0)
-
-
-def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
-    """The calls into the compiled model, as (entry node, backward?, its launching nodes, its parameters): each
-    stretch of the host chain between sync calls, markers (step bounds, data waits) and `eager` nodes whose
-    launches are made by one thread, from its first launch (a compiled graph cannot hold a sync; the forward runs
-    on the calling thread, the backward on autograd's, so each is its own call); backward when that thread runs
-    autograd's operators (AUTOGRAD_THREAD_OP). Its parameters: the trace's (PARAM_OP per step) shared among the
-    calls of its direction by their launches."""
-    return _remembered(g, "compiled_calls", (g.g_launch, g.h_kind, g.h_row, eager), lambda: _find_calls(g, eager))
-
-
-def _find_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
-    """_compiled_calls, computed."""
-    host = g.trace.host
-    launching = np.zeros(len(g.h_kind), dtype=bool)
-    launching[replay.launch_nodes(g)] = True
-    tid = np.where(g.h_row >= 0, host.tid[np.maximum(g.h_row, 0)], -1)
-    backward = _autograd_thread(g)
-    breaks = ((g.h_kind == SYNC) | (g.h_kind == MARK) | eager).tolist()
-    out, cur, cur_tid = [], [], None
-    for j, (brk, ln, t) in enumerate(zip(breaks, launching.tolist(), tid.tolist())):
-        if brk or (ln and cur and t != cur_tid):
-            if cur:
-                out.append(cur)
-            cur, cur_tid = [], None
-            if brk:
-                continue
-        if ln:
-            cur.append(j)
-            cur_tid = t
-    if cur:
-        out.append(cur)
-    calls = _split_backwards(g, [(c[0], bool(backward[c[0]]), np.asarray(c, dtype=np.int64)) for c in out])
-    if "params_per_step" not in g.memo:
-        ids = g.trace.name_ids(lambda n: n == PARAM_OP)
-        g.memo["params_per_step"] = float(np.isin(host.name[host.cat == CPU_OP], ids).sum()) / max(g.steps.count, 1)
-    total = {b: sum(len(n) for _, bb, n in calls if bb == b) for b in (False, True)}
-    params = g.memo["params_per_step"] * g.steps.count
-    return [(e, b, n, params * len(n) / total[b]) for e, b, n in calls]
-
-
-def _split_backwards(g: Graph, calls: list[tuple[int, bool, np.ndarray]]) -> list[tuple[int, bool, np.ndarray]]:
-    """A forward broken into K graphs has K backward graphs (each compiled region differentiates itself): in a
-    step whose forward is K calls and whose backward is one, that call becomes K, in the forward's reverse order,
-    each with launches in proportion to its forward's."""
-    step = np.searchsorted(g.step_start_node, [e for e, _, _ in calls], side="right") - 1
-    out = []
-    for s in unique(step).tolist():
-        mine = [c for c, t in zip(calls, step.tolist()) if t == s]
-        fwd = [len(n) for _, b, n in mine if not b]
-        bwd = [c for c in mine if c[1]]
-        if len(fwd) < 2 or len(bwd) != 1:
-            out += mine
-            continue
-        nodes = bwd[0][2]
-        cuts = np.rint(np.cumsum(fwd[::-1])[:-1] / sum(fwd) * len(nodes)).astype(np.int64)
-        pieces = [p for p in np.split(nodes, cuts) if len(p)]
-        out += [c for c in mine if not c[1]] + [(int(p[0]), True, p) for p in pieces]
-    return sorted(out, key=lambda c: c[0])
-
-
-def _inductor_fusion(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, int]:
-    """The GPU side of torch.compile (shared by the graphs edit: mode="reduce-overhead" compiles with Inductor
-    too): each chain of elementwise, normalisation/reduction and indexing kernels of the model (`_fusable`;
-    consecutive on a stream, launched by one thread in one step with no sync between, not in `eager` ranges) becomes
-    fused kernels, each holding at most one reduction (COMPILE_REDUCES) with the pointwise kernels before and after
-    it (Inductor fuses pointwise producers and consumers into a reduction; two reductions make two kernels). A fused
-    kernel takes its longest member's time (it still moves the largest operand) at its first member's place; the
-    others take none. Edits g's GPU side; the launching nodes of the kernels folded into another, and their count."""
-    folded, gdur = _remembered(g, "inductor_fusion", (g.g_dur, g.g_prev, g.g_launch, g.g_step, g.h_kind, g.h_row,
-                                                      eager), lambda: _fusion_plan(g, eager))
-    g.g_dur[:] = gdur
-    g.g_lat[folded] = NO_DEP
-    g.g_gap[folded] = 0.0
-    return g.g_launch[folded], len(folded)
-
-
-def _fusion_plan(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """_inductor_fusion's kernels folded into another and every op's duration after it, computed."""
-    gpu = g.trace.gpu
-    tid = np.where(g.h_row >= 0, g.trace.host.tid[np.maximum(g.h_row, 0)], -1)
-    cats = _categories(g)
-    fusable = _fusable(g)
-    reduces = (cats == CATEGORIES.index(COMPILE_REDUCES))[gpu.name]
-    ew = (gpu.kind == KERNEL) & fusable[gpu.name] & (g.g_launch >= 0) & ~eager[np.maximum(g.g_launch, 0)]
-    # which of them may join their stream predecessor's fused kernel: it is fusable too, in the same step, launched
-    # by the same thread with no sync call from its launch to this one's
-    o = np.flatnonzero(ew)
-    p = g.g_prev[o]
-    pp = np.maximum(p, 0)
-    lo, lp = g.g_launch[o], g.g_launch[pp]
-    syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
-    joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
-             & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
-    head_of, has_reduction = {}, {}
-    gdur, red = g.g_dur.tolist(), reduces.tolist()
-    folded = []
-    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: the predecessor's group is known
-        head = head_of.get(p, p)
-        h_red = has_reduction.get(head, red[head])
-        if red[o] and h_red:
-            continue  # a second reduction starts a kernel of its own
-        head_of[o] = head
-        has_reduction[head] = h_red or red[o]
-        gdur[head] = max(gdur[head], gdur[o])
-        gdur[o] = 0.0
-        folded.append(o)
-    return np.asarray(folded, dtype=np.int64), np.asarray(gdur, dtype=np.float64)
-
-
-def cuda_graphs(g: Graph) -> Edit:
-    """CUDA graphs as `torch.compile(model, mode="reduce-overhead")` makes them: the model's kernels as
-    Inductor fuses them (`_inductor_fusion`), each call into the compiled model (`_compiled_calls`: the forward,
-    the backward, each stretch between syncs and data waits, which a graph cannot hold) one graph replay: the
-    host's launch calls, operator dispatch and other runtime calls in it cost nothing, and its first launch
-    becomes the call: the wrappers and cudagraph trees' bookkeeping (CALL_FIXED_LAUNCHES, GRAPHED_INPUT_LAUNCHES
-    per input) and the graph's launch (GRAPH_NODE_LAUNCHES per kernel), in launch calls. The kernels keep their
-    durations and run back to back (launch latency at the trace's typical one). The optimizer step and the loop's
-    code around the model (`_outside_the_model`) are not part of the compiled model and stay eager, launch by
-    launch (the trace cannot tell whether a user would compile or capture them too: that takes capturable=True and
-    whole-step capture);
-    host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
-    stays."""
-    g = g.copy()
-    eager = _outside_the_model(g)
-    _inductor_fusion(g, eager)
-    unit = replay.typical_launch_us(g)
-    calls = _compiled_calls(g, eager)
-    gpu = g.trace.gpu
-    kernels = np.bincount(g.g_launch[(g.g_launch >= 0) & (gpu.kind == KERNEL) & (g.g_dur > 0)],
-                          minlength=len(g.h_kind))
-    captured = np.zeros(len(g.h_kind), dtype=bool)
-    changed = 0
-    for entry, backward, nodes, params in calls:
-        lo, hi = nodes[0], nodes[-1]
-        inside = np.arange(lo, hi + 1)
-        inside = inside[g.h_kind[inside] == CALL]
-        captured[inside] = True
-        pos = g.h_gap[inside] > 0
-        g.h_gap[inside[pos]] -= np.minimum(g.h_dispatch[inside[pos]], g.h_gap[inside[pos]])
-        g.h_dur[inside] = 0.0
-        g.h_dur[entry] = unit * (CALL_FIXED_LAUNCHES + GRAPHED_INPUT_LAUNCHES[backward] * (params + 1)
-                                 + GRAPH_NODE_LAUNCHES * kernels[nodes].sum())
-        changed += len(nodes)
-    ops = (g.g_launch >= 0) & captured[np.maximum(g.g_launch, 0)]
-    g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
-    return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
-                   f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
-                changed, unmodelled=_graph_breaks(g))
-
-
-def torch_compile(g: Graph) -> Edit:
-    """torch.compile(model): the model's kernels as Inductor fuses them (`_inductor_fusion`); the dispatch and
-    launch of each kernel folded into another go; every other kernel (GEMMs, data movement, copies, the fused
-    kernels) keeps its launch, costing the host what generated code costs per launch (COMPILED_LAUNCH_LAUNCHES:
-    its launcher and call and the Python before it) or its eager cost where that was less
-    (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the
-    compiled model (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
-    CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
-    optimizer step and the loop's code around the model (`_outside_the_model`) stay as they are."""
-    g = g.copy()
-    eager = _outside_the_model(g)
-    unit = replay.typical_launch_us(g)
-    folded, n = _inductor_fusion(g, eager)
-    j = unique(folded)
-    g.h_dur[j] = 0.0
-    g.h_gap[j] -= np.clip(np.minimum(g.h_dispatch[j], g.h_gap[j]), 0.0, None)  # a positive gap loses its dispatch
-    calls = _compiled_calls(g, eager)
-    for entry, backward, nodes, params in calls:
-        _generated_launches(g, nodes[1:], unit)
-        g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
-    return Edit(g, f"{n} elementwise/normalisation/indexing kernels fused into others (at most one reduction each); "
-                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n, unmodelled=_graph_breaks(g))
-
-
-def _graph_breaks(g: Graph) -> str:
-    """Why a compiled model's saving is an upper bound where its forward reads GPU values on the host (a sync
-    before the step's backward, outside the optimizer, on the calling thread): torch.compile breaks the graph at
-    each read; the forward's and backward's extra graphs are modelled (`_compiled_calls`), each resume's guards and
-    frame evaluation are not (no trace here measured them). "" where the forward reads nothing."""
-    reads = ((g.h_kind == SYNC) & (g.h_row >= 0) & ~_in_optimizer(g, zero_grad=True) & ~_after_backward(g)
-             & ~_autograd_thread(g) & ~_input_waits(g))
-    per_step = float(reads.sum()) / max(g.steps.count, 1)
-    if per_step < 1.0:
-        return ""
-    n = round(per_step)
-    return (f"the model's forward reads GPU values on the host {n} time{'s' if n != 1 else ''} a step: torch.compile breaks "
-            "its graph at each read; the extra graphs are modelled, each resume's guards and frame are not, so "
-            "this is an upper bound (a graph holds no host read: remove them first)")
-
-
-def _generated_launches(g: Graph, nodes: np.ndarray, unit: float) -> None:
-    """Each launch inside a compiled call after its first costs the host at most COMPILED_LAUNCH_LAUNCHES: the host
-    time before it (its gap, from the node before) and its call, cut to that by shortening the gap."""
-    nodes = nodes[(g.h_kind[nodes] == CALL) & (g.h_dur[nodes] > 0)]
-    nodes = nodes[~_already_compiled(g)[nodes]]
-    gap = np.maximum(g.h_gap[nodes], 0.0)
-    g.h_gap[nodes] -= np.clip(gap + g.h_dur[nodes] - COMPILED_LAUNCH_LAUNCHES * unit, 0.0, gap)
-
-
-def _already_compiled(g: Graph) -> np.ndarray:
-    """Per node: whether its host row starts inside generated code the trace already runs (COMPILED_RANGES): a
-    compiled model's launches cost what compiled code costs, which the trace measured."""
-    if "already_compiled" not in g.memo:
-        host = g.trace.host
-        ranges = np.flatnonzero(np.isin(host.name, g.trace.name_ids(lambda n: n.startswith(COMPILED_RANGES))))
-        g.memo["already_compiled"] = _starts_inside(g, host.start[ranges].astype(np.float64),
-                                                    host.end[ranges].astype(np.float64), host.tid[ranges])
-    return g.memo["already_compiled"]
-
-
 def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
     """fp32 GEMMs run in `target` (tf32, or bf16 under autocast): each fp32 GEMM kernel's time is
     scaled by the datasheet peak ratio fp32 / target (hardware/peaks.py); a GEMM limited by memory
@@ -987,31 +570,6 @@ def bf16(g: Graph) -> Edit:
     return tf32(g, "bf16")
 
 
-def _categories(g: Graph) -> np.ndarray:
-    """Per name of the trace's GPU ops: its kernel category's index in kernels.CATEGORIES (kernels.categorize;
-    -1 for the names of host events), once per trace."""
-    if "categories" not in g.memo:
-        names, used = g.trace.names, unique(g.trace.gpu.name)
-        cat = np.full(len(names), -1, dtype=np.int8)
-        cat[used] = [CATEGORIES.index(categorize(names[i])) for i in used.tolist()]
-        g.memo["categories"] = cat
-    return g.memo["categories"]
-
-
-def _fusable(g: Graph) -> np.ndarray:
-    """Per name of the trace: whether torch.compile fuses that kernel with its neighbours: a category of
-    COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
-    if "fusable" not in g.memo:
-        cats, names = _categories(g), g.trace.names
-        ok = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
-        for i in np.flatnonzero(cats == CATEGORIES.index("data_movement")).tolist():
-            ok[i] = data_movement_family(names[i]) in COMPILE_FUSES_MOVES
-        for i in np.flatnonzero(ok).tolist():
-            ok[i] = not COMPILE_KEEPS.search(names[i])
-        g.memo["fusable"] = ok
-    return g.memo["fusable"]
-
-
 def _fp32_gemms(g: Graph) -> np.ndarray:
     """Kernel rows of GEMMs that run in plain fp32 (gemm_dtype.kernel_dtype), classified once per trace and
     once per (kernel name, launching op's dtypes)."""
@@ -1019,7 +577,7 @@ def _fp32_gemms(g: Graph) -> np.ndarray:
         return g.memo["fp32_gemms"]
     trace = g.trace
     gpu, host, names = trace.gpu, trace.host, trace.names
-    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(_categories(g)[gpu.name], GEMM_CATEGORIES))
+    rows = np.flatnonzero((gpu.kind == KERNEL) & np.isin(categories(g)[gpu.name], GEMM_CATEGORIES))
     ops = launches.op_rows(trace, rows)
     raws = host.dtypes.take(np.maximum(ops, 0)) if len(host.dtypes) else [None] * len(ops)
     keys = [(n, raw if op >= 0 else None) for n, op, raw in zip(gpu.name[rows].tolist(), ops.tolist(), raws)]
@@ -1043,11 +601,11 @@ def comm_overlap(g: Graph) -> Edit:
     first kernel launched in `Optimizer.step` (which reads the reduced gradients) waits for the
     step's last collective."""
     g = g.copy()
-    comm = _categories(g)[g.trace.gpu.name] == CATEGORIES.index("communication")
+    comm = categories(g)[g.trace.gpu.name] == CATEGORIES.index("communication")
     if not comm.any():
         return Edit(g, "no collective kernels in the trace", 0)
     side = int(g.g_stream.max()) + 1
-    opt = _in_optimizer(g).tolist()
+    opt = in_optimizer(g).tolist()
     prev, stream, dep, launch = g.g_prev.tolist(), g.g_stream.tolist(), g.g_dep.tolist(), g.g_launch.tolist()
     is_comm = comm.tolist()
     nxt = [-1] * len(prev)
@@ -1077,7 +635,7 @@ def larger_batch(g: Graph, factor: float = BATCH_FACTOR) -> Edit:
     that), the optimizer's and zero_grad's (per parameter) do not, nor does the host's launch
     work; data waits grow by `factor`. The saving is per original batch: step / factor."""
     g = g.copy()
-    per_param = _in_optimizer(g, zero_grad=True)
+    per_param = in_optimizer(g, zero_grad=True)
     scaled = (g.g_step >= 0) & ~((g.g_launch >= 0) & per_param[np.maximum(g.g_launch, 0)])
     g.g_dur[scaled] *= factor
     for s, e, _ in g.loaders:
