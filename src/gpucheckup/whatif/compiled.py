@@ -26,9 +26,7 @@ from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, cate
 # kernels took 1.42 ms per step eager and 0.58 ms compiled, GEMMs unchanged (docs/validation.md section 7c).
 COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/one_trace/kernels.py)
 
-
 COMPILE_FUSES_MOVES = ("gather", "scatter", "index", "embedding")  # data-movement families (kernels.py) it fuses too
-
 
 # Copies, casts, cat and transposes are left as they are: a copy the trace cannot tie to its producer may be a weight
 # cast (autocast), which Inductor leaves a kernel of its own (its only consumer is the GEMM library call).
@@ -36,9 +34,7 @@ COMPILE_FUSES_MOVES = ("gather", "scatter", "index", "embedding")  # data-moveme
 # selects and device reductions, top-k), and kernels Inductor already generated (a compiled trace's `triton_*`)
 COMPILE_KEEPS = re.compile(r"cub::|sort|topk|^triton_", re.I)
 
-
 COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel holds at most one (Inductor's groups)
-
 
 # What compiled and graphed code costs the host beyond the kernels it launches, in launch calls: the trace's median
 # runtime launch call (`replay.typical_launch_us`), so that it follows the host's speed as the trace measures it (and the
@@ -57,15 +53,11 @@ COMPILE_REDUCES = "reduction_norm"  # of those, the reductions: a fused kernel h
 # forward and backward, beyond the fixed part,
 CALL_FIXED_LAUNCHES = 5.0
 
-
 COMPILED_INPUT_LAUNCHES = (0.72, 0.46)  # (820 / 7.45 - 5) / 145, (538 / 7.45 - 5) / 145
-
 
 GRAPHED_INPUT_LAUNCHES = (0.99, 1.31)  # (788 / 5.33 - 5) / 145, (1041 / 5.33 - 5) / 145
 
-
 GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us per node: 180 us for 145 kernels)
-
 
 # What a kernel launched from Inductor's generated code costs the host, in launch calls: its launcher and launch call
 # (2.9) and the generated Python before it (1.5), measured in the same compiled trace (docs/validation.md section 7).
@@ -73,9 +65,7 @@ GRAPH_NODE_LAUNCHES = 0.24  # cudaGraphLaunch per kernel in the graph (1.28 us p
 # dispatch), so a compiled launch costs at most this; where eager cost less, it keeps eager's cost.
 COMPILED_LAUNCH_LAUNCHES = 2.9 + 1.5
 
-
 COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction")  # generated code already running in the trace
-
 
 PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
 
