@@ -248,7 +248,8 @@ def predictions(run_dir: Path) -> dict:
         bound = 100 * f.saving_ms / step if f.saving_ms is not None and step else None
         fixes.setdefault(f.key, {"predicted_pct": replayed if replayed is not None else bound,
                                  "replayed": replayed is not None, "bound_pct": bound, "finding": f.finding,
-                                 "note": f.predicted_note})
+                                 "note": f.predicted_note,
+                                 "upper_bound": "upper bound" in (f.predicted_note or "")})
     primary = doc.verdict.primary
     return {"verdict": primary, "lead": VERDICT_FINDING.get(primary), "step_ms": step, "fixes": fixes,
             "gpu_fixes": set(rules.GPU_BOUND_FIXES), "framework": framework(run_dir)}
@@ -272,6 +273,8 @@ def judge(pred: dict, m: dict) -> dict:
            "bound_pct": p and p["bound_pct"]}
     if p is None or p["predicted_pct"] is None or got is None:
         row["within"] = None
+    elif p["upper_bound"]:  # a bound, not an estimate: met when the measurement does not exceed it
+        row["within"] = m["interval_pct"] is not None and m["interval_pct"][0] <= p["predicted_pct"]
     elif m["verdict"] == "same":
         row["within"] = p["predicted_pct"] < NO_DIFFERENCE_PCT or (
             m["interval_pct"] is not None and m["interval_pct"][0] <= p["predicted_pct"] <= m["interval_pct"][1])

@@ -68,7 +68,7 @@ class Fix(Struct):
     reason: str = ""
     finding: str | None = None  # the finding that offers it (in the ranked `fixes`; null inside a finding)
     predicted: Prediction | None = None
-    predicted_note: str | None = None  # why there is no prediction, or why it is coarse (in the ranked `fixes`)
+    predicted_note: str | None = None  # why there is no prediction, or why it is coarse or an upper bound (ranked `fixes`)
 
 
 class Event(Struct):
