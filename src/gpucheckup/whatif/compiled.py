@@ -169,10 +169,12 @@ def _split_backwards(g: Graph, calls: list[tuple[int, bool, np.ndarray]]) -> lis
     """A forward broken into K graphs has K backward graphs (each compiled region differentiates itself): in a
     step whose forward is K calls and whose backward is one, that call becomes K, in the forward's reverse order,
     each with launches in proportion to its forward's."""
+    by_step: dict[int, list] = {}
     step = np.searchsorted(g.step_start_node, [e for e, _, _ in calls], side="right") - 1
+    for c, s in zip(calls, step.tolist()):  # one pass: the calls of each step, in order
+        by_step.setdefault(s, []).append(c)
     out = []
-    for s in unique(step).tolist():
-        mine = [c for c, t in zip(calls, step.tolist()) if t == s]
+    for mine in by_step.values():
         fwd = [len(n) for _, b, n in mine if not b]
         bwd = [c for c in mine if c[1]]
         if len(fwd) < 2 or len(bwd) != 1:

@@ -143,7 +143,7 @@ def _read_producers(g: Graph, reads: list[int]) -> list[int]:
     after = after_backward(g)
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[replay.launch_nodes(g)] = True
-    out: set[int] = set()
+    ops: set[int] = set()
     for j in reads:
         if not after[j]:
             continue
@@ -158,9 +158,10 @@ def _read_producers(g: Graph, reads: list[int]) -> list[int]:
             continue
         op = outermost_op(g, g.h_row[k])
         if op >= 0 and g.trace.names[host.name[op]] in READ_PRODUCERS:
-            out.update(np.flatnonzero(starts_inside(g, host.start[[op]].astype(np.float64),
-                                                     host.end[[op]].astype(np.float64), host.tid[[op]])).tolist())
-    return sorted(out)
+            ops.add(op)
+    rows = np.fromiter(sorted(ops), dtype=np.int64, count=len(ops))
+    inside = starts_inside(g, host.start[rows].astype(np.float64), host.end[rows].astype(np.float64), host.tid[rows])
+    return np.flatnonzero(inside).tolist()
 
 
 # static_shapes: operators whose work is set by their index tensor (the rows they gather or scatter), not by the
