@@ -36,9 +36,10 @@ Needs no torch.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
-from gpucheckup.document import CpuReport, TraceReport, Window
+from gpucheckup.document import CpuReport, LoaderAdvice, TraceReport, Window  # LoaderAdvice: the advice, as the
+# dataloader document holds it (one type, no copy of its fields here)
 
 FLAT_PCT = 10.0
 HEADROOM = 1.1
@@ -55,35 +56,6 @@ class Rate:
     worker_uss_mb: float | None = None  # mean over the workers: what one more worker costs
     worker_cpu_per_s: float | None = None  # the workers' CPU seconds per wall second over the timed batches
     worker_runq_per_s: float | None = None  # their seconds waiting for a core per wall second (None: unknown)
-
-
-@dataclass
-class LoaderAdvice:
-    """The figures and the sentences a user acts on."""
-
-    usable_cores: float | None
-    limited_by: str
-    worker_cap: int | None
-    best_workers: int
-    best_batches_per_s: float
-    knee_workers: int
-    feed_workers: int  # the best setting with workers (num_workers >= 1 when measured): what runs beside the GPU
-    feed_batches_per_s: float
-    gpu_step_ms: float | None
-    gpu_steps_per_s: float | None
-    gpu_source: str
-    bottleneck: bool | None  # None when the GPU's step time is unknown
-    suffice_workers: int | None
-    recommended_workers: int
-    recommended_pin_memory: bool | None
-    over_cap: list[int] = field(default_factory=list)  # measured worker counts above the cap
-    waits_on: str | None = None  # "io" or "cpu" (module docstring), None when the workers' CPU time is unknown
-    worker_cpu_share: float | None = None  # the workers' CPU share of the cores they could use, 0-1
-    share_at_workers: int | None = None  # the setting it was read at
-    sentences: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def best_per_workers(rates: list[Rate]) -> dict[int, Rate]:
@@ -152,7 +124,7 @@ def advise(rates: list[Rate], usable_cores: float | None, limited_by: str, gpu_s
                        gpu_steps_per_s=need, gpu_source=gpu_source, bottleneck=bottleneck, suffice_workers=suffice,
                        recommended_workers=rec, recommended_pin_memory=pin,
                        over_cap=[w for w in per if cap is not None and w > cap], waits_on=kind,
-                       worker_cpu_share=share, share_at_workers=at)
+                       worker_cpu_share=share, share_at_workers=at, sentences=[])
     adv.sentences = _sentences(adv, per)
     return adv
 
