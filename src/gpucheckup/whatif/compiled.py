@@ -83,9 +83,7 @@ def _outside_the_model(g: Graph) -> np.ndarray:
 def _find_outside(g: Graph) -> np.ndarray:
     """_outside_the_model, computed."""
     out = in_optimizer(g, zero_grad=True)
-    gpu = g.trace.gpu
-    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
-    out[g.g_launch[to_gpu]] = True
+    out[g.g_launch[_copies_to_gpu(g)]] = True
     launching = np.zeros(len(g.h_kind), dtype=bool)
     launching[replay.launch_nodes(g)] = True
     backward = autograd_thread(g)
@@ -116,13 +114,17 @@ def _input_waits(g: Graph) -> np.ndarray:
 
 def _find_input_waits(g: Graph) -> np.ndarray:
     """_input_waits, computed."""
-    gpu = g.trace.gpu
-    to_gpu = (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
-    copying = unique(outermost_ops(g, g.h_row[g.g_launch[to_gpu]]))
+    copying = unique(outermost_ops(g, g.h_row[g.g_launch[_copies_to_gpu(g)]]))
     syncs = np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0))
     out = np.zeros(len(g.h_kind), dtype=bool)
     out[syncs[np.isin(outermost_ops(g, g.h_row[syncs]), copying[copying >= 0])]] = True
     return out
+
+
+def _copies_to_gpu(g: Graph) -> np.ndarray:
+    """Per GPU op: a host-to-device copy whose launching node the trace holds (an input's transfer)."""
+    gpu = g.trace.gpu
+    return (gpu.kind == MEMCPY) & np.isin(gpu.name, g.trace.name_ids(lambda n: "HtoD" in n)) & (g.g_launch >= 0)
 
 
 def _compiled_calls(g: Graph, eager: np.ndarray) -> list[tuple[int, bool, np.ndarray, float]]:
