@@ -38,8 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpucheckup.document import CpuReport, LoaderAdvice, TraceReport, Window  # LoaderAdvice: the advice, as the
-# dataloader document holds it (one type, no copy of its fields here)
+# LoaderAdvice: the advice as the dataloader document holds it, built here (one type, its fields in one place)
+from gpucheckup.document import CpuReport, LoaderAdvice, TraceReport, Window
 
 FLAT_PCT = 10.0
 HEADROOM = 1.1
