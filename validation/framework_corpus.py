@@ -70,7 +70,7 @@ WORKERS = ("dataloader_workers", ("--workers", "{workers}"), "config")
 JOBS = {
     "hf": Job("train_hf_trainer.py", (), 160, 60, 10, 30, 100, (
         ("no_host_reads", ("--nan-filter", "0"), "config"), ("tf32", ("--tf32", "1"), "config"),
-        ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
+        ("cuda_graph", ("--compile", "reduce-overhead"), "code"), ("torch_compile", ("--compile", "default"), "code"))),
     "lightning": Job("train_lightning.py", (), 200, 80, 10, 40, 120, (
         FUSED, WORKERS, ("torch_compile", ("--compile", "default"), "code"))),
     "timm": Job("train_timm_amp.py", (), 200, 80, 10, 40, 120, (
