@@ -15,7 +15,7 @@ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
 python3 -c "import torch, lightning, transformers; print('torch', torch.__version__, 'lightning', lightning.__version__, \
 'transformers', transformers.__version__)" 2>&1 | tail -1
 W=/tmp/compile_$TAG
-T0=$(date +%s)
+T0=$(date +%s); mkdir -p "$W"
 for mode in eager default; do
   flags=(); [ "$mode" != eager ] && flags=(--compile "$mode")
   timeout 150 python3 -m gpucheckup run --out "$W/runs" --name "lightning_$mode" --skip 80 --steps 10 --no-report -- \
