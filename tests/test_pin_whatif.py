@@ -190,7 +190,7 @@ def test_compile_does_not_fuse_across_a_sync(tmp_path):
     for corr, (t, start, dur) in enumerate([(10, 20, 40), (200, 210, 40), (260, 270, 60)], 1):
         events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, start, dur, corr)]
     e = whatif.torch_compile(graph(tmp_path, events))
-    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing kernels fused into others")
+    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing/copy kernels fused into others")
     assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
 
 
