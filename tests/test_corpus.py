@@ -1,4 +1,4 @@
-"""The framework corpus (tests/data/h200/corpus, docs/validation.md 7e): eight real loops captured on an H200 with
+"""The framework corpus (tests/data/h200/corpus, docs/validation.md 7e, 7i): nine real loops captured on an H200 with
 `gpucheckup run`, each fix applied by the job's own flag and measured with `gpucheckup ab` (measured.json, written on
 the machine, not by gpucheckup's check-up). What a user checks: the verdict names the bottleneck whose fix saved the
 most, no prediction claims more than its fix's bound, no bound sits below what was measured, the loop's framework is
