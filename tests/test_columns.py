@@ -48,3 +48,23 @@ def test_piece_copies_the_rows_so_far():
     np.testing.assert_array_equal(one["start"], np.concatenate([p["start"] for p in pieces]))
     assert one["shapes"][0] == pieces[0]["shapes"][0] + pieces[1]["shapes"][0]
     assert Columns().piece() is None
+
+
+def test_an_estimate_of_the_rows_sizes_the_buffers_and_a_wrong_one_stays_bounded():
+    sizes = [700] * 60  # 42,000 rows in chunks of 700
+    total = sum(sizes)
+    for expect, most in ((total, total), (10**9, None), (1, None)):
+        t, grown = Columns(), 0
+        for p in _pieces(sizes, seed=3):
+            before = len(t.numeric["start"]) if "start" in t.numeric else 0
+            t.append(p, expect)
+            capacity = len(t.numeric["start"])
+            grown += capacity != before
+            # never more than 4 times the rows held (a lying estimate), nor less than them
+            assert len(t) <= capacity <= max(4 * len(t), MIN_ROWS), (expect, len(t), capacity)
+        if most is not None:  # the right estimate: 4096 rows first, 4 * 4200 at the 7th chunk, then the 42,000
+            assert capacity == most and grown == 3, (capacity, grown)  # (doubling: 65,536)
+        else:  # too high or too low: still geometric, under 60 reallocations for 60 chunks
+            assert grown <= 40, grown
+        cols = t.take(("start",), ("shapes",), {})
+        np.testing.assert_array_equal(cols["start"], np.concatenate([p["start"] for p in _pieces(sizes, seed=3)]))
