@@ -68,3 +68,28 @@ def test_an_estimate_of_the_rows_sizes_the_buffers_and_a_wrong_one_stays_bounded
             assert grown <= 40, grown
         cols = t.take(("start",), ("shapes",), {})
         np.testing.assert_array_equal(cols["start"], np.concatenate([p["start"] for p in _pieces(sizes, seed=3)]))
+
+
+def test_prepend_puts_a_piece_first_with_no_slack_and_consumes_it():
+    first, second = _pieces([5, MIN_ROWS + 3], seed=1), _pieces([7, 2 * MIN_ROWS], seed=2)
+    ahead = Columns()
+    for p in first:
+        ahead.append(p)
+    piece = ahead.piece()
+    t = Columns()
+    for p in second:
+        t.append(p)
+    t.prepend(piece)
+    assert piece == {}  # taken out of the piece as joined
+    assert len(t) == 5 + MIN_ROWS + 3 + 7 + 2 * MIN_ROWS
+    assert len(t.numeric["start"]) == len(t)  # a buffer of exactly the rows, no room to grow yet
+    t.append(_pieces([11], seed=4)[0])  # and it still grows
+    everything = first + second + _pieces([11], seed=4)
+    cols = t.take(("start", "cat"), ("shapes",), {})
+    np.testing.assert_array_equal(cols["start"], np.concatenate([p["start"] for p in everything]))
+    data, offsets = cols["shapes"]
+    assert data == b"".join(p["shapes"][0] for p in everything)
+    assert np.diff(offsets).tolist() == [n for p in everything for n in p["shapes"][1].tolist()]
+    empty = Columns()  # a table with no rows takes the piece as it is
+    empty.prepend(_pieces([3], seed=5)[0])
+    assert len(empty) == 3

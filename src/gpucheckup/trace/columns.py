@@ -75,14 +75,47 @@ class Columns:
         self.rows = 0
         return cols
 
-    def piece(self) -> dict | None:
-        """The rows so far as one piece, in `append`'s format (None: no rows), copied out of the buffers."""
+    def piece(self, copy: bool = True) -> dict | None:
+        """The rows so far as one piece, in `append`'s format (None: no rows), copied out of the buffers (`copy`
+        False: views of them, valid until the next append; a process that sends them and ends needs no copy)."""
         if not self.rows:
             return None
-        piece: dict = {f: buf[: self.rows].copy() for f, buf in self.numeric.items()}
+        piece: dict = {f: buf[: self.rows] for f, buf in self.numeric.items()}
         for f, (parts, buf) in self.raw.items():
-            piece[f] = (b"".join(parts), buf[1 : self.rows + 1].copy())
+            piece[f] = (b"".join(parts), buf[1 : self.rows + 1])
+        if copy:
+            piece = {f: (v[0], v[1].copy()) if isinstance(v, tuple) else v.copy() for f, v in piece.items()}
         return piece
+
+    def prepend(self, piece: dict) -> None:
+        """Put one piece's rows (`append`'s format, the same columns as this table's) before this table's: each
+        column joined into a buffer of exactly its rows, one at a time, both sources freed as it goes (the
+        piece's entries are taken out of it), so that the join holds at most one column twice."""
+        if not self.rows:
+            self.numeric, self.raw = {}, {}
+            self.append(piece)
+            return
+        if set(piece) != set(self.numeric) | set(self.raw):
+            raise ValueError("a piece with other columns than the table's")
+        n = self.rows
+        for f in list(self.numeric):
+            value, old = piece.pop(f), self.numeric.pop(f)
+            n = len(value)
+            joined = np.empty(n + self.rows, dtype=old.dtype)
+            joined[:n] = value
+            joined[n:] = old[: self.rows]
+            del value, old
+            self.numeric[f] = joined
+        for f in list(self.raw):
+            (data, lengths), (parts, old) = piece.pop(f), self.raw.pop(f)
+            n = len(lengths)
+            joined = np.empty(n + self.rows + 1, dtype=np.int64)  # 0, the piece's lengths, then this table's
+            joined[0] = 0
+            joined[1 : n + 1] = lengths
+            joined[n + 1 :] = old[1 : self.rows + 1]
+            del lengths, old
+            self.raw[f] = [data, *parts], joined
+        self.rows += n
 
 
 def capacity(need: int, have: int, expect: int) -> int:

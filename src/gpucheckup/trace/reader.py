@@ -362,7 +362,9 @@ class _Builder:
         self.names[:] = name_id.names
         self.str_ids = str_ids
         self.thread_names = {**p.thread_names, **self.thread_names}
-        self.gpu, self.host = _after(p.gpu, self.gpu), _after(p.host, self.host)
+        for pieces, table in ((p.gpu, self.gpu), (p.host, self.host)):
+            while pieces:  # at most one; each column joined and its sources freed in turn
+                table.prepend(pieces.pop())
         self.bad_time += p.bad_time
         self.cbf_count += p.cbf_count
         us = p.cbf_us
@@ -435,17 +437,10 @@ def _finished(table: Columns, fixed: tuple[str, ...], args: tuple[Column, ...]) 
 
 
 def _piece(table: Columns) -> list[dict]:
-    """A table's rows so far as at most one piece (`Columns.append`'s format), to send to another process."""
-    piece = table.piece()
+    """A table's rows so far as at most one piece (`Columns.append`'s format), to send to another process: views
+    of its buffers (the process sends them, then ends)."""
+    piece = table.piece(copy=False)
     return [piece] if piece is not None else []
-
-
-def _after(pieces: list[dict], table: Columns) -> Columns:
-    """The rows of `pieces`, then those of `table`, as one table."""
-    joined = Columns()
-    for piece in pieces + _piece(table):
-        joined.append(piece)
-    return joined
 
 
 def _decode_events(data: bytes) -> tuple[list[schema.Event], int]:
