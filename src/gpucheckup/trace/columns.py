@@ -8,8 +8,8 @@ buffer grows by remapping its pages, without a copy) and trimmed once at the end
 rows' byte strings per chunk (joined once) and its row lengths in a growing buffer, summed into offsets in place.
 
 A buffer grows to the rows the table is expected to reach (`append`'s `expect`: the reader's estimate from the
-JSON read so far and the file's size), at most GROW_MOST times the rows it must hold, at least GROW_LEAST times;
-without an estimate it doubles. Growing writes zeros over the new capacity (its pages all become resident): a
+JSON read so far and the file's size), at most GROW_MOST times the rows it must hold; an estimate the rows have
+(nearly) overtaken, as for GPU events written after the host's, grows it GROW_PAST times; without one it doubles. Growing writes zeros over the new capacity (its pages all become resident): a
 doubled buffer held up to twice its rows (1.5x at the 1x trace's 176k host rows), an estimated one about its rows.
 """
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 MIN_ROWS = 1 << 12  # the first buffer of a column
-GROW_LEAST, GROW_MOST = 1.125, 4  # a buffer grows to at least / at most this times the rows it must hold (estimated)
+GROW_MOST = 4  # a buffer grows to at most this times the rows it must hold (an estimate too high: a lying trailer)
+GROW_PAST = 1.5  # ... and this times them where the estimate is under 1.125 times them (a few growths, <= 1.5x slack)
 
 
 class Columns:
@@ -119,12 +120,15 @@ class Columns:
 
 
 def capacity(need: int, have: int, expect: int) -> int:
-    """The rows a buffer of `have` rows grows to when it must hold `need`: the expected rows within
-    [GROW_LEAST, GROW_MOST] times `need` (an estimate too low still grows geometrically; one too high, say from a
-    gzip trailer that lies, costs at most GROW_MOST times the rows), else double."""
+    """The rows a buffer of `have` rows grows to when it must hold `need`: the expected rows, at most GROW_MOST
+    times `need` (one too high, say from a gzip trailer that lies, costs at most that); GROW_PAST times `need` where
+    the estimate is under 1.125 times it (too low: still a geometric growth, not one copy per chunk); without an
+    estimate, double."""
     if expect <= 0:
         return max(need, 2 * have, MIN_ROWS)
-    return max(int(need * GROW_LEAST), min(expect, GROW_MOST * need), MIN_ROWS)
+    if expect < need * 1.125:
+        return max(int(need * GROW_PAST), MIN_ROWS)
+    return max(min(expect, GROW_MOST * need), MIN_ROWS)
 
 
 def _put(buf: np.ndarray | None, at: int, values: np.ndarray, expect: int = 0) -> np.ndarray:
