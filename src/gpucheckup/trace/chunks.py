@@ -42,7 +42,9 @@ except ImportError:  # a platform without its wheel: the standard library's
     decompressobj = zlib.decompressobj
     GZIP_ERRORS = (zlib.error,)
 
-CHUNK_BYTES = 2 << 20  # JSON per decoded chunk: ~6k events, whose structs stay in the CPU cache for the columns
+CHUNK_BYTES = 512 << 10  # JSON per decoded chunk (and per gunzipped block): ~1.7k events, whose objects fit in
+# CPython's 1 MiB arenas (2 MiB chunks' were mapped and unmapped each time) and stay in the CPU cache for the
+# columns; the blocks waiting and the buffer being cut take ~5 MB instead of ~20 (docs/performance.md)
 READ_BYTES = 1 << 20  # compressed (or plain) bytes read from the file at a time
 HEAD_LIMIT = 64 << 20  # the `traceEvents` key must appear within this many bytes of the start
 CUT_TRIES = 8  # candidate cuts tried before a chunk is given up on

@@ -236,6 +236,8 @@ class _Builder:
         self.comm: list[tuple] = []  # collective calls: host row, collective, pg, group size, in, out, dtype
         self.events_end: int | None = None  # a streamed read: where the events array's `]` is (Trace.events_end)
         self.seen = 0  # events given to add so far (read or dropped)
+        self.json_total = 0  # bytes of JSON this builder's chunks are expected to add up to (0: not known) ...
+        self.json_seen = 0  # ... and those seen so far: together, the rows each table is expected to reach
 
     def num_id(self, v) -> int:
         """Kineto ids are ints; a few (`"Spans"`) are strings: give those stable negative ids."""
@@ -252,9 +254,17 @@ class _Builder:
         """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
         return np.fromiter(map(self.name_id.__getitem__, map(_NAME, evs)), np.int64, len(evs))
 
-    def add(self, events: list[schema.Event], dropped: int = 0) -> None:
-        """Turn one chunk of decoded events into column pieces."""
+    def expect(self, rows: int) -> int:
+        """The rows a table is expected to hold at the end once it holds `rows`, from the share of the JSON seen
+        (0: not known); 2% over, so that a steady trace's columns grow once or twice (columns.capacity)."""
+        if not self.json_total or not self.json_seen:
+            return 0
+        return int(rows * 1.02 * max(self.json_total, self.json_seen) / self.json_seen)
+
+    def add(self, events: list[schema.Event], dropped: int = 0, size: int = 0) -> None:
+        """Turn one chunk of decoded events (`size`: its bytes of JSON, 0 when not known) into column pieces."""
         self.dropped += dropped
+        self.json_seen += size
         n = len(events)
         self.seen += n + dropped
         if n == 0:
@@ -280,9 +290,11 @@ class _Builder:
         on_gpu = codes >= GPU_BASE
         g, h = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
         if len(g):
-            self.gpu.append(self._gpu(_take(kept, g), codes[g], names[g], ts[g], end[g]))
+            self.gpu.append(self._gpu(_take(kept, g), codes[g], names[g], ts[g], end[g]),
+                            self.expect(len(self.gpu) + len(g)))
         if len(h):
-            self.host.append(self._host(_take(kept, h), codes[h], names[h], ts[h], end[h]))
+            self.host.append(self._host(_take(kept, h), codes[h], names[h], ts[h], end[h]),
+                             self.expect(len(self.host) + len(h)))
 
     def _one(self, ev: schema.Event, code: int) -> None:
         """A metadata or overhead event: the few read one by one."""
@@ -350,7 +362,9 @@ class _Builder:
         self.names[:] = name_id.names
         self.str_ids = str_ids
         self.thread_names = {**p.thread_names, **self.thread_names}
-        self.gpu, self.host = _after(p.gpu, self.gpu), _after(p.host, self.host)
+        for pieces, table in ((p.gpu, self.gpu), (p.host, self.host)):
+            while pieces:  # at most one; each column joined and its sources freed in turn
+                table.prepend(pieces.pop())
         self.bad_time += p.bad_time
         self.cbf_count += p.cbf_count
         us = p.cbf_us
@@ -423,17 +437,10 @@ def _finished(table: Columns, fixed: tuple[str, ...], args: tuple[Column, ...]) 
 
 
 def _piece(table: Columns) -> list[dict]:
-    """A table's rows so far as at most one piece (`Columns.append`'s format), to send to another process."""
-    piece = table.piece()
+    """A table's rows so far as at most one piece (`Columns.append`'s format), to send to another process: views
+    of its buffers (the process sends them, then ends)."""
+    piece = table.piece(copy=False)
     return [piece] if piece is not None else []
-
-
-def _after(pieces: list[dict], table: Columns) -> Columns:
-    """The rows of `pieces`, then those of `table`, as one table."""
-    joined = Columns()
-    for piece in pieces + _piece(table):
-        joined.append(piece)
-    return joined
 
 
 def _decode_events(data: bytes) -> tuple[list[schema.Event], int]:
@@ -499,7 +506,8 @@ def _decode_top(path: Path, data: bytes, why: str | None = None) -> tuple[schema
 def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
     """Read chunk by chunk; `chunks.StreamError` when the file cannot be cut (then read it whole)."""
     stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
-    stream.feed(lambda chunk: b.add(*_decode_events(chunk)))
+    b.json_total = json_bytes(path)
+    stream.feed(lambda chunk: b.add(*_decode_events(chunk), size=len(chunk)))
     kt, events = _decode_top(path, stream.top)
     if kt.traceEvents != [] or events not in (None, []):
         raise chunks.StreamError("the traceEvents found is not the top-level one")
@@ -540,12 +548,13 @@ def _add_strict(b: _Builder, chunk: memoryview) -> None:
         events = _EVENTS.decode(chunk)
     except msgspec.ValidationError:
         raise NotSplit("a chunk with fields of unexpected types") from None
-    b.add(events)
+    b.add(events, size=len(chunk))
 
 
 def _first_part(path: Path, at: int) -> Part | None:
     """In the forked child: the events before the split point of offset `at` (chunks.EventChunks.feed)."""
     b = _Builder(path)
+    b.json_total = at
     stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
     return b.part() if stream.feed(functools.partial(_add_strict, b), stop=at) else None
 
@@ -585,6 +594,7 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
     try:
         t0 = time.monotonic()
         b = _Builder(path)
+        b.json_total = size - at
         stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
         stream.feed(functools.partial(_add_strict, b), start=at)
         kt, events = _decode_top(path, stream.top)
