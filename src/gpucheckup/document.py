@@ -107,6 +107,267 @@ class Verdict(Struct):
     coarse: str | None = None
 
 
+class Device(Struct):
+    """A GPU the trace's device properties name."""
+
+    id: int
+    name: str
+    sm_count: int
+    memory_gb: float | None
+    compute_capability: str
+
+
+class TraceInfo(Struct):
+    """Where a trace came from: its path and rank, its devices and versions, its window and first event (us)."""
+
+    path: str
+    rank: int | None
+    world_size: int | None
+    devices: list[Device]
+    cuda_runtime_version: int | None
+    cuda_driver_version: int | None
+    with_stack: bool
+    record_shapes: bool
+    window_us: list[float | None]
+    start_us: float | None  # the trace's first event: times a person reads are ms from it
+    base_time_ns: int | None
+
+
+class Steps(Struct):
+    """The profiled steps' times (analysis/one_trace/steps.py), in ms; `marked`: ProfilerStep markers were found."""
+
+    count: int
+    marked: bool
+    median_ms: float | None
+    mean_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    cv_pct: float | None
+    per_step_ms: list[float | None]
+    host_median_ms: float | None
+    labels: list[str]
+
+
+class Profiler(Struct):
+    """The profiler-overhead correction (analysis/one_trace/profiler_overhead.py)."""
+
+    source: str
+    traced_step_ms: float | None
+    unprofiled_step_ms: float | None
+    inflation_pct: float | None
+    gpu_ms_per_step: float | None
+    busy_pct_unprofiled: float | None
+    host_idle_factor: float | None
+    applied: bool
+    comm_wait_ms: float | None
+
+
+class KernelRow(Struct, omit_defaults=True):
+    """One kernel name's time (analysis/one_trace/kernels.py); `label` (a short name) on the top kernels only."""
+
+    name: str
+    category: str
+    count: int
+    total_ms: float | None
+    mean_us: float | None
+    pct: float | None
+    label: str | None = None
+
+
+class DataMovement(Struct):
+    """One family of data-movement kernels: its share of kernel time, its kernels' names and labels."""
+
+    family: str
+    pct: float | None
+    total_ms: float | None
+    count: int
+    kernels: list[str]
+    labels: list[str]
+
+
+class Kernels(Struct):
+    """The kernels of the window: count, durations, share under the small threshold, categories, top names."""
+
+    count: int
+    total_ms: float | None
+    mean_us: float | None
+    median_us: float | None
+    small_pct: float | None
+    small_threshold_us: float
+    categories: dict[str, float | None]  # percent of kernel time, by category
+    categories_ms: dict[str, float | None]
+    top: list[KernelRow]
+    by_name: list[KernelRow]
+    data_movement: list[DataMovement]
+    launch_delay_median_us: float | None
+    launch_delay_p90_us: float | None
+
+
+class GapsTraced(Struct):
+    """The idle figures as traced, before the profiler-overhead correction."""
+
+    per_step_ms: dict[str, float | None]
+    pct_of_step: dict[str, float | None]
+
+
+class GapPattern(Struct):
+    """Where the idle time falls (analysis/one_trace/timeline.py)."""
+
+    idle_ms: float | None
+    gap_count: int
+    idle_at_step_start_pct: float | None
+    largest_gap_share_pct: float | None
+    shape: str
+
+
+class LongGap(Struct):
+    """One of the longest idle gaps and its main cause: where to look in the trace."""
+
+    t_us: float | None
+    dur_us: float | None
+    device: int
+    step: int
+    position: float | None
+    cause: str
+
+
+class GapHistogram(Struct):
+    """Gap counts and idle time per log-spaced duration bin, by dominant cause (analysis/plot_arrays.py)."""
+
+    edges_us: list[float | None]
+    count: dict[str, list[int]]
+    time_ms: dict[str, list[float | None]]
+
+
+class Gaps(Struct, kw_only=True, omit_defaults=True):
+    """GPU idle time by cause, its pattern, the longest gaps and their histogram; `traced` only when the
+    profiler-overhead correction applied, `source` only where a run's sampled stacks gave the causes."""
+
+    by_cause_ms: dict[str, float | None]
+    per_step_ms: dict[str, float | None]
+    pct_of_step: dict[str, float | None]
+    traced: GapsTraced | None = None
+    pattern: GapPattern
+    cause_titles: dict[str, str]
+    longest: list[LongGap]
+    histogram: GapHistogram
+    source: str | None = None
+
+
+class TimelineRow(Struct):
+    """One step on one device: busy and idle time by cause, and runs [first bin, end bin, state]."""
+
+    step: int
+    label: str
+    device: int
+    dur_ms: float | None
+    busy_ms: float | None
+    idle_ms: dict[str, float | None]
+    runs: list[list[int]]
+
+
+class Timeline(Struct):
+    """The arrays behind the HTML step timeline (analysis/plot_arrays.py)."""
+
+    states: list[str]
+    bins: int
+    bin_ms: float | None
+    scale_ms: float | None
+    rows: list[TimelineRow]
+    truncated: int
+
+
+class Dataloader(Struct):
+    """Time in DataLoader `__next__` (analysis/one_trace/dataloader.py)."""
+
+    present: bool
+    count: int
+    iterators: list[str]
+    per_step_ms: list[float | None]
+    median_ms: float | None
+    ms_per_step: float | None
+    pct_of_step: float | None
+    workers_to_keep_pace: int
+
+
+class SyncCause(Struct):
+    """The sync points of one cause (outer op, inner op, user frame, calls)."""
+
+    op: str
+    inner_op: str | None
+    frame: str | None
+    calls: list[str]
+    count: int
+    blocked_ms: float | None
+    gpu_idle_ms: float | None
+    per_step: float | None
+
+
+class SyncPoint(Struct):
+    """One sync point: when (the trace's clock), what, the host blocked and the GPU idle it caused."""
+
+    t_us: float | None
+    op: str
+    inner_op: str | None
+    frame: str | None
+    blocked_us: float | None
+    gpu_idle_us: float | None
+
+
+class Sync(Struct):
+    """Sync points in the window (analysis/one_trace/syncs.py); `recorded`: the trace could hold one."""
+
+    recorded: bool
+    count: int
+    count_per_step: float | None
+    blocked_ms: float | None
+    blocked_ms_per_step: float | None
+    gpu_idle_ms: float | None
+    gpu_idle_ms_per_step: float | None
+    by_cause: list[SyncCause]
+    points: list[SyncPoint]
+
+
+class Direction(Struct):
+    """Copies of one direction (HtoD, DtoH, ...)."""
+
+    count: int
+    bytes: float | None
+    time_us: float | None
+    pageable_count: int
+    gb_per_s: float | None
+    mb: float | None
+
+
+class Copies(Struct):
+    """Copy figures of the window (analysis/one_trace/copies.py)."""
+
+    count: int
+    by_direction: dict[str, Direction]
+    pageable_count: int
+    pageable_mb: float | None
+    pageable_mb_per_step: float | None
+    pageable_ms_per_step: float | None
+    time_ms: float | None
+    pct_of_gpu_time: float | None
+    overlap_pct: float | None
+    per_step_ms: float | None
+    exposed_ms_per_step: float | None
+    exposed_pct_of_step: float | None
+
+
+class Labels(Struct):
+    """The job's intensity label for schedulers and the shares of step time behind it (diagnosis/labels.py)."""
+
+    intensity: str
+    compute_pct: float | None
+    io_pct: float | None
+    communication_pct: float | None
+    host_pct: float | None
+    reason: str
+    rule: str
+
+
 class Window(Struct):
     """The step windows a trace's figures are taken over (analysis/one_trace/window.py)."""
 
@@ -118,39 +379,47 @@ class Window(Struct):
     length_ms: float | None
 
 
+class GpuStream(Struct):
+    """One stream's busy time."""
+
+    device: int
+    stream: int
+    busy_ms: float | None
+
+
 class Gpu(Struct):
     """GPU busy: percent of the step, without the profiler when corrected, per device and stream, per step."""
 
     busy_pct: float | None
     busy_pct_unprofiled: float | None
     devices: dict[str, float | None]
-    streams: list[Section]
+    streams: list[GpuStream]
     step_busy_pct: list[float | None]
 
 
 class TraceReport(Struct):
     """The check-up of one trace with device activity."""
 
-    trace: Section
+    trace: TraceInfo
     verdict: Verdict
     fixes: list[Fix]
     window: Window
     gpu: Gpu
-    steps: Section
-    profiler: Section | None
-    kernels: Section
-    gaps: Section
-    timeline: Section
-    dataloader: Section
-    sync: Section
-    copies: Section
+    steps: Steps
+    profiler: Profiler | None
+    kernels: Kernels
+    gaps: Gaps
+    timeline: Timeline
+    dataloader: Dataloader
+    sync: Sync
+    copies: Copies
     communication: Section
     cuda_api: Section
     notes: list[str]
     mfu: Section
     roofline: Section
     ncu: Section | None
-    labels: Section
+    labels: Labels
     host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
 
 

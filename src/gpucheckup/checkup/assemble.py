@@ -131,7 +131,7 @@ def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> St
 
 def _label(part: TraceReport, i: int) -> str:
     """'rank R' of a trace's check-up (its position when it has no rank)."""
-    rank = part.trace.get("rank")
+    rank = part.trace.rank
     return f"rank {rank if rank is not None else i}"
 
 
