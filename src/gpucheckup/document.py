@@ -715,6 +715,26 @@ def decode(data: bytes) -> Document:
     return msgspec.json.decode(data, type=Document)
 
 
+def trace_dict(report: dict) -> dict:
+    """A GPU check-up's report dict (the pipeline's: with `gpucheckup_version` and, in a run directory, its run's
+    run-level keys) without what the document holds once at the top; its trace's host samples as `host_samples`."""
+    out = {k: v for k, v in report.items() if k != "gpucheckup_version" and k not in RUN_KEYS}
+    if "run_figures" in report:
+        out["host_samples"] = report["run_figures"].get("host_samples")
+    return out
+
+
+def trace_part(report: dict) -> TraceReport:
+    """A GPU check-up's report dict as its typed part of the document (what the renderers read)."""
+    return msgspec.convert(trace_dict(report), TraceReport)
+
+
+def cpu_part(report: dict) -> CpuReport:
+    """A CPU-side check-up's report dict (the pipeline's) as its typed part of the document."""
+    return msgspec.convert({k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind")
+                            and k not in RUN_KEYS}, CpuReport)
+
+
 def flat_report(doc: Document, i: int = 0, cpu: bool = False) -> dict:
     """Check-up i (of `cpu_checkups` when `cpu`, or when there is no GPU one) as one report dict with its run's
     run-level keys (the shape the renderers and `compare` read): a trace's host samples once, in the run's figures,

@@ -22,7 +22,8 @@ from gpucheckup import __version__, layout
 from gpucheckup.analysis import step_basis
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.document import (
-    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, decode,
+    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, cpu_part, decode,
+    trace_part,
 )
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import check_regular
@@ -38,8 +39,8 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
     cpu = [c.report for c in result.cpu]
     run_report = result.run.report if result.run and result.run.report else None
     first = (reports or cpu or [run_report])[0]
-    parts = [msgspec.convert(_trace_part(r), TraceReport) for r in reports]
-    cpu_parts = [msgspec.convert(_cpu_part(r), CpuReport) for r in cpu]
+    parts = [trace_part(r) for r in reports]
+    cpu_parts = [cpu_part(r) for r in cpu]
     run = msgspec.convert(_run(first, bool(reports)), Run) if result.run else None
     head = _job_head(result)
     verdict, lead = _job_verdict(result, head, parts, cpu_parts, run_report)
@@ -141,19 +142,6 @@ def _notes(lead, parts: list) -> list[str]:
     for r in parts:
         out += [n for n in r.notes if n not in out]
     return out
-
-
-def _trace_part(report: dict) -> dict:
-    """A GPU check-up's report without what the document holds once at the top (version, run-level keys)."""
-    out = {k: v for k, v in report.items() if k != "gpucheckup_version" and k not in RUN_KEYS}
-    if "run_figures" in report:
-        out["host_samples"] = report["run_figures"].get("host_samples")
-    return out
-
-
-def _cpu_part(report: dict) -> dict:
-    """A CPU-side check-up's report without what the document holds once at the top."""
-    return {k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind") and k not in RUN_KEYS}
 
 
 def _run(first: dict, traces: bool) -> dict:

@@ -8,21 +8,22 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.document import cpu_part
 from gpucheckup.report.text import terminal
 from gpucheckup.safe_text import safe_tree
 
 
 def render(report: dict, console: Console) -> None:
     """Print the CPU-side check-up: its one-line summary, the main figures, operators by self time, threads."""
-    r = safe_tree(report)
-    c, v = r["cpu"], r["verdict"]
+    r = cpu_part(safe_tree(report))
+    c, v = r.cpu, r.verdict
     console.print()
-    console.print(Text(f"gpucheckup {r['trace']['path']}", style="bold"), soft_wrap=True)
-    console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title=Text("CPU-side check-up"), title_align="left"))
-    for f in v["findings"]:  # a run directory's run-level findings
+    console.print(Text(f"gpucheckup {r.trace['path']}", style="bold"), soft_wrap=True)
+    console.print(Panel(Text(f"{v.title}\n{v.reason}"), title=Text("CPU-side check-up"), title_align="left"))
+    for f in v.findings:  # a run directory's run-level findings
         console.print(terminal._finding(f, console.width))
-    if r["fixes"]:
-        console.print(terminal._fixes(r))
+    if r.fixes:
+        console.print(terminal._fixes(r.fixes))
     t = Table(title="Key figures", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("figure")
     t.add_column("value", justify="right")
@@ -44,7 +45,7 @@ def render(report: dict, console: Console) -> None:
         th.add_row(Text(x["name"] or f"{x['pid']}/{x['tid']}"), str(x["ops"]), f"{x['busy_ms']:.3f}",
                    f"{x['busy_pct']:.1f}%")
     console.print(th)
-    for n in r["notes"]:
+    for n in r.notes:
         console.print(Text(f"note: {n}", style="dim"))
 
 
