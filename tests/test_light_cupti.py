@@ -431,12 +431,15 @@ def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     says it is coarse (no operator dispatch to remove) in its `predicted_note` (the document's keys unchanged), in the
     report and its text."""
     from gpucheckup.diagnosis.savings import COARSE
+    import msgspec
+
+    from gpucheckup.document import Fix
     from gpucheckup.report.text.lines import saving_text
 
     r = _report("launch_bound")
     predicted = [f for f in r["fixes"] if f["predicted"]]
     assert predicted and all(f["predicted_note"] == COARSE and "coarse" not in f["predicted"] for f in predicted)
-    assert all("coarse" in saving_text(f) for f in predicted)
+    assert all("coarse" in saving_text(msgspec.convert(f, Fix)) for f in predicted)
 
 
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
