@@ -118,6 +118,47 @@ def test_compare_reads_documents_through_their_types(tmp_path):
     assert cmp["step_change_pct"] == pytest.approx(100 * (db["step"]["ms"] / da["step"]["ms"] - 1), rel=1e-6)
 
 
+# the sections of a GPU check-up the schema gives key by key (docs/schema.md, version 3's changelog)
+TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "labels"]
+
+
+def _definition(schema: dict, ref_or_any: dict) -> dict:
+    """The object definition a property points to (through `$ref`, or the one object of an `anyOf` with null)."""
+    for x in ref_or_any.get("anyOf", [ref_or_any]):
+        if "$ref" in x:
+            return schema["$defs"][x["$ref"].rsplit("/", 1)[1]]
+    return ref_or_any
+
+
+def test_each_section_of_a_checkup_has_its_keys_in_the_schema(tmp_path):
+    """A reader of the JSON finds every key of trace, steps, kernels, ... in the shipped schema, with the ones
+    always written required (they were open objects); keys compared with a real H200 check-up's, read as JSON."""
+    schema = json.loads(SCHEMA.read_text())
+    part = _definition(schema, schema["$defs"]["Document"]["properties"]["checkups"]["items"])
+    doc = written(tmp_path, trace_path("compute_bound"))
+    for name in TYPED_SECTIONS:
+        section = _definition(schema, part["properties"][name])
+        written_keys = set(doc["checkups"][0][name])
+        assert set(section.get("properties", {})) >= written_keys, name
+        assert set(section.get("required", [])) <= written_keys and section["required"], name
+    steps = _definition(schema, part["properties"]["steps"])["properties"]
+    assert steps["count"] == {"type": "integer"} and steps["marked"] == {"type": "boolean"}
+
+
+def test_a_document_with_a_key_its_section_does_not_have_is_refused_with_one_line(tmp_path):
+    """`compare` reads a check-up back through its types: a key added by hand in `steps` is named, not read."""
+    good = tmp_path / "good.json"
+    assert cli("analyze", str(trace_path("launch_bound")), "--json", str(good), "--quiet").returncode == 0
+    doc = json.loads(good.read_text())
+    doc["checkups"][0]["steps"]["p50_ms"] = 1.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    res = cli("compare", str(good), str(bad))
+    bad.unlink()  # made by hand: not a document gpucheckup wrote (the suite validates those)
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "not a valid check-up document" in res.stderr and "checkups[0].steps" in res.stderr
+
+
 def alternating_run(tmp_path: Path, fast: float, slow: float) -> tuple[Path, list[tuple[int, float, str]]]:
     """The H200 launch_bound run directory with its plain steps' times replaced by fast and slow in turn (a
     DataLoader's two workers out of phase with the GPU); its trace, profiled steps and phases as captured."""
