@@ -71,6 +71,18 @@ def test_every_kind_of_input_gives_the_same_top_level_keys(tmp_path, case, kind,
         assert not {"run", "nvml", "step_history", "env", "run_figures", "gpucheckup_version"} & set(r)
 
 
+def test_the_api_on_a_cpu_only_trace_gives_its_path_verdict_and_step(tmp_path):
+    """gpucheckup.analyze on a trace without device activity: the CPU-side check-up's path, verdict and step, as the
+    JSON written by the command line holds them."""
+    import gpucheckup
+
+    path = DATA / "cpu_shapes" / "mats.json.gz"
+    doc = written(tmp_path, path)
+    up = gpucheckup.analyze(path)
+    assert up.path == str(path) == doc["cpu_checkups"][0]["trace"]["path"] and up.verdict == "cpu_only"
+    assert up.figures["step_ms"] == doc["cpu_checkups"][0]["cpu"]["step_median_ms"] is not None
+
+
 def test_one_trace_s_document_carries_its_verdict_step_and_fixes_at_the_top(tmp_path):
     doc = written(tmp_path, trace_path("launch_bound"))
     (r,) = doc["checkups"]

@@ -147,8 +147,7 @@ def figures(part: document.TraceReport | document.CpuReport | None, run: documen
     out: dict[str, float | None] = dict.fromkeys(FIGURES)
     if isinstance(part, document.CpuReport):
         c = part.cpu
-        out.update(step_ms=c["step_median_ms"], dataloader_pct=c["dataloader_pct"],
-                   python_between_pct=c["python_between_pct"])
+        out.update(step_ms=c.step_median_ms, dataloader_pct=c.dataloader_pct, python_between_pct=c.python_between_pct)
         return out
     if part is None:  # a run without a trace
         from gpucheckup.analysis.step_basis import run_step

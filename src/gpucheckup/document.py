@@ -423,14 +423,73 @@ class TraceReport(Struct):
     host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
 
 
+class CpuDevice(Struct):
+    """A device the trace's properties name (a CPU-side check-up's trace has no device activity)."""
+
+    id: int
+    name: str
+
+
+class CpuTrace(Struct):
+    """Where a trace without device activity came from: its path and rank, its devices, its clock."""
+
+    path: str
+    rank: int | None
+    world_size: int | None
+    devices: list[CpuDevice]
+    base_time_ns: int | None
+
+
+class CpuThread(Struct):
+    """A host thread's operator time (analysis/one_trace/cpu_profile.py)."""
+
+    pid: int
+    tid: int
+    name: str
+    ops: int
+    busy_ms: float | None
+    busy_pct: float | None
+
+
+class CpuOp(Struct):
+    """An operator's calls and self time, every thread."""
+
+    name: str
+    count: int
+    self_ms: float | None
+    total_ms: float | None
+    self_pct: float | None
+
+
+class CpuFigures(Struct):
+    """The CPU-side figures of a trace without device activity (analysis/one_trace/cpu_profile.py)."""
+
+    ops_count: int
+    self_ms: float | None
+    span_ms: float | None
+    main_thread: CpuThread
+    python_between_ms: float | None
+    python_between_pct: float | None
+    dataloader_ms: float | None
+    dataloader_pct: float | None
+    steps: int
+    step_median_ms: float | None
+    top_ops: list[CpuOp]
+    threads: list[CpuThread]
+    summary: str
+    python_outside_loader_ms: float | None
+    loader_iterators: list[str]
+    step_ms: float | None  # the job's step without the profiler, when known (a run directory's)
+
+
 class CpuReport(Struct):
     """The CPU-side check-up of a trace without device activity."""
 
-    trace: Section
+    trace: CpuTrace
     verdict: Verdict
     findings: list[Finding]
     fixes: list[Fix]
-    cpu: Section
+    cpu: CpuFigures
     notes: list[str]
 
 

@@ -126,7 +126,7 @@ def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> St
         step = step_basis.run_step(run.figures.get("steps"), layout.steps_file(key) if key else "")
         if step is not None:
             return step
-    ms = [p.cpu["step_median_ms"] for p in cpu if p.cpu.get("step_median_ms") is not None]
+    ms = [p.cpu.step_median_ms for p in cpu if p.cpu.step_median_ms is not None]
     return Step(ms=max(ms), basis=CPU_STEP_BASIS) if ms else None
 
 

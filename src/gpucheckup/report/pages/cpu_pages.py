@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html as _html
 
-from gpucheckup.document import CpuReport, cpu_part
+from gpucheckup.document import CpuFigures, CpuReport, cpu_part
 from gpucheckup.report.pages.markdown import md, table
 from gpucheckup.report.text.terminal_cpu import figure_rows
 from gpucheckup.safe_text import safe
@@ -19,14 +19,12 @@ def _h(x) -> str:
     return _html.escape(safe(x))
 
 
-def _op_rows(c: dict) -> list[list[str]]:
-    return [[o["name"], str(o["count"]), f"{o['self_ms']:.3f}", f"{o['self_pct']:.1f}%", f"{o['total_ms']:.3f}"]
-            for o in c["top_ops"]]
+def _op_rows(c: CpuFigures) -> list[list[str]]:
+    return [[o.name, str(o.count), f"{o.self_ms:.3f}", f"{o.self_pct:.1f}%", f"{o.total_ms:.3f}"] for o in c.top_ops]
 
 
-def _thread_rows(c: dict) -> list[list[str]]:
-    return [[x["name"] or f"{x['pid']}/{x['tid']}", str(x["ops"]), f"{x['busy_ms']:.3f}", f"{x['busy_pct']:.1f}%"]
-            for x in c["threads"]]
+def _thread_rows(c: CpuFigures) -> list[list[str]]:
+    return [[x.name or f"{x.pid}/{x.tid}", str(x.ops), f"{x.busy_ms:.3f}", f"{x.busy_pct:.1f}%"] for x in c.threads]
 
 
 OP_HEADERS = ["operator", "calls", "self ms", "self %", "total ms"]
@@ -66,7 +64,7 @@ def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up",
     for label, report in pages:
         r = cpu_part(report)
         c, v = r.cpu, r.verdict
-        parts.append(f"<section><h2>{_h(label)}</h2><p>{_h(r.trace['path'])}</p>"
+        parts.append(f"<section><h2>{_h(label)}</h2><p>{_h(r.trace.path)}</p>"
                      f"<p class=v><b>{_h(v.title)}</b><br>{_h(v.reason)}</p>"
                      + _html_findings(r) +
                      f"<h3>Key figures</h3>{_html_table(['figure', 'value'], [list(x) for x in figure_rows(c)])}"
@@ -86,7 +84,7 @@ def render_markdown(pages: list[tuple[str, dict]], title: str = "CPU-side check-
     for label, report in pages:
         r = cpu_part(report)
         c, v = r.cpu, r.verdict
-        out += [f"## {md(label)}\n", f"{md(r.trace['path'])}\n", f"**{md(v.title)}**: {md(v.reason)}\n"]
+        out += [f"## {md(label)}\n", f"{md(r.trace.path)}\n", f"**{md(v.title)}**: {md(v.reason)}\n"]
         out += _md_findings(r)
         out += ["### Key figures\n", table(["figure", "value"], [list(x) for x in figure_rows(c)], {1}),
                 "### Operators by self time\n", table(OP_HEADERS, _op_rows(c), {1, 2, 3, 4}),
