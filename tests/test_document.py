@@ -157,6 +157,16 @@ def test_each_section_of_a_checkup_has_its_keys_in_the_schema(tmp_path):
     assert steps["count"] == {"type": "integer"} and steps["marked"] == {"type": "boolean"}
 
 
+def test_a_run_s_info_nvml_and_step_history_have_their_keys_in_the_schema(tmp_path):
+    """The same for a run directory's run-level parts (the H200 launch-bound run, read as JSON)."""
+    schema = json.loads(SCHEMA.read_text())
+    run = _definition(schema, schema["$defs"]["Document"]["properties"]["run"])
+    doc = written(tmp_path, LAUNCH_RUN)
+    for name in ("info", "nvml", "step_history"):
+        section = _definition(schema, run["properties"][name])
+        assert set(section.get("properties", {})) == set(doc["run"][name]) == set(section.get("required", [])), name
+
+
 def test_a_document_with_a_key_its_section_does_not_have_is_refused_with_one_line(tmp_path):
     """`compare` reads a check-up back through its types: a key added by hand in `steps` is named, not read."""
     good = tmp_path / "good.json"

@@ -88,7 +88,7 @@ class CheckUp:
         reports = doc.cpu_checkups if cpu else (doc.checkups or doc.cpu_checkups)
         part = reports[i] if reports else None
         v = part.verdict if part is not None else doc.verdict
-        path = part.trace.path if part is not None else (doc.run.info.get("path", "") if doc.run else "")
+        path = part.trace.path if part is not None else (doc.run.info.path if doc.run else "")
         return cls(path=str(path), verdict=v.primary or "no_timeline", verdict_title=v.title, reason=v.reason,
                    findings=[_finding(f) for f in v.findings],
                    fixes=[_fix(x) for x in (part.fixes if part is not None else doc.fixes)],

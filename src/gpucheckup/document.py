@@ -500,12 +500,49 @@ class Job(Struct):
     communication: Section | None = None
 
 
+class RunInfo(Struct):
+    """How a run ran (its manifest: checkup/run_report.py): the command, its end, what was captured or failed, the
+    traces checked up, why there is no GPU timeline, and which step log speaks for the run."""
+
+    path: str
+    kind: str
+    command: list[str] | None
+    exit_code: int | float | None  # the manifest's numbers as written
+    exit_signal: str | None
+    started_epoch_s: int | float | None
+    duration_s: int | float | None
+    captured: Section
+    failed: Section
+    traces: list[str]
+    no_gpu_timeline: str | None
+    steps_from: str | None
+
+
+class NvmlSeries(Struct):
+    """The NVML samples as plotted: seconds since the run started, utilization %, power W, SM clock MHz, throttled."""
+
+    t_s: list[float | None]
+    gpu_util: list[float | None]
+    power_w: list[float | None]
+    sm_clock_mhz: list[float | None]
+    throttled: list[int]
+
+
+class StepHistory(Struct):
+    """Every timed step of the run (bucket medians above 5000), the profiled steps, the step log they come from."""
+
+    step: list[int]
+    time_ms: list[float | None]
+    profiled: list[int] | None
+    source: str | None
+
+
 class Run(Struct):
     """A run directory's run-level section: how it ran, NVML samples, step history, environment, figures."""
 
-    info: Section
-    nvml: Section
-    step_history: Section | None
+    info: RunInfo
+    nvml: NvmlSeries
+    step_history: StepHistory | None
     env: Section
     figures: Section
 

@@ -122,7 +122,7 @@ def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> St
     if steps:  # in a run directory, each window's step is already its step log's (analysis/step_basis.py)
         return step_basis.job_step(steps)
     if run is not None:
-        key = run.info.get("steps_from")
+        key = run.info.steps_from
         step = step_basis.run_step(run.figures.get("steps"), layout.steps_file(key) if key else "")
         if step is not None:
             return step
