@@ -825,6 +825,16 @@ def trace_part(report: dict) -> TraceReport:
     return msgspec.convert(trace_dict(report), TraceReport)
 
 
+def run_info(report: dict) -> RunInfo:
+    """A run directory's report dict's `run` key (how the run ran) as its document type."""
+    return msgspec.convert(report["run"], RunInfo)
+
+
+def step_history(report: dict) -> StepHistory | None:
+    """A report dict's whole-run step times (a run directory's) as their document type; None without them."""
+    return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
+
+
 def cpu_part(report: dict) -> CpuReport:
     """A CPU-side check-up's report dict (the pipeline's) as its typed part of the document."""
     return msgspec.convert({k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind")

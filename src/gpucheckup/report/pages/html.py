@@ -20,7 +20,7 @@ import msgspec
 
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.document import Finding, Fix, TraceReport, Verdict, trace_part
+from gpucheckup.document import Finding, Fix, TraceReport, Verdict, run_info, step_history, trace_part
 from gpucheckup.report.pages import plots
 from gpucheckup.report import json_doc
 from gpucheckup.report.text.hardware_text import (
@@ -133,20 +133,20 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
 def render_run_only(r: dict) -> str:
     """A page for a run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict), the
     run-level findings and fixes, the whole run's figures, its step times and NVML samples."""
-    run = r["run"]
+    run = run_info(r)
     v, fixes = msgspec.convert(r["verdict"], Verdict), msgspec.convert(r["fixes"], list[Fix])
     parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
-             f'<p class="meta">{esc(run["path"])}</p>',
+             f'<p class="meta">{esc(run.path)}</p>',
              f'<div class="verdict"><span class="badge">{esc(_run_only_badge(v))}</span>'
              f'<p>{esc(v.reason)}</p></div>', _fixes(fixes)]
     if v.findings:
         parts += ["<h3>Findings</h3>", *(_finding(f) for f in v.findings)]
-    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(r.get("step_history"))),
+    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(step_history(r))),
                                            ("nvml", plots.nvml_plot(r.get("nvml")))) if svg]
     if drawn:
         parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
     parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
-    return _page(f"gpucheckup: no GPU timeline - {run['path']}", [x for x in parts if x], r)
+    return _page(f"gpucheckup: no GPU timeline - {run.path}", [x for x in parts if x], r)
 
 
 def _run_only_badge(v: Verdict) -> str:
@@ -287,7 +287,7 @@ PLOT_TEXT = {
 def _plots(p: TraceReport, r: dict, prefix: str) -> str:
     drawn = [
         ("steps", plots.steps_plot(p)),
-        ("step_history", plots.step_history_plot(r.get("step_history"))),
+        ("step_history", plots.step_history_plot(step_history(r))),
         ("timeline", plots.timeline_plot(p)),
         ("gap_histogram", plots.gap_histogram_plot(p)),
         ("categories", plots.categories_plot(p)),

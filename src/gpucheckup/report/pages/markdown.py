@@ -13,7 +13,7 @@ import msgspec
 
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.document import Fix, TraceReport, Verdict, trace_part
+from gpucheckup.document import Fix, TraceReport, Verdict, run_info, step_history, trace_part
 from gpucheckup.report.text.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
@@ -74,7 +74,7 @@ def render_run_only(r: dict) -> str:
     v, fixes = msgspec.convert(r["verdict"], Verdict), msgspec.convert(r["fixes"], list[Fix])
     head = (f"**Verdict: {md(v.primary.upper().replace('_', '-'))} (coarse)**: {md(v.title)}\n"
             if v.coarse else "**No GPU timeline**\n")
-    out = ["# gpucheckup check-up\n", f"{md(r['run']['path'])}\n", head, f"{md(v.reason)}\n"]
+    out = ["# gpucheckup check-up\n", f"{md(run_info(r).path)}\n", head, f"{md(v.reason)}\n"]
     out += _fixes_and_findings(v, fixes, "#")
     out.append("## Whole run\n")
     out.append(table(["what", "value"], [list(x) for x in run_rows(r)]))
@@ -133,9 +133,10 @@ def _report(p: TraceReport, r: dict, label: str | None, many: bool) -> str:
                          + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
                          [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
                           for x in rows], right=set(range(1, 5 + len(causes)))))
-    if r.get("step_history", {}).get("time_ms"):
-        hist = r["step_history"]["time_ms"]
-        out.append(f"Whole run ({md(r['step_history'].get('source', 'steps.csv'))}): {len(hist)} steps, "
+    whole = step_history(r)
+    if whole and whole.time_ms:
+        hist = whole.time_ms
+        out.append(f"Whole run ({md(whole.source)}): {len(hist)} steps, "
                    f"median {sorted(hist)[len(hist) // 2]:.2f} ms, min {min(hist):.2f} ms, max {max(hist):.2f} ms\n")
     out.append(_gap_histogram(p, h))
     out.append(f"{h}# GPU time by kernel category\n")

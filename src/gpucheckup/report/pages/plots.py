@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import math
 
-from gpucheckup.document import TraceReport
+from gpucheckup.document import StepHistory, TraceReport
 from gpucheckup.safe_text import safe
 
 CAUSE_COLORS = {
@@ -154,12 +154,12 @@ def _short_label(label: str) -> str:
     return label if len(label) <= 12 else label[:11] + "…"
 
 
-def step_history_plot(hist: dict | None) -> str:
+def step_history_plot(hist: StepHistory | None) -> str:
     """Step time over the whole run (from the run directory's steps.csv), profiled steps shaded."""
-    if not hist or not hist.get("time_ms"):
+    if not hist or not hist.time_ms:
         return ""
-    ys = [float(v) for v in hist["time_ms"]]
-    xs = [float(v) for v in hist.get("step") or range(len(ys))]
+    ys = [float(v) for v in hist.time_ms]
+    xs = [float(v) for v in hist.step or range(len(ys))]
     h, left, right, top, bottom = 220, 56, 12, 14, 36
     ticks = nice_ticks(0, max(ys) * 1.05 or 1)
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
@@ -172,7 +172,7 @@ def step_history_plot(hist: dict | None) -> str:
         return top + plot_h * (1 - v / ticks[-1])
 
     body = []
-    prof = hist.get("profiled")
+    prof = hist.profiled
     if prof and len(prof) == 2:
         a, b = x_of(max(float(prof[0]), x_lo)), x_of(min(float(prof[1]), x_hi))
         body.append(_rect(a, top, max(b - a, 2), plot_h, "#fff1c9", f"profiled steps {prof[0]}-{prof[1]}"))
@@ -181,7 +181,7 @@ def step_history_plot(hist: dict | None) -> str:
     body.append(f'<polyline points="{pts}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>')
     for t in nice_ticks(x_lo, x_hi, 8):
         body.append(_text(x_of(t), h - bottom + 14, num(t), anchor="middle", size=10))
-    body.append(_text(left, h - 4, f"training step ({hist.get('source', 'steps.csv')})", size=10))
+    body.append(_text(left, h - 4, f"training step ({hist.source})", size=10))
     return _svg("step_history", h, body, "step time over the whole run")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpucheckup.diagnosis.rates import per_step
-from gpucheckup.document import Event, Finding, Fix, TraceReport
+from gpucheckup.document import Event, Finding, Fix, TraceReport, run_info
 from gpucheckup.report.text.hardware_text import mfu_short
 
 WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
@@ -162,19 +162,19 @@ def version_text(kind: str, v) -> str:
 
 def run_rows(report: dict) -> list[tuple[str, str]]:
     """The whole run's figures as (name, value) text pairs: the one list the terminal and HTML print."""
-    r, fig = report["run"], report["run_figures"]
-    rows = [("command", " ".join(r["command"] or []))]
-    ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
-    if r["kind"] == "run" and r["exit_code"] is None and r["exit_signal"] is None:  # attached to it while it runs
+    r, fig = run_info(report), report["run_figures"]
+    rows = [("command", " ".join(r.command or []))]
+    ex = f"exit code {r.exit_code}" if r.exit_code is not None else f"killed by {r.exit_signal}"
+    if r.kind == "run" and r.exit_code is None and r.exit_signal is None:  # attached to it while it runs
         rows.append(("job", "still running (checked up from its run directory so far)"))
-    elif r["kind"] == "run":
-        rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
-    rows.append(("traces", ", ".join(r["traces"]) or "none"))
+    elif r.kind == "run":
+        rows.append(("job", f"{ex}, {r.duration_s or 0:.1f} s"))
+    rows.append(("traces", ", ".join(r.traces) or "none"))
     if fig.get("steps"):
         rows.append(("steps", _steps_line(fig["steps"])))
     nv = fig.get("nvml")
     rows.append(("NVML", _nvml_line(nv) if nv and nv.get("util_mean_pct") is not None
-                 else str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
+                 else str((r.failed or {}).get("nvml") or "no GPU activity recorded")))
     cpu = fig.get("cpu")
     if cpu and cpu.get("samples"):
         rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
@@ -190,7 +190,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     hs = fig.get("host_samples")
     if hs:  # a light window (analysis/run_logs/sampled_causes.py)
         rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
-    for k, v in (r["failed"] or {}).items():
+    for k, v in (r.failed or {}).items():
         rows.append((f"not captured: {k}", str(v)))
     return rows
 

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.document import Fix, Verdict
+from gpucheckup.document import Fix, Verdict, run_info
 from gpucheckup.report.text import terminal
 from gpucheckup.report.text.lines import run_rows
 from gpucheckup.safe_text import safe_tree
@@ -20,9 +20,8 @@ def render_run_only(report: dict, console: Console) -> None:
     """A run with no GPU timeline: say so plainly (or, from an out-of-process attach's samples, the coarse verdict,
     said coarse), then the run-level findings and figures."""
     report = safe_tree(report)  # paths, commands, frames: control and bidi characters escaped
-    r = report["run"]
     head = Text("gpucheckup ", style="bold")
-    head.append(r["path"])
+    head.append(run_info(report).path)
     console.print(head)
     v, fixes = msgspec.convert(report["verdict"], Verdict), msgspec.convert(report["fixes"], list[Fix])
     if v.coarse:  # an out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py)
