@@ -1,4 +1,5 @@
-"""The HTML report: one self-contained page that opens offline, rendered from report dicts.
+"""The HTML report: one self-contained page that opens offline, rendered from each report read through its
+document type (document.trace_part; a run's run-level keys from its report dict).
 
 Layout: verdict and ranked fixes first, then findings with their evidence, then the plots
 (inline SVG from `plots`), then the tables. Several reports (ranks of one job, demo cases)

@@ -1,6 +1,6 @@
-"""The HTML report's plots as inline SVG strings, drawn from the report dict.
+"""The HTML report's plots as inline SVG strings, drawn from a check-up's document type.
 
-Each plot function takes the report dict (or one of its optional keys) and returns an SVG
+Each plot function takes a check-up (document.TraceReport, or one of a run's parts) and returns an SVG
 element, or "" when there is nothing to draw. Every text that may come from a trace or from
 another producer goes through `esc`. Tooltips are SVG <title> elements: no script needed.
 """
