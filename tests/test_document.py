@@ -131,7 +131,8 @@ def test_compare_reads_documents_through_their_types(tmp_path):
 
 
 # the sections of a GPU check-up the schema gives key by key (docs/schema.md, version 3's changelog)
-TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "labels"]
+TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "communication",
+                  "cuda_api", "labels"]
 
 
 def _definition(schema: dict, ref_or_any: dict) -> dict:

@@ -356,6 +356,46 @@ class Copies(Struct):
     exposed_pct_of_step: float | None
 
 
+class Communication(Struct):
+    """Communication kernel time and its overlap with compute (analysis/one_trace/communication.py)."""
+
+    present: bool
+    time_ms: float | None
+    overlap_pct: float | None
+    exposed_ms_per_step: float | None
+    exposed_pct_of_step: float | None
+
+
+class SlowCall(Struct):
+    """One CUDA API call far slower than its typical duration (analysis/one_trace/api_health.py)."""
+
+    call: str
+    thread: str
+    dur_us: float | None
+    typical_us: float | None
+    t_us: float | None
+
+
+class ApiContention(Struct):
+    """Slow calls of one name on one thread that overlapped an allocation on another thread."""
+
+    call: str
+    thread: str
+    blocker: str
+    blocker_thread: str
+    count: int
+    slow_ms: float | None
+    typical_us: float | None
+
+
+class CudaApi(Struct):
+    """The CUDA API's slow calls and lock contention."""
+
+    slow_count: int
+    slow: list[SlowCall]
+    contention: list[ApiContention]
+
+
 class Labels(Struct):
     """The job's intensity label for schedulers and the shares of step time behind it (diagnosis/labels.py)."""
 
@@ -413,8 +453,8 @@ class TraceReport(Struct):
     dataloader: Dataloader
     sync: Sync
     copies: Copies
-    communication: Section
-    cuda_api: Section
+    communication: Communication
+    cuda_api: CudaApi
     notes: list[str]
     mfu: Section
     roofline: Section

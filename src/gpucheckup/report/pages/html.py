@@ -21,7 +21,9 @@ import msgspec
 
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.document import Finding, Fix, TraceReport, Verdict, run_info, step_history, trace_part
+from gpucheckup.document import (
+    ApiContention, Finding, Fix, SlowCall, TraceReport, Verdict, run_info, step_history, trace_part,
+)
 from gpucheckup.report.pages import plots
 from gpucheckup.report import json_doc
 from gpucheckup.report.text.hardware_text import (
@@ -441,28 +443,25 @@ def _syncs(r: TraceReport) -> str:
 
 
 def _communication(r: TraceReport) -> str:
-    c = r.communication or {}
-    if not c.get("present"):
+    if not r.communication.present:
         return ""
     rows = [[esc(k), esc(v if isinstance(v, str) else num(v) if isinstance(v, (int, float)) else v)]
-            for k, v in c.items() if not isinstance(v, (dict, list))]
+            for k, v in msgspec.structs.asdict(r.communication).items()]
     return "<h4>Communication</h4>" + _table([("figure", "t"), ("value", "n")], rows, raw=True)
 
 
 def _cuda_api(r: TraceReport) -> str:
-    api = r.cuda_api or {}
     out = []
-    for key, title in (("slow", "Slow CUDA API calls"), ("contention", "CUDA API lock contention")):
-        items = api.get(key) or []
+    for items, title in ((r.cuda_api.slow, "Slow CUDA API calls"), (r.cuda_api.contention, "CUDA API lock contention")):
         if items:
             out.append(f"<h4>{title}</h4>" + _dicts_table([_api_row(r, x) for x in items]))
     return "\n".join(out)
 
 
-def _api_row(r: TraceReport, item: dict) -> dict:
+def _api_row(r: TraceReport, item: SlowCall | ApiContention) -> dict:
     """A CUDA API record with its times as a person reads them: ms from the trace's start, durations in us."""
     out = {}
-    for k, v in item.items():
+    for k, v in msgspec.structs.asdict(item).items():
         if k == "t_us" and isinstance(v, (int, float)):
             out["at (ms from the trace's start)"] = round(rel_ms(r, v), 3)
         elif k.endswith("_us"):
