@@ -441,15 +441,15 @@ def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_
 
 
 def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | None) -> None:
-    """With no GPU or CPU-side check-up, the run's own report (coarse where its samples decide)."""
+    """With no GPU check-up, the run's own report (coarse where its samples decide and no trace has CPU activity)."""
+    if out.checkups:
+        return
     from gpucheckup.analysis.run_logs import stack_samples
     from gpucheckup.checkup.run_report import coarse_dict, run_only_dict
     from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, fix_note
 
     rc = out.run
     run, ra, findings = rc.run, rc.analysis, rc.findings
-    if out.checkups:
-        return
     parts_traces = seen.used or seen.names
     if not out.cpu and rc.coarse is not None and rc.coarse.decided:
         states, util = sampled_states
@@ -462,7 +462,7 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
     else:
         from gpucheckup.analysis.run_logs import sampled_causes
 
-        light = bool(seen.traces) and seen.sampled[0] is not None  # the first trace's, as a GPU trace has its own
+        light = bool(seen.traces) and seen.sampled[0] is not None  # the run's first trace's sampled host states
         sc = sampled_causes.sampled_causes(seen.traces[0], seen.sampled[0], None) if light else None
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces,
                                   rc.coarse.to_dict() if rc.coarse else None,
