@@ -52,19 +52,20 @@ def test_an_attach_window_of_a_gpu_job_stands_on_the_jobs_step_log(tmp_path):
     from conftest import document_of
 
     from gpucheckup.checkup.pipeline import attach_run_dir, check, check_run
+    from gpucheckup.document import trace_part
     from gpucheckup.report.text.lines import profiler_caveat
 
     run, trace = as_attached_while_running(tmp_path)
     plain = plain_steps_before_window(run / "steps.csv.part")
     alone = check(trace).checkups[0].report  # what attach printed before: the profiled steps, and a caution
-    assert profiler_caveat(alone) is not None and alone["window"]["step_ms"] > max(plain)
+    assert profiler_caveat(trace_part(alone)) is not None and alone["window"]["step_ms"] > max(plain)
     assert attach_run_dir(trace) == run
     doc = document_of(check_run(run, trace=trace))
     assert doc["kind"] == "run" and doc["run"]["info"]["traces"] == ["traces/attach/20261129-110000-1-main.json.gz"]
     assert "steps.csv" in doc["step"]["basis"] and "without the profiler" in doc["step"]["basis"]
     assert min(plain) <= doc["step"]["ms"] <= max(plain)  # one of the job's own unprofiled steps, not 23 ms
     report = doc["checkups"][0]
-    assert report["profiler"] is not None and profiler_caveat({**report, "verdict": doc["verdict"]}) is None
+    assert report["profiler"] is not None and profiler_caveat(trace_part({**report, "verdict": doc["verdict"]})) is None
 
 
 def test_attach_to_a_cpu_job_under_run_reads_its_step_log(tmp_path):

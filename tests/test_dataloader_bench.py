@@ -10,13 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from conftest import REPO, trace_path, read_report
 from gpucheckup.analysis.run_logs.environment import usable_cores
 from gpucheckup.analysis.run_logs.loader_advice import FLAT_PCT, HEADROOM, Rate, advise, gpu_step
 from gpucheckup.capture.environment import cgroup_quota
-from gpucheckup.document import SCHEMA_VERSION, Window
+from gpucheckup.document import SCHEMA_VERSION, GapHistogram, GapPattern, Gaps, Profiler, Window
 
 FACTORY = f"{REPO / 'tests' / 'jobs' / 'loader_factory.py'}:make_loader"
 BATCH = 4  # tests/jobs/loader_factory.py
@@ -253,9 +254,31 @@ def test_pin_memory_choice():
 def test_gpu_step_prefers_the_unprofiled_step():
     window = Window(step_ms=20.0, basis="median of 5 step windows", traced_step_ms=20.0, devices=1, steps=5,
                     length_ms=100.0)
-    gaps = {"per_step_ms": {"input": 5.0}}
-    assert gpu_step(window, {"applied": True, "unprofiled_step_ms": 12.0}, gaps)[0] == pytest.approx(7.0)  # 12 - 5
+    gaps = msgspec.structs.replace(GAPS, per_step_ms={"input": 5.0})
+    profiler = Profiler(source="given", traced_step_ms=20.0, unprofiled_step_ms=12.0, inflation_pct=66.7,
+                        gpu_ms_per_step=10.0, busy_pct_unprofiled=None, host_idle_factor=1.0, applied=True,
+                        comm_wait_ms=0.0)
+    assert gpu_step(window, profiler, gaps)[0] == pytest.approx(7.0)  # 12 - 5
     assert gpu_step(window, None, gaps)[0] == pytest.approx(15.0)  # 20 - 5
+
+
+GAPS = Gaps(by_cause_ms={}, per_step_ms={}, pct_of_step={}, pattern=GapPattern(0.0, 0, 0.0, 0.0, "none"),
+            cause_titles={}, longest=[], histogram=GapHistogram([], {}, {}))
+
+
+def test_the_step_of_a_gpu_checkup_document_is_its_step_less_its_input_wait(tmp_path):
+    """`--checkup` with a GPU trace's JSON: the window's step less the GPU's idle waiting for input per step, both
+    read from the document as JSON (the H200 input-bound trace: most of its step waits for data)."""
+    from gpucheckup.checkup.loader import gpu_step_for
+
+    out = tmp_path / "c.json"
+    res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(trace_path("input_bound")), "--quiet",
+                          "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+    part = json.loads(out.read_text())["checkups"][0]
+    want = part["window"]["step_ms"] - part["gaps"]["per_step_ms"]["input"]
+    assert not (part["profiler"] or {}).get("applied") and part["gaps"]["per_step_ms"]["input"] > 0
+    assert gpu_step_for(out)[0] == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("files, cpus", [({"cpu.max": "200000 100000\n"}, 2.0), ({"cpu.max": "max 100000\n"}, None),

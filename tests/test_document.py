@@ -71,6 +71,18 @@ def test_every_kind_of_input_gives_the_same_top_level_keys(tmp_path, case, kind,
         assert not {"run", "nvml", "step_history", "env", "run_figures", "gpucheckup_version"} & set(r)
 
 
+def test_the_api_on_a_cpu_only_trace_gives_its_path_verdict_and_step(tmp_path):
+    """gpucheckup.analyze on a trace without device activity: the CPU-side check-up's path, verdict and step, as the
+    JSON written by the command line holds them."""
+    import gpucheckup
+
+    path = DATA / "cpu_shapes" / "mats.json.gz"
+    doc = written(tmp_path, path)
+    up = gpucheckup.analyze(path)
+    assert up.path == str(path) == doc["cpu_checkups"][0]["trace"]["path"] and up.verdict == "cpu_only"
+    assert up.figures["step_ms"] == doc["cpu_checkups"][0]["cpu"]["step_median_ms"] is not None
+
+
 def test_one_trace_s_document_carries_its_verdict_step_and_fixes_at_the_top(tmp_path):
     doc = written(tmp_path, trace_path("launch_bound"))
     (r,) = doc["checkups"]
@@ -116,6 +128,58 @@ def test_compare_reads_documents_through_their_types(tmp_path):
     assert cmp["verdict"] == [da["verdict"]["primary"], db["verdict"]["primary"]]
     assert cmp["headline"] == "window.step_ms"  # two traces: their windows' step (docs/metrics.md, "The step time")
     assert cmp["step_change_pct"] == pytest.approx(100 * (db["step"]["ms"] / da["step"]["ms"] - 1), rel=1e-6)
+
+
+# the sections of a GPU check-up the schema gives key by key (docs/schema.md, version 3's changelog)
+TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "communication",
+                  "cuda_api", "labels"]
+
+
+def _definition(schema: dict, ref_or_any: dict) -> dict:
+    """The object definition a property points to (through `$ref`, or the one object of an `anyOf` with null)."""
+    for x in ref_or_any.get("anyOf", [ref_or_any]):
+        if "$ref" in x:
+            return schema["$defs"][x["$ref"].rsplit("/", 1)[1]]
+    return ref_or_any
+
+
+def test_each_section_of_a_checkup_has_its_keys_in_the_schema(tmp_path):
+    """A reader of the JSON finds every key of trace, steps, kernels, ... in the shipped schema, with the ones
+    always written required (they were open objects); keys compared with a real H200 check-up's, read as JSON."""
+    schema = json.loads(SCHEMA.read_text())
+    part = _definition(schema, schema["$defs"]["Document"]["properties"]["checkups"]["items"])
+    doc = written(tmp_path, trace_path("compute_bound"))
+    for name in TYPED_SECTIONS:
+        section = _definition(schema, part["properties"][name])
+        written_keys = set(doc["checkups"][0][name])
+        assert set(section.get("properties", {})) >= written_keys, name
+        assert set(section.get("required", [])) <= written_keys and section["required"], name
+    steps = _definition(schema, part["properties"]["steps"])["properties"]
+    assert steps["count"] == {"type": "integer"} and steps["marked"] == {"type": "boolean"}
+
+
+def test_a_run_s_info_nvml_and_step_history_have_their_keys_in_the_schema(tmp_path):
+    """The same for a run directory's run-level parts (the H200 launch-bound run, read as JSON)."""
+    schema = json.loads(SCHEMA.read_text())
+    run = _definition(schema, schema["$defs"]["Document"]["properties"]["run"])
+    doc = written(tmp_path, LAUNCH_RUN)
+    for name in ("info", "nvml", "step_history"):
+        section = _definition(schema, run["properties"][name])
+        assert set(section.get("properties", {})) == set(doc["run"][name]) == set(section.get("required", [])), name
+
+
+def test_a_document_with_a_key_its_section_does_not_have_is_refused_with_one_line(tmp_path):
+    """`compare` reads a check-up back through its types: a key added by hand in `steps` is named, not read."""
+    good = tmp_path / "good.json"
+    assert cli("analyze", str(trace_path("launch_bound")), "--json", str(good), "--quiet").returncode == 0
+    doc = json.loads(good.read_text())
+    doc["checkups"][0]["steps"]["p50_ms"] = 1.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    res = cli("compare", str(good), str(bad))
+    bad.unlink()  # made by hand: not a document gpucheckup wrote (the suite validates those)
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
+    assert "not a valid check-up document" in res.stderr and "checkups[0].steps" in res.stderr
 
 
 def alternating_run(tmp_path: Path, fast: float, slow: float) -> tuple[Path, list[tuple[int, float, str]]]:
@@ -167,11 +231,11 @@ def test_the_kernels_frame_sums_to_the_document_s_kernel_totals():
     assert isinstance(k, pd.DataFrame) and list(k.columns[:7]) == ["rank", "name", "category", "count", "total_ms",
                                                                    "mean_us", "pct"]
     totals = up.document.checkups[0].kernels
-    assert int(k["count"].sum()) == totals["count"]
-    assert k["total_ms"].sum() == pytest.approx(totals["total_ms"], rel=1e-9)
+    assert int(k["count"].sum()) == totals.count
+    assert k["total_ms"].sum() == pytest.approx(totals.total_ms, rel=1e-9)
     assert k["name"].is_unique and k["pct"].sum() == pytest.approx(100.0)
     steps = up.frame("steps")
-    assert list(steps["ms"]) == pytest.approx(up.document.checkups[0].steps["per_step_ms"])
+    assert list(steps["ms"]) == pytest.approx(up.document.checkups[0].steps.per_step_ms)
     fixes = up.frame("fixes")
     assert list(fixes["key"]) == [f.key for f in up.document.fixes]
     with pytest.raises(gpucheckup.errors.CheckupError, match="one of steps, kernels"):

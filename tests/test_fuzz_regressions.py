@@ -26,6 +26,7 @@ from gpucheckup.analysis.flops.shape_flops import op_flops
 from gpucheckup.analysis.one_trace.syncs import _enclosing_all
 from gpucheckup.analysis.one_trace.timeline import Gaps, gap_pattern
 from gpucheckup.cli import main
+from gpucheckup.document import Finding, Fix
 from gpucheckup.hardware.ceilings import default_path
 from gpucheckup.report.text.lines import cost_line as cost_text
 from gpucheckup.trace.reader import read_trace
@@ -150,8 +151,12 @@ def test_gpu_name_of_300_characters_with_a_ceilings_cache(tmp_path, monkeypatch)
 
 def test_a_cost_that_is_not_finite_is_said_not_measurable():
     """Class: `ts` of 1.7e308 made a finding's cost None, which the terminal formatted with `:.2f`."""
-    assert cost_text({"cost_ms_per_step": None, "cost_pct_of_step": None}) == "cost not measurable"
-    assert cost_text({"cost_ms_per_step": 1.234, "cost_pct_of_step": 5.67}) == "1.23 ms/step (5.7%)"
+    def finding(ms, pct):
+        return Finding(id="sync_points", severity="warning", title="t", rule="r", cost_ms_per_step=ms,
+                       cost_pct_of_step=pct, evidence=[], events=[], fix=[])
+
+    assert cost_text(finding(None, None)) == "cost not measurable"
+    assert cost_text(finding(1.234, 5.67)) == "1.23 ms/step (5.7%)"
 
 
 @pytest.mark.parametrize("where", [-1, 2], ids=["last kernel", "first step"])
@@ -470,6 +475,7 @@ def test_gemm_with_a_number_among_its_shapes_checks_up_with_the_roofline(tmp_pat
 
 def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
     """Class: TypeError at terminal._fixes / html._fixes (a saving_ms the report holds as None: not finite)."""
+    import msgspec
     from rich.console import Console
 
     from gpucheckup.report.pages import html, markdown
@@ -483,9 +489,10 @@ def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
         fx["saving_ms"] = None
         fx["predicted"] = None  # and no replayed prediction: nothing in ms/step to print
     console = Console(file=io.StringIO(), width=120)
-    console.print(terminal._fixes(report))
+    fixes = msgspec.convert(report["fixes"], list[Fix])  # as the renderers read them: the document's type
+    console.print(terminal._fixes(fixes))
     assert "ms/step" not in console.file.getvalue() and report["fixes"][0]["action"][:20] in console.file.getvalue()
-    assert "ms/step" not in html._fixes(report)
+    assert "ms/step" not in html._fixes(fixes)
     text = markdown.render([(None, report)])
     row = next(ln for ln in text.splitlines() if ln.startswith("| 1 |"))
     assert report["fixes"][0]["action"][:20] in row and "| not replayed |" in row and "ms/step" not in row

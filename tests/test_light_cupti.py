@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import raw_events
+
 from gpucheckup.analysis.run_logs.sampled_causes import SOURCE_GPU_ONLY
 from gpucheckup.capture.agent import cupti_window as cw
 from gpucheckup.capture.agent.light import BACKEND_TORCH, light_recorder
@@ -430,13 +430,16 @@ def test_h200_torch_profiler_light_predictions_say_they_are_coarse():
     """The torch.profiler light window records launch calls but no operators: its replay runs, and every prediction
     says it is coarse (no operator dispatch to remove) in its `predicted_note` (the document's keys unchanged), in the
     report and its text."""
+    import msgspec
+
     from gpucheckup.diagnosis.savings import COARSE
+    from gpucheckup.document import Fix
     from gpucheckup.report.text.lines import saving_text
 
     r = _report("launch_bound")
     predicted = [f for f in r["fixes"] if f["predicted"]]
     assert predicted and all(f["predicted_note"] == COARSE and "coarse" not in f["predicted"] for f in predicted)
-    assert all("coarse" in saving_text(f) for f in predicted)
+    assert all("coarse" in saving_text(msgspec.convert(f, Fix)) for f in predicted)
 
 
 # ---- CUPTI's synchronization records: the host's waits on the GPU in a CUPTI light window ------------------------
@@ -700,6 +703,7 @@ def test_light_block_read_or_dropped_when_malformed(block, activities, tmp_path)
     """The reader keeps a well-formed `gpucheckup_light.activities`; a malformed block is dropped (the trace still
     reads) and the trace is then taken as one that records syncs, as every trace without the block is."""
     from conftest import write_trace
+
     from gpucheckup.trace.reader import read_trace
 
     ev = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0,

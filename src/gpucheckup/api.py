@@ -88,7 +88,7 @@ class CheckUp:
         reports = doc.cpu_checkups if cpu else (doc.checkups or doc.cpu_checkups)
         part = reports[i] if reports else None
         v = part.verdict if part is not None else doc.verdict
-        path = part.trace.get("path", "") if part is not None else (doc.run.info.get("path", "") if doc.run else "")
+        path = part.trace.path if part is not None else (doc.run.info.path if doc.run else "")
         return cls(path=str(path), verdict=v.primary or "no_timeline", verdict_title=v.title, reason=v.reason,
                    findings=[_finding(f) for f in v.findings],
                    fixes=[_fix(x) for x in (part.fixes if part is not None else doc.fixes)],
@@ -147,8 +147,7 @@ def figures(part: document.TraceReport | document.CpuReport | None, run: documen
     out: dict[str, float | None] = dict.fromkeys(FIGURES)
     if isinstance(part, document.CpuReport):
         c = part.cpu
-        out.update(step_ms=c["step_median_ms"], dataloader_pct=c["dataloader_pct"],
-                   python_between_pct=c["python_between_pct"])
+        out.update(step_ms=c.step_median_ms, dataloader_pct=c.dataloader_pct, python_between_pct=c.python_between_pct)
         return out
     if part is None:  # a run without a trace
         from gpucheckup.analysis.step_basis import run_step
@@ -157,8 +156,8 @@ def figures(part: document.TraceReport | document.CpuReport | None, run: documen
         out["step_ms"] = step.ms if step else None
         return out
     out.update(mfu_pct=(part.mfu or {}).get("pct"), busy_pct=part.gpu.busy_pct, step_ms=part.window.step_ms,
-               dataloader_pct=part.dataloader["pct_of_step"])
-    for c, v in part.gaps["pct_of_step"].items():
+               dataloader_pct=part.dataloader.pct_of_step)
+    for c, v in part.gaps.pct_of_step.items():
         if f"gap_{c}_pct" in out:
             out[f"gap_{c}_pct"] = v
     return out

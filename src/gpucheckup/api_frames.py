@@ -21,7 +21,7 @@ Rows = Iterator[dict]
 def _reports(doc: Document) -> Iterator[tuple[int, dict]]:
     """(rank, report as plain JSON types) of each GPU check-up, in rank order."""
     for i, r in enumerate(doc.checkups):
-        rank = r.trace.get("rank")
+        rank = r.trace.rank
         yield (rank if rank is not None else i), msgspec.to_builtins(r)
 
 

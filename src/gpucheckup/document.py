@@ -107,6 +107,307 @@ class Verdict(Struct):
     coarse: str | None = None
 
 
+class Device(Struct):
+    """A GPU the trace's device properties name."""
+
+    id: int
+    name: str
+    sm_count: int
+    memory_gb: float | None
+    compute_capability: str
+
+
+class TraceInfo(Struct):
+    """Where a trace came from: its path and rank, its devices and versions, its window and first event (us)."""
+
+    path: str
+    rank: int | None
+    world_size: int | None
+    devices: list[Device]
+    cuda_runtime_version: int | None
+    cuda_driver_version: int | None
+    with_stack: bool
+    record_shapes: bool
+    window_us: list[float | None]
+    start_us: float | None  # the trace's first event: times a person reads are ms from it
+    base_time_ns: int | None
+
+
+class Steps(Struct):
+    """The profiled steps' times (analysis/one_trace/steps.py), in ms; `marked`: ProfilerStep markers were found."""
+
+    count: int
+    marked: bool
+    median_ms: float | None
+    mean_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    cv_pct: float | None
+    per_step_ms: list[float | None]
+    host_median_ms: float | None
+    labels: list[str]
+
+
+class Profiler(Struct):
+    """The profiler-overhead correction (analysis/one_trace/profiler_overhead.py)."""
+
+    source: str
+    traced_step_ms: float | None
+    unprofiled_step_ms: float | None
+    inflation_pct: float | None
+    gpu_ms_per_step: float | None
+    busy_pct_unprofiled: float | None
+    host_idle_factor: float | None
+    applied: bool
+    comm_wait_ms: float | None
+
+
+class KernelRow(Struct, omit_defaults=True):
+    """One kernel name's time (analysis/one_trace/kernels.py); `label` (a short name) on the top kernels only."""
+
+    name: str
+    category: str
+    count: int
+    total_ms: float | None
+    mean_us: float | None
+    pct: float | None
+    label: str | None = None
+
+
+class DataMovement(Struct):
+    """One family of data-movement kernels: its share of kernel time, its kernels' names and labels."""
+
+    family: str
+    pct: float | None
+    total_ms: float | None
+    count: int
+    kernels: list[str]
+    labels: list[str]
+
+
+class Kernels(Struct):
+    """The kernels of the window: count, durations, share under the small threshold, categories, top names."""
+
+    count: int
+    total_ms: float | None
+    mean_us: float | None
+    median_us: float | None
+    small_pct: float | None
+    small_threshold_us: float
+    categories: dict[str, float | None]  # percent of kernel time, by category
+    categories_ms: dict[str, float | None]
+    top: list[KernelRow]
+    by_name: list[KernelRow]
+    data_movement: list[DataMovement]
+    launch_delay_median_us: float | None
+    launch_delay_p90_us: float | None
+
+
+class GapsTraced(Struct):
+    """The idle figures as traced, before the profiler-overhead correction."""
+
+    per_step_ms: dict[str, float | None]
+    pct_of_step: dict[str, float | None]
+
+
+class GapPattern(Struct):
+    """Where the idle time falls (analysis/one_trace/timeline.py)."""
+
+    idle_ms: float | None
+    gap_count: int
+    idle_at_step_start_pct: float | None
+    largest_gap_share_pct: float | None
+    shape: str
+
+
+class LongGap(Struct):
+    """One of the longest idle gaps and its main cause: where to look in the trace."""
+
+    t_us: float | None
+    dur_us: float | None
+    device: int
+    step: int
+    position: float | None
+    cause: str
+
+
+class GapHistogram(Struct):
+    """Gap counts and idle time per log-spaced duration bin, by dominant cause (analysis/plot_arrays.py)."""
+
+    edges_us: list[float | None]
+    count: dict[str, list[int]]
+    time_ms: dict[str, list[float | None]]
+
+
+class Gaps(Struct, kw_only=True, omit_defaults=True):
+    """GPU idle time by cause, its pattern, the longest gaps and their histogram; `traced` only when the
+    profiler-overhead correction applied, `source` only where a run's sampled stacks gave the causes."""
+
+    by_cause_ms: dict[str, float | None]
+    per_step_ms: dict[str, float | None]
+    pct_of_step: dict[str, float | None]
+    traced: GapsTraced | None = None
+    pattern: GapPattern
+    cause_titles: dict[str, str]
+    longest: list[LongGap]
+    histogram: GapHistogram
+    source: str | None = None
+
+
+class TimelineRow(Struct):
+    """One step on one device: busy and idle time by cause, and runs [first bin, end bin, state]."""
+
+    step: int
+    label: str
+    device: int
+    dur_ms: float | None
+    busy_ms: float | None
+    idle_ms: dict[str, float | None]
+    runs: list[list[int]]
+
+
+class Timeline(Struct):
+    """The arrays behind the HTML step timeline (analysis/plot_arrays.py)."""
+
+    states: list[str]
+    bins: int
+    bin_ms: float | None
+    scale_ms: float | None
+    rows: list[TimelineRow]
+    truncated: int
+
+
+class Dataloader(Struct):
+    """Time in DataLoader `__next__` (analysis/one_trace/dataloader.py)."""
+
+    present: bool
+    count: int
+    iterators: list[str]
+    per_step_ms: list[float | None]
+    median_ms: float | None
+    ms_per_step: float | None
+    pct_of_step: float | None
+    workers_to_keep_pace: int
+
+
+class SyncCause(Struct):
+    """The sync points of one cause (outer op, inner op, user frame, calls)."""
+
+    op: str
+    inner_op: str | None
+    frame: str | None
+    calls: list[str]
+    count: int
+    blocked_ms: float | None
+    gpu_idle_ms: float | None
+    per_step: float | None
+
+
+class SyncPoint(Struct):
+    """One sync point: when (the trace's clock), what, the host blocked and the GPU idle it caused."""
+
+    t_us: float | None
+    op: str
+    inner_op: str | None
+    frame: str | None
+    blocked_us: float | None
+    gpu_idle_us: float | None
+
+
+class Sync(Struct):
+    """Sync points in the window (analysis/one_trace/syncs.py); `recorded`: the trace could hold one."""
+
+    recorded: bool
+    count: int
+    count_per_step: float | None
+    blocked_ms: float | None
+    blocked_ms_per_step: float | None
+    gpu_idle_ms: float | None
+    gpu_idle_ms_per_step: float | None
+    by_cause: list[SyncCause]
+    points: list[SyncPoint]
+
+
+class Direction(Struct):
+    """Copies of one direction (HtoD, DtoH, ...)."""
+
+    count: int
+    bytes: float | None
+    time_us: float | None
+    pageable_count: int
+    gb_per_s: float | None
+    mb: float | None
+
+
+class Copies(Struct):
+    """Copy figures of the window (analysis/one_trace/copies.py)."""
+
+    count: int
+    by_direction: dict[str, Direction]
+    pageable_count: int
+    pageable_mb: float | None
+    pageable_mb_per_step: float | None
+    pageable_ms_per_step: float | None
+    time_ms: float | None
+    pct_of_gpu_time: float | None
+    overlap_pct: float | None
+    per_step_ms: float | None
+    exposed_ms_per_step: float | None
+    exposed_pct_of_step: float | None
+
+
+class Communication(Struct):
+    """Communication kernel time and its overlap with compute (analysis/one_trace/communication.py)."""
+
+    present: bool
+    time_ms: float | None
+    overlap_pct: float | None
+    exposed_ms_per_step: float | None
+    exposed_pct_of_step: float | None
+
+
+class SlowCall(Struct):
+    """One CUDA API call far slower than its typical duration (analysis/one_trace/api_health.py)."""
+
+    call: str
+    thread: str
+    dur_us: float | None
+    typical_us: float | None
+    t_us: float | None
+
+
+class ApiContention(Struct):
+    """Slow calls of one name on one thread that overlapped an allocation on another thread."""
+
+    call: str
+    thread: str
+    blocker: str
+    blocker_thread: str
+    count: int
+    slow_ms: float | None
+    typical_us: float | None
+
+
+class CudaApi(Struct):
+    """The CUDA API's slow calls and lock contention."""
+
+    slow_count: int
+    slow: list[SlowCall]
+    contention: list[ApiContention]
+
+
+class Labels(Struct):
+    """The job's intensity label for schedulers and the shares of step time behind it (diagnosis/labels.py)."""
+
+    intensity: str
+    compute_pct: float | None
+    io_pct: float | None
+    communication_pct: float | None
+    host_pct: float | None
+    reason: str
+    rule: str
+
+
 class Window(Struct):
     """The step windows a trace's figures are taken over (analysis/one_trace/window.py)."""
 
@@ -118,50 +419,117 @@ class Window(Struct):
     length_ms: float | None
 
 
+class GpuStream(Struct):
+    """One stream's busy time."""
+
+    device: int
+    stream: int
+    busy_ms: float | None
+
+
 class Gpu(Struct):
     """GPU busy: percent of the step, without the profiler when corrected, per device and stream, per step."""
 
     busy_pct: float | None
     busy_pct_unprofiled: float | None
     devices: dict[str, float | None]
-    streams: list[Section]
+    streams: list[GpuStream]
     step_busy_pct: list[float | None]
 
 
 class TraceReport(Struct):
     """The check-up of one trace with device activity."""
 
-    trace: Section
+    trace: TraceInfo
     verdict: Verdict
     fixes: list[Fix]
     window: Window
     gpu: Gpu
-    steps: Section
-    profiler: Section | None
-    kernels: Section
-    gaps: Section
-    timeline: Section
-    dataloader: Section
-    sync: Section
-    copies: Section
-    communication: Section
-    cuda_api: Section
+    steps: Steps
+    profiler: Profiler | None
+    kernels: Kernels
+    gaps: Gaps
+    timeline: Timeline
+    dataloader: Dataloader
+    sync: Sync
+    copies: Copies
+    communication: Communication
+    cuda_api: CudaApi
     notes: list[str]
     mfu: Section
     roofline: Section
     ncu: Section | None
-    labels: Section
+    labels: Labels
     host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
+
+
+class CpuDevice(Struct):
+    """A device the trace's properties name (a CPU-side check-up's trace has no device activity)."""
+
+    id: int
+    name: str
+
+
+class CpuTrace(Struct):
+    """Where a trace without device activity came from: its path and rank, its devices, its clock."""
+
+    path: str
+    rank: int | None
+    world_size: int | None
+    devices: list[CpuDevice]
+    base_time_ns: int | None
+
+
+class CpuThread(Struct):
+    """A host thread's operator time (analysis/one_trace/cpu_profile.py)."""
+
+    pid: int
+    tid: int
+    name: str
+    ops: int
+    busy_ms: float | None
+    busy_pct: float | None
+
+
+class CpuOp(Struct):
+    """An operator's calls and self time, every thread."""
+
+    name: str
+    count: int
+    self_ms: float | None
+    total_ms: float | None
+    self_pct: float | None
+
+
+class CpuFigures(Struct):
+    """The CPU-side figures of a trace without device activity (analysis/one_trace/cpu_profile.py)."""
+
+    ops_count: int
+    self_ms: float | None
+    span_ms: float | None
+    main_thread: CpuThread
+    python_between_ms: float | None
+    python_between_pct: float | None
+    dataloader_ms: float | None
+    dataloader_pct: float | None
+    steps: int
+    step_median_ms: float | None
+    top_ops: list[CpuOp]
+    threads: list[CpuThread]
+    summary: str
+    python_outside_loader_ms: float | None
+    loader_iterators: list[str]
+    step_ms: float | None  # the job's step without the profiler, when known (a run directory's)
 
 
 class CpuReport(Struct):
     """The CPU-side check-up of a trace without device activity."""
 
-    trace: Section
+    trace: CpuTrace
     verdict: Verdict
     findings: list[Finding]
     fixes: list[Fix]
-    cpu: Section
+    cpu: CpuFigures
     notes: list[str]
 
 
@@ -172,12 +540,49 @@ class Job(Struct):
     communication: Section | None = None
 
 
+class RunInfo(Struct):
+    """How a run ran (its manifest: checkup/run_report.py): the command, its end, what was captured or failed, the
+    traces checked up, why there is no GPU timeline, and which step log speaks for the run."""
+
+    path: str
+    kind: str
+    command: list[str] | None
+    exit_code: int | float | None  # the manifest's numbers as written
+    exit_signal: str | None
+    started_epoch_s: int | float | None
+    duration_s: int | float | None
+    captured: Section
+    failed: Section
+    traces: list[str]
+    no_gpu_timeline: str | None
+    steps_from: str | None
+
+
+class NvmlSeries(Struct):
+    """The NVML samples as plotted: seconds since the run started, utilization %, power W, SM clock MHz, throttled."""
+
+    t_s: list[float | None]
+    gpu_util: list[float | None]
+    power_w: list[float | None]
+    sm_clock_mhz: list[float | None]
+    throttled: list[int]
+
+
+class StepHistory(Struct):
+    """Every timed step of the run (bucket medians above 5000), the profiled steps, the step log they come from."""
+
+    step: list[int]
+    time_ms: list[float | None]
+    profiled: list[int] | None
+    source: str | None
+
+
 class Run(Struct):
     """A run directory's run-level section: how it ran, NVML samples, step history, environment, figures."""
 
-    info: Section
-    nvml: Section
-    step_history: Section | None
+    info: RunInfo
+    nvml: NvmlSeries
+    step_history: StepHistory | None
     env: Section
     figures: Section
 
@@ -444,6 +849,36 @@ def json_schema() -> dict:
 def decode(data: bytes) -> Document:
     """A document read back through its types; msgspec.ValidationError names the first key that does not fit."""
     return msgspec.json.decode(data, type=Document)
+
+
+def trace_dict(report: dict) -> dict:
+    """A GPU check-up's report dict (the pipeline's: with `gpucheckup_version` and, in a run directory, its run's
+    run-level keys) without what the document holds once at the top; its trace's host samples as `host_samples`."""
+    out = {k: v for k, v in report.items() if k != "gpucheckup_version" and k not in RUN_KEYS}
+    if "run_figures" in report:
+        out["host_samples"] = report["run_figures"].get("host_samples")
+    return out
+
+
+def trace_part(report: dict) -> TraceReport:
+    """A GPU check-up's report dict as its typed part of the document (what the renderers read)."""
+    return msgspec.convert(trace_dict(report), TraceReport)
+
+
+def run_info(report: dict) -> RunInfo:
+    """A run directory's report dict's `run` key (how the run ran) as its document type."""
+    return msgspec.convert(report["run"], RunInfo)
+
+
+def step_history(report: dict) -> StepHistory | None:
+    """A report dict's whole-run step times (a run directory's) as their document type; None without them."""
+    return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
+
+
+def cpu_part(report: dict) -> CpuReport:
+    """A CPU-side check-up's report dict (the pipeline's) as its typed part of the document."""
+    return msgspec.convert({k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind")
+                            and k not in RUN_KEYS}, CpuReport)
 
 
 def flat_report(doc: Document, i: int = 0, cpu: bool = False) -> dict:

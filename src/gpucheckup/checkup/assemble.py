@@ -22,7 +22,8 @@ from gpucheckup import __version__, layout
 from gpucheckup.analysis import step_basis
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.document import (
-    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, decode,
+    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, cpu_part, decode,
+    trace_part,
 )
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import check_regular
@@ -38,8 +39,8 @@ def document(result: Checkups, cases: list[str] | None = None) -> Document:
     cpu = [c.report for c in result.cpu]
     run_report = result.run.report if result.run and result.run.report else None
     first = (reports or cpu or [run_report])[0]
-    parts = [msgspec.convert(_trace_part(r), TraceReport) for r in reports]
-    cpu_parts = [msgspec.convert(_cpu_part(r), CpuReport) for r in cpu]
+    parts = [trace_part(r) for r in reports]
+    cpu_parts = [cpu_part(r) for r in cpu]
     run = msgspec.convert(_run(first, bool(reports)), Run) if result.run else None
     head = _job_head(result)
     verdict, lead = _job_verdict(result, head, parts, cpu_parts, run_report)
@@ -121,17 +122,17 @@ def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> St
     if steps:  # in a run directory, each window's step is already its step log's (analysis/step_basis.py)
         return step_basis.job_step(steps)
     if run is not None:
-        key = run.info.get("steps_from")
+        key = run.info.steps_from
         step = step_basis.run_step(run.figures.get("steps"), layout.steps_file(key) if key else "")
         if step is not None:
             return step
-    ms = [p.cpu["step_median_ms"] for p in cpu if p.cpu.get("step_median_ms") is not None]
+    ms = [p.cpu.step_median_ms for p in cpu if p.cpu.step_median_ms is not None]
     return Step(ms=max(ms), basis=CPU_STEP_BASIS) if ms else None
 
 
 def _label(part: TraceReport, i: int) -> str:
     """'rank R' of a trace's check-up (its position when it has no rank)."""
-    rank = part.trace.get("rank")
+    rank = part.trace.rank
     return f"rank {rank if rank is not None else i}"
 
 
@@ -141,19 +142,6 @@ def _notes(lead, parts: list) -> list[str]:
     for r in parts:
         out += [n for n in r.notes if n not in out]
     return out
-
-
-def _trace_part(report: dict) -> dict:
-    """A GPU check-up's report without what the document holds once at the top (version, run-level keys)."""
-    out = {k: v for k, v in report.items() if k != "gpucheckup_version" and k not in RUN_KEYS}
-    if "run_figures" in report:
-        out["host_samples"] = report["run_figures"].get("host_samples")
-    return out
-
-
-def _cpu_part(report: dict) -> dict:
-    """A CPU-side check-up's report without what the document holds once at the top."""
-    return {k: v for k, v in report.items() if k not in ("gpucheckup_version", "kind") and k not in RUN_KEYS}
 
 
 def _run(first: dict, traces: bool) -> dict:

@@ -82,9 +82,9 @@ def run(spec: str, workers: list[int], pin: str, batches: int, checkup: Path | N
                   r.worker_runq_s / r.seconds if r.worker_runq_s is not None and r.seconds > 0 else None)
              for r in bench.runs]
     adv = advise(rates, cores, limit, gpu_ms, gpu_src)
-    render_loader(bench.to_dict(), msgspec.structs.asdict(adv), console)
+    doc = measured("dataloader", {"dataloader_bench": bench.to_dict(), "advice": msgspec.structs.asdict(adv)})
+    render_loader(doc.dataloader_bench, doc.advice, console)  # what --json writes, read through its types
     if json_path:
-        doc = measured("dataloader", {"dataloader_bench": bench.to_dict(), "advice": msgspec.structs.asdict(adv)})
         write_atomic(json_path, json_doc.document(doc))
         console.print(f"JSON written to {safe(json_path)}", style="dim", markup=False)
     return 0

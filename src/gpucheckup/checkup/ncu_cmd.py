@@ -60,12 +60,12 @@ def printable_regex(name: str) -> str:
 
 def ncu_command(part: TraceReport, top: int = 5, skip_steps: int = 10, command: str = "python train.py") -> str:
     """The ncu command line for a GPU check-up's top kernels by GPU time."""
-    kernels = [k for k in part.kernels["top"] if k.get("name")][:top]
+    kernels = [k for k in part.kernels.top if k.name][:top]
     if not kernels:
         raise CheckupError("the check-up has no kernels to profile")
-    bases = list(dict.fromkeys(base_name(k["name"]) for k in kernels))
-    steps = max(int(part.steps["count"]), 1)
-    per_step = max(1, round(sum(k["count"] for k in kernels) / steps))
+    bases = list(dict.fromkeys(base_name(k.name) for k in kernels))
+    steps = max(int(part.steps.count), 1)
+    per_step = max(1, round(sum(k.count for k in kernels) / steps))
     regex = "regex:^(" + "|".join(printable_regex(b) for b in bases) + ")$"
     args = [
         "ncu", "--target-processes", "all",

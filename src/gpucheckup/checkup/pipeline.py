@@ -6,8 +6,8 @@ run-level parts: the run is read (trace/rundir.py), the run-level analyses (anal
 rules (diagnosis/run_rules.py) run, each rank's trace (the step windows in traces/; else the time
 windows; else the latest attach capture; or the attach capture asked for: `gpucheckup attach` to a job with the
 agent checks its new trace up as part of the job's run directory, so the step basis is the job's own step log, the
-unprofiled step, as for `gpucheckup run`) is checked up as above with the run-level findings appended, and the
-run keys (checkup/run_report.py) are added to its report dict. A run whose traces
+unprofiled step, as for `gpucheckup run`) is checked up as above with the run-level findings appended, its report
+dict built once with the run keys (checkup/run_report.py) and its sampled host states (`InRun`). A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
 (analysis/one_trace/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
@@ -51,6 +51,16 @@ if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cr
 STRAGGLER_PCT = 10.0  # a rank whose step (its window's) is this much slower than the fastest is a straggler
 
 
+class InRun(msgspec.Struct):
+    """What a run directory gives each of its traces' reports: the run's analysis and coarse verdict, the traces
+    checked up (for the run-level keys: checkup/run_report.run_parts), and this trace's sampled host states."""
+
+    analysis: RunAnalysis
+    traces: list[str]
+    coarse: dict | None  # diagnosis/coarse.py's verdict of py-spy samples
+    sampled: object = None  # a light window's host samples for this trace (trace/host_samples.py), or None
+
+
 class Checkup(msgspec.Struct):
     """One trace's analysis, diagnosis, typed facts and report dict."""
 
@@ -59,6 +69,7 @@ class Checkup(msgspec.Struct):
     facts: TraceFacts  # what the work across traces reads (rank, path, step, GPU busy)
     report: dict
     ranks: object = None  # its compact cross-rank table (analysis/ranks.RankInput) when it has collective calls
+    run: InRun | None = None  # in a run directory: what its report was built with (a re-check builds it the same)
 
 
 class CpuCheckup(msgspec.Struct):
@@ -135,7 +146,8 @@ def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | 
         todo = [(by_rank[rk], w) for rk, w in waits.items()]
         for c, w in todo:
             if c.analysis is not None:
-                _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w))
+                _replace(c, check_trace(c.analysis.trace, inputs, ncu, ncu_csv, copy.deepcopy(extra or []), w,
+                                        run=c.run))
         far = [(c, w) for c, w in todo if c.analysis is None]
         items = [(Path(c.facts.path), w) for c, w in far]
         for (c, _), (_, new) in zip(far, parallel.map_files(_recheck_file, items, inputs, ncu, ncu_csv, jobs=jobs)):
@@ -194,14 +206,22 @@ def _inputs_for(trace, inputs: MfuInputs) -> MfuInputs:
 
 
 def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None, extra_findings=(),
-                comm_waits=None, fork: bool = False) -> Checkup:
+                comm_waits=None, fork: bool = False, run: InRun | None = None) -> Checkup:
     """Analyze, diagnose and build the report dict of one trace, with its compact cross-rank table when it
     holds collective calls (`comm_waits`: their matched waits, for the profiler-overhead correction; `fork`:
-    a large trace's fixes predicted on a second core, where this process is not one of several workers)."""
+    a large trace's fixes predicted on a second core, where this process is not one of several workers; `run`:
+    a run directory's trace, whose report is built with its run-level keys)."""
     a = analyze(trace, _inputs_for(trace, inputs), ncu, str(ncu_csv or ""), comm_waits)
     d = diagnose(a, savings.predict(a, fork))  # each fix's replayed saving: computed here, once per trace
     d.findings += list(extra_findings)
-    return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
+    if run is None:
+        return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
+    from gpucheckup.analysis.run_logs import sampled_causes
+    from gpucheckup.checkup.run_report import run_parts
+
+    sc = sampled_causes.sampled_causes(trace, run.sampled, a.timeline.gaps) if run.sampled is not None else None
+    parts = run_parts(run.analysis, run.traces, None, run.coarse, {"host_samples": sc.to_dict() if sc else None})
+    return Checkup(a, d, trace_facts(a), checkup_dict(a, d, sampled_causes.gap_source(trace), parts), run=run)
 
 
 def _rank_table(a: TraceAnalysis):
@@ -212,9 +232,12 @@ def _rank_table(a: TraceAnalysis):
     return rank_input(a.trace, None, a.launch_rows, a.steps)
 
 
-def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
+def cpu_checkup(trace, step_ms: float | None = None, run: InRun | None = None,
+                run_findings: list[Finding] | None = None) -> CpuCheckup:
     """The CPU-side check-up of a trace without device activity (`step_ms`: the job's step without the profiler,
-    when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up)."""
+    when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up). In a
+    run directory (`run`), its findings weigh the job's threads against its cores, the run-level ones
+    (`run_findings`) follow them, and its report has the run-level keys."""
     from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
     from gpucheckup.diagnosis.cpu_rules import cpu_findings
     from gpucheckup.checkup.cpu_report import cpu_dict
@@ -224,8 +247,16 @@ def cpu_checkup(trace, step_ms: float | None = None) -> CpuCheckup:
         raise CheckupError(f"{trace.path}: nothing to check up: no device activity (no kernels, copies, memsets "
                            "or other accelerator work) and no CPU operators (cpu_op events)")
     p.step_ms = step_ms
-    findings = cpu_findings(p)
-    return CpuCheckup(p, trace.rank, trace.path, cpu_dict(trace, p, findings), findings)
+    if run is None:
+        findings = cpu_findings(p)
+        return CpuCheckup(p, trace.rank, trace.path, cpu_dict(trace, p, findings), findings)
+    from gpucheckup.analysis.run_logs.environment import thread_budget
+    from gpucheckup.checkup.run_report import run_parts
+
+    findings = cpu_findings(p, thread_budget(run.analysis.run.env or {}, p.per_step(p.main_thread.busy_ms)))
+    report = {**cpu_dict(trace, p, findings + list(run_findings or [])),
+              **run_parts(run.analysis, run.traces, None, run.coarse)}
+    return CpuCheckup(p, trace.rank, trace.path, report, findings)
 
 
 def _check_file(f: Path, inputs: MfuInputs, ncu, ncu_csv: Path | None) -> Checkup | CpuCheckup:
@@ -338,7 +369,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
 
         out.job = attach_job([rank_input(t, i) for i, t in enumerate(seen.traces)], out.checkups, path, run.env,
                              ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, rc.findings))
-    _add_run_parts(out, seen, seen.used or [str(p.relative_to(path)) for p in traces], sampled_states)
+    _add_run_report(out, seen, sampled_states)
     note = unsettled_note(ra)
     for r in out.reports() if note else ():
         r["notes"].append(note)
@@ -376,57 +407,51 @@ def _coarse(rc: RunCheckup) -> tuple | None:
 
 
 class _SeenTraces(msgspec.Struct):
-    """The traces of a run as read: each one, the GPU ones' paths in the run, and each one's host samples."""
+    """The traces of a run as read: each one, their paths in the run, the GPU ones', and each one's host samples."""
 
     traces: list = msgspec.field(default_factory=list)
+    names: list[str] = msgspec.field(default_factory=list)
     used: list[str] = msgspec.field(default_factory=list)
     sampled: list = msgspec.field(default_factory=list)
 
 
 def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> _SeenTraces:
-    """Check up each of the run's traces into `out`: a GPU trace with the run-level findings appended, a CPU-only one
-    by its CPU side (the run says why it has no timeline)."""
+    """Check up each of the run's traces into `out`, each report built with the run-level keys: a GPU trace with the
+    run-level findings appended, a CPU-only one by its CPU side (the run says why it has no timeline)."""
     from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
 
     rc, seen = out.run, _SeenTraces()
-    for p in paths:
-        trace = read_trace(p)
-        seen.traces.append(trace)
+    for p in paths:  # all read first: every report names the run's traces checked up
+        seen.traces.append(read_trace(p))
         seen.sampled.append(_sampled(out.path, p))
+    seen.names = [str(p.relative_to(out.path)) for p in paths]
+    seen.used = [name for name, t in zip(seen.names, seen.traces) if t.has_gpu]
+    coarse = rc.coarse.to_dict() if rc.coarse else None
+    for p, trace, sampled in zip(paths, seen.traces, seen.sampled):
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(out.path)} holds CPU activity only (no kernels, "
                               "copies or memsets): its CPU side and the run-level figures are checked up")
             if cpu_profile(trace) is not None:
-                out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms))
+                out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms,
+                                           InRun(rc.analysis, seen.used or seen.names, coarse), rc.findings))
             continue
-        seen.used.append(str(p.relative_to(out.path)))
-        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(rc.findings)))
+        out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(rc.findings),
+                                        run=InRun(rc.analysis, seen.used, coarse, sampled)))
     return seen
 
 
-def _add_run_parts(out: Checkups, seen: _SeenTraces, parts_traces: list[str], sampled_states: tuple | None) -> None:
-    """The run-level keys on each report: a GPU check-up's, a CPU-side one's (its CPU findings with the job's threads
-    and cores, then the run-level ones), or with neither the run's own report (coarse where its samples decide)."""
+def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | None) -> None:
+    """With no GPU check-up, the run's own report (coarse where its samples decide and no trace has CPU activity)."""
+    if out.checkups:
+        return
     from gpucheckup.analysis.run_logs import stack_samples
-    from gpucheckup.analysis.run_logs.environment import thread_budget
-    from gpucheckup.checkup.cpu_report import cpu_fix_dicts
-    from gpucheckup.checkup.run_report import coarse_dict, run_only_dict, run_parts
+    from gpucheckup.checkup.run_report import coarse_dict, run_only_dict
     from gpucheckup.diagnosis.coarse import coarse_events, coarse_findings, fix_note
-    from gpucheckup.diagnosis.cpu_rules import cpu_findings
 
     rc = out.run
     run, ra, findings = rc.run, rc.analysis, rc.findings
-    coarse = rc.coarse.to_dict() if rc.coarse else None
-    for c in out.checkups:
-        c.report.update(run_parts(ra, seen.used, None, coarse))
-        _add_sampled(c.report, c.analysis, seen.sampled, seen.traces)
-    for c in out.cpu:
-        p = c.profile
-        c.findings = cpu_findings(p, thread_budget(run.env or {}, p.per_step(p.main_thread.busy_ms)))
-        c.report.update(run_parts(ra, parts_traces, None, coarse))
-        c.report["verdict"]["findings"] = [f.to_dict() for f in c.findings + findings]
-        c.report["fixes"] = cpu_fix_dicts(c.findings + findings)
-    if not out.checkups and not out.cpu and rc.coarse is not None and rc.coarse.decided:
+    parts_traces = seen.used or seen.names
+    if not out.cpu and rc.coarse is not None and rc.coarse.decided:
         states, util = sampled_states
         gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
         found = coarse_findings(rc.coarse, stack_samples.loader_kind(run.samples), gpu_job,
@@ -434,9 +459,14 @@ def _add_run_parts(out: Checkups, seen: _SeenTraces, parts_traces: list[str], sa
                                 coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
         rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
                                 rc.no_timeline, parts_traces)
-    elif not out.checkups:
-        rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces, coarse)
-        _add_sampled(rc.report, None, seen.sampled, seen.traces)
+    else:
+        from gpucheckup.analysis.run_logs import sampled_causes
+
+        light = bool(seen.traces) and seen.sampled[0] is not None  # the run's first trace's sampled host states
+        sc = sampled_causes.sampled_causes(seen.traces[0], seen.sampled[0], None) if light else None
+        rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces,
+                                  rc.coarse.to_dict() if rc.coarse else None,
+                                  {"host_samples": sc.to_dict() if sc else None})
 
 
 def unsettled_note(ra: RunAnalysis) -> str | None:
@@ -458,18 +488,6 @@ def _sampled(run_dir: Path, p: Path):
     """A light window's host samples for trace p (traces/trace.json.gz: main; traces/<key>.json.gz), or None."""
     key = layout.MAIN_KEY if p.name.startswith("trace.") else p.name.split(".", 1)[0]
     return host_samples_for(run_dir, key) if p.parent.name == layout.TRACES else None
-
-
-def _add_sampled(report: dict, a, sampled: list, traces: list) -> None:
-    """The sampled host states (analysis/run_logs/sampled_causes.py) of the report's trace, and each figure's source."""
-    from gpucheckup.analysis.run_logs import sampled_causes
-
-    i = next((i for i, t in enumerate(traces) if a is None or t is a.trace), None)
-    light = i is not None and sampled[i] is not None
-    if "gaps" in report and i is not None:
-        report["gaps"]["source"] = sampled_causes.gap_source(traces[i])
-    sc = sampled_causes.sampled_causes(traces[i], sampled[i], a.timeline.gaps if a else None) if light else None
-    report.setdefault("run_figures", {})["host_samples"] = sc.to_dict() if sc else None
 
 
 def _sort_by_rank(results: list[Checkup]) -> None:

@@ -32,8 +32,10 @@ from gpucheckup.checkup.trace_report import fix_dicts as model_fix_dicts
 MAX_ENV_TEXT = 20000
 
 
-def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None, coarse: dict | None = None) -> dict:
-    """The run-level keys of the report dict (`coarse`: diagnosis/coarse.py's verdict of py-spy samples)."""
+def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None, coarse: dict | None = None,
+              figures: dict | None = None) -> dict:
+    """The run-level keys of the report dict (`coarse`: diagnosis/coarse.py's verdict of py-spy samples; `figures`:
+    this report's own run figures after the run's, e.g. its trace's sampled host states as `host_samples`)."""
     run = ra.run
     m = run.manifest
     t0 = m.get("started_epoch_s") or 0.0
@@ -62,7 +64,9 @@ def run_parts(ra: RunAnalysis, traces: list[str], no_timeline: str | None, coars
         "run_figures": {"steps": ra.steps, "nvml": ra.nvml, "cpu": ra.cpu, "dataloaders": ra.loaders,
                         "flops": run.flops, "coarse": coarse},
     }
-    return _clean(out)
+    out = _clean(out)
+    out["run_figures"].update(figures or {})
+    return out
 
 
 def step_history_part(ra: RunAnalysis) -> dict:
@@ -76,17 +80,16 @@ def step_history_part(ra: RunAnalysis) -> dict:
 
 
 def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str],
-                  coarse: dict | None = None) -> dict:
-    """A report for a run with no GPU timeline: the run-level parts and findings."""
+                  coarse: dict | None = None, figures: dict | None = None) -> dict:
+    """A report for a run with no GPU timeline: the run-level parts and findings (`figures`: run_parts')."""
     out = {
         "gpucheckup_version": __version__,
         "verdict": {"primary": None, "title": "No GPU timeline", "reason": no_timeline, "scores": {},
                     "findings": [f.to_dict() for f in findings]},
         "fixes": fix_dicts(findings),
         "notes": [no_timeline],
-        **run_parts(ra, traces, no_timeline, coarse),
     }
-    return _clean(out)
+    return {**_clean(out), **run_parts(ra, traces, no_timeline, coarse, figures)}
 
 
 def coarse_dict(ra: RunAnalysis, findings: list[Finding], cv, note: str, no_timeline: str | None,

@@ -66,8 +66,9 @@ def trace_facts(a: TraceAnalysis) -> TraceFacts:
                       corrected=a.profiler is not None, comm_overlap_pct=_clean(a.communication.overlap_pct))
 
 
-def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
-    """Everything the reports show, as plain JSON types."""
+def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None, run: dict | None = None) -> dict:
+    """Everything the reports show, as plain JSON types; a run directory's trace with where its gap causes came from
+    (`gaps.source`) and its run's run-level keys (`run`: checkup/run_report.run_parts) after its own."""
     k = a.kernels.to_dict()
     for t in k["top"]:
         t["label"] = kernel_label(t["name"])
@@ -93,6 +94,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
             "cause_titles": CAUSE_TITLES,
             "longest": _longest_gaps(a),
             "histogram": plot_arrays.gap_histogram(a),
+            **({"source": gaps_source} if gaps_source is not None else {}),
         },
         "timeline": plot_arrays.step_timeline(a),
         "dataloader": fields_of(a.dataloader),
@@ -108,7 +110,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis) -> dict:
         "ncu": fields_of(a.ncu) if a.ncu else None,
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }
-    return _clean(out)
+    return {**_clean(out), **(run or {})}
 
 
 def _trace_section(a: TraceAnalysis) -> dict:

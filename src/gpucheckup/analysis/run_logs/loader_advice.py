@@ -39,7 +39,15 @@ import math
 from dataclasses import dataclass
 
 # LoaderAdvice: the advice as the dataloader document holds it, built here (one type, its fields in one place)
-from gpucheckup.document import CpuReport, LoaderAdvice, TraceReport, Window
+from gpucheckup.document import (
+    CpuFigures,
+    CpuReport,
+    Gaps,
+    LoaderAdvice,
+    Profiler,
+    TraceReport,
+    Window,
+)
 
 FLAT_PCT = 10.0
 HEADROOM = 1.1
@@ -205,34 +213,33 @@ def step_without_data(part: TraceReport | CpuReport, run_steps: dict | None = No
     figures) else the profiled step, minus the main thread's DataLoader time per profiled step. ValueError when it
     has neither."""
     if isinstance(part, CpuReport):
-        if not part.cpu.get("step_median_ms"):
+        if not part.cpu.step_median_ms:
             raise ValueError("the check-up has no step time")
         return _cpu_step(part.cpu, run_steps or {})
     return gpu_step(part.window, part.profiler, part.gaps)
 
 
-def gpu_step(window: Window, profiler: dict | None, gaps: dict) -> tuple[float, str]:
+def gpu_step(window: Window, profiler: Profiler | None, gaps: Gaps) -> tuple[float, str]:
     """A GPU check-up's step without waiting for data: its step (the unprofiled one when the profiler correction
     applied, else the window's `step_ms`) minus the input idle per step; ValueError without a step."""
-    prof = profiler or {}
-    if prof.get("applied") and prof.get("unprofiled_step_ms"):
-        step, how = float(prof["unprofiled_step_ms"]), "unprofiled step"
+    if profiler is not None and profiler.applied and profiler.unprofiled_step_ms:
+        step, how = float(profiler.unprofiled_step_ms), "unprofiled step"
     elif window.step_ms:
         step, how = float(window.step_ms), f"step ({window.basis})"
     else:
         raise ValueError("the check-up has no step time")
-    wait = float((gaps.get("per_step_ms") or {}).get("input") or 0.0)
+    wait = float(gaps.per_step_ms.get("input") or 0.0)
     return step - wait, f"{how} {step:.1f} ms minus {wait:.1f} ms waiting for data"
 
 
-def _cpu_step(cpu: dict, steps: dict) -> tuple[float, str]:
+def _cpu_step(cpu: CpuFigures, steps: dict) -> tuple[float, str]:
     """A CPU check-up's step without waiting for data (step_without_data)."""
     if steps.get("unprofiled_ms"):
         step, how = float(steps["unprofiled_ms"]), "unprofiled step (steps.csv)"
     elif steps.get("late_median_ms"):
         step, how = float(steps["late_median_ms"]), "median of the later unprofiled steps (steps.csv)"
     else:
-        step, how = float(cpu["step_median_ms"]), "profiled step"
-    n = cpu.get("steps") or 0
-    wait = float(cpu.get("dataloader_ms") or 0.0) / n if n else 0.0
+        step, how = float(cpu.step_median_ms), "profiled step"
+    n = cpu.steps or 0
+    wait = float(cpu.dataloader_ms or 0.0) / n if n else 0.0
     return step - wait, f"CPU run: {how} {step:.1f} ms minus {wait:.1f} ms waiting for data"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html as _html
 
+from gpucheckup.document import CpuFigures, CpuReport, cpu_part
 from gpucheckup.report.pages.markdown import md, table
 from gpucheckup.report.text.terminal_cpu import figure_rows
 from gpucheckup.safe_text import safe
@@ -18,14 +19,12 @@ def _h(x) -> str:
     return _html.escape(safe(x))
 
 
-def _op_rows(c: dict) -> list[list[str]]:
-    return [[o["name"], str(o["count"]), f"{o['self_ms']:.3f}", f"{o['self_pct']:.1f}%", f"{o['total_ms']:.3f}"]
-            for o in c["top_ops"]]
+def _op_rows(c: CpuFigures) -> list[list[str]]:
+    return [[o.name, str(o.count), f"{o.self_ms:.3f}", f"{o.self_pct:.1f}%", f"{o.total_ms:.3f}"] for o in c.top_ops]
 
 
-def _thread_rows(c: dict) -> list[list[str]]:
-    return [[x["name"] or f"{x['pid']}/{x['tid']}", str(x["ops"]), f"{x['busy_ms']:.3f}", f"{x['busy_pct']:.1f}%"]
-            for x in c["threads"]]
+def _thread_rows(c: CpuFigures) -> list[list[str]]:
+    return [[x.name or f"{x.pid}/{x.tid}", str(x.ops), f"{x.busy_ms:.3f}", f"{x.busy_pct:.1f}%"] for x in c.threads]
 
 
 OP_HEADERS = ["operator", "calls", "self ms", "self %", "total ms"]
@@ -39,22 +38,22 @@ def _html_table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _html_findings(r: dict) -> str:
+def _html_findings(r: CpuReport) -> str:
     """A run directory's run-level findings (title and evidence) and its fixes."""
-    out = "".join(f"<h3>{_h(f['title'])}</h3><ul>" + "".join(f"<li>{_h(e)}</li>" for e in f["evidence"]) + "</ul>"
-                  for f in r["verdict"]["findings"])
-    if r["fixes"]:
-        out += "<h3>What to try first</h3><ol>" + "".join(f"<li>{_h(x['action'])}</li>" for x in r["fixes"]) + "</ol>"
+    out = "".join(f"<h3>{_h(f.title)}</h3><ul>" + "".join(f"<li>{_h(e)}</li>" for e in f.evidence) + "</ul>"
+                  for f in r.verdict.findings)
+    if r.fixes:
+        out += "<h3>What to try first</h3><ol>" + "".join(f"<li>{_h(x.action)}</li>" for x in r.fixes) + "</ol>"
     return out
 
 
-def _md_findings(r: dict) -> list[str]:
+def _md_findings(r: CpuReport) -> list[str]:
     """The same as Markdown lines."""
     out = []
-    for f in r["verdict"]["findings"]:
-        out += [f"### {md(f['title'])}\n"] + [f"- {md(e)}" for e in f["evidence"]] + [""]
-    if r["fixes"]:
-        out += ["### What to try first\n"] + [f"{i}. {md(x['action'])}" for i, x in enumerate(r["fixes"], 1)] + [""]
+    for f in r.verdict.findings:
+        out += [f"### {md(f.title)}\n"] + [f"- {md(e)}" for e in f.evidence] + [""]
+    if r.fixes:
+        out += ["### What to try first\n"] + [f"{i}. {md(x.action)}" for i, x in enumerate(r.fixes, 1)] + [""]
     return out
 
 
@@ -62,15 +61,16 @@ def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up",
     """One HTML page holding each (label, report) CPU-side check-up, after `head` (the job's section, escaped
     HTML: report/pages/job_pages.py); no script, no outside request."""
     parts = []
-    for label, r in pages:
-        c, v = r["cpu"], r["verdict"]
-        parts.append(f"<section><h2>{_h(label)}</h2><p>{_h(r['trace']['path'])}</p>"
-                     f"<p class=v><b>{_h(v['title'])}</b><br>{_h(v['reason'])}</p>"
+    for label, report in pages:
+        r = cpu_part(report)
+        c, v = r.cpu, r.verdict
+        parts.append(f"<section><h2>{_h(label)}</h2><p>{_h(r.trace.path)}</p>"
+                     f"<p class=v><b>{_h(v.title)}</b><br>{_h(v.reason)}</p>"
                      + _html_findings(r) +
                      f"<h3>Key figures</h3>{_html_table(['figure', 'value'], [list(x) for x in figure_rows(c)])}"
                      f"<h3>Operators by self time</h3>{_html_table(OP_HEADERS, _op_rows(c))}"
                      f"<h3>Threads by operator time</h3>{_html_table(THREAD_HEADERS, _thread_rows(c))}"
-                     + "".join(f"<p><small>note: {_h(n)}</small></p>" for n in r["notes"]) + "</section>")
+                     + "".join(f"<p><small>note: {_h(n)}</small></p>" for n in r.notes) + "</section>")
     return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
             "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             "<meta name=viewport content=\"width=device-width,initial-scale=1\">"
@@ -81,12 +81,13 @@ def render_html(pages: list[tuple[str, dict]], title: str = "CPU-side check-up",
 def render_markdown(pages: list[tuple[str, dict]], title: str = "CPU-side check-up", head: str = "") -> str:
     """The CPU-side check-ups as Markdown, after `head` (the job's section: report/pages/job_pages.py)."""
     out = [f"# gpucheckup: {md(title)}\n"] + ([head] if head else [])
-    for label, r in pages:
-        c, v = r["cpu"], r["verdict"]
-        out += [f"## {md(label)}\n", f"{md(r['trace']['path'])}\n", f"**{md(v['title'])}**: {md(v['reason'])}\n"]
+    for label, report in pages:
+        r = cpu_part(report)
+        c, v = r.cpu, r.verdict
+        out += [f"## {md(label)}\n", f"{md(r.trace.path)}\n", f"**{md(v.title)}**: {md(v.reason)}\n"]
         out += _md_findings(r)
         out += ["### Key figures\n", table(["figure", "value"], [list(x) for x in figure_rows(c)], {1}),
                 "### Operators by self time\n", table(OP_HEADERS, _op_rows(c), {1, 2, 3, 4}),
                 "### Threads by operator time\n", table(THREAD_HEADERS, _thread_rows(c), {1, 2, 3})]
-        out += [f"note: {md(n)}\n" for n in r["notes"]]
+        out += [f"note: {md(n)}\n" for n in r.notes]
     return "\n".join(out)

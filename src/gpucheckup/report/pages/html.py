@@ -1,4 +1,5 @@
-"""The HTML report: one self-contained page that opens offline, rendered from report dicts.
+"""The HTML report: one self-contained page that opens offline, rendered from each report read through its
+document type (document.trace_part; a run's run-level keys from its report dict).
 
 Layout: verdict and ranked fixes first, then findings with their evidence, then the plots
 (inline SVG from `plots`), then the tables. Several reports (ranks of one job, demo cases)
@@ -16,8 +17,13 @@ import base64
 import hashlib
 
 
+import msgspec
+
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
+from gpucheckup.document import (
+    ApiContention, Finding, Fix, SlowCall, TraceReport, Verdict, run_info, step_history, trace_part,
+)
 from gpucheckup.report.pages import plots
 from gpucheckup.report import json_doc
 from gpucheckup.report.text.hardware_text import (
@@ -111,42 +117,44 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
     """A whole page: one report, or a summary table and one section per report (`job_section`: the ranks' job
     section, report/job_pages.html_section, first)."""
     many = len(items) > 1
+    typed = [trace_part(r) for _, r in items]  # each report read through its document type
     parts = []
     if many:
         parts.append(f"<h1>gpucheckup check-up: {len(items)} traces</h1>")
         if job_section:
             parts.append(job_section)
-        parts.append(_summary(items, summary_title))
-    for i, (label, r) in enumerate(items):
-        parts.append(_report(r, f"r{i}-", label, many))
+        parts.append(_summary([(label, p) for (label, _), p in zip(items, typed)], summary_title))
+    for i, ((label, r), p) in enumerate(zip(items, typed)):
+        parts.append(_report(p, r, f"r{i}-", label, many))
     data = [r for _, r in items] if many else items[0][1]
-    first = items[0][1]
+    first = typed[0]
     title = (f"gpucheckup: {len(items)} traces" if many
-             else f"gpucheckup: {first['verdict']['primary']} - {first['trace']['path']}")
+             else f"gpucheckup: {first.verdict.primary} - {first.trace.path}")
     return _page(title, parts, data)
 
 
 def render_run_only(r: dict) -> str:
     """A page for a run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict), the
     run-level findings and fixes, the whole run's figures, its step times and NVML samples."""
-    run = r["run"]
+    run = run_info(r)
+    v, fixes = msgspec.convert(r["verdict"], Verdict), msgspec.convert(r["fixes"], list[Fix])
     parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
-             f'<p class="meta">{esc(run["path"])}</p>',
-             f'<div class="verdict"><span class="badge">{esc(_run_only_badge(r["verdict"]))}</span>'
-             f'<p>{esc(r["verdict"]["reason"])}</p></div>', _fixes(r)]
-    if r["verdict"]["findings"]:
-        parts += ["<h3>Findings</h3>", *(_finding(f) for f in r["verdict"]["findings"])]
-    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(r.get("step_history"))),
+             f'<p class="meta">{esc(run.path)}</p>',
+             f'<div class="verdict"><span class="badge">{esc(_run_only_badge(v))}</span>'
+             f'<p>{esc(v.reason)}</p></div>', _fixes(fixes)]
+    if v.findings:
+        parts += ["<h3>Findings</h3>", *(_finding(f) for f in v.findings)]
+    drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(step_history(r))),
                                            ("nvml", plots.nvml_plot(r.get("nvml")))) if svg]
     if drawn:
         parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
     parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
-    return _page(f"gpucheckup: no GPU timeline - {run['path']}", [x for x in parts if x], r)
+    return _page(f"gpucheckup: no GPU timeline - {run.path}", [x for x in parts if x], r)
 
 
-def _run_only_badge(v: dict) -> str:
+def _run_only_badge(v: Verdict) -> str:
     """NO GPU TIMELINE, or an out-of-process attach's coarse verdict said coarse (INPUT-BOUND (COARSE))."""
-    return f"{v['primary'].upper().replace('_', '-')} (COARSE)" if v.get("coarse") else "NO GPU TIMELINE"
+    return f"{v.primary.upper().replace('_', '-')} (COARSE)" if v.coarse else "NO GPU TIMELINE"
 
 
 def _whole_run(r: dict) -> str:
@@ -190,71 +198,71 @@ def json_for_script(obj) -> str:
     return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)  # C1 and bidi controls: the same data, escaped
 
 
-def _summary(items, title: str) -> str:
+def _summary(items: list[tuple[str | None, TraceReport]], title: str) -> str:
     body = []
     for i, (label, r) in enumerate(items):
-        body.append([f'<a href="#r{i}-report">{esc(label or i)}</a>', esc(r["trace"]["path"]),
-                     esc(r["verdict"]["primary"]), (r["window"]["step_ms"], f"{r['window']['step_ms']:.2f}"),
-                     (r["gpu"]["busy_pct"], f"{r['gpu']['busy_pct']:.1f}%")])
+        body.append([f'<a href="#r{i}-report">{esc(label or i)}</a>', esc(r.trace.path),
+                     esc(r.verdict.primary), (r.window.step_ms, f"{r.window.step_ms:.2f}"),
+                     (r.gpu.busy_pct, f"{r.gpu.busy_pct:.1f}%")])
     return f"<h2>{esc(title)}</h2>" + _table(
         [("report", "t"), ("trace", "t"), ("verdict", "t"), ("step ms", "n"),
          ("GPU busy", "n")], body, sortable=True, raw=True)
 
 
-def _report(r: dict, prefix: str, label: str | None, many: bool) -> str:
-    t = r["trace"]
-    dev = ", ".join(sorted({d["name"] for d in t["devices"]})) or "GPU (no device properties in trace)"
-    s = r["steps"]
-    steps = f"{s['count']} steps, median {s['median_ms']:.2f} ms" if s["marked"] else "no ProfilerStep markers"
-    rank = f" | rank {t['rank']}" if t.get("rank") is not None else ""
+def _report(p: TraceReport, r: dict, prefix: str, label: str | None, many: bool) -> str:
+    """One check-up's section: `p` its document part, `r` its report dict (for its run's run-level keys)."""
+    t, s = p.trace, p.steps
+    dev = ", ".join(sorted({d.name for d in t.devices})) or "GPU (no device properties in trace)"
+    steps = f"{s.count} steps, median {s.median_ms:.2f} ms" if s.marked else "no ProfilerStep markers"
+    rank = f" | rank {t.rank}" if t.rank is not None else ""
     head = (f"<h2>{esc(label)}</h2>" if many else "<h1>gpucheckup check-up</h1>")
     out = [f'<section class="report" id="{prefix}report">', head,
-           f'<p class="meta">{esc(t["path"])}<br>{esc(dev)}{esc(rank)} | {esc(steps)}</p>',
-           _verdict(r), _fixes(r), "<h3>Findings</h3>", *(_finding(f) for f in r["verdict"]["findings"]),
-           "<h3>Plots</h3>", _plots(r, prefix), "<h3>Tables</h3>", _tables(r)]
-    if r.get("notes"):
-        out.append("<h3>Notes</h3><ul>" + "".join(f'<li class="note">{esc(n)}</li>' for n in r["notes"]) + "</ul>")
+           f'<p class="meta">{esc(t.path)}<br>{esc(dev)}{esc(rank)} | {esc(steps)}</p>',
+           _verdict(p), _fixes(p.fixes), "<h3>Findings</h3>", *(_finding(f) for f in p.verdict.findings),
+           "<h3>Plots</h3>", _plots(p, r, prefix), "<h3>Tables</h3>", _tables(p, r)]
+    if p.notes:
+        out.append("<h3>Notes</h3><ul>" + "".join(f'<li class="note">{esc(n)}</li>' for n in p.notes) + "</ul>")
     out.append("</section>")
     return "\n".join(out)
 
 
-def _verdict(r: dict) -> str:
-    v, k = r["verdict"], r["kernels"]
-    kpis = (f"{busy_line(r)} | {step_line(r)} | {k['count']} kernels, "
-            f"mean {k['mean_us']:.1f} us, {k['small_pct']:.0f}% under 20 us | DataLoader "
-            f"{r['dataloader']['pct_of_step']:.1f}% of step | syncs {sync_rate(r)}")
+def _verdict(r: TraceReport) -> str:
+    v, k = r.verdict, r.kernels
+    kpis = (f"{busy_line(r)} | {step_line(r)} | {k.count} kernels, "
+            f"mean {k.mean_us:.1f} us, {k.small_pct:.0f}% under 20 us | DataLoader "
+            f"{r.dataloader.pct_of_step:.1f}% of step | syncs {sync_rate(r)}")
     caveat = f'<p class="caveat">{esc(profiler_caveat(r))}</p>' if profiler_caveat(r) else ""
-    return (f'<div class="verdict v-{esc(v["primary"])}"><span class="badge">'
-            f'{esc(v["primary"].upper().replace("_", "-"))}</span><b>{esc(v["title"])}</b>'
-            f'<p>{esc(v["reason"])}</p><p class="kpis">{esc(kpis)}</p>{caveat}</div>')
+    return (f'<div class="verdict v-{esc(v.primary)}"><span class="badge">'
+            f'{esc(v.primary.upper().replace("_", "-"))}</span><b>{esc(v.title)}</b>'
+            f'<p>{esc(v.reason)}</p><p class="kpis">{esc(kpis)}</p>{caveat}</div>')
 
 
-def _fixes(r: dict) -> str:
+def _fixes(fixes: list[Fix]) -> str:
     rows = []
-    for i, fx in enumerate(r["fixes"], 1):
+    for i, fx in enumerate(fixes, 1):
         saving = esc(saving_text(fx))
-        rank = fx["predicted"]["saving_ms"] if fx.get("predicted") else (fx["saving_ms"] or 0)  # None: not finite
-        how = f"<br><span class=\"explain\">{esc(fx['how'])}</span>" if fx.get("how") else ""
-        if fx.get("reason"):
-            how += f"<br><span class=\"explain\">saving: {esc(fx['reason'])}</span>"
-        rows.append([(i, str(i)), esc(TIER_TITLES.get(fx["tier"], fx["tier"])), esc(fx["action"]) + how,
-                     (rank, saving), esc(fx["finding"])])
+        rank = fx.predicted.saving_ms if fx.predicted else (fx.saving_ms or 0)  # None: not finite
+        how = f"<br><span class=\"explain\">{esc(fx.how)}</span>" if fx.how else ""
+        if fx.reason:
+            how += f"<br><span class=\"explain\">saving: {esc(fx.reason)}</span>"
+        rows.append([(i, str(i)), esc(TIER_TITLES.get(fx.tier, fx.tier)), esc(fx.action) + how,
+                     (rank, saving), esc(fx.finding)])
     if not rows:
         return "<h3>What to try first</h3><p>No fix suggested: no finding above its threshold.</p>"
     return "<h3>What to try first</h3>" + _table(
         [("#", "n"), ("change", "t"), ("fix", "t"), ("predicted saving", "n"), ("finding", "t")], rows, raw=True)
 
 
-def _finding(f: dict) -> str:
-    ev = "".join(f"<li>{esc(e)}</li>" for e in f["evidence"])
-    events = "".join(f"<li>{esc(event_line(e))}</li>" for e in f["events"][:MAX_EVENTS])
+def _finding(f: Finding) -> str:
+    ev = "".join(f"<li>{esc(e)}</li>" for e in f.evidence)
+    events = "".join(f"<li>{esc(event_line(e))}</li>" for e in f.events[:MAX_EVENTS])
     events = f'<ul class="events">{events}</ul>' if events else ""
-    fixes = "".join(f"<li>{esc(x['action'])} <span class=\"cost\">({esc(TIER_TITLES.get(x['tier'], x['tier']))})"
-                    "</span></li>" for x in f["fix"])
+    fixes = "".join(f"<li>{esc(x.action)} <span class=\"cost\">({esc(TIER_TITLES.get(x.tier, x.tier))})"
+                    "</span></li>" for x in f.fix)
     fixes = f"<b>fixes</b><ul>{fixes}</ul>" if fixes else ""
-    return (f'<div class="finding sev-{esc(f["severity"])}"><h4><span class="sev">{esc(f["severity"])}</span>'
-            f'{esc(f["title"])} <span class="cost">{esc(cost_line(f))}</span></h4><ul>{ev}</ul>{events}{fixes}'
-            f'<p class="rule">rule: {esc(f["rule"])}</p></div>')
+    return (f'<div class="finding sev-{esc(f.severity)}"><h4><span class="sev">{esc(f.severity)}</span>'
+            f'{esc(f.title)} <span class="cost">{esc(cost_line(f))}</span></h4><ul>{ev}</ul>{events}{fixes}'
+            f'<p class="rule">rule: {esc(f.rule)}</p></div>')
 
 
 PLOT_TEXT = {
@@ -279,13 +287,13 @@ PLOT_TEXT = {
 }
 
 
-def _plots(r: dict, prefix: str) -> str:
+def _plots(p: TraceReport, r: dict, prefix: str) -> str:
     drawn = [
-        ("steps", plots.steps_plot(r)),
-        ("step_history", plots.step_history_plot(r.get("step_history"))),
-        ("timeline", plots.timeline_plot(r)),
-        ("gap_histogram", plots.gap_histogram_plot(r)),
-        ("categories", plots.categories_plot(r)),
+        ("steps", plots.steps_plot(p)),
+        ("step_history", plots.step_history_plot(step_history(r))),
+        ("timeline", plots.timeline_plot(p)),
+        ("gap_histogram", plots.gap_histogram_plot(p)),
+        ("categories", plots.categories_plot(p)),
         ("nvml", plots.nvml_plot(r.get("nvml"))),
     ]
     out = []
@@ -293,8 +301,8 @@ def _plots(r: dict, prefix: str) -> str:
         if not svg:
             continue
         extra = ""
-        if name == "timeline" and r["timeline"].get("truncated"):
-            extra = f" {r['timeline']['truncated']} more step rows are not drawn."
+        if name == "timeline" and p.timeline.truncated:
+            extra = f" {p.timeline.truncated} more step rows are not drawn."
         out.append(_figure(name, svg, prefix, extra))
     return "\n".join(out)
 
@@ -305,18 +313,19 @@ def _figure(name: str, svg: str, prefix: str, extra: str = "") -> str:
             f'</figcaption>{svg}<p class="explain">{esc(text + extra)}</p></figure>')
 
 
-def _tables(r: dict) -> str:
-    out = [_key_figures(r), _hardware(r), _per_step(r), _top_kernels(r), _data_movement(r), _longest_gaps(r), _copies(r),
-           _syncs(r), _communication(r), _cuda_api(r), _whole_run(r), _nvml_summary(r.get("nvml")), _environment(r)]
+def _tables(p: TraceReport, r: dict) -> str:
+    out = [_key_figures(p), _hardware(p), _per_step(p), _top_kernels(p), _data_movement(p), _longest_gaps(p),
+           _copies(p), _syncs(p), _communication(p), _cuda_api(p), _whole_run(r), _nvml_summary(r.get("nvml")),
+           _environment(p, r)]
     return "\n".join(x for x in out if x)
 
 
-def _key_figures(r: dict) -> str:
+def _key_figures(r: TraceReport) -> str:
     rows = [[esc(k), esc(v)] for k, v in key_figures(r)]
     return "<h4>Key figures</h4>" + _table([("figure", "t"), ("value", "n")], rows, raw=True)
 
 
-def _hardware(r: dict) -> str:
+def _hardware(r: TraceReport) -> str:
     """MFU against the bands, the roofline of the top GEMM ops, and Nsight Compute bounds when imported."""
     rows = [["MFU", esc(mfu_line(r))]]
     if bands_line(r):
@@ -335,22 +344,21 @@ def _hardware(r: dict) -> str:
     return "\n".join(out)
 
 
-def step_rows(r: dict) -> tuple[list[str], list[list]]:
+def step_rows(r: TraceReport) -> tuple[list[str], list[list]]:
     """Per step row: label, device, step ms, busy ms, busy %, idle ms by each cause that occurs (shared with
     Markdown)."""
-    tl = r.get("timeline") or {}
-    rows = tl.get("rows") or []
-    causes = [c for c in tl.get("states", [])[1:] if any(row["idle_ms"].get(c, 0) > 0 for row in rows)]
+    rows = r.timeline.rows
+    causes = [c for c in r.timeline.states[1:] if any(row.idle_ms.get(c, 0) > 0 for row in rows)]
     out = []
     for row in rows:
-        dur = row["dur_ms"] or 1.0
-        out.append([row["label"].removeprefix("ProfilerStep"), row["device"], row["dur_ms"], row["busy_ms"],
-                    100 * row["busy_ms"] / dur]
-                   + [row["idle_ms"][c] for c in causes])
+        dur = row.dur_ms or 1.0
+        out.append([row.label.removeprefix("ProfilerStep"), row.device, row.dur_ms, row.busy_ms,
+                    100 * row.busy_ms / dur]
+                   + [row.idle_ms[c] for c in causes])
     return causes, out
 
 
-def _per_step(r: dict) -> str:
+def _per_step(r: TraceReport) -> str:
     causes, rows = step_rows(r)
     if not rows:
         return ""
@@ -361,12 +369,12 @@ def _per_step(r: dict) -> str:
     return "<h4>Steps</h4>" + _table(cols, body, sortable=True, raw=True)
 
 
-def _top_kernels(r: dict) -> str:
+def _top_kernels(r: TraceReport) -> str:
     rows = []
-    for t in r["kernels"]["top"]:
-        rows.append([f'<span title="{esc(t["name"])}">{esc(t.get("label") or t["name"])}</span>',
-                     esc(t["category"]), (t["count"], str(t["count"])), (t["total_ms"], f"{t['total_ms']:.3f}"),
-                     (t["mean_us"], f"{t['mean_us']:.1f}"), (t["pct"], f"{t['pct']:.1f}%")])
+    for t in r.kernels.top:
+        rows.append([f'<span title="{esc(t.name)}">{esc(t.label or t.name)}</span>',
+                     esc(t.category), (t.count, str(t.count)), (t.total_ms, f"{t.total_ms:.3f}"),
+                     (t.mean_us, f"{t.mean_us:.1f}"), (t.pct, f"{t.pct:.1f}%")])
     if not rows:
         return ""
     return ("<h4>Top kernels <span class=\"cost\">(click a header to sort; hover a name for the full name)"
@@ -375,57 +383,56 @@ def _top_kernels(r: dict) -> str:
                                     raw=True, cls="kernels", first_class="k"))
 
 
-def _data_movement(r: dict) -> str:
-    fam = r["kernels"].get("data_movement") or []
+def _data_movement(r: TraceReport) -> str:
+    fam = r.kernels.data_movement
     if not fam:
         return ""
-    rows = [[esc(f["family"]), (f["pct"], f"{f['pct']:.1f}%"), (f["total_ms"], f"{f['total_ms']:.3f}"),
-             (f["count"], str(f["count"])),
+    rows = [[esc(f.family), (f.pct, f"{f.pct:.1f}%"), (f.total_ms, f"{f.total_ms:.3f}"), (f.count, str(f.count)),
              "<br>".join(f'<span title="{esc(k)}">{esc(label)}</span>'
-                         for k, label in list(zip(f.get("kernels", []), f.get("labels") or f.get("kernels", [])))[:3])]
+                         for k, label in list(zip(f.kernels, f.labels or f.kernels))[:3])]
             for f in fam]
     return "<h4>Data movement kernels</h4>" + _table(
         [("family", "t"), ("share of kernel time", "n"), ("total ms", "n"), ("count", "n"), ("kernels", "t")],
         rows, sortable=True, raw=True, cls="datamove", last_class="k")
 
 
-def _longest_gaps(r: dict) -> str:
-    gaps = r["gaps"].get("longest") or []
+def _longest_gaps(r: TraceReport) -> str:
+    gaps = r.gaps.longest
     if not gaps:
         return ""
-    rows = [[(rel_ms(r, g["t_us"]), f"{rel_ms(r, g['t_us']):.3f}"), (g["dur_us"], f"{g['dur_us'] / 1000:.3f}"),
-             (g["device"], str(g["device"])), esc(step_label(r, g["step"])), (g["position"], f"{g['position']:.2f}"),
-             esc(g["cause"])] for g in gaps]
+    rows = [[(rel_ms(r, g.t_us), f"{rel_ms(r, g.t_us):.3f}"), (g.dur_us, f"{g.dur_us / 1000:.3f}"),
+             (g.device, str(g.device)), esc(step_label(r, g.step)), (g.position, f"{g.position:.2f}"),
+             esc(g.cause)] for g in gaps]
     return "<h4>Longest idle gaps</h4>" + _table(
         [("starts at (ms from the trace's start)", "n"), ("ms", "n"), ("GPU", "n"), ("step", "t"),
          ("position in step", "n"), ("main cause", "t")], rows, sortable=True, raw=True)
 
 
-def _copies(r: dict) -> str:
-    c = r["copies"]
+def _copies(r: TraceReport) -> str:
+    c = r.copies
     rows = []
-    for d, e in sorted(c["by_direction"].items()):
-        gbs = e.get("gb_per_s")
-        rows.append([esc(d), (e["count"], str(e["count"])), (e["mb"], f"{e['mb']:.3f}"),
-                     (e["time_us"], f"{e['time_us']:.1f}"), (gbs or 0, f"{gbs:.2f}" if gbs is not None else "-"),
-                     (e["pageable_count"], str(e["pageable_count"]))])
+    for d, e in sorted(c.by_direction.items()):
+        gbs = e.gb_per_s
+        rows.append([esc(d), (e.count, str(e.count)), (e.mb, f"{e.mb:.3f}"),
+                     (e.time_us, f"{e.time_us:.1f}"), (gbs or 0, f"{gbs:.2f}" if gbs is not None else "-"),
+                     (e.pageable_count, str(e.pageable_count))])
     if not rows:
         return "<h4>Copies</h4><p class=\"note\">No memory copies in the analysis window.</p>"
-    ov = c.get("overlap_pct")
-    note = (f"<p class=\"note\">{c['pct_of_gpu_time']:.1f}% of GPU busy time; "
+    ov = c.overlap_pct
+    note = (f"<p class=\"note\">{c.pct_of_gpu_time:.1f}% of GPU busy time; "
             f"overlap with kernels {'-' if ov is None else f'{ov:.1f}%'}; exposed "
-            f"{c['exposed_pct_of_step']:.2f}% of step time.</p>")
+            f"{c.exposed_pct_of_step:.2f}% of step time.</p>")
     return "<h4>Copies</h4>" + _table([("direction", "t"), ("count", "n"), ("MB", "n"), ("time us", "n"),
                                        ("GB/s", "n"), ("pageable", "n")], rows, sortable=True, raw=True) + note
 
 
-def _syncs(r: dict) -> str:
-    s = r["sync"]
-    rows = [[esc(g["op"]), esc(g.get("inner_op") or "-"), esc(g.get("frame") or "-"), esc(", ".join(g["calls"])),
-             (g["count"], str(g["count"])), (g["per_step"], f"{g['per_step']:.1f}"),
-             (g["blocked_ms"], f"{g['blocked_ms']:.3f}"), (g["gpu_idle_ms"], f"{g['gpu_idle_ms']:.3f}")]
-            for g in s.get("by_cause", [])]
-    if not s.get("recorded", True):
+def _syncs(r: TraceReport) -> str:
+    s = r.sync
+    rows = [[esc(g.op), esc(g.inner_op or "-"), esc(g.frame or "-"), esc(", ".join(g.calls)),
+             (g.count, str(g.count)), (g.per_step, f"{g.per_step:.1f}"),
+             (g.blocked_ms, f"{g.blocked_ms:.3f}"), (g.gpu_idle_ms, f"{g.gpu_idle_ms:.3f}")]
+            for g in s.by_cause]
+    if not s.recorded:
         why = esc(sync_rate(r).capitalize())
         return f"<h4>Synchronizations</h4><p class=\"note\">{why}: this trace cannot show them.</p>"
     if not rows:
@@ -435,29 +442,26 @@ def _syncs(r: dict) -> str:
          ("per step", "n"), ("host blocked ms", "n"), ("GPU idle caused ms", "n")], rows, sortable=True, raw=True)
 
 
-def _communication(r: dict) -> str:
-    c = r.get("communication") or {}
-    if not c.get("present"):
+def _communication(r: TraceReport) -> str:
+    if not r.communication.present:
         return ""
     rows = [[esc(k), esc(v if isinstance(v, str) else num(v) if isinstance(v, (int, float)) else v)]
-            for k, v in c.items() if not isinstance(v, (dict, list))]
+            for k, v in msgspec.structs.asdict(r.communication).items()]
     return "<h4>Communication</h4>" + _table([("figure", "t"), ("value", "n")], rows, raw=True)
 
 
-def _cuda_api(r: dict) -> str:
-    api = r.get("cuda_api") or {}
+def _cuda_api(r: TraceReport) -> str:
     out = []
-    for key, title in (("slow", "Slow CUDA API calls"), ("contention", "CUDA API lock contention")):
-        items = api.get(key) or []
+    for items, title in ((r.cuda_api.slow, "Slow CUDA API calls"), (r.cuda_api.contention, "CUDA API lock contention")):
         if items:
             out.append(f"<h4>{title}</h4>" + _dicts_table([_api_row(r, x) for x in items]))
     return "\n".join(out)
 
 
-def _api_row(r: dict, item: dict) -> dict:
+def _api_row(r: TraceReport, item: SlowCall | ApiContention) -> dict:
     """A CUDA API record with its times as a person reads them: ms from the trace's start, durations in us."""
     out = {}
-    for k, v in item.items():
+    for k, v in msgspec.structs.asdict(item).items():
         if k == "t_us" and isinstance(v, (int, float)):
             out["at (ms from the trace's start)"] = round(rel_ms(r, v), 3)
         elif k.endswith("_us"):
@@ -508,18 +512,20 @@ def _nvml_summary(nvml: dict | None) -> str:
         [("GPU", "t"), ("series", "t"), ("min", "n"), ("mean", "n"), ("max", "n")], rows, raw=True)
 
 
-def environment_rows(r: dict) -> list[tuple[str, str]]:
-    """What the trace says about its environment, then the `env` key flattened (shared with Markdown)."""
-    t = r["trace"]
-    rows = [("trace", t["path"])]
-    for d in t["devices"]:
-        rows.append((f"device {d['id']}", f"{d['name']}, {d['sm_count']} SMs, {d['memory_gb']:.0f} GB, "
-                                          f"compute capability {d['compute_capability']}"))
-    for key, title in (("cuda_runtime_version", "CUDA runtime"), ("cuda_driver_version", "CUDA driver"),
-                       ("rank", "rank"), ("world_size", "world size"), ("with_stack", "Python stacks recorded"),
-                       ("record_shapes", "shapes recorded")):
-        if t.get(key) is not None:
-            rows.append((title, version_text("cuda", t[key]) if key.startswith("cuda") else plain_value(t[key])))
+def environment_rows(p: TraceReport, r: dict) -> list[tuple[str, str]]:
+    """What the trace says about its environment, then the `env` key of its report dict `r` flattened (shared with
+    Markdown)."""
+    t = p.trace
+    rows = [("trace", t.path)]
+    for d in t.devices:
+        rows.append((f"device {d.id}", f"{d.name}, {d.sm_count} SMs, {d.memory_gb:.0f} GB, "
+                                       f"compute capability {d.compute_capability}"))
+    for value, title, cuda in ((t.cuda_runtime_version, "CUDA runtime", True),
+                               (t.cuda_driver_version, "CUDA driver", True), (t.rank, "rank", False),
+                               (t.world_size, "world size", False), (t.with_stack, "Python stacks recorded", False),
+                               (t.record_shapes, "shapes recorded", False)):
+        if value is not None:
+            rows.append((title, version_text("cuda", value) if cuda else plain_value(value)))
     rows.append(("gpucheckup", str(r.get("gpucheckup_version", __version__))))
     rows += _flatten(r.get("env") or {})
     return rows
@@ -539,8 +545,8 @@ def _plain(v) -> str:
     return plain_value(v)
 
 
-def _environment(r: dict) -> str:
-    rows = [[esc(k), esc(v)] for k, v in environment_rows(r)]
+def _environment(p: TraceReport, r: dict) -> str:
+    rows = [[esc(k), esc(v)] for k, v in environment_rows(p, r)]
     return "<h4>Environment</h4>" + _table([("what", "t"), ("value", "t")], rows, raw=True, cls="env",
                                            last_class="k")
 

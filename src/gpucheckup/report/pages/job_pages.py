@@ -12,6 +12,9 @@ is escaped by the page's own escaping (report/html.esc, report/markdown.md).
 from __future__ import annotations
 
 
+import msgspec
+
+from gpucheckup.document import Finding
 from gpucheckup.report.pages.html import _finding, _table, esc
 from gpucheckup.report.text.lines import severity_cost
 from gpucheckup.report.pages.markdown import md, table
@@ -75,7 +78,7 @@ def html_section(job: dict) -> str:
            f'{esc(v["primary"].upper().replace("_", "-"))}</span><p>{esc(v["reason"])}</p>'
            f'<p class="kpis">{esc(straggler_line(job))}</p></div>']
     if v["findings"]:
-        out += ["<h3>Findings</h3>", *(_finding(f) for f in v["findings"])]
+        out += ["<h3>Findings</h3>", *(_finding(f) for f in msgspec.convert(v["findings"], list[Finding]))]
     heads, rows = rank_rows(job)
     out.append(f"<h3>Ranks ({len(job['ranks']['table'])}; per step)</h3>")
     out.append(_table([(h, "t" if i == 0 or h in ("verdict", "outlier ranks") else "n") for i, h in enumerate(heads)],
@@ -96,11 +99,11 @@ def markdown_section(job: dict) -> str:
     v = job["verdict"]
     out = ["## The job: ranks side by side\n",
            f"**Verdict: {md(v['primary'].upper().replace('_', '-'))}**: {md(v['reason'])}  \n{md(straggler_line(job))}\n"]
-    for f in v["findings"]:
-        out.append(f"### {md(f['title'])} ({md(severity_cost(f))})\n")
-        lines = [f"- {md(e)}" for e in f["evidence"]]
-        lines += [f"- fix: {md(x['action'])}" for x in f["fix"]]
-        lines.append(f"- rule: {md(f['rule'])}")
+    for f in msgspec.convert(v["findings"], list[Finding]):
+        out.append(f"### {md(f.title)} ({md(severity_cost(f))})\n")
+        lines = [f"- {md(e)}" for e in f.evidence]
+        lines += [f"- fix: {md(x.action)}" for x in f.fix]
+        lines.append(f"- rule: {md(f.rule)}")
         out.append("\n".join(lines) + "\n")
     heads, rows = rank_rows(job)
     out.append(f"### Ranks ({len(job['ranks']['table'])}; per step)\n")

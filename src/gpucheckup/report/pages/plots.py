@@ -1,6 +1,6 @@
-"""The HTML report's plots as inline SVG strings, drawn from the report dict.
+"""The HTML report's plots as inline SVG strings, drawn from a check-up's document type.
 
-Each plot function takes the report dict (or one of its optional keys) and returns an SVG
+Each plot function takes a check-up (document.TraceReport, or one of a run's parts) and returns an SVG
 element, or "" when there is nothing to draw. Every text that may come from a trace or from
 another producer goes through `esc`. Tooltips are SVG <title> elements: no script needed.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 
+from gpucheckup.document import StepHistory, TraceReport
 from gpucheckup.safe_text import safe
 
 CAUSE_COLORS = {
@@ -112,10 +113,10 @@ def _legend(x, y, items: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def steps_plot(r: dict) -> str:
+def steps_plot(r: TraceReport) -> str:
     """Step time per profiled step, with the median as a dashed line."""
-    ms = r["steps"]["per_step_ms"]
-    labels = r["steps"].get("labels") or [str(i) for i in range(len(ms))]
+    ms = r.steps.per_step_ms
+    labels = r.steps.labels or [str(i) for i in range(len(ms))]
     if not ms:
         return ""
     h, left, right, top, bottom = 220, 56, 12, 14, 36
@@ -129,7 +130,7 @@ def steps_plot(r: dict) -> str:
 
     body = _y_axis(left, WIDTH - right, y_of, ticks, " ms")
     slot = plot_w / len(ms)
-    busy = r["gpu"].get("step_busy_pct") or []
+    busy = r.gpu.step_busy_pct or []
     for i, v in enumerate(ms):
         b = f", GPU busy {busy[i]:.1f}%" if i < len(busy) else ""
         body.append(_rect(left + i * slot + slot * 0.12, y_of(v), slot * 0.76, y_of(0) - y_of(v), "#4e79a7",
@@ -138,7 +139,7 @@ def steps_plot(r: dict) -> str:
     for i in range(0, len(ms), every):
         body.append(_text(left + (i + 0.5) * slot, h - bottom + 14, _short_label(labels[i]), anchor="middle",
                           size=10))
-    med = r["steps"]["median_ms"]
+    med = r.steps.median_ms
     body.append(_line(left, y_of(med), WIDTH - right, y_of(med), "#d62728", ' stroke-dasharray="5,4"'))
     body.append(_text(WIDTH - right, y_of(med) - 4, f"median {med:.2f} ms", anchor="end", size=10,
                       extra=' fill="#d62728"'))
@@ -153,12 +154,12 @@ def _short_label(label: str) -> str:
     return label if len(label) <= 12 else label[:11] + "…"
 
 
-def step_history_plot(hist: dict | None) -> str:
+def step_history_plot(hist: StepHistory | None) -> str:
     """Step time over the whole run (from the run directory's steps.csv), profiled steps shaded."""
-    if not hist or not hist.get("time_ms"):
+    if not hist or not hist.time_ms:
         return ""
-    ys = [float(v) for v in hist["time_ms"]]
-    xs = [float(v) for v in hist.get("step") or range(len(ys))]
+    ys = [float(v) for v in hist.time_ms]
+    xs = [float(v) for v in hist.step or range(len(ys))]
     h, left, right, top, bottom = 220, 56, 12, 14, 36
     ticks = nice_ticks(0, max(ys) * 1.05 or 1)
     x_lo, x_hi = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
@@ -171,7 +172,7 @@ def step_history_plot(hist: dict | None) -> str:
         return top + plot_h * (1 - v / ticks[-1])
 
     body = []
-    prof = hist.get("profiled")
+    prof = hist.profiled
     if prof and len(prof) == 2:
         a, b = x_of(max(float(prof[0]), x_lo)), x_of(min(float(prof[1]), x_hi))
         body.append(_rect(a, top, max(b - a, 2), plot_h, "#fff1c9", f"profiled steps {prof[0]}-{prof[1]}"))
@@ -180,76 +181,76 @@ def step_history_plot(hist: dict | None) -> str:
     body.append(f'<polyline points="{pts}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>')
     for t in nice_ticks(x_lo, x_hi, 8):
         body.append(_text(x_of(t), h - bottom + 14, num(t), anchor="middle", size=10))
-    body.append(_text(left, h - 4, f"training step ({hist.get('source', 'steps.csv')})", size=10))
+    body.append(_text(left, h - 4, f"training step ({hist.source})", size=10))
     return _svg("step_history", h, body, "step time over the whole run")
 
 
-def timeline_plot(r: dict) -> str:
+def timeline_plot(r: TraceReport) -> str:
     """Per step: where in the step the GPU is busy or idle (by cause), and the step's exact split."""
-    tl = r.get("timeline") or {}
-    rows = tl.get("rows") or []
+    tl = r.timeline
+    rows = tl.rows
     if not rows:
         return ""
-    states = tl["states"]
+    states = tl.states
     row_h, gap_h, top, label_w = 16, 5, 40, 96
     split_w = 120
     pos_w = WIDTH - label_w - split_w - 16 - 40
     h = top + len(rows) * (row_h + gap_h) + 30
     body = _legend(label_w, 14, [(s.replace("_", " "), CAUSE_COLORS[s]) for s in states
-                                 if s == "busy" or any(row["idle_ms"].get(s, 0) > 0 for row in rows)])
+                                 if s == "busy" or any(row.idle_ms.get(s, 0) > 0 for row in rows)])
     body.append(_text(label_w, top - 8, "position in the step (each row drawn to the longest step's scale)",
                       size=10, extra=' fill="#555"'))
     sx = label_w + pos_w + 16
     body.append(_text(sx, top - 8, "share of step time", size=10, extra=' fill="#555"'))
-    bins = tl["bins"]
-    multi_dev = len({row["device"] for row in rows}) > 1
+    bins = tl.bins
+    multi_dev = len({row.device for row in rows}) > 1
     for k, row in enumerate(rows):
         y = top + k * (row_h + gap_h)
-        name = _short_label(row["label"]) + (f" gpu{row['device']}" if multi_dev else "")
+        name = _short_label(row.label) + (f" gpu{row.device}" if multi_dev else "")
         body.append(_text(label_w - 6, y + row_h - 4, name, anchor="end", size=10))
-        for a, b, s in row["runs"]:
+        for a, b, s in row.runs:
             state = states[s]
             body.append(_rect(label_w + pos_w * a / bins, y, pos_w * (b - a) / bins, row_h, CAUSE_COLORS[state],
-                              f"{row['label']}: mostly {state.replace('_', ' ')} "
-                              f"from {a * tl['bin_ms']:.3f} to {b * tl['bin_ms']:.3f} ms"))
-        dur = row["dur_ms"] or 1.0
+                              f"{row.label}: mostly {state.replace('_', ' ')} "
+                              f"from {a * tl.bin_ms:.3f} to {b * tl.bin_ms:.3f} ms"))
+        dur = row.dur_ms or 1.0
         x = sx
-        parts = [("busy", row["busy_ms"])] + [(c, row["idle_ms"].get(c, 0.0)) for c in states[1:]]
+        parts = [("busy", row.busy_ms)] + [(c, row.idle_ms.get(c, 0.0)) for c in states[1:]]
         for state, v in parts:
             if v <= 0:
                 continue
             w = split_w * v / dur
             body.append(_rect(x, y, w, row_h, CAUSE_COLORS[state],
-                              f"{row['label']}: {state.replace('_', ' ')} {v:.3f} ms ({100 * v / dur:.1f}%)"))
+                              f"{row.label}: {state.replace('_', ' ')} {v:.3f} ms ({100 * v / dur:.1f}%)"))
             x += w
-        body.append(_text(sx + split_w + 4, y + row_h - 4, f"{100 * row['busy_ms'] / dur:.0f}%", size=10))
+        body.append(_text(sx + split_w + 4, y + row_h - 4, f"{100 * row.busy_ms / dur:.0f}%", size=10))
     yb = top + len(rows) * (row_h + gap_h) + 12
     body.append(_line(label_w, yb - 6, label_w + pos_w, yb - 6, AXIS))
-    for t in [t for t in nice_ticks(0, tl["scale_ms"], 6) if t <= tl["scale_ms"] * 1.0001]:
-        x = label_w + pos_w * t / tl["scale_ms"] if tl["scale_ms"] else label_w
+    for t in [t for t in nice_ticks(0, tl.scale_ms, 6) if t <= tl.scale_ms * 1.0001]:
+        x = label_w + pos_w * t / tl.scale_ms if tl.scale_ms else label_w
         body.append(_line(x, yb - 6, x, yb - 2, AXIS))
         body.append(_text(x, yb + 8, f"{num(t)} ms", anchor="middle", size=10))
     return _svg("timeline", h, body, "GPU timeline overview: busy and idle by cause per step")
 
 
-def gap_histogram_plot(r: dict) -> str:
+def gap_histogram_plot(r: TraceReport) -> str:
     """Idle gaps by duration (log-spaced bins), stacked by each gap's main cause: how many, and how much time."""
-    hist = r["gaps"].get("histogram") or {}
-    edges = hist.get("edges_us") or []
+    hist = r.gaps.histogram
+    edges = hist.edges_us
     if len(edges) < 2:
         return ""
     n = len(edges) - 1
-    causes = [c for c, counts in hist["count"].items() if sum(counts) > 0]
+    causes = [c for c, counts in hist.count.items() if sum(counts) > 0]
     left, right, top, panel_h, between = 64, 12, 30, 130, 34
     h = top + 2 * panel_h + between + 40
     plot_w = WIDTH - left - right
     slot = plot_w / n
     body = _legend(left, 12, [(c.replace("_", " "), CAUSE_COLORS[c]) for c in causes])
-    for k, (key, title, unit) in enumerate((("count", "number of gaps", ""), ("time_ms", "idle time", " ms"))):
+    for k, (series, title, unit) in enumerate(((hist.count, "number of gaps", ""), (hist.time_ms, "idle time", " ms"))):
         y0 = top + k * (panel_h + between)
-        totals = [sum(hist[key][c][i] for c in causes) for i in range(n)]
+        totals = [sum(series[c][i] for c in causes) for i in range(n)]
         ticks = nice_ticks(0, max(totals) or 1, 4)
-        if key == "count":
+        if series is hist.count:
             ticks = [t for t in ticks if float(t).is_integer()] or [0, 1]
 
         def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
@@ -260,13 +261,13 @@ def gap_histogram_plot(r: dict) -> str:
         for i in range(n):
             base = 0.0
             for c in causes:
-                v = hist[key][c][i]
+                v = series[c][i]
                 if v <= 0:
                     continue
                 body.append(_rect(left + i * slot + 1, y_of(base + v), slot - 2, y_of(base) - y_of(base + v),
                                   CAUSE_COLORS[c], f"{_dur(edges[i])}-{_dur(edges[i + 1])}: "
-                                  f"{hist['count'][c][i]} gaps mostly {c.replace('_', ' ')}, "
-                                  f"{hist['time_ms'][c][i]:.3f} ms idle"))
+                                  f"{hist.count[c][i]} gaps mostly {c.replace('_', ' ')}, "
+                                  f"{hist.time_ms[c][i]:.3f} ms idle"))
                 base += v
         yb = y0 + panel_h
         for i, e in enumerate(edges):
@@ -286,10 +287,10 @@ def _dur(us: float) -> str:
     return f"{us:.3g} µs"
 
 
-def categories_plot(r: dict) -> str:
+def categories_plot(r: TraceReport) -> str:
     """GPU kernel time by category, data movement highlighted."""
-    cats = r["kernels"]["categories"]
-    ms = r["kernels"].get("categories_ms", {})
+    cats = r.kernels.categories
+    ms = r.kernels.categories_ms
     items = sorted(((c, p) for c, p in cats.items() if p > 0 or c == "data_movement"), key=lambda kv: -kv[1])
     if not items:
         return ""

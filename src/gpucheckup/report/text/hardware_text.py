@@ -3,10 +3,12 @@ bounds. Shared by the terminal, HTML and Markdown reports; no rendering library 
 
 from __future__ import annotations
 
+from gpucheckup.document import TraceReport
 
-def mfu_short(r: dict) -> str:
+
+def mfu_short(r: TraceReport) -> str:
     """MFU in a few words for the key-figures table."""
-    m = r.get("mfu") or {}
+    m = r.mfu or {}
     if m.get("achieved_tflops") is None:
         return "unknown (no FLOPs per step)"
     if m.get("pct") is None:
@@ -14,9 +16,9 @@ def mfu_short(r: dict) -> str:
     return f"{pct(m['pct'])} ({m['achieved_tflops']:.3g} of {m['peak_tflops']:g} TFLOP/s {m['dtype']})"
 
 
-def mfu_line(r: dict) -> str:
+def mfu_line(r: TraceReport) -> str:
     """One line: MFU, achieved TFLOP/s, the peak and where the FLOPs came from; or why it is unknown."""
-    m = r.get("mfu") or {}
+    m = r.mfu or {}
     if m.get("achieved_tflops") is None:
         return f"unknown: {m.get('reason') or 'no FLOPs per step'}"
     head = f"{m['achieved_tflops']:.1f} TFLOP/s achieved"
@@ -46,18 +48,18 @@ def pct(x: float) -> str:
     return f"{x:.1f}%" if x >= 1 else f"{x:.2g}%"
 
 
-def bands_line(r: dict) -> str | None:
+def bands_line(r: TraceReport) -> str | None:
     """The healthy MFU bands and where this job stands, or None when MFU is unknown."""
-    m = r.get("mfu") or {}
+    m = r.mfu or {}
     if not m.get("assessment"):
         return None
     return "dense pre-training 35-50%, MoE with FP8 20-32%: " + m["assessment"]
 
 
-def roofline_rows(r: dict, limit: int = 5) -> list[list[str]]:
+def roofline_rows(r: TraceReport, limit: int = 5) -> list[list[str]]:
     """Top GEMM/conv/attention ops: op and shapes, dtype, ms/step, AI, ridge, expected bound, TFLOP/s."""
     rows = []
-    for o in ((r.get("roofline") or {}).get("ops") or [])[:limit]:
+    for o in ((r.roofline or {}).get("ops") or [])[:limit]:
         shapes = ", ".join("x".join(map(str, s)) for s in o["shapes"][:3])
         expected = {"compute-bound": "compute", "memory-bound": "memory"}.get(o["expected"], "?")
         op = o["op"].removeprefix("aten::").replace("scaled_dot_product_", "sdpa_")
@@ -71,8 +73,8 @@ ROOFLINE_HEADERS = ["op and input shapes", "dtype", "ms/step", "AI (FLOP/B)", "r
 NCU_HEADERS = ["kernel", "share", "bound", "SM %", "memory %", "warps active %"]
 
 
-def ncu_rows(r: dict, limit: int = 5) -> list[list[str]]:
+def ncu_rows(r: TraceReport, limit: int = 5) -> list[list[str]]:
     """Top kernels with their Nsight Compute Speed-of-Light bound."""
-    n = r.get("ncu") or {}
+    n = r.ncu or {}
     return [[k["label"], f"{k['pct']:.1f}%", k["bound"] or "not profiled", num(k["sm_pct"], 1),
              num(k["memory_pct"], 1), num(k["warps_active_pct"], 1)] for k in (n.get("top") or [])[:limit]]

@@ -3,108 +3,108 @@
 from __future__ import annotations
 
 from gpucheckup.diagnosis.rates import per_step
+from gpucheckup.document import Event, Finding, Fix, TraceReport, run_info
 from gpucheckup.report.text.hardware_text import mfu_short
 
 WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
 MAX_EVENTS = 3  # evidence events shown under each finding (the JSON has them all)
 
 
-def event_line(ev: dict) -> str:
+def event_line(ev: Event) -> str:
     """One evidence event: when (ms from the trace's first event, or the run's start), what, where, how long."""
-    return f"at {ev['start_ms']:.3f} ms: {ev['name']} on {ev['where']} ({ev['dur_ms']:.3f} ms)"
+    return f"at {ev.start_ms:.3f} ms: {ev.name} on {ev.where} ({ev.dur_ms:.3f} ms)"
 
 
-def step_line(r: dict) -> str:
+def step_line(r: TraceReport) -> str:
     """The step time every figure is expressed in, and what it is."""
-    w = r["window"]
-    return f"step {w['step_ms']:.2f} ms ({w['basis']})"
+    return f"step {r.window.step_ms:.2f} ms ({r.window.basis})"
 
 
-def busy_line(r: dict) -> str:
+def busy_line(r: TraceReport) -> str:
     """GPU busy % as traced, with the busy % without the profiler when its step time is known."""
-    g = r["gpu"]
-    unprof = f" ({g['busy_pct_unprofiled']:.0f}% without the profiler)" if g.get("busy_pct_unprofiled") else ""
-    return f"GPU busy {g['busy_pct']:.1f}%{unprof}"
+    g = r.gpu
+    unprof = f" ({g.busy_pct_unprofiled:.0f}% without the profiler)" if g.busy_pct_unprofiled else ""
+    return f"GPU busy {g.busy_pct:.1f}%{unprof}"
 
 
 SYNCS_NOT_RECORDED = "not recorded (light window without --light-syncs)"
 
 
-def sync_rate(r: dict) -> str:
+def sync_rate(r: TraceReport) -> str:
     """Synchronizations counted honestly: "2.0 per step", "1 in 30 steps" (diagnosis/rates.py), or not recorded."""
-    if not r["sync"].get("recorded", True):
+    if not r.sync.recorded:
         return SYNCS_NOT_RECORDED
-    return per_step(r["sync"]["count"], r["steps"]["count"], r["steps"]["marked"])
+    return per_step(r.sync.count, r.steps.count, r.steps.marked)
 
 
-def cost_line(f: dict) -> str:
+def cost_line(f: Finding) -> str:
     """A finding's cost: ms per step and percent of the step time; one that was not finite (None) says so; a coarse
     finding (no step time, a share of sampled stacks: diagnosis/coarse.py) gives its share. An informational
     finding, and one that measures no time per step (a run-level finding such as a warm-up window: 0 ms and 0%),
     has no cost headline (""): its evidence says what it found."""
-    ms, pct = f["cost_ms_per_step"], f["cost_pct_of_step"]
-    if ms is None and pct is not None and f["id"].startswith("coarse_"):
+    ms, pct = f.cost_ms_per_step, f.cost_pct_of_step
+    if ms is None and pct is not None and f.id.startswith("coarse_"):
         return f"{pct:.0f}% of the samples (no step time to express it in ms)"
-    if f.get("severity") == "info" or (ms == 0 and pct == 0):
+    if f.severity == "info" or (ms == 0 and pct == 0):
         return ""
     return "cost not measurable" if ms is None or pct is None else f"{ms:.2f} ms/step ({pct:.1f}%)"
 
 
-def finding_heading(f: dict) -> str:
+def finding_heading(f: Finding) -> str:
     """A finding's title with its cost after a colon (an informational one's alone)."""
     cost = cost_line(f)
-    return f"{f['title']}: {cost}" if cost else f["title"]
+    return f"{f.title}: {cost}" if cost else f.title
 
 
-def severity_cost(f: dict) -> str:
+def severity_cost(f: Finding) -> str:
     """'severity, cost' as the pages put it after a finding's title (an informational one's: 'info')."""
     cost = cost_line(f)
-    return f"{f['severity']}, {cost}" if cost else f["severity"]
+    return f"{f.severity}, {cost}" if cost else f.severity
 
 
-def saving_text(fx: dict) -> str:
+def saving_text(fx: Fix) -> str:
     """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse, or
     capped at the fix's bound, where its `predicted_note` says so), else its bound and why it was not replayed."""
-    p = fx.get("predicted")
+    p = fx.predicted
     if p:
-        note = fx.get("predicted_note") or ""
+        note = fx.predicted_note or ""
         coarse = ("; coarse: no operators recorded" if note.startswith("coarse") else "") + (
             "; capped at the fix's bound" if "capped at" in note else "") + (
             "; an upper bound: graph breaks at the forward's host reads not modelled" if "upper bound" in note else "")
-        return (f"replay {p['transform']}: {p['step_ms']:.2f} ms/step, saves {p['saving_ms']:.2f} ms/step "
-                f"({p['saving_pct']:.1f}%{coarse})")
-    bound = f"up to {fx['saving_ms']:.2f} ms/step; " if (fx.get("saving_ms") or 0) > 0 else ""  # None: not finite
-    return bound + (fx.get("predicted_note") or "not replayed")
+        return (f"replay {p.transform}: {p.step_ms:.2f} ms/step, saves {p.saving_ms:.2f} ms/step "
+                f"({p.saving_pct:.1f}%{coarse})")
+    bound = f"up to {fx.saving_ms:.2f} ms/step; " if (fx.saving_ms or 0) > 0 else ""  # None: not finite
+    return bound + (fx.predicted_note or "not replayed")
 
 
-def key_figures(r: dict) -> list[tuple[str, str]]:
+def key_figures(r: TraceReport) -> list[tuple[str, str]]:
     """The headline figures as (name, value) text pairs: the one list the terminal, HTML and Markdown print."""
-    s, k, c = r["steps"], r["kernels"], r["copies"]
-    if s["marked"]:
+    s, k, c, g = r.steps, r.kernels, r.copies, r.gaps
+    if s.marked:
         rows = [
-            ("step time (median / min / max)", f"{s['median_ms']:.2f} / {s['min_ms']:.2f} / {s['max_ms']:.2f} ms"),
-            ("step time spread (CV)", f"{s['cv_pct']:.1f}%"),
+            ("step time (median / min / max)", f"{s.median_ms:.2f} / {s.min_ms:.2f} / {s.max_ms:.2f} ms"),
+            ("step time spread (CV)", f"{s.cv_pct:.1f}%"),
         ]
     else:
-        rows = [(f"step time ({WHOLE_TRACE})", f"{s['median_ms']:.2f} ms")]
+        rows = [(f"step time ({WHOLE_TRACE})", f"{s.median_ms:.2f} ms")]
     rows += [
-        ("GPU busy", f"{r['gpu']['busy_pct']:.1f}%"),
+        ("GPU busy", f"{r.gpu.busy_pct:.1f}%"),
         ("MFU", mfu_short(r)),
     ]
-    for cause, pct in r["gaps"]["pct_of_step"].items():
+    for cause, pct in g.pct_of_step.items():
         if pct is not None and pct >= 0.5:  # None: not finite (an absurd trace)
-            rows.append((f"GPU idle: {r['gaps']['cause_titles'].get(cause, cause)}", f"{pct:.1f}% of step"))
+            rows.append((f"GPU idle: {g.cause_titles.get(cause, cause)}", f"{pct:.1f}% of step"))
     rows += [
-        ("idle pattern", r["gaps"]["pattern"]["shape"]),
-        (f"kernels (count / mean / under {k['small_threshold_us']:g} us)",
-         f"{k['count']} / {k['mean_us']:.1f} us / {k['small_pct']:.1f}%"),
-        ("data movement share of kernel time", f"{k['categories'].get('data_movement', 0.0):.1f}%"),
-        ("copies (share of GPU time / pageable)", f"{c['pct_of_gpu_time']:.1f}% / {c['pageable_count']}"),
+        ("idle pattern", g.pattern.shape),
+        (f"kernels (count / mean / under {k.small_threshold_us:g} us)",
+         f"{k.count} / {k.mean_us:.1f} us / {k.small_pct:.1f}%"),
+        ("data movement share of kernel time", f"{k.categories.get('data_movement', 0.0):.1f}%"),
+        ("copies (share of GPU time / pageable)", f"{c.pct_of_gpu_time:.1f}% / {c.pageable_count}"),
         ("synchronizations", sync_rate(r)),
-        ("DataLoader wait", f"{r['dataloader']['pct_of_step']:.1f}% of step"),
+        ("DataLoader wait", f"{r.dataloader.pct_of_step:.1f}% of step"),
     ]
-    if r.get("labels"):  # diagnosis/labels.py
-        rows.append(("job label (for schedulers)", f"{r['labels']['intensity']}-intensive ({r['labels']['reason']})"))
+    if r.labels:  # diagnosis/labels.py
+        rows.append(("job label (for schedulers)", f"{r.labels.intensity}-intensive ({r.labels.reason})"))
     return rows
 
 
@@ -113,10 +113,10 @@ HOST_VERDICTS = ("launch_bound",)  # verdicts read from host-side idle time, whi
 PROFILER_COST = "+33% to +69% step time on launch-bound jobs measured on an H200"
 
 
-def profiler_caveat(r: dict, short: bool = False) -> str | None:
+def profiler_caveat(r: TraceReport, short: bool = False) -> str | None:
     """A host-side verdict read from a profiled trace with no unprofiled step time: the profiler's own host
     cost may have made it; how to get the true verdict. None when it does not apply."""
-    if r["verdict"]["primary"] not in HOST_VERDICTS or r.get("profiler"):
+    if r.verdict.primary not in HOST_VERDICTS or r.profiler:
         return None
     if short:
         return "caution: profiler host cost can fake launch-bound; see --unprofiled-step-ms"
@@ -125,14 +125,14 @@ def profiler_caveat(r: dict, short: bool = False) -> str | None:
             "unprofiled steps with `gpucheckup run`")
 
 
-def rel_ms(r: dict, t_us: float) -> float:
+def rel_ms(r: TraceReport, t_us: float) -> float:
     """A time on the trace's clock as a person reads it: ms from the trace's first event."""
-    return (t_us - (r["trace"].get("start_us") or 0.0)) / 1000
+    return (t_us - (r.trace.start_us or 0.0)) / 1000
 
 
-def step_label(r: dict, index: int) -> str:
+def step_label(r: TraceReport, index: int) -> str:
     """The one numbering of steps every table and plot uses: the ProfilerStep number (`#12`), else the label."""
-    labels = r["steps"].get("labels") or []
+    labels = r.steps.labels or []
     label = labels[index] if 0 <= index < len(labels) else str(index)
     return label[len("ProfilerStep"):] if label.startswith("ProfilerStep") else label
 
@@ -162,19 +162,19 @@ def version_text(kind: str, v) -> str:
 
 def run_rows(report: dict) -> list[tuple[str, str]]:
     """The whole run's figures as (name, value) text pairs: the one list the terminal and HTML print."""
-    r, fig = report["run"], report["run_figures"]
-    rows = [("command", " ".join(r["command"] or []))]
-    ex = f"exit code {r['exit_code']}" if r["exit_code"] is not None else f"killed by {r['exit_signal']}"
-    if r["kind"] == "run" and r["exit_code"] is None and r["exit_signal"] is None:  # attached to it while it runs
+    r, fig = run_info(report), report["run_figures"]
+    rows = [("command", " ".join(r.command or []))]
+    ex = f"exit code {r.exit_code}" if r.exit_code is not None else f"killed by {r.exit_signal}"
+    if r.kind == "run" and r.exit_code is None and r.exit_signal is None:  # attached to it while it runs
         rows.append(("job", "still running (checked up from its run directory so far)"))
-    elif r["kind"] == "run":
-        rows.append(("job", f"{ex}, {r['duration_s'] or 0:.1f} s"))
-    rows.append(("traces", ", ".join(r["traces"]) or "none"))
+    elif r.kind == "run":
+        rows.append(("job", f"{ex}, {r.duration_s or 0:.1f} s"))
+    rows.append(("traces", ", ".join(r.traces) or "none"))
     if fig.get("steps"):
         rows.append(("steps", _steps_line(fig["steps"])))
     nv = fig.get("nvml")
     rows.append(("NVML", _nvml_line(nv) if nv and nv.get("util_mean_pct") is not None
-                 else str((r["failed"] or {}).get("nvml") or "no GPU activity recorded")))
+                 else str((r.failed or {}).get("nvml") or "no GPU activity recorded")))
     cpu = fig.get("cpu")
     if cpu and cpu.get("samples"):
         rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
@@ -190,7 +190,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     hs = fig.get("host_samples")
     if hs:  # a light window (analysis/run_logs/sampled_causes.py)
         rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
-    for k, v in (r["failed"] or {}).items():
+    for k, v in (r.failed or {}).items():
         rows.append((f"not captured: {k}", str(v)))
     return rows
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.document import TraceReport
 from gpucheckup.report.text.hardware_text import (
     NCU_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
@@ -20,9 +21,9 @@ TERMINAL_ROOFLINE_HEADERS = ["op and input shapes", "dtype", "ms/step", "AI", "r
 BOUND_STYLE = {"compute-bound": "green", "memory-bound": "yellow", "latency-bound": "red", "balanced": "cyan"}
 
 
-def render_hardware(r: dict, console: Console) -> None:
+def render_hardware(r: TraceReport, console: Console) -> None:
     """Print the MFU block, the roofline of the top GEMM ops and the ncu bounds."""
-    m = r.get("mfu") or {}
+    m = r.mfu or {}
     t = Table(title="How close to the hardware", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("figure")
     t.add_column("value")
@@ -43,7 +44,7 @@ def render_hardware(r: dict, console: Console) -> None:
         for row in rows:
             rt.add_row(Text(row[0]), *row[1:])
         console.print(rt)
-    n = r.get("ncu")
+    n = r.ncu
     if n:
         nt = Table(title=f"Nsight Compute: top kernels ({n['matched_to_trace']} of {n['kernel_names']} ncu kernels "
                          "matched to the trace)", title_justify="left", box=box.SIMPLE)

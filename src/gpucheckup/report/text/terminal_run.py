@@ -3,12 +3,14 @@ NVML, CPU, environment. Text from the run (commands, paths, names) goes through 
 
 from __future__ import annotations
 
+import msgspec
 from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.document import Fix, Verdict, run_info
 from gpucheckup.report.text import terminal
 from gpucheckup.report.text.lines import run_rows
 from gpucheckup.safe_text import safe_tree
@@ -18,22 +20,21 @@ def render_run_only(report: dict, console: Console) -> None:
     """A run with no GPU timeline: say so plainly (or, from an out-of-process attach's samples, the coarse verdict,
     said coarse), then the run-level findings and figures."""
     report = safe_tree(report)  # paths, commands, frames: control and bidi characters escaped
-    r = report["run"]
     head = Text("gpucheckup ", style="bold")
-    head.append(r["path"])
+    head.append(run_info(report).path)
     console.print(head)
-    v = report["verdict"]
-    if v.get("coarse"):  # an out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py)
-        console.print(Panel(Text(f"{v['title']}\n{v['reason']}"), title=f"{v['primary'].upper().replace('_', '-')} "
+    v, fixes = msgspec.convert(report["verdict"], Verdict), msgspec.convert(report["fixes"], list[Fix])
+    if v.coarse:  # an out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py)
+        console.print(Panel(Text(f"{v.title}\n{v.reason}"), title=f"{v.primary.upper().replace('_', '-')} "
                             "(coarse)", title_align="left", box=box.ROUNDED))
     else:
-        console.print(Panel(Text(v["reason"]), title="No GPU timeline", title_align="left", box=box.ROUNDED))
-    for f in report["verdict"]["findings"]:
+        console.print(Panel(Text(v.reason), title="No GPU timeline", title_align="left", box=box.ROUNDED))
+    for f in v.findings:
         console.print(terminal._finding(f, console.width))
-    if report["fixes"]:
-        console.print(terminal._fixes(report))
+    if fixes:
+        console.print(terminal._fixes(fixes))
     for note in report["notes"]:
-        if note != v["reason"]:  # a run with no timeline: its note is the panel's reason
+        if note != v.reason:  # a run with no timeline: its note is the panel's reason
             console.print(Text("note: " + note, style="dim"))
     render_run(report, console)
 
