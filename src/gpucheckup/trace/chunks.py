@@ -190,7 +190,9 @@ def _gunzip(path: Path, f: IO[bytes], data: bytes, limit: int) -> Iterator[bytes
                         raise too_compressed(path, read_in, made)
                     yield out
                 if d.eof:  # one member ended; another may follow (as gzip.decompress reads them)
-                    data = d.unused_data + data
+                    # what follows the member: zlib gives it as unused_data and, when max_length stopped the call,
+                    # as unconsumed_tail too (the same bytes); both are suffixes of the input, so the longer holds it
+                    data = max(d.unused_data, data, key=len)
                     if not data.strip(b"\x00"):
                         data = f.read(READ_BYTES)
                         read_in += len(data)
