@@ -17,8 +17,9 @@ from torch import nn
 
 # The fixes a job can be run with (the framework corpus measures each against the job as it is): --fused 1 (the
 # optimizer built with fused=True), --compile MODE (torch.compile, "default" or "reduce-overhead"), --workers N and
-# --pin 1 (the DataLoader's), --tf32 1, --cudnn-benchmark 1. 0 or "" is the job as written.
-FIXES = dict(fused=0, compile="", workers=0, pin=0, tf32=0, cudnn_benchmark=0)
+# --pin 1 (the DataLoader's), --tf32 1, --cudnn-benchmark 1, --bf16 1 (bf16 autocast, in the framework's own words
+# where it has them). 0 or "" is the job as written.
+FIXES = dict(fused=0, compile="", workers=0, pin=0, tf32=0, cudnn_benchmark=0, bf16=0)
 
 
 def parse(description: str, **defaults) -> argparse.Namespace:

@@ -63,33 +63,36 @@ class Job:
     measure: int
     fixes: tuple[tuple[str, tuple[str, ...], str], ...]
     torchrun: bool = False
+    batch: int = 0  # the script's default batch ({batch2} in a fix's flags: BATCH_FACTOR times it)
 
 
 FUSED = ("fused_optimizer", ("--fused", "1"), "config")
 WORKERS = ("dataloader_workers", ("--workers", "{workers}"), "config")
+GRAPHS = ("cuda_graph", ("--compile", "reduce-overhead"), "code")
+COMPILE = ("torch_compile", ("--compile", "default"), "code")
+BF16 = ("bf16_autocast", ("--bf16", "1"), "code")
+# A larger batch, as the larger_batch edit models it (whatif/edits.py: per-sample work x 2): measured per sample, B's
+# step over BATCH_FACTOR against A's (ab compares step times)
+BATCH_FACTOR = 2
+LARGER = ("larger_batch", ("--batch", "{batch2}"), "code")
 JOBS = {
     "hf": Job("train_hf_trainer.py", (), 160, 60, 10, 30, 100, (
-        ("no_host_reads", ("--nan-filter", "0"), "config"), ("tf32", ("--tf32", "1"), "config"),
-        ("cuda_graph", ("--compile", "reduce-overhead"), "code"), ("torch_compile", ("--compile", "default"), "code"))),
-    "lightning": Job("train_lightning.py", (), 200, 80, 10, 40, 120, (
-        FUSED, WORKERS, ("torch_compile", ("--compile", "default"), "code"))),
+        ("no_host_reads", ("--nan-filter", "0"), "config"), ("tf32", ("--tf32", "1"), "config"), GRAPHS, COMPILE,
+        LARGER, BF16), batch=8),
+    "lightning": Job("train_lightning.py", (), 200, 80, 10, 40, 120, (FUSED, WORKERS, COMPILE, GRAPHS, LARGER, BF16),
+                     batch=64),
     "timm": Job("train_timm_amp.py", (), 200, 80, 10, 40, 120, (
-        FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"),
-        ("cudnn_benchmark", ("--cudnn-benchmark", "1"), "config"),
-        ("torch_compile", ("--compile", "default"), "code"))),
+        FUSED, GRAPHS, ("cudnn_benchmark", ("--cudnn-benchmark", "1"), "config"), COMPILE, LARGER), batch=16),
     "input": Job("train_input_bound.py", (), 40, 16, 5, 8, 24, (WORKERS, ("pin_memory", ("--pin", "1"), "config"))),
-    "accelerate": Job("train_accelerate.py", (), 200, 80, 10, 40, 120, (
-        FUSED, ("torch_compile", ("--compile", "default"), "code"))),
+    "accelerate": Job("train_accelerate.py", (), 200, 80, 10, 40, 120, (FUSED, COMPILE, GRAPHS, LARGER), batch=16),
     "amp": Job("train_amp_scaler.py", (), 200, 80, 10, 40, 120, (
-        ("no_host_reads", ("--log-every", "100"), "config"), FUSED), torchrun=True),
-    "compiled": Job("train_launch_bound.py", ("--compile", "default"), 200, 80, 10, 40, 120, (
-        FUSED, ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
+        ("no_host_reads", ("--log-every", "100"), "config"), FUSED, GRAPHS, COMPILE, LARGER), torchrun=True, batch=256),
+    "compiled": Job("train_launch_bound.py", ("--compile", "default"), 200, 80, 10, 40, 120, (FUSED, GRAPHS)),
     "forloop": Job("train_launch_bound.py", ("--foreach", "0"), 200, 80, 10, 30, 120, (
-        FUSED, ("torch_compile", ("--compile", "default"), "code"))),
+        FUSED, COMPILE, GRAPHS, LARGER, BF16), batch=64),
     "sync": Job("train_sync_bound.py", (), 150, 60, 10, 20, 100, (("no_host_reads", ("--reads", "0"), "config"), FUSED,
-                                                                   ("cuda_graph", ("--compile", "reduce-overhead"), "code"))),
-    "gpu": Job("train_gpu_bound.py", ("--batch", "16"), 90, 40, 6, 20, 50, (
-        ("torch_compile", ("--compile", "default"), "code"),)),
+                                                                   GRAPHS, COMPILE, LARGER), batch=512),
+    "gpu": Job("train_gpu_bound.py", ("--batch", "16"), 90, 40, 6, 20, 50, (COMPILE,)),
 }
 
 
@@ -110,7 +113,8 @@ def advised_workers(run_dir: Path) -> int:
 
 
 def ab_row(out: Path, name: str, key: str, flags: tuple[str, ...], tier: str, rounds: int) -> dict:
-    """Measure one fix of one job with ab (A the job as written, B with the fix's flags): its measured.json row."""
+    """Measure one fix of one job with ab (A the job as written, B with the fix's flags): its measured.json row. A
+    larger batch is measured per sample: B's step time over BATCH_FACTOR against A's (`per_sample`)."""
     job = JOBS[name]
     res = out / "ab" / f"{name}-{key}.json"
     t1 = time.time()
@@ -118,11 +122,22 @@ def ab_row(out: Path, name: str, key: str, flags: tuple[str, ...], tier: str, ro
                                 str(job.measure), "--json", str(res), "--", *command(job), "--",
                                 *command(job, flags)], check=False)
     ab = json.loads(res.read_text()) if res.exists() else {}
-    return {"job": name, "fix": key, "flags": " ".join(flags), "tier": tier, "ab_rc": proc.returncode,
-            "measured_saving_pct": -ab["change_pct"] if "change_pct" in ab else None,
-            "interval_pct": [-x for x in reversed(ab["interval_pct"])] if ab.get("interval_pct") else None,
-            "verdict": ab.get("verdict"), "a_ms": (ab.get("a") or {}).get("median_ms"),
-            "b_ms": (ab.get("b") or {}).get("median_ms"), "rounds": rounds, "seconds": round(time.time() - t1)}
+    per = BATCH_FACTOR if key == "larger_batch" else 1
+    row = {"job": name, "fix": key, "flags": " ".join(flags), "tier": tier, "ab_rc": proc.returncode,
+           "measured_saving_pct": saving_pct(ab["change_pct"], per) if "change_pct" in ab else None,
+           "interval_pct": sorted(saving_pct(x, per) for x in ab["interval_pct"]) if ab.get("interval_pct") else None,
+           "verdict": ab.get("verdict"), "a_ms": (ab.get("a") or {}).get("median_ms"),
+           "b_ms": (ab.get("b") or {}).get("median_ms"), "rounds": rounds, "seconds": round(time.time() - t1)}
+    if per != 1:  # ab's verdict is about step times; per sample, the interval decides
+        lo, hi = row["interval_pct"] or (0.0, 0.0)
+        row.update(per_sample=per, verdict="faster" if lo > 0 else "slower" if hi < 0 else "same")
+    return row
+
+
+def saving_pct(change_pct: float, per: int = 1) -> float:
+    """The saving per sample, % (positive is faster), of a B whose step changed by change_pct % against A's and does
+    `per` times A's samples."""
+    return 100.0 - (100.0 + change_pct) / per
 
 
 def remeasure(out: Path, pairs: list[str], measured: list[dict], rounds: int, deadline: float) -> None:
@@ -136,7 +151,8 @@ def remeasure(out: Path, pairs: list[str], measured: list[dict], rounds: int, de
             continue
         tier, flags = next((t, fl) for k, fl, t in JOBS[name].fixes if k == key)
         old = next((m for m in measured if m["job"] == name and m["fix"] == key), None)
-        flags = tuple(old["flags"].split()) if old else tuple(f.replace("{workers}", "8") for f in flags)
+        flags = tuple(old["flags"].split()) if old else tuple(
+            f.replace("{workers}", "8").replace("{batch2}", str(BATCH_FACTOR * JOBS[name].batch)) for f in flags)
         rows.append(ab_row(out, name, key, flags, tier, rounds))
         print(json.dumps(rows[-1]), flush=True)
         (out / "measured.json").write_text(json.dumps(rows, indent=1))
@@ -162,7 +178,8 @@ def measure(out: Path, names: list[str], rounds: int, deadline: float) -> None:
             if time.time() > deadline:
                 print(f"{name} {key}: skipped (deadline)", flush=True)
                 continue
-            flags = tuple(f.replace("{workers}", str(workers)) for f in flags)
+            flags = tuple(f.replace("{workers}", str(workers)).replace("{batch2}", str(BATCH_FACTOR * job.batch))
+                          for f in flags)
             row = ab_row(out, name, key, flags, tier, rounds)
             rows.append(row)
             print(json.dumps(row), flush=True)

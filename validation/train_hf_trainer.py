@@ -54,9 +54,9 @@ def main():
             if hook is not None and hook.step_end():
                 control.should_training_stop = True
 
-    extra = {}
+    extra = {"bf16": True} if args.bf16 else {}
     if args.compile:
-        extra = {"torch_compile": True, "torch_compile_mode": args.compile}
+        extra.update(torch_compile=True, torch_compile_mode=args.compile)
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(
             output_dir=out, max_steps=args.steps if not args.paired else 10**6,

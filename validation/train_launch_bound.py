@@ -27,7 +27,8 @@ def main():
     while True:
         x = torch.randn(args.batch, args.d, device=dev)
         y = torch.randint(0, 10, (args.batch,), device=dev)
-        loss = nn.functional.cross_entropy(step_model(x), y)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bool(args.bf16)):
+            loss = nn.functional.cross_entropy(step_model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

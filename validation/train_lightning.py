@@ -59,6 +59,7 @@ def main():
                                          persistent_workers=args.workers > 0)
     trainer = L.Trainer(max_steps=args.steps if not args.paired else 10**6, max_epochs=-1,
                         accelerator="gpu" if args.device.startswith("cuda") else "cpu", devices=1,
+                        precision="bf16-mixed" if args.bf16 else "32-true",
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[Timed()])
     trainer.fit(MLP(), loader)
