@@ -132,7 +132,7 @@ def test_compare_reads_documents_through_their_types(tmp_path):
 
 # the sections of a GPU check-up the schema gives key by key (docs/schema.md, version 3's changelog)
 TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "communication",
-                  "cuda_api", "labels"]
+                  "cuda_api", "labels", "mfu", "roofline"]
 
 
 def _definition(schema: dict, ref_or_any: dict) -> dict:
@@ -154,6 +154,8 @@ def test_each_section_of_a_checkup_has_its_keys_in_the_schema(tmp_path):
         written_keys = set(doc["checkups"][0][name])
         assert set(section.get("properties", {})) >= written_keys, name
         assert set(section.get("required", [])) <= written_keys and section["required"], name
+    ops = _definition(schema, _definition(schema, part["properties"]["roofline"])["properties"]["ops"]["items"])
+    assert set(ops["properties"]) == set(doc["checkups"][0]["roofline"]["ops"][0]) == set(ops["required"])
     steps = _definition(schema, part["properties"]["steps"])["properties"]
     assert steps["count"] == {"type": "integer"} and steps["marked"] == {"type": "boolean"}
 

@@ -408,6 +408,125 @@ class Labels(Struct):
     rule: str
 
 
+Number = int | float  # a figure read from outside (the peak table, a ceilings file, a flag): an integer stays one
+
+
+class Mfu(Struct):
+    """Model FLOPs utilization (analysis/flops/mfu.py): the FLOPs per step and their source, achieved TFLOP/s, the
+    peak it divides by and why, MFU against it and the healthy bands; nulls with a `reason` where unknown."""
+
+    flops_per_step: Number | None
+    source: str | None
+    source_detail: str | None
+    estimates: dict[str, Number | None]  # FLOPs per step by source (user, formula, agent, annotations, shapes)
+    step_s: float | None
+    achieved_tflops: float | None
+    device: str | None
+    gpu: Section | None  # the peak table's entry (hardware/peaks.py GpuPeak.to_dict)
+    dtype: str
+    dtype_from: str
+    gemm_dtypes_pct: dict[str, float | None]
+    peak_tflops: Number | None
+    peak_from: str | None
+    pct: float | None
+    pct_of_bf16_peak: float | None
+    gemm_dtype: str | None
+    pct_of_gemm_dtype_peak: float | None
+    measured_tflops: Number | None
+    pct_of_measured: float | None
+    ceilings_path: str | None
+    tokens_per_s: float | None
+    samples_per_s: float | None
+    healthy_bands_pct: dict[str, list[float]]
+    assessment: str | None
+    reason: str | None
+    shape_flops: Section | None  # the FLOPs counted from the recorded shapes (analysis/flops/shape_flops.py)
+    annotated_flops: Section | None  # the FLOPs of the profiler's annotations
+
+
+class RooflineOp(Struct):
+    """One group of GEMM/conv/attention ops (op, shapes, dtype) against the roofline (analysis/flops/roofline.py)."""
+
+    op: str
+    kind: str
+    shapes: list[list[int]]
+    dtype: str | None
+    count_per_step: float | None
+    gflops_each: float | None
+    mb_each: float | None
+    intensity: float | None  # FLOP per byte
+    ridge: float | None
+    expected: str | None
+    kernel_ms_per_step: float | None
+    achieved_tflops: float | None
+    pct_of_peak: float | None
+
+
+class Roofline(Struct):
+    """The top op groups against the roofline, or why there are none."""
+
+    ops: list[RooflineOp]
+    reason: str | None
+    mem_bw_gb_s: Number | None
+
+
+class NcuKernel(Struct):
+    """One kernel name Nsight Compute profiled, its weighted Speed-of-Light figures, bound, and trace kernel."""
+
+    name: str
+    label: str
+    launches: int
+    sm_pct: float | None
+    dram_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+    duration_us_total: float | None
+    bound: str | None
+    trace_name: str | None
+    trace_pct: float | None
+    trace_ms: float | None
+
+
+class NcuTop(Struct):
+    """One of the trace's top kernels with the bound of the ncu kernel matched to it (nulls: not profiled)."""
+
+    name: str
+    label: str
+    pct: float | None
+    total_ms: float | None
+    bound: str | None
+    sm_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+
+
+class NcuLaunchRow(Struct):
+    """One profiled launch's figures and bound."""
+
+    id: str
+    name: str
+    sm_pct: float | None
+    dram_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+    duration_us: float | None
+    bound: str | None
+
+
+class Ncu(Struct):
+    """Nsight Compute's bounds of the kernels, joined to the trace (analysis/flops/ncu_bounds.py; --ncu only)."""
+
+    path: str
+    thresholds: dict[str, str]
+    launches: int
+    kernel_names: int
+    matched_to_trace: int
+    trace_ms_by_bound: dict[str, float | None]
+    kernels: list[NcuKernel]
+    top: list[NcuTop]
+    per_launch: list[NcuLaunchRow]
+
+
 class Window(Struct):
     """The step windows a trace's figures are taken over (analysis/one_trace/window.py)."""
 
@@ -456,9 +575,9 @@ class TraceReport(Struct):
     communication: Communication
     cuda_api: CudaApi
     notes: list[str]
-    mfu: Section
-    roofline: Section
-    ncu: Section | None
+    mfu: Mfu | None
+    roofline: Roofline | None
+    ncu: Ncu | None
     labels: Labels
     host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
 
