@@ -107,6 +107,19 @@ def test_a_job_of_ranks_has_one_verdict_everywhere(tmp_path):
     # the job's step is the slowest rank's step, which every rank waits for
     steps = [r["window"]["step_ms"] for r in doc["checkups"]]
     assert doc["step"]["ms"] == max(steps) and "slowest of 2 ranks" in doc["step"]["basis"]
+    # the shipped schema gives the job's parts key by key: the ranks matched by their calls write every key of
+    # `ranks` (a folder of traces sharing none writes straggler, table and matched_calls: docs/schema.md)
+    schema = json.loads(SCHEMA.read_text())
+    job = _definition(schema, schema["$defs"]["Document"]["properties"]["job"])
+    ranks = _definition(schema, job["properties"]["ranks"])
+    assert set(ranks["properties"]) == set(doc["job"]["ranks"]) and set(ranks["required"]) == {
+        "straggler", "table", "matched_calls"}
+    comm = _definition(schema, job["properties"]["communication"])
+    coll = _definition(schema, comm["properties"]["collectives"]["items"])
+    spread = _definition(schema, ranks["properties"]["distribution"]["items"])
+    for part, written_part in ((comm, doc["job"]["communication"]), (coll, doc["job"]["communication"]["collectives"][0]),
+                               (spread, doc["job"]["ranks"]["distribution"][0])):
+        assert set(part["properties"]) == set(written_part) == set(part["required"])
 
 
 def test_an_older_or_foreign_json_is_refused_with_one_line(tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gpucheckup import __version__
 
@@ -652,11 +653,69 @@ class CpuReport(Struct):
     notes: list[str]
 
 
+class RankSpread(Struct):
+    """One column of the ranks table across the ranks (analysis/job/ranks.py): min, median, p90, max, outliers."""
+
+    figure: str
+    min: Number | None
+    median: Number | None
+    p90: Number | None
+    max: Number | None
+    outliers: list[int]
+
+
+class Ranks(Struct, kw_only=True):
+    """The ranks side by side (checkup/ranks.py): the straggler, how late it is and why, the ranks table and each
+    column's spread, the collective calls matched. Several traces that share no collective call have only
+    `straggler` (null), `table` and `matched_calls` (0); the other keys are those of ranks matched by their calls."""
+
+    straggler: int | None
+    late_ms_per_step: float | None | UnsetType = UNSET
+    waited_ms_per_step: float | None | UnsetType = UNSET
+    cause: str | None | UnsetType = UNSET
+    excess_ms: dict[str, float | None] | UnsetType = UNSET
+    table: list[Section]  # one row per rank; the two forms' rows differ in keys and in their order (docs/metrics.md)
+    distribution: list[RankSpread] | UnsetType = UNSET
+    matched_calls: int
+    unmatched_calls: int | UnsetType = UNSET
+    steps: int | UnsetType = UNSET
+    notes: list[str] | UnsetType = UNSET
+
+
+class Collective(Struct):
+    """One collective matched across the ranks: its size, calls, transfer and wait per step, bus bandwidth."""
+
+    name: str
+    bytes: Number
+    count: int
+    group_size: int | None
+    transfer_ms: float | None
+    wait_ms: float | None
+    busbw_gb_s: float | None
+
+
+class JobCommunication(Struct):
+    """The job's collectives, its byte-weighted bus bandwidth and the link's, and where the link's comes from."""
+
+    collectives: list[Collective]
+    busbw_gb_s: float | None
+    link_gb_s: float | None
+    link_from: str | None
+
+
 class Job(Struct):
     """The cross-rank section of several ranks: the ranks table and straggler, and their collectives."""
 
-    ranks: Section
-    communication: Section | None = None
+    ranks: Ranks
+    communication: JobCommunication | None = None
+
+
+class JobVerdict(Struct):
+    """The cross-rank verdict (checkup/ranks.py job_dict; the document's `verdict` for the job is made from it)."""
+
+    primary: str
+    reason: str
+    findings: list[Finding]
 
 
 class RunInfo(Struct):
@@ -992,6 +1051,12 @@ def run_info(report: dict) -> RunInfo:
 def step_history(report: dict) -> StepHistory | None:
     """A report dict's whole-run step times (a run directory's) as their document type; None without them."""
     return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
+
+
+def job_part(job: dict) -> tuple[Job, JobVerdict]:
+    """The cross-rank section's dict (checkup/ranks.job_dict) as its document type, and the job's verdict."""
+    return (msgspec.convert({"ranks": job["ranks"], "communication": job.get("communication")}, Job),
+            msgspec.convert(job["verdict"], JobVerdict))
 
 
 def cpu_part(report: dict) -> CpuReport:
