@@ -1053,6 +1053,25 @@ def step_history(report: dict) -> StepHistory | None:
     return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
 
 
+def nvml_series(report: dict) -> NvmlSeries | None:
+    """A report dict's NVML samples as plotted (a run directory's) as their document type; None without them."""
+    return msgspec.convert(report["nvml"], NvmlSeries) if report.get("nvml") else None
+
+
+class RunOnly(Struct):
+    """The verdict, fixes and notes of a run directory's own report (a run with no trace to check up): the
+    document's top-level ones then."""
+
+    verdict: Verdict
+    fixes: list[Fix]
+    notes: list[str]
+
+
+def run_only(report: dict) -> RunOnly:
+    """A run-only report dict's (checkup/pipeline.py) verdict, fixes and notes as their document types."""
+    return msgspec.convert({k: report[k] for k in ("verdict", "fixes", "notes")}, RunOnly)
+
+
 def job_part(job: dict) -> tuple[Job, JobVerdict]:
     """The cross-rank section's dict (checkup/ranks.job_dict) as its document type, and the job's verdict."""
     return (msgspec.convert({"ranks": job["ranks"], "communication": job.get("communication")}, Job),
