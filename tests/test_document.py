@@ -183,6 +183,19 @@ def test_a_run_s_info_nvml_and_step_history_have_their_keys_in_the_schema(tmp_pa
         assert set(section.get("properties", {})) == set(doc["run"][name]) == set(section.get("required", [])), name
 
 
+def test_a_light_window_s_host_samples_have_their_keys_in_the_schema(tmp_path):
+    """A light window (the H200 input-bound job, stacks sampled at 100 Hz, read as JSON): its check-up's
+    host_samples and their rows are in the shipped schema key by key, every key it writes known."""
+    schema = json.loads(SCHEMA.read_text())
+    part = _definition(schema, schema["$defs"]["Document"]["properties"]["checkups"]["items"])
+    hs = written(tmp_path, DATA / "h200" / "light" / "input_bound")["checkups"][0]["host_samples"]
+    section = _definition(schema, part["properties"]["host_samples"])
+    assert set(section["properties"]) == set(hs) and set(section["required"]) < set(hs)
+    assert {"gap_ms", "gap_covered_pct", "gap_by_state"}.isdisjoint(section["required"])  # the GPU's idle time known
+    share = _definition(schema, section["properties"]["window_by_state"]["items"])
+    assert set(share["properties"]) == set(hs["window_by_state"][0]) == set(share["required"])
+
+
 def test_a_document_with_a_key_its_section_does_not_have_is_refused_with_one_line(tmp_path):
     """`compare` reads a check-up back through its types: a key added by hand in `steps` is named, not read."""
     good = tmp_path / "good.json"

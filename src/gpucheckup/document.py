@@ -557,6 +557,39 @@ class Gpu(Struct):
     step_busy_pct: list[float | None]
 
 
+class StateShare(Struct):
+    """A host state's sampled time (ms) and its share of the time covered (percent)."""
+
+    state: str
+    ms: float
+    pct: float
+
+
+class RangeShare(Struct):
+    """A profiler range's time over the profiled steps and its share of them."""
+
+    ms: float
+    pct: float
+    source: str
+
+
+class HostSamples(Struct):
+    """A light window's sampled host states (analysis/run_logs/sampled_causes.py): the main thread's states over
+    the profiled steps and, where the GPU timeline gave its idle time, over that idle time; the cheap ranges."""
+
+    source: str
+    samples: str | None
+    rate_hz: Number | None
+    stack_changes: int
+    window_ms: float
+    window_covered_pct: float
+    window_by_state: list[StateShare]
+    ranges: dict[str, RangeShare]
+    gap_ms: float | UnsetType = UNSET  # the three gap keys: only where the GPU's idle time was known
+    gap_covered_pct: float | UnsetType = UNSET
+    gap_by_state: list[StateShare] | UnsetType = UNSET
+
+
 class TraceReport(Struct):
     """The check-up of one trace with device activity."""
 
@@ -580,7 +613,7 @@ class TraceReport(Struct):
     roofline: Roofline | None
     ncu: Ncu | None
     labels: Labels
-    host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
+    host_samples: HostSamples | None = None  # a light window's sampled host states
 
 
 class CpuDevice(Struct):
@@ -1051,6 +1084,12 @@ def run_info(report: dict) -> RunInfo:
 def step_history(report: dict) -> StepHistory | None:
     """A report dict's whole-run step times (a run directory's) as their document type; None without them."""
     return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
+
+
+def host_samples(report: dict) -> HostSamples | None:
+    """A report dict's sampled host states (a light window's, in its run's figures) as their type; None without."""
+    hs = (report.get("run_figures") or {}).get("host_samples")
+    return msgspec.convert(hs, HostSamples) if hs else None
 
 
 def nvml_series(report: dict) -> NvmlSeries | None:
