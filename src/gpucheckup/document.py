@@ -450,7 +450,7 @@ class RooflineOp(Struct):
 
     op: str
     kind: str
-    shapes: list[list[int]]
+    shapes: list[list[Any]]  # the op's input shapes as the trace recorded them (its operands' are ints)
     dtype: str | None
     count_per_step: float | None
     gflops_each: float | None
@@ -561,15 +561,15 @@ class StateShare(Struct):
     """A host state's sampled time (ms) and its share of the time covered (percent)."""
 
     state: str
-    ms: float
-    pct: float
+    ms: float | None
+    pct: float | None
 
 
 class RangeShare(Struct):
     """A profiler range's time over the profiled steps and its share of them."""
 
-    ms: float
-    pct: float
+    ms: float | None
+    pct: float | None
     source: str
 
 
@@ -581,12 +581,12 @@ class HostSamples(Struct):
     samples: str | None
     rate_hz: Number | None
     stack_changes: int
-    window_ms: float
-    window_covered_pct: float
+    window_ms: float | None
+    window_covered_pct: float | None
     window_by_state: list[StateShare]
     ranges: dict[str, RangeShare]
-    gap_ms: float | UnsetType = UNSET  # the three gap keys: only where the GPU's idle time was known
-    gap_covered_pct: float | UnsetType = UNSET
+    gap_ms: float | None | UnsetType = UNSET  # the three gap keys: only where the GPU's idle time was known
+    gap_covered_pct: float | None | UnsetType = UNSET
     gap_by_state: list[StateShare] | UnsetType = UNSET
 
 
