@@ -107,6 +107,19 @@ def test_a_job_of_ranks_has_one_verdict_everywhere(tmp_path):
     # the job's step is the slowest rank's step, which every rank waits for
     steps = [r["window"]["step_ms"] for r in doc["checkups"]]
     assert doc["step"]["ms"] == max(steps) and "slowest of 2 ranks" in doc["step"]["basis"]
+    # the shipped schema gives the job's parts key by key: the ranks matched by their calls write every key of
+    # `ranks` (a folder of traces sharing none writes straggler, table and matched_calls: docs/schema.md)
+    schema = json.loads(SCHEMA.read_text())
+    job = _definition(schema, schema["$defs"]["Document"]["properties"]["job"])
+    ranks = _definition(schema, job["properties"]["ranks"])
+    assert set(ranks["properties"]) == set(doc["job"]["ranks"]) and set(ranks["required"]) == {
+        "straggler", "table", "matched_calls"}
+    comm = _definition(schema, job["properties"]["communication"])
+    coll = _definition(schema, comm["properties"]["collectives"]["items"])
+    spread = _definition(schema, ranks["properties"]["distribution"]["items"])
+    for part, written_part in ((comm, doc["job"]["communication"]), (coll, doc["job"]["communication"]["collectives"][0]),
+                               (spread, doc["job"]["ranks"]["distribution"][0])):
+        assert set(part["properties"]) == set(written_part) == set(part["required"])
 
 
 def test_an_older_or_foreign_json_is_refused_with_one_line(tmp_path):
@@ -132,7 +145,7 @@ def test_compare_reads_documents_through_their_types(tmp_path):
 
 # the sections of a GPU check-up the schema gives key by key (docs/schema.md, version 3's changelog)
 TYPED_SECTIONS = ["trace", "steps", "kernels", "gaps", "timeline", "dataloader", "sync", "copies", "communication",
-                  "cuda_api", "labels"]
+                  "cuda_api", "labels", "mfu", "roofline"]
 
 
 def _definition(schema: dict, ref_or_any: dict) -> dict:
@@ -154,6 +167,8 @@ def test_each_section_of_a_checkup_has_its_keys_in_the_schema(tmp_path):
         written_keys = set(doc["checkups"][0][name])
         assert set(section.get("properties", {})) >= written_keys, name
         assert set(section.get("required", [])) <= written_keys and section["required"], name
+    ops = _definition(schema, _definition(schema, part["properties"]["roofline"])["properties"]["ops"]["items"])
+    assert set(ops["properties"]) == set(doc["checkups"][0]["roofline"]["ops"][0]) == set(ops["required"])
     steps = _definition(schema, part["properties"]["steps"])["properties"]
     assert steps["count"] == {"type": "integer"} and steps["marked"] == {"type": "boolean"}
 
@@ -166,6 +181,19 @@ def test_a_run_s_info_nvml_and_step_history_have_their_keys_in_the_schema(tmp_pa
     for name in ("info", "nvml", "step_history"):
         section = _definition(schema, run["properties"][name])
         assert set(section.get("properties", {})) == set(doc["run"][name]) == set(section.get("required", [])), name
+
+
+def test_a_light_window_s_host_samples_have_their_keys_in_the_schema(tmp_path):
+    """A light window (the H200 input-bound job, stacks sampled at 100 Hz, read as JSON): its check-up's
+    host_samples and their rows are in the shipped schema key by key, every key it writes known."""
+    schema = json.loads(SCHEMA.read_text())
+    part = _definition(schema, schema["$defs"]["Document"]["properties"]["checkups"]["items"])
+    hs = written(tmp_path, DATA / "h200" / "light" / "input_bound")["checkups"][0]["host_samples"]
+    section = _definition(schema, part["properties"]["host_samples"])
+    assert set(section["properties"]) == set(hs) and set(section["required"]) < set(hs)
+    assert {"gap_ms", "gap_covered_pct", "gap_by_state"}.isdisjoint(section["required"])  # the GPU's idle time known
+    share = _definition(schema, section["properties"]["window_by_state"]["items"])
+    assert set(share["properties"]) == set(hs["window_by_state"][0]) == set(share["required"])
 
 
 def test_a_document_with_a_key_its_section_does_not_have_is_refused_with_one_line(tmp_path):

@@ -473,6 +473,18 @@ def test_gemm_with_a_number_among_its_shapes_checks_up_with_the_roofline(tmp_pat
     assert "64x128, 128x32" in (tmp_path / "r.md").read_text()
 
 
+def test_a_gemm_whose_other_input_is_no_tensor_shape_checks_up_through_the_document_types(tmp_path):
+    """Class: msgspec.ValidationError at document.trace_part (an input after the operands holding a string and a
+    float: the roofline lists it as recorded, and the document's type must take it)."""
+    trace = minimal.write(minimal.steps_trace(4, gemm={"Input Dims": [[64, 128], [128, 32], ["a", 1.5]],
+                                                       "Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"]}),
+                          tmp_path / "t.json")
+    rc, _, err = analyze(trace, "--gpu", "H200-SXM", *outputs(tmp_path))
+    assert rc == 0, err
+    assert "64x128, 128x32, ax1.5" in (tmp_path / "r.md").read_text()
+    assert read_report(tmp_path / "r.json")["roofline"]["ops"][0]["shapes"] == [[64, 128], [128, 32], ["a", 1.5]]
+
+
 def test_a_fix_whose_saving_is_not_finite_is_shown_without_one(tmp_path):
     """Class: TypeError at terminal._fixes / html._fixes (a saving_ms the report holds as None: not finite)."""
     import msgspec

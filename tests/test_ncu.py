@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from conftest import REPO, fixtures_dir, trace_path, read_report
+from conftest import REPO, SCHEMA, fixtures_dir, read_report, trace_path
 from test_cli import run_cli
 
 from gpucheckup.analysis.checkup import analyze
@@ -136,6 +136,14 @@ def test_analyze_with_ncu_in_report_and_terminal(tmp_path):
     assert "Nsight Compute" in res.stdout and "compute-bound" in res.stdout
     report = read_report(out)
     assert report["ncu"]["launches"] == 12 and report["ncu"]["thresholds"]["latency-bound"]
+    # the shipped schema gives the part and its rows key by key, every key written required (docs/schema.md)
+    defs = json.loads(SCHEMA.read_text())["$defs"]
+    part = next(x for x in defs["TraceReport"]["properties"]["ncu"]["anyOf"] if "$ref" in x)["$ref"].rsplit("/", 1)[1]
+    rows = {"kernels": report["ncu"]["kernels"][0], "top": report["ncu"]["top"][0],
+            "per_launch": report["ncu"]["per_launch"][0]}
+    for name, written in [(part, report["ncu"])] + [(defs[part]["properties"][k]["items"]["$ref"].rsplit("/", 1)[1], row)
+                                                    for k, row in rows.items()]:
+        assert set(defs[name]["properties"]) == set(written) == set(defs[name]["required"]), name
 
 
 def _ncu_args(line: str) -> dict:

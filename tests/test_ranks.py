@@ -144,8 +144,9 @@ def test_many_ranks_print_as_a_distribution_with_the_outlier_named():
               "wait_ms": 0.5 if r == 213 else 30.0, "exposed_wait_ms": 0.5 if r == 213 else 30.0, "idle_ms": 1.0,
               "late_ms": 30.0 if r == 213 else 0.1 * (r % 5)} for r in range(256)]
     d = {"verdict": {"primary": "input_bound", "reason": "rank 213 is the straggler", "findings": []},
-         "ranks": {"table": table, "distribution": distribution([SimpleNamespace(**r) for r in table])},
-         "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None}}
+         "ranks": {"straggler": 213, "table": table, "matched_calls": 256,
+                   "distribution": distribution([SimpleNamespace(**r) for r in table])},
+         "communication": {"collectives": [], "busbw_gb_s": None, "link_gb_s": None, "link_from": None}}
     buf = io.StringIO()
     render_job(d, Console(file=buf, width=120))
     out = buf.getvalue()

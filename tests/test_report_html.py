@@ -72,19 +72,16 @@ def assert_clean(b: Browser, url: str) -> None:
 
 
 def nvml_from_csv(path: Path) -> dict:
-    """The `nvml` report key from a real NVML sample file (gpucheckup run's nvml.csv), with every 5th
-    sample marked throttled."""
+    """The `nvml` report key (document.NvmlSeries) from a real NVML sample file (gpucheckup run's nvml.csv), with
+    every 5th sample marked throttled."""
     rows = list(csv.DictReader(path.open()))
     t0 = float(rows[0]["t_s"])
     return {
-        "device": 0,
         "t_s": [float(r["t_s"]) - t0 for r in rows],
         "gpu_util": [float(r["util_pct"]) for r in rows],
         "power_w": [float(r["power_w"]) for r in rows],
         "sm_clock_mhz": [float(r["sm_clock_mhz"]) for r in rows],
-        "throttled": [i % 5 == 4 for i in range(len(rows))],
-        "throttle_reasons": ["sw_power_cap" if i % 5 == 4 else "" for i in range(len(rows))],
-        "power_limit_w": 700.0,
+        "throttled": [int(i % 5 == 4) for i in range(len(rows))],
     }
 
 

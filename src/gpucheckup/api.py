@@ -155,7 +155,7 @@ def figures(part: document.TraceReport | document.CpuReport | None, run: documen
         step = run_step((run.figures if run else {}).get("steps"), "")
         out["step_ms"] = step.ms if step else None
         return out
-    out.update(mfu_pct=(part.mfu or {}).get("pct"), busy_pct=part.gpu.busy_pct, step_ms=part.window.step_ms,
+    out.update(mfu_pct=part.mfu.pct if part.mfu else None, busy_pct=part.gpu.busy_pct, step_ms=part.window.step_ms,
                dataloader_pct=part.dataloader.pct_of_step)
     for c, v in part.gaps.pct_of_step.items():
         if f"gap_{c}_pct" in out:

@@ -59,13 +59,13 @@ def _copies(doc: Document) -> Rows:
 
 
 def _collectives(doc: Document) -> Rows:
-    comm = (doc.job.communication or {}) if doc.job else {}
-    for c in comm.get("collectives") or []:
-        yield dict(c)
+    comm = doc.job.communication if doc.job else None
+    for c in comm.collectives if comm else []:
+        yield msgspec.structs.asdict(c)
 
 
 def _ranks(doc: Document) -> Rows:
-    for row in (doc.job.ranks.get("table") or []) if doc.job else []:
+    for row in doc.job.ranks.table if doc.job else []:
         yield dict(row)
 
 

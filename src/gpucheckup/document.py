@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from gpucheckup import __version__
 
@@ -408,6 +409,125 @@ class Labels(Struct):
     rule: str
 
 
+Number = int | float  # a figure read from outside (the peak table, a ceilings file, a flag): an integer stays one
+
+
+class Mfu(Struct):
+    """Model FLOPs utilization (analysis/flops/mfu.py): the FLOPs per step and their source, achieved TFLOP/s, the
+    peak it divides by and why, MFU against it and the healthy bands; nulls with a `reason` where unknown."""
+
+    flops_per_step: Number | None
+    source: str | None
+    source_detail: str | None
+    estimates: dict[str, Number | None]  # FLOPs per step by source (user, formula, agent, annotations, shapes)
+    step_s: float | None
+    achieved_tflops: float | None
+    device: str | None
+    gpu: Section | None  # the peak table's entry (hardware/peaks.py GpuPeak.to_dict)
+    dtype: str
+    dtype_from: str
+    gemm_dtypes_pct: dict[str, float | None]
+    peak_tflops: Number | None
+    peak_from: str | None
+    pct: float | None
+    pct_of_bf16_peak: float | None
+    gemm_dtype: str | None
+    pct_of_gemm_dtype_peak: float | None
+    measured_tflops: Number | None
+    pct_of_measured: float | None
+    ceilings_path: str | None
+    tokens_per_s: float | None
+    samples_per_s: float | None
+    healthy_bands_pct: dict[str, list[float]]
+    assessment: str | None
+    reason: str | None
+    shape_flops: Section | None  # the FLOPs counted from the recorded shapes (analysis/flops/shape_flops.py)
+    annotated_flops: Section | None  # the FLOPs of the profiler's annotations
+
+
+class RooflineOp(Struct):
+    """One group of GEMM/conv/attention ops (op, shapes, dtype) against the roofline (analysis/flops/roofline.py)."""
+
+    op: str
+    kind: str
+    shapes: list[list[Any]]  # the op's input shapes as the trace recorded them (its operands' are ints)
+    dtype: str | None
+    count_per_step: float | None
+    gflops_each: float | None
+    mb_each: float | None
+    intensity: float | None  # FLOP per byte
+    ridge: float | None
+    expected: str | None
+    kernel_ms_per_step: float | None
+    achieved_tflops: float | None
+    pct_of_peak: float | None
+
+
+class Roofline(Struct):
+    """The top op groups against the roofline, or why there are none."""
+
+    ops: list[RooflineOp]
+    reason: str | None
+    mem_bw_gb_s: Number | None
+
+
+class NcuKernel(Struct):
+    """One kernel name Nsight Compute profiled, its weighted Speed-of-Light figures, bound, and trace kernel."""
+
+    name: str
+    label: str
+    launches: int
+    sm_pct: float | None
+    dram_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+    duration_us_total: float | None
+    bound: str | None
+    trace_name: str | None
+    trace_pct: float | None
+    trace_ms: float | None
+
+
+class NcuTop(Struct):
+    """One of the trace's top kernels with the bound of the ncu kernel matched to it (nulls: not profiled)."""
+
+    name: str
+    label: str
+    pct: float | None
+    total_ms: float | None
+    bound: str | None
+    sm_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+
+
+class NcuLaunchRow(Struct):
+    """One profiled launch's figures and bound."""
+
+    id: str
+    name: str
+    sm_pct: float | None
+    dram_pct: float | None
+    memory_pct: float | None
+    warps_active_pct: float | None
+    duration_us: float | None
+    bound: str | None
+
+
+class Ncu(Struct):
+    """Nsight Compute's bounds of the kernels, joined to the trace (analysis/flops/ncu_bounds.py; --ncu only)."""
+
+    path: str
+    thresholds: dict[str, str]
+    launches: int
+    kernel_names: int
+    matched_to_trace: int
+    trace_ms_by_bound: dict[str, float | None]
+    kernels: list[NcuKernel]
+    top: list[NcuTop]
+    per_launch: list[NcuLaunchRow]
+
+
 class Window(Struct):
     """The step windows a trace's figures are taken over (analysis/one_trace/window.py)."""
 
@@ -437,6 +557,39 @@ class Gpu(Struct):
     step_busy_pct: list[float | None]
 
 
+class StateShare(Struct):
+    """A host state's sampled time (ms) and its share of the time covered (percent)."""
+
+    state: str
+    ms: float | None
+    pct: float | None
+
+
+class RangeShare(Struct):
+    """A profiler range's time over the profiled steps and its share of them."""
+
+    ms: float | None
+    pct: float | None
+    source: str
+
+
+class HostSamples(Struct):
+    """A light window's sampled host states (analysis/run_logs/sampled_causes.py): the main thread's states over
+    the profiled steps and, where the GPU timeline gave its idle time, over that idle time; the cheap ranges."""
+
+    source: str
+    samples: str | None
+    rate_hz: Number | None
+    stack_changes: int
+    window_ms: float | None
+    window_covered_pct: float | None
+    window_by_state: list[StateShare]
+    ranges: dict[str, RangeShare]
+    gap_ms: float | None | UnsetType = UNSET  # the three gap keys: only where the GPU's idle time was known
+    gap_covered_pct: float | None | UnsetType = UNSET
+    gap_by_state: list[StateShare] | UnsetType = UNSET
+
+
 class TraceReport(Struct):
     """The check-up of one trace with device activity."""
 
@@ -456,11 +609,11 @@ class TraceReport(Struct):
     communication: Communication
     cuda_api: CudaApi
     notes: list[str]
-    mfu: Section
-    roofline: Section
-    ncu: Section | None
+    mfu: Mfu | None
+    roofline: Roofline | None
+    ncu: Ncu | None
     labels: Labels
-    host_samples: Section | None = None  # a light window's sampled host states (analysis/run_logs/sampled_causes.py)
+    host_samples: HostSamples | None = None  # a light window's sampled host states
 
 
 class CpuDevice(Struct):
@@ -533,11 +686,69 @@ class CpuReport(Struct):
     notes: list[str]
 
 
+class RankSpread(Struct):
+    """One column of the ranks table across the ranks (analysis/job/ranks.py): min, median, p90, max, outliers."""
+
+    figure: str
+    min: Number | None
+    median: Number | None
+    p90: Number | None
+    max: Number | None
+    outliers: list[int]
+
+
+class Ranks(Struct, kw_only=True):
+    """The ranks side by side (checkup/ranks.py): the straggler, how late it is and why, the ranks table and each
+    column's spread, the collective calls matched. Several traces that share no collective call have only
+    `straggler` (null), `table` and `matched_calls` (0); the other keys are those of ranks matched by their calls."""
+
+    straggler: int | None
+    late_ms_per_step: float | None | UnsetType = UNSET
+    waited_ms_per_step: float | None | UnsetType = UNSET
+    cause: str | None | UnsetType = UNSET
+    excess_ms: dict[str, float | None] | UnsetType = UNSET
+    table: list[Section]  # one row per rank; the two forms' rows differ in keys and in their order (docs/metrics.md)
+    distribution: list[RankSpread] | UnsetType = UNSET
+    matched_calls: int
+    unmatched_calls: int | UnsetType = UNSET
+    steps: int | UnsetType = UNSET
+    notes: list[str] | UnsetType = UNSET
+
+
+class Collective(Struct):
+    """One collective matched across the ranks: its size, calls, transfer and wait per step, bus bandwidth."""
+
+    name: str
+    bytes: Number
+    count: int
+    group_size: int | None
+    transfer_ms: float | None
+    wait_ms: float | None
+    busbw_gb_s: float | None
+
+
+class JobCommunication(Struct):
+    """The job's collectives, its byte-weighted bus bandwidth and the link's, and where the link's comes from."""
+
+    collectives: list[Collective]
+    busbw_gb_s: float | None
+    link_gb_s: float | None
+    link_from: str | None
+
+
 class Job(Struct):
     """The cross-rank section of several ranks: the ranks table and straggler, and their collectives."""
 
-    ranks: Section
-    communication: Section | None = None
+    ranks: Ranks
+    communication: JobCommunication | None = None
+
+
+class JobVerdict(Struct):
+    """The cross-rank verdict (checkup/ranks.py job_dict; the document's `verdict` for the job is made from it)."""
+
+    primary: str
+    reason: str
+    findings: list[Finding]
 
 
 class RunInfo(Struct):
@@ -873,6 +1084,37 @@ def run_info(report: dict) -> RunInfo:
 def step_history(report: dict) -> StepHistory | None:
     """A report dict's whole-run step times (a run directory's) as their document type; None without them."""
     return msgspec.convert(report["step_history"], StepHistory) if report.get("step_history") else None
+
+
+def host_samples(report: dict) -> HostSamples | None:
+    """A report dict's sampled host states (a light window's, in its run's figures) as their type; None without."""
+    hs = (report.get("run_figures") or {}).get("host_samples")
+    return msgspec.convert(hs, HostSamples) if hs else None
+
+
+def nvml_series(report: dict) -> NvmlSeries | None:
+    """A report dict's NVML samples as plotted (a run directory's) as their document type; None without them."""
+    return msgspec.convert(report["nvml"], NvmlSeries) if report.get("nvml") else None
+
+
+class RunOnly(Struct):
+    """The verdict, fixes and notes of a run directory's own report (a run with no trace to check up): the
+    document's top-level ones then."""
+
+    verdict: Verdict
+    fixes: list[Fix]
+    notes: list[str]
+
+
+def run_only(report: dict) -> RunOnly:
+    """A run-only report dict's (checkup/pipeline.py) verdict, fixes and notes as their document types."""
+    return msgspec.convert({k: report[k] for k in ("verdict", "fixes", "notes")}, RunOnly)
+
+
+def job_part(job: dict) -> tuple[Job, JobVerdict]:
+    """The cross-rank section's dict (checkup/ranks.job_dict) as its document type, and the job's verdict."""
+    return (msgspec.convert({"ranks": job["ranks"], "communication": job.get("communication")}, Job),
+            msgspec.convert(job["verdict"], JobVerdict))
 
 
 def cpu_part(report: dict) -> CpuReport:

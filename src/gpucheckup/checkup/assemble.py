@@ -22,8 +22,8 @@ from gpucheckup import __version__, layout
 from gpucheckup.analysis import step_basis
 from gpucheckup.diagnosis.findings import VERDICT_TITLES
 from gpucheckup.document import (
-    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, Step, TraceReport, Verdict, cpu_part, decode,
-    trace_part,
+    RUN_KEYS, SCHEMA_VERSION, CpuReport, Document, Finding, Fix, Job, Run, RunOnly, Step, TraceReport, Verdict, cpu_part,
+    decode, run_only, trace_part,
 )
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import check_regular
@@ -74,22 +74,14 @@ def _kind(result: Checkups, cases: list[str] | None) -> str:
     return "trace" if result.checkups else "cpu_trace"
 
 
-class _Lead(msgspec.Struct):
-    """The verdict, fixes and notes of a run's own report (a run with no trace to check up)."""
-
-    verdict: Verdict
-    fixes: list[Fix]
-    notes: list[str]
-
-
 def _job_verdict(result: Checkups, head: dict | None, parts: list[TraceReport], cpu: list[CpuReport],
-                 run_report: dict | None) -> tuple[Verdict, TraceReport | CpuReport | _Lead]:
+                 run_report: dict | None) -> tuple[Verdict, TraceReport | CpuReport | RunOnly]:
     """The job's verdict (module docstring) and the check-up whose fixes and notes go with it."""
     if result.job is not None:
         primary, reason = result.job.primary, result.job.reason
         findings = msgspec.convert(head["verdict"]["findings"], list[Finding])
     elif not parts and not cpu:
-        lead = msgspec.convert(run_report, _Lead)
+        lead = run_only(run_report)
         return lead.verdict, lead
     elif len(parts) + len(cpu) == 1:
         r = (parts or cpu)[0]

@@ -105,8 +105,8 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None,
         "cuda_api": {"slow_count": a.api.slow_count, "slow": [fields_of(x) for x in a.api.slow],
                      "contention": [fields_of(x) for x in a.api.contention]},
         "notes": d.notes,
-        "mfu": fields_of(a.mfu) if a.mfu else {},
-        "roofline": fields_of(a.roofline) if a.roofline else {},
+        "mfu": fields_of(a.mfu) if a.mfu else None,
+        "roofline": fields_of(a.roofline) if a.roofline else None,
         "ncu": fields_of(a.ncu) if a.ncu else None,
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
     }

@@ -22,7 +22,8 @@ import msgspec
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
 from gpucheckup.document import (
-    ApiContention, Finding, Fix, SlowCall, TraceReport, Verdict, run_info, step_history, trace_part,
+    ApiContention, Finding, Fix, NvmlSeries, SlowCall, TraceReport, Verdict, nvml_series, run_info, run_only,
+    step_history, trace_part,
 )
 from gpucheckup.report.pages import plots
 from gpucheckup.report import json_doc
@@ -137,7 +138,8 @@ def render_run_only(r: dict) -> str:
     """A page for a run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict), the
     run-level findings and fixes, the whole run's figures, its step times and NVML samples."""
     run = run_info(r)
-    v, fixes = msgspec.convert(r["verdict"], Verdict), msgspec.convert(r["fixes"], list[Fix])
+    lead = run_only(r)
+    v, fixes = lead.verdict, lead.fixes
     parts = ['<section class="report" id="r0-report"><h1>gpucheckup check-up</h1>',
              f'<p class="meta">{esc(run.path)}</p>',
              f'<div class="verdict"><span class="badge">{esc(_run_only_badge(v))}</span>'
@@ -145,10 +147,10 @@ def render_run_only(r: dict) -> str:
     if v.findings:
         parts += ["<h3>Findings</h3>", *(_finding(f) for f in v.findings)]
     drawn = [(name, svg) for name, svg in (("step_history", plots.step_history_plot(step_history(r))),
-                                           ("nvml", plots.nvml_plot(r.get("nvml")))) if svg]
+                                           ("nvml", plots.nvml_plot(nvml_series(r)))) if svg]
     if drawn:
         parts += ["<h3>Plots</h3>", *(_figure(name, svg, "r0-") for name, svg in drawn)]
-    parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(r.get("nvml")), "</section>"]
+    parts += ["<h3>Tables</h3>", _whole_run(r), _nvml_summary(nvml_series(r)), "</section>"]
     return _page(f"gpucheckup: no GPU timeline - {run.path}", [x for x in parts if x], r)
 
 
@@ -294,7 +296,7 @@ def _plots(p: TraceReport, r: dict, prefix: str) -> str:
         ("timeline", plots.timeline_plot(p)),
         ("gap_histogram", plots.gap_histogram_plot(p)),
         ("categories", plots.categories_plot(p)),
-        ("nvml", plots.nvml_plot(r.get("nvml"))),
+        ("nvml", plots.nvml_plot(nvml_series(r))),
     ]
     out = []
     for name, svg in drawn:
@@ -315,7 +317,7 @@ def _figure(name: str, svg: str, prefix: str, extra: str = "") -> str:
 
 def _tables(p: TraceReport, r: dict) -> str:
     out = [_key_figures(p), _hardware(p), _per_step(p), _top_kernels(p), _data_movement(p), _longest_gaps(p),
-           _copies(p), _syncs(p), _communication(p), _cuda_api(p), _whole_run(r), _nvml_summary(r.get("nvml")),
+           _copies(p), _syncs(p), _communication(p), _cuda_api(p), _whole_run(r), _nvml_summary(nvml_series(r)),
            _environment(p, r)]
     return "\n".join(x for x in out if x)
 
@@ -486,25 +488,24 @@ def _dicts_table(items: list[dict]) -> str:
     return _table(list(zip(cols, kinds)), rows, sortable=True, raw=True)
 
 
-def nvml_summary(nvml: dict | None) -> list[tuple[str, str, str, str, str]]:
-    """(device, series, min, mean, max) per NVML series, plus throttled share (shared with Markdown)."""
+def nvml_summary(nvml: NvmlSeries | None) -> list[tuple[str, str, str, str, str]]:
+    """(device, series, min, mean, max) per NVML series, plus throttled share (shared with Markdown); the samples
+    are the run's first GPU's (run_logs/telemetry.py nvml_plot_series)."""
     if not nvml:
         return []
     out = []
-    for d in nvml.get("devices") or [nvml]:
-        dev = str(d.get("device", 0))
-        for key, title in (("gpu_util", "GPU utilization %"), ("power_w", "power W"),
-                           ("sm_clock_mhz", "SM clock MHz")):
-            vals = [float(v) for v in d.get(key) or [] if v is not None]
-            if vals:
-                out.append((dev, title, num(min(vals)), num(sum(vals) / len(vals)), num(max(vals))))
-        thr = d.get("throttled") or []
-        if thr:
-            out.append((dev, "throttled samples", "", f"{100 * sum(bool(x) for x in thr) / len(thr):.1f}%", ""))
+    for values, title in ((nvml.gpu_util, "GPU utilization %"), (nvml.power_w, "power W"),
+                          (nvml.sm_clock_mhz, "SM clock MHz")):
+        vals = [float(v) for v in values if v is not None]
+        if vals:
+            out.append(("0", title, num(min(vals)), num(sum(vals) / len(vals)), num(max(vals))))
+    thr = nvml.throttled
+    if thr:
+        out.append(("0", "throttled samples", "", f"{100 * sum(bool(x) for x in thr) / len(thr):.1f}%", ""))
     return out
 
 
-def _nvml_summary(nvml: dict | None) -> str:
+def _nvml_summary(nvml: NvmlSeries | None) -> str:
     rows = [[esc(x) for x in row] for row in nvml_summary(nvml)]
     if not rows:
         return ""

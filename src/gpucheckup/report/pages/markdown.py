@@ -9,11 +9,9 @@ become spaces, so a kernel name can neither inject HTML nor break a table row.
 
 from __future__ import annotations
 
-import msgspec
-
 from gpucheckup import __version__
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.document import Fix, TraceReport, Verdict, run_info, step_history, trace_part
+from gpucheckup.document import Fix, TraceReport, Verdict, nvml_series, run_info, run_only, step_history, trace_part
 from gpucheckup.report.text.hardware_text import (
     NCU_HEADERS, ROOFLINE_HEADERS, bands_line, mfu_line, ncu_rows, roofline_rows,
 )
@@ -71,16 +69,17 @@ def render(items: list[tuple[str | None, dict]], summary_title: str = "Ranks", j
 def render_run_only(r: dict) -> str:
     """A run directory with no GPU timeline: why (or an out-of-process attach's coarse verdict, said coarse), the
     run-level findings and fixes, the whole run's figures, the notes."""
-    v, fixes = msgspec.convert(r["verdict"], Verdict), msgspec.convert(r["fixes"], list[Fix])
+    lead = run_only(r)
+    v, fixes = lead.verdict, lead.fixes
     head = (f"**Verdict: {md(v.primary.upper().replace('_', '-'))} (coarse)**: {md(v.title)}\n"
             if v.coarse else "**No GPU timeline**\n")
     out = ["# gpucheckup check-up\n", f"{md(run_info(r).path)}\n", head, f"{md(v.reason)}\n"]
     out += _fixes_and_findings(v, fixes, "#")
     out.append("## Whole run\n")
     out.append(table(["what", "value"], [list(x) for x in run_rows(r)]))
-    if r.get("notes"):
+    if lead.notes:
         out.append("## Notes\n")
-        out.append("\n".join(f"- {md(n)}" for n in r["notes"]) + "\n")
+        out.append("\n".join(f"- {md(n)}" for n in lead.notes) + "\n")
     out.append(f"<sub>gpucheckup {md(__version__)}</sub>\n")
     return "\n".join(out)
 
@@ -153,7 +152,7 @@ def _report(p: TraceReport, r: dict, label: str | None, many: bool) -> str:
                            f"{k.pct:.1f}%"] for k in top], right={2, 3, 4, 5}))
     out.append(_copies(p, h))
     out.append(_syncs(p, h))
-    nv = nvml_summary(r.get("nvml"))
+    nv = nvml_summary(nvml_series(r))
     if nv:
         out.append(f"{h}# NVML samples\n")
         out.append(table(["GPU", "series", "min", "mean", "max"], [list(x) for x in nv], right={2, 3, 4}))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import math
 
-from gpucheckup.document import StepHistory, TraceReport
+from gpucheckup.document import NvmlSeries, StepHistory, TraceReport
 from gpucheckup.safe_text import safe
 
 CAUSE_COLORS = {
@@ -312,22 +312,15 @@ def categories_plot(r: TraceReport) -> str:
     return _svg("categories", h, body, "GPU kernel time by category")
 
 
-def nvml_plot(nvml: dict | None) -> str:
-    """NVML samples: utilization, power and SM clock against time, throttled samples shaded."""
-    if not nvml:
-        return ""
-    devs = nvml.get("devices") or [nvml]
-    svgs = [_nvml_one(d) for d in devs]
-    return "".join(s for s in svgs if s)
-
-
-def _nvml_one(d: dict) -> str:
-    t = [float(x) for x in d.get("t_s") or []]
+def nvml_plot(d: NvmlSeries | None) -> str:
+    """NVML samples (the run's first GPU's): utilization, power and SM clock against time, throttled samples
+    shaded."""
+    t = [float(x) for x in d.t_s] if d else []
     if len(t) < 2:
         return ""
-    series = [(key, title, unit) for key, title, unit in
-              (("gpu_util", "GPU utilization", "%"), ("power_w", "power", " W"), ("sm_clock_mhz", "SM clock", " MHz"))
-              if d.get(key)]
+    series = [(values, title, unit) for values, title, unit in
+              ((d.gpu_util, "GPU utilization", "%"), (d.power_w, "power", " W"), (d.sm_clock_mhz, "SM clock", " MHz"))
+              if values]  # utilization on a fixed 0-100 scale
     panel_h, left, right, top = 110, 64, 12, 24
     h = top + len(series) * (panel_h + 14) + 28
     t0, t1 = min(t), max(t)
@@ -336,27 +329,23 @@ def _nvml_one(d: dict) -> str:
     def x_of(v):
         return left + plot_w * (v - t0) / ((t1 - t0) or 1)
 
-    dev = f"GPU {d['device']}: " if d.get("device") is not None else ""
-    body = [_text(left, 12, f"{dev}NVML samples", size=11, extra=' font-weight="bold"')]
-    throttled = d.get("throttled") or []
-    reasons = d.get("throttle_reasons") or []
+    body = [_text(left, 12, "NVML samples", size=11, extra=' font-weight="bold"')]
     bands = []
-    for i, flag in enumerate(throttled[: len(t)]):
+    for i, flag in enumerate(d.throttled[: len(t)]):
         if flag:
             end = t[i + 1] if i + 1 < len(t) else t[i]
-            why = reasons[i] if i < len(reasons) and reasons[i] else "throttled"
+            why = "throttled"
             if bands and abs(bands[-1][1] - t[i]) < 1e-9 and bands[-1][2] == why:
                 bands[-1][1] = end
             else:
                 bands.append([t[i], end, why])
     if bands:
         body += _legend(WIDTH - 170, 12, [("throttled", THROTTLE_COLOR)])
-    for k, (key, title, unit) in enumerate(series):
+    for k, (values, title, unit) in enumerate(series):
         y0 = top + k * (panel_h + 14)
-        vals = [float(v) if v is not None else math.nan for v in d[key]][: len(t)]
+        vals = [float(v) if v is not None else math.nan for v in values][: len(t)]
         finite = [v for v in vals if math.isfinite(v)]
-        limit = [float(d["power_limit_w"])] if key == "power_w" and d.get("power_limit_w") else []
-        hi = 100.0 if key == "gpu_util" else (max(finite + limit, default=0.0) * 1.1 or 1.0)
+        hi = 100.0 if unit == "%" else (max(finite, default=0.0) * 1.1 or 1.0)
         ticks = nice_ticks(0, hi, 3)
 
         def y_of(v, y0=y0, top_v=ticks[-1] or 1.0):  # only 0 ticks: values below their rounding
@@ -368,11 +357,6 @@ def _nvml_one(d: dict) -> str:
         body.append(_text(left + 4, y0 + 11, title, size=10, extra=' fill="#333"'))
         pts = " ".join(f"{x_of(x):.1f},{y_of(v):.1f}" for x, v in zip(t, vals) if math.isfinite(v))
         body.append(f'<polyline points="{pts}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>')
-        if key == "power_w" and d.get("power_limit_w"):
-            pl = float(d["power_limit_w"])
-            body.append(_line(left, y_of(pl), WIDTH - right, y_of(pl), "#d62728", ' stroke-dasharray="4,3"'))
-            body.append(_text(WIDTH - right, y_of(pl) - 3, f"limit {pl:.0f} W", anchor="end", size=10,
-                              extra=' fill="#d62728"'))
     yb = top + len(series) * (panel_h + 14)
     for tick in nice_ticks(0, t1 - t0, 8):
         body.append(_text(x_of(t0 + tick), yb + 4, f"{num(tick)} s", anchor="middle", size=10))

@@ -8,34 +8,34 @@ from gpucheckup.document import TraceReport
 
 def mfu_short(r: TraceReport) -> str:
     """MFU in a few words for the key-figures table."""
-    m = r.mfu or {}
-    if m.get("achieved_tflops") is None:
+    m = r.mfu
+    if m is None or m.achieved_tflops is None:
         return "unknown (no FLOPs per step)"
-    if m.get("pct") is None:
-        return f"{m['achieved_tflops']:.0f} TFLOP/s (no peak)"
-    return f"{pct(m['pct'])} ({m['achieved_tflops']:.3g} of {m['peak_tflops']:g} TFLOP/s {m['dtype']})"
+    if m.pct is None:
+        return f"{m.achieved_tflops:.0f} TFLOP/s (no peak)"
+    return f"{pct(m.pct)} ({m.achieved_tflops:.3g} of {m.peak_tflops:g} TFLOP/s {m.dtype})"
 
 
 def mfu_line(r: TraceReport) -> str:
     """One line: MFU, achieved TFLOP/s, the peak and where the FLOPs came from; or why it is unknown."""
-    m = r.mfu or {}
-    if m.get("achieved_tflops") is None:
-        return f"unknown: {m.get('reason') or 'no FLOPs per step'}"
-    head = f"{m['achieved_tflops']:.1f} TFLOP/s achieved"
-    if m.get("pct") is not None:
-        head = f"{pct(m['pct'])} of {m['peak_tflops']:g} TFLOP/s ({m['dtype']}, {m['peak_from']}); " + head
+    m = r.mfu
+    if m is None or m.achieved_tflops is None:
+        return f"unknown: {(m and m.reason) or 'no FLOPs per step'}"
+    head = f"{m.achieved_tflops:.1f} TFLOP/s achieved"
+    if m.pct is not None:
+        head = f"{pct(m.pct)} of {m.peak_tflops:g} TFLOP/s ({m.dtype}, {m.peak_from}); " + head
     else:
-        head += f" (no peak: {m.get('reason')})"
-    if m.get("pct_of_gemm_dtype_peak") is not None:
-        head += f"; {pct(m['pct_of_gemm_dtype_peak'])} of the {m['gemm_dtype']} peak the GEMMs run at"
-    if m.get("pct_of_measured") is not None:
-        head += f"; {pct(m['pct_of_measured'])} of measured {m['measured_tflops']:.0f}"
+        head += f" (no peak: {m.reason})"
+    if m.pct_of_gemm_dtype_peak is not None:
+        head += f"; {pct(m.pct_of_gemm_dtype_peak)} of the {m.gemm_dtype} peak the GEMMs run at"
+    if m.pct_of_measured is not None:
+        head += f"; {pct(m.pct_of_measured)} of measured {m.measured_tflops:.0f}"
     rate = []
-    if m.get("tokens_per_s"):
-        rate.append(f"{m['tokens_per_s']:,.0f} tokens/s")
-    if m.get("samples_per_s"):
-        rate.append(f"{m['samples_per_s']:,.1f} samples/s")
-    tail = f"; FLOPs from {m['source']}" + (f"; {', '.join(rate)}" if rate else "")
+    if m.tokens_per_s:
+        rate.append(f"{m.tokens_per_s:,.0f} tokens/s")
+    if m.samples_per_s:
+        rate.append(f"{m.samples_per_s:,.1f} samples/s")
+    tail = f"; FLOPs from {m.source}" + (f"; {', '.join(rate)}" if rate else "")
     return head + tail
 
 
@@ -50,21 +50,20 @@ def pct(x: float) -> str:
 
 def bands_line(r: TraceReport) -> str | None:
     """The healthy MFU bands and where this job stands, or None when MFU is unknown."""
-    m = r.mfu or {}
-    if not m.get("assessment"):
+    if r.mfu is None or not r.mfu.assessment:
         return None
-    return "dense pre-training 35-50%, MoE with FP8 20-32%: " + m["assessment"]
+    return "dense pre-training 35-50%, MoE with FP8 20-32%: " + r.mfu.assessment
 
 
 def roofline_rows(r: TraceReport, limit: int = 5) -> list[list[str]]:
     """Top GEMM/conv/attention ops: op and shapes, dtype, ms/step, AI, ridge, expected bound, TFLOP/s."""
     rows = []
-    for o in ((r.roofline or {}).get("ops") or [])[:limit]:
-        shapes = ", ".join("x".join(map(str, s)) for s in o["shapes"][:3])
-        expected = {"compute-bound": "compute", "memory-bound": "memory"}.get(o["expected"], "?")
-        op = o["op"].removeprefix("aten::").replace("scaled_dot_product_", "sdpa_")
-        rows.append([f"{op} {shapes}", o["dtype"] or "?", f"{o['kernel_ms_per_step']:.2f}", num(o["intensity"], 0),
-                     num(o["ridge"], 0), expected, num(o["achieved_tflops"], 0)])
+    for o in (r.roofline.ops if r.roofline else [])[:limit]:
+        shapes = ", ".join("x".join(map(str, s)) for s in o.shapes[:3])
+        expected = {"compute-bound": "compute", "memory-bound": "memory"}.get(o.expected, "?")
+        op = o.op.removeprefix("aten::").replace("scaled_dot_product_", "sdpa_")
+        rows.append([f"{op} {shapes}", o.dtype or "?", f"{o.kernel_ms_per_step:.2f}", num(o.intensity, 0),
+                     num(o.ridge, 0), expected, num(o.achieved_tflops, 0)])
     return rows
 
 
@@ -75,6 +74,5 @@ NCU_HEADERS = ["kernel", "share", "bound", "SM %", "memory %", "warps active %"]
 
 def ncu_rows(r: TraceReport, limit: int = 5) -> list[list[str]]:
     """Top kernels with their Nsight Compute Speed-of-Light bound."""
-    n = r.ncu or {}
-    return [[k["label"], f"{k['pct']:.1f}%", k["bound"] or "not profiled", num(k["sm_pct"], 1),
-             num(k["memory_pct"], 1), num(k["warps_active_pct"], 1)] for k in (n.get("top") or [])[:limit]]
+    return [[k.label, f"{k.pct:.1f}%", k.bound or "not profiled", num(k.sm_pct, 1), num(k.memory_pct, 1),
+             num(k.warps_active_pct, 1)] for k in (r.ncu.top if r.ncu else [])[:limit]]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from msgspec import UNSET
+
 from gpucheckup.diagnosis.rates import per_step
-from gpucheckup.document import Event, Finding, Fix, TraceReport, run_info
+from gpucheckup.document import Event, Finding, Fix, HostSamples, StateShare, TraceReport, host_samples, run_info
 from gpucheckup.report.text.hardware_text import mfu_short
 
 WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
@@ -187,7 +189,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     flops = fig.get("flops")
     if flops and flops.get("flops_per_step"):
         rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
-    hs = fig.get("host_samples")
+    hs = host_samples(report)
     if hs:  # a light window (analysis/run_logs/sampled_causes.py)
         rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
     for k, v in (r.failed or {}).items():
@@ -238,21 +240,20 @@ def _environment_line(env: dict) -> str:
             f"NCCL {version_text('nccl', torch.get('nccl'))})")
 
 
-def host_sample_lines(hs: dict, gaps_source: str | None) -> list[tuple[str, str]]:
+def host_sample_lines(hs: HostSamples, gaps_source: str | None) -> list[tuple[str, str]]:
     """The light window's rows: the main thread's sampled states over the window and over the GPU's idle
     time, the cheap ranges, and where the gap causes came from; each says its source."""
-    def states(rows: list[dict]) -> str:
-        return ", ".join(f"{x['state']} {x['pct']:.0f}%" for x in rows[:5]) or "none"
+    def states(rows: list[StateShare]) -> str:
+        return ", ".join(f"{x.state} {x.pct:.0f}%" for x in rows[:5]) or "none"
 
-    out = [(f"host, from {hs['source']}",
-            f"{states(hs['window_by_state'])} of {hs['window_ms']:.1f} ms of profiled steps "
-            f"({hs['window_covered_pct']:.0f}% covered, {hs['stack_changes']} stack changes at {hs['rate_hz']:g} Hz)")]
-    if hs.get("gap_by_state") is not None:
-        out.append((f"GPU idle, from {hs['source']}", f"{states(hs['gap_by_state'])} of {hs['gap_ms']:.1f} ms idle "
-                                                   f"({hs['gap_covered_pct']:.0f}% covered)"))
-    rg = hs.get("ranges") or {}
-    if rg:
-        out.append(("ranges, from profiler ranges", ", ".join(f"{k} {v['pct']:.0f}%" for k, v in rg.items())
+    out = [(f"host, from {hs.source}",
+            f"{states(hs.window_by_state)} of {hs.window_ms:.1f} ms of profiled steps "
+            f"({hs.window_covered_pct:.0f}% covered, {hs.stack_changes} stack changes at {hs.rate_hz:g} Hz)")]
+    if hs.gap_by_state is not UNSET:
+        out.append((f"GPU idle, from {hs.source}", f"{states(hs.gap_by_state)} of {hs.gap_ms:.1f} ms idle "
+                                                 f"({hs.gap_covered_pct:.0f}% covered)"))
+    if hs.ranges:
+        out.append(("ranges, from profiler ranges", ", ".join(f"{k} {v.pct:.0f}%" for k, v in hs.ranges.items())
                     + " of the profiled steps"))
     if gaps_source:
         out.append(("idle causes above", f"from {gaps_source}"))

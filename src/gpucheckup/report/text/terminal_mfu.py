@@ -23,14 +23,13 @@ BOUND_STYLE = {"compute-bound": "green", "memory-bound": "yellow", "latency-boun
 
 def render_hardware(r: TraceReport, console: Console) -> None:
     """Print the MFU block, the roofline of the top GEMM ops and the ncu bounds."""
-    m = r.mfu or {}
     t = Table(title="How close to the hardware", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("figure")
     t.add_column("value")
     t.add_row("MFU", Text(mfu_line(r)))
     if bands_line(r):
         t.add_row("healthy bands", bands_line(r))
-    est = m.get("estimates") or {}
+    est = r.mfu.estimates if r.mfu else {}
     if len(est) > 1:
         t.add_row("FLOPs per step by source", ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} not finite" for k, v in est.items()))
     console.print(t)
@@ -46,7 +45,7 @@ def render_hardware(r: TraceReport, console: Console) -> None:
         console.print(rt)
     n = r.ncu
     if n:
-        nt = Table(title=f"Nsight Compute: top kernels ({n['matched_to_trace']} of {n['kernel_names']} ncu kernels "
+        nt = Table(title=f"Nsight Compute: top kernels ({n.matched_to_trace} of {n.kernel_names} ncu kernels "
                          "matched to the trace)", title_justify="left", box=box.SIMPLE)
         for i, col in enumerate(NCU_HEADERS):
             nt.add_column(col, no_wrap=True, overflow="ellipsis", max_width=36 if i == 0 else None,

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpucheckup.document import job_part
+
 MAX_ROWS = 16
 COLUMNS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_ms")
 
@@ -31,17 +33,18 @@ def _item(console: Console, mark: str, text: str) -> None:
 
 
 def render_job(d: dict, console: Console) -> None:
-    """Print the job's verdict, its findings and the ranks side by side."""
-    v, ranks, comm = d["verdict"], d["ranks"], d["communication"]
-    console.print(Text(f"Job: {v['primary'].replace('_', ' ').upper()}", style="bold"))
-    console.print(Text(v["reason"]))
-    for f in v["findings"]:
-        console.print(Text(f"\n{f['title']}", style="bold yellow"))
-        for e in f["evidence"]:
+    """Print the job's verdict, its findings and the ranks side by side (`d`: checkup/ranks.job_dict)."""
+    job, v = job_part(d)
+    ranks, comm = job.ranks, job.communication
+    console.print(Text(f"Job: {v.primary.replace('_', ' ').upper()}", style="bold"))
+    console.print(Text(v.reason))
+    for f in v.findings:
+        console.print(Text(f"\n{f.title}", style="bold yellow"))
+        for e in f.evidence:
             _item(console, "-", e)
-        for x in f["fix"]:
-            _item(console, "fix", f"({x['tier']}, up to {x['saving_ms']:.2f} ms per step): {x['action']}")
-    table = ranks["table"]
+        for x in f.fix:
+            _item(console, "fix", f"({x.tier}, up to {x.saving_ms:.2f} ms per step): {x.action}")
+    table = ranks.table  # rows of two forms (document.Ranks): read by key
     t = Table(title=f"Ranks ({len(table)}; per step, ms: step, compute, transfer, wait, exposed wait, idle, late; "
                     "% of communication hidden)", title_justify="left", box=box.SIMPLE)
     if len(table) <= MAX_ROWS:
@@ -56,18 +59,18 @@ def render_job(d: dict, console: Console) -> None:
         t.add_column("figure")
         for col in ("min", "median", "p90", "max", "outlier ranks"):
             t.add_column(col, justify="right")
-        for d in ranks["distribution"]:
-            t.add_row(d["figure"].replace("_ms", ""), *[f"{d[k]:.2f}" for k in ("min", "median", "p90", "max")],
-                      outlier_text(d["outliers"]))
+        for s in ranks.distribution:
+            t.add_row(s.figure.replace("_ms", ""), *[f"{x:.2f}" for x in (s.min, s.median, s.p90, s.max)],
+                      outlier_text(s.outliers))
     console.print(t)
-    if comm["collectives"]:
+    if comm.collectives:
         c = Table(title="Collectives (matched across ranks; per step, ms)", title_justify="left", box=box.SIMPLE)
         for col in ("collective", "MiB", "calls", "transfer", "wait", "busbw GB/s"):
             c.add_column(col, justify="left" if col == "collective" else "right")
-        for row in comm["collectives"][:10]:
-            c.add_row(row["name"], f"{row['bytes'] / 2**20:.1f}", str(row["count"]), f"{row['transfer_ms']:.2f}",
-                      f"{row['wait_ms']:.2f}", f"{row['busbw_gb_s']:.1f}" if row["busbw_gb_s"] else "-")
+        for row in comm.collectives[:10]:
+            c.add_row(row.name, f"{row.bytes / 2**20:.1f}", str(row.count), f"{row.transfer_ms:.2f}",
+                      f"{row.wait_ms:.2f}", f"{row.busbw_gb_s:.1f}" if row.busbw_gb_s else "-")
         console.print(c)
-    link = (f"{comm['link_gb_s']:.0f} GB/s ({comm['link_from']})" if comm["link_gb_s"] else "unknown")
-    bw = f"{comm['busbw_gb_s']:.1f} GB/s" if comm["busbw_gb_s"] else "-"
+    link = f"{comm.link_gb_s:.0f} GB/s ({comm.link_from})" if comm.link_gb_s else "unknown"
+    bw = f"{comm.busbw_gb_s:.1f} GB/s" if comm.busbw_gb_s else "-"
     console.print(Text(f"bus bandwidth {bw} (byte-weighted); link {link}"))

@@ -3,14 +3,13 @@ NVML, CPU, environment. Text from the run (commands, paths, names) goes through 
 
 from __future__ import annotations
 
-import msgspec
 from rich import box
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.document import Fix, Verdict, run_info
+from gpucheckup.document import run_info, run_only
 from gpucheckup.report.text import terminal
 from gpucheckup.report.text.lines import run_rows
 from gpucheckup.safe_text import safe_tree
@@ -23,7 +22,8 @@ def render_run_only(report: dict, console: Console) -> None:
     head = Text("gpucheckup ", style="bold")
     head.append(run_info(report).path)
     console.print(head)
-    v, fixes = msgspec.convert(report["verdict"], Verdict), msgspec.convert(report["fixes"], list[Fix])
+    lead = run_only(report)
+    v, fixes = lead.verdict, lead.fixes
     if v.coarse:  # an out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py)
         console.print(Panel(Text(f"{v.title}\n{v.reason}"), title=f"{v.primary.upper().replace('_', '-')} "
                             "(coarse)", title_align="left", box=box.ROUNDED))
@@ -33,7 +33,7 @@ def render_run_only(report: dict, console: Console) -> None:
         console.print(terminal._finding(f, console.width))
     if fixes:
         console.print(terminal._fixes(fixes))
-    for note in report["notes"]:
+    for note in lead.notes:
         if note != v.reason:  # a run with no timeline: its note is the panel's reason
             console.print(Text("note: " + note, style="dim"))
     render_run(report, console)
