@@ -176,7 +176,7 @@ def _run(sub, common) -> None:
                         "only, host causes from py-spy stacks sampled outside the job (docs/capture.md)")
     g.add_argument("--light-syncs", action="store_true",
                    help="with --light: also record CUPTI's host synchronization records, so syncs are counted; they "
-                        "cost a launch-bound job about a fifth of its step (docs/validation.md 6e)")
+                        "cost every kernel launch: a fifth to a half of a launch-bound job's step (docs/validation.md 6e, 6g)")
     g.add_argument("--max-steps", type=int, metavar="N",
                    help="end the job cleanly after N optimizer steps (the agent raises SystemExit(0) in its step "
                         "hook; the check-up reads what ran)")
