@@ -15,6 +15,7 @@ from gpucheckup.analysis.one_trace import profiler_overhead
 from gpucheckup.analysis.one_trace import timeline as tl
 from gpucheckup.analysis.one_trace.collectives import collective_calls
 from gpucheckup.analysis.one_trace import window as win
+from gpucheckup.document import Mfu
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import Trace
@@ -41,7 +42,7 @@ class TraceAnalysis(msgspec.Struct):
     dataloader: dataloader.DataLoaderStats
     api: api_health.ApiHealth
     communication: communication.CommStats
-    mfu: mfu.MfuFigures | None = None
+    mfu: Mfu | None = None
     roofline: roofline.Roofline | None = None
     ncu: ncu_bounds.NcuBounds | None = None
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
@@ -133,7 +134,7 @@ def _window_and_profiler(trace: Trace, st: steps.Steps, rows: np.ndarray, timeli
 
 
 def _mfu(trace: Trace, st: steps.Steps, kstats: kernels.KernelStats, inputs: mfu.MfuInputs,
-         shapes: shape_flops.FlopCount | None, device: str, step_s: float) -> mfu.MfuFigures:
+         shapes: shape_flops.FlopCount | None, device: str, step_s: float) -> Mfu:
     """The MFU figures, with the FLOPs counted from the shapes and from the annotations beside them."""
     annotated = shape_flops.annotated_flops(trace, st)
     mfu_fig = mfu.mfu_figures(device, step_s, gemm_dtype.gemm_dtypes(trace, kstats), inputs, annotated, shapes)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import msgspec
 
 from gpucheckup.analysis.flops.shape_flops import FlopCount
+from gpucheckup.document import Mfu  # the report's `mfu` block: the analysis builds the document's type itself
 from gpucheckup.hardware import ceilings as ceil
 from gpucheckup.hardware.peaks import GpuPeak, lookup
 
@@ -112,40 +113,8 @@ def assess(pct: float | None) -> str | None:
     return f"above the dense pre-training band (> {hi_dense:g}%)"
 
 
-class MfuFigures(msgspec.Struct):
-    """The report's `mfu` block: FLOPs, achieved TFLOP/s, peaks, MFU, bands; None with a reason."""
-
-    flops_per_step: float | None
-    source: str | None
-    source_detail: str | None
-    estimates: dict[str, float]
-    step_s: float
-    achieved_tflops: float | None
-    device: str | None
-    gpu: dict | None
-    dtype: str
-    dtype_from: str
-    gemm_dtypes_pct: dict[str, float]
-    peak_tflops: float | None
-    peak_from: str | None
-    pct: float | None
-    pct_of_bf16_peak: float | None
-    gemm_dtype: str | None
-    pct_of_gemm_dtype_peak: float | None
-    measured_tflops: float | None
-    pct_of_measured: float | None
-    ceilings_path: str | None
-    tokens_per_s: float | None
-    samples_per_s: float | None
-    healthy_bands_pct: dict[str, list[float]]
-    assessment: str | None
-    reason: str | None
-    shape_flops: dict | None = None  # shape_flops.FlopCount.to_dict(), filled by analysis/checkup.py
-    annotated_flops: dict | None = None
-
-
 def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
-                annotated: FlopCount | None, shapes: FlopCount | None) -> MfuFigures:
+                annotated: FlopCount | None, shapes: FlopCount | None) -> Mfu:
     """The report's `mfu` block: FLOPs, achieved TFLOP/s, peaks, MFU, bands; nulls with a reason."""
     flops, source, how, estimates = pick_flops(inp, annotated, shapes)
     gpu_name = inp.gpu or device_name
@@ -154,7 +123,7 @@ def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
     dtype, dtype_from = _peak_dtype(inp, g, gemm)
     peak = inp.peak_tflops or (g.peak(dtype) if g else None)
     peak_from = "--peak-tflops" if inp.peak_tflops else (f"{g.id} datasheet, dense {dtype}" if g and peak else None)
-    out = MfuFigures(
+    out = Mfu(
         flops_per_step=flops, source=source, source_detail=how or None, estimates=estimates, step_s=step_s,
         achieved_tflops=None, device=gpu_name or None, gpu=g.to_dict() if g else None, dtype=dtype,
         dtype_from=dtype_from, gemm_dtypes_pct=gemm.get("shares_pct", {}), peak_tflops=peak, peak_from=peak_from,
@@ -163,6 +132,7 @@ def mfu_figures(device_name: str, step_s: float, gemm: dict, inp: MfuInputs,
         tokens_per_s=inp.tokens_per_step / step_s if inp.tokens_per_step and step_s > 0 else None,
         samples_per_s=inp.samples_per_step / step_s if inp.samples_per_step and step_s > 0 else None,
         healthy_bands_pct={k: list(v) for k, v in HEALTHY_BANDS_PCT.items()}, assessment=None, reason=None,
+        shape_flops=None, annotated_flops=None,
     )
     if flops is None:
         out.reason = ("FLOPs per step unknown: the trace has no FLOP annotations (with_flops=True) and no "
@@ -188,7 +158,7 @@ def _peak_dtype(inp: MfuInputs, g: GpuPeak | None, gemm: dict) -> tuple[str, str
                    else f"default {dtype} (no GEMM kernels in the trace)")
 
 
-def _achieved(out: MfuFigures, achieved: float, g: GpuPeak | None, gpu_name: str, inp: MfuInputs) -> None:
+def _achieved(out: Mfu, achieved: float, g: GpuPeak | None, gpu_name: str, inp: MfuInputs) -> None:
     """The achieved TFLOP/s and its shares of each peak into `out` (a reason where no peak is known)."""
     out.achieved_tflops = achieved
     if out.peak_tflops:
