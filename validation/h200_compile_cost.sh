@@ -4,13 +4,11 @@
 # (`gpucheckup run`, the corpus's window), so the compiled trace's wrappers and generated launches can be set against
 # the torch_compile edit's model of the eager trace (validation/compile_cost.py, off the GPU); then measures the fix
 # again with `ab` (ROUNDS interleaved rounds) and, as time allows, HF Trainer's torch_compile (not measured before).
-# Run from the repository's root with the wheels in WHEELS (default .dev24: whl/ holds msgspec and py-spy).
-#   ROUNDS=5 DEADLINE_S=420 bash validation/h200_compile_cost.sh call1
+# Run from the repository's root with the wheels in WHEELS (validation/device_site.sh).
+#   WHEELS=.dev24 ROUNDS=5 DEADLINE_S=420 bash validation/h200_compile_cost.sh call1
 set -u
 TAG=${1:-call1}
-WHEELS=${WHEELS:-.dev24}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEELS"/whl/*.whl || exit 3
-export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+. validation/device_site.sh  # the carried wheels, installed; PYTHONPATH and PATH set
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
 python3 -c "import torch, lightning, transformers; print('torch', torch.__version__, 'lightning', lightning.__version__, \
 'transformers', transformers.__version__)" 2>&1 | tail -1
