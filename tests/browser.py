@@ -46,17 +46,14 @@ class Browser:
         import websocket
 
         self._websocket = websocket
-        self.profile = tempfile.mkdtemp(prefix="gpucheckup-chromium-")
-        self.proc = subprocess.Popen(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-default-apps", "--disable-extensions", "--no-first-run", "--no-default-browser-check",
-             "--hide-scrollbars", "--mute-audio", f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.ids = itertools.count(1)
         self.events: list[dict] = []
-        self.ws = websocket.create_connection(self._page_ws(), timeout=30, suppress_origin=True)
+        args = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-default-apps", "--disable-extensions", "--no-first-run", "--no-default-browser-check",
+                "--hide-scrollbars", "--mute-audio", "--remote-debugging-port=0",
+                f"--window-size={width},{height}", "about:blank"]
+        self.ws = websocket.create_connection(self._start(args), timeout=30, suppress_origin=True)
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
         self.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1,
@@ -64,9 +61,26 @@ class Browser:
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                   mobile=False)
 
-    def _page_ws(self) -> str:
+    def _start(self, args: list[str]) -> str:
+        """Start Chromium and return its page's websocket URL; a start that hangs is killed and tried again.
+
+        On a loaded two-core machine a cold start has been seen to take over 30 s; two tries of
+        60 s each cover it, and a Chromium that never answers is not left running.
+        """
+        for _ in range(2):
+            self.profile = tempfile.mkdtemp(prefix="gpucheckup-chromium-")
+            self.proc = subprocess.Popen(args + [f"--user-data-dir={self.profile}"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            url = self._page_ws(deadline_s=60)
+            if url:
+                return url
+            self._stop()
+        raise AssertionError("chromium's DevTools endpoint did not come up in two tries of 60 s")
+
+    def _page_ws(self, deadline_s: float) -> str | None:
+        """The first page's websocket URL once the DevTools endpoint answers, None after deadline_s."""
         port_file = Path(self.profile) / "DevToolsActivePort"
-        deadline = time.time() + 30
+        deadline = time.time() + deadline_s
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"chromium exited early with code {self.proc.returncode}")
@@ -77,10 +91,10 @@ class Browser:
                         pages = [t for t in json.load(r) if t.get("type") == "page"]
                     if pages:
                         return pages[0]["webSocketDebuggerUrl"]
-                except OSError:
+                except (OSError, ValueError):
                     pass
             time.sleep(0.1)
-        raise AssertionError("chromium's DevTools endpoint did not come up in 30 s")
+        return None
 
     def call(self, method: str, **params) -> dict:
         """Send one CDP command and return its result; events that arrive meanwhile are recorded."""
@@ -163,13 +177,17 @@ class Browser:
         try:
             self.ws.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            shutil.rmtree(self.profile, ignore_errors=True)
+            self._stop()
+
+    def _stop(self) -> None:
+        """End the Chromium process and remove its profile."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self) -> "Browser":
         return self
