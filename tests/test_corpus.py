@@ -100,13 +100,15 @@ def test_the_verdict_names_the_bottleneck_whose_fix_saved_most(docs, job):
 @pytest.mark.parametrize("job", JOBS)
 def test_no_prediction_claims_more_than_its_ceiling(docs, job):
     """A fix whose bound is its mechanism's whole time on the critical path (the catalogue's `ceiling`: the fused
-    optimizer's own spans) is never predicted above it."""
+    optimizer's own spans; the FP32 GEMMs' time on the GPU's critical path for tf32 and bf16) is never predicted
+    above it."""
     ceilings = [f for f in docs[job].fixes if f.predicted is not None and f.saving_ms is not None
                 and BY_KEY[f.key].ceiling]
     for f in ceilings:
         assert f.predicted.saving_ms <= f.saving_ms * (1 + 1e-6) + 1e-9, (job, f.key)
-    assert [f.key for f in ceilings] == (["fused_optimizer"] if job in ("forloop", "lightning", "timm", "amp",
-                                                                        "accelerate", "sync") else [])
+    keys = {f.key for f in ceilings}
+    assert ("fused_optimizer" in keys) == (job in ("forloop", "lightning", "timm", "amp", "accelerate", "sync"))
+    assert keys <= {"fused_optimizer", "tf32", "bf16_autocast"}
 
 
 def test_a_replay_above_its_ceiling_is_capped_and_says_so():

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
 import pytest
 from msgspec.structs import replace
 
 from conftest import trace_path
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.analysis.one_trace.syncs import SyncCause
 from gpucheckup.analysis.one_trace.window import Window
@@ -180,17 +182,41 @@ def test_moe_dispatch_needs_routing_grouping_and_movement_ops(tmp_path):
         assert offered(trace_with(*ops), "moe_dispatch") == {}, ops
 
 
-def test_moe_dispatch_saves_the_sort_gather_scatter_and_index_kernels():
+def renamed(a, names: dict[int, str], critical_us):
+    """`a` with the kernel names of some rows changed (row index in a.kernels.rows -> new name, each row's name id
+    renamed in the trace's name list) and each counted kernel's critical time set (us, per a.kernels.rows)."""
+    trace_names = list(a.trace.names)
+    for i, name in names.items():
+        trace_names[int(a.trace.gpu.name[a.kernels.rows[i]])] = name
+    return replace(a, trace=replace(a.trace, names=trace_names),
+                   critical_us=np.broadcast_to(np.asarray(critical_us, dtype=float), a.kernels.rows.shape).copy())
+
+
+def test_moe_dispatch_saves_the_sort_gather_scatter_and_index_kernels_on_the_critical_path():
     a = base()
-    fams = [{"family": "sort", "pct": 10.0}, {"family": "gather", "pct": 5.0}, {"family": "copy", "pct": 50.0}]
-    a = replace(a, kernels=replace(a.kernels, data_movement=fams, total_us=40_000.0))
-    # 15% of 40 ms of kernel time: 6000 us over the window
-    assert fixes._moe_ms(a) == pytest.approx(ms_of(a, 6000.0))
+    dm, gemm = CATEGORIES.index("data_movement"), CATEGORIES.index("gemm_conv")
+    # three kernels renamed (each name id is shared by every launch of that kernel: take three distinct names) and
+    # made data movement: a radix sort and an index_select gather count, a copy does not
+    ids = a.trace.gpu.name[a.kernels.rows]
+    first = [int(np.flatnonzero(ids == x)[0]) for x in list(dict.fromkeys(ids.tolist()))[:3]]
+    b = renamed(a, {first[0]: "void cub::DeviceRadixSortOnesweepKernel<x>", first[1]: "void at::native::index_select",
+                    first[2]: "void at::native::direct_copy_kernel_cuda"}, 3.0)
+    cat = np.full(len(a.kernels.rows), gemm, dtype=np.int8)
+    for i in first:
+        cat[ids == ids[i]] = dm
+    b = replace(b, kernels=replace(a.kernels, category_of_row=cat))
+    n_moe = int(np.isin(ids, [ids[first[0]], ids[first[1]]]).sum())  # launches of the sort and the gather
+    assert n_moe > 0
+    assert fixes._moe_ms(b) == pytest.approx(ms_of(b, 3.0 * n_moe))  # 3 us of each on the critical path
+    assert fixes._moe_ms(replace(b, critical_us=np.zeros(len(a.kernels.rows)))) == 0.0  # none waited for
 
 
 def test_bigger_gemms_and_the_low_mfu_cost_below_35_percent():
     a = base()
-    k = replace(a.kernels, categories_us={c: 0.0 for c in a.kernels.categories_us} | {"gemm_conv": 50_000.0})
+    k = replace(a.kernels, categories_us={c: 0.0 for c in a.kernels.categories_us} | {"gemm_conv": 50_000.0},
+                category_of_row=np.full(len(a.kernels.rows), CATEGORIES.index("gemm_conv"), dtype=np.int8))
+    # every counted kernel a GEMM, 50 ms of them on the critical path over the window
+    a = replace(a, critical_us=np.full(len(a.kernels.rows), 50_000.0 / len(a.kernels.rows)))
     for pct, want in ((35.0, None), (17.5, min(ms_of(a, 50_000.0) * 0.5, 100.0 * 0.5))):
         b = replace(a, kernels=k, mfu=replace(a.mfu, pct=pct))
         got = offered(b, "bigger_gemms")
@@ -212,17 +238,23 @@ def test_cudnn_benchmark_from_convolutions_of_a_tenth_of_the_step():
     assert offered(with_conv(at * 0.99), "cudnn_benchmark") == {}
 
 
-def test_tf32_and_bf16_save_the_fp32_gemm_time_less_its_share_at_the_faster_peak():
+def test_tf32_and_bf16_save_the_fp32_gemm_time_on_the_critical_path_less_its_share_at_the_faster_peak():
     # the H200 datasheet (src/gpucheckup/data/gpu_peaks.json): fp32 67, tf32 494.7, bf16 989.4 TFLOP/s
     a = base()
     assert a.trace.devices[0].name == "NVIDIA H200"
-    gemm = {"name": "ampere_sgemm_128x64_nn", "category": "gemm_conv", "count": 10, "total_ms": 20.0,
-            "mean_us": 2000.0, "pct": 50.0}
-    a = replace(a, kernels=replace(a.kernels, per_name=[gemm]))
-    fp32 = ms_of(a, 20_000.0)
+    ids = a.trace.gpu.name[a.kernels.rows]
+    n = int((ids == ids[0]).sum())  # launches of the first counted kernel, renamed to a plain FP32 GEMM
+    gemm = {"name": "ampere_sgemm_128x64_nn", "category": "gemm_conv", "count": n, "total_ms": 20.0,
+            "mean_us": 20_000.0 / n, "pct": 50.0}
+    crit = np.where(ids == ids[0], 1500.0 / n, 7.0)  # 1.5 ms of the GEMM on the critical path; others' 7 us each
+    a = renamed(replace(a, kernels=replace(a.kernels, per_name=[gemm])), {0: gemm["name"]}, crit)
+    fp32 = ms_of(a, 1500.0)
     got = offered(a, "tf32", "bf16_autocast")
     assert got == {"tf32": pytest.approx(fp32 * (1 - 67 / 494.7)),
                    "bf16_autocast": pytest.approx(fp32 * (1 - 67 / 989.4))}
+    # the GEMM never waited for: offered (FP32 GEMMs run) with nothing to save
+    idle_gemm = replace(a, critical_us=np.where(ids == ids[0], 0.0, 7.0))
+    assert offered(idle_gemm, "tf32", "bf16_autocast") == {"tf32": 0.0, "bf16_autocast": 0.0}
     assert offered(replace(a, kernels=replace(a.kernels, per_name=[])), "tf32", "bf16_autocast") == {}
 
 

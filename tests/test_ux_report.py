@@ -51,7 +51,7 @@ def test_80_columns_cut_no_figure_or_fix_code(stacks):
             continue
         cost = f"{f['cost_ms_per_step']:.2f} ms/step ({f['cost_pct_of_step']:.1f}%)"
         assert cost in whole, cost
-    assert 'torch.set_float32_matmul_precision("high")' in whole  # fix code whole, not cut with …
+    assert 'torch.compile(model, mode="reduce-overhead")' in whole  # fix code whole, not cut with …
     for fx in r["fixes"][:6]:
         assert flat(fx["action"]) in whole, fx["action"]
 

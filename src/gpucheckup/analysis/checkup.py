@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.one_trace import (
-    api_health, communication, copies, dataloader, gap_causes, kernels, launches, steps, syncs,
+    api_health, communication, copies, dataloader, gap_causes, gpu_critical, kernels, launches, steps, syncs,
 )
 from gpucheckup.analysis.flops import gemm_dtype, mfu, roofline, shape_flops
 from gpucheckup.analysis.one_trace import profiler_overhead
@@ -34,6 +34,7 @@ class TraceAnalysis(msgspec.Struct):
     timeline: tl.Timeline
     causes: gap_causes.GapCauses
     kernels: kernels.KernelStats
+    critical_us: np.ndarray  # per row of kernels.rows: its time on the critical path (gpu_critical.py)
     step_summary: steps.StepSummary
     gap_pattern: tl.GapPattern
     gaps_summary: gap_causes.GapSummary
@@ -80,6 +81,8 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         timeline=timeline,
         causes=causes,
         kernels=kstats,
+        critical_us=gpu_critical.critical_us(trace, kstats.rows, gpu_critical.idle_scale(
+            w.traced_step_ms, w.step_ms, timeline.busy_pct / 100 * w.traced_step_ms)),
         step_summary=steps.summary(st),
         gap_pattern=tl.gap_pattern(timeline, st),
         gaps_summary=gaps_summary,

@@ -23,7 +23,7 @@ from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.kernels import CATEGORIES, data_movement_family
 from gpucheckup.analysis.one_trace.dataloader import workers_to_keep_pace
 from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
@@ -227,6 +227,25 @@ def _fp32_ms(a: TraceAnalysis) -> float:
     return a.window.ms(1000 * sum(t["total_ms"] for t in plain_fp32_gemms(a.kernels)))
 
 
+def _critical_ms(a: TraceAnalysis, keep: Callable[[str, int], bool]) -> float:
+    """ms per step of the kernels for which keep(name, category index) holds, on the critical path only
+    (analysis/one_trace/gpu_critical.py): what making them faster can save at most."""
+    k = a.kernels
+    if not len(k.rows):
+        return 0.0
+    names = a.trace.gpu.name[k.rows]
+    pairs = names.astype(np.int64) * len(CATEGORIES) + k.category_of_row
+    chosen = {int(x): keep(a.trace.names[int(x) // len(CATEGORIES)], int(x) % len(CATEGORIES)) for x in unique(pairs)}
+    mask = np.fromiter((chosen[int(x)] for x in pairs), dtype=bool, count=len(pairs))
+    return a.window.ms(float(a.critical_us[mask].sum()))
+
+
+def _fp32_critical_ms(a: TraceAnalysis) -> float:
+    """The plain-FP32 GEMM kernels' time on the critical path, ms per step."""
+    fp32 = {t["name"] for t in plain_fp32_gemms(a.kernels)}
+    return _critical_ms(a, lambda name, _cat: name in fp32)
+
+
 def _peak_ratio(a: TraceAnalysis, dtype: str) -> float | None:
     """FP32 FMA peak over the dtype's tensor-core peak on the trace's GPU, when both are known."""
     name = a.trace.devices[0].name if a.trace.devices else ""
@@ -238,7 +257,8 @@ def _peak_ratio(a: TraceAnalysis, dtype: str) -> float | None:
 
 def _faster_dtype_saving(a: TraceAnalysis, dtype: str) -> float:
     ratio = _peak_ratio(a, dtype)
-    return _fp32_ms(a) * (1 - ratio) if ratio is not None else _fp32_ms(a)
+    fp32 = _fp32_critical_ms(a)
+    return fp32 * (1 - ratio) if ratio is not None else fp32
 
 
 def _moe_dispatch(a: TraceAnalysis) -> bool:
@@ -247,8 +267,9 @@ def _moe_dispatch(a: TraceAnalysis) -> bool:
 
 
 def _moe_ms(a: TraceAnalysis) -> float:
-    k = a.kernels
-    return a.window.ms(sum(f["pct"] for f in k.data_movement if f["family"] in MOE_FAMILIES) / 100 * k.total_us)
+    """The token dispatch's data-movement kernels' time on the critical path, ms per step."""
+    dm = CATEGORIES.index("data_movement")
+    return _critical_ms(a, lambda name, cat: cat == dm and data_movement_family(name) in MOE_FAMILIES)
 
 
 def _conv_ms(a: TraceAnalysis) -> float:
@@ -265,11 +286,18 @@ def _low_mfu_cost(a: TraceAnalysis) -> float:
     return a.window.step_ms * (1 - pct / DENSE_MFU_PCT) if pct is not None and pct < DENSE_MFU_PCT else 0.0
 
 
+def _below_band(a: TraceAnalysis) -> bool:
+    """MFU is known and below the dense band, and GEMMs ran."""
+    pct = _mfu_pct(a)
+    return pct is not None and pct < DENSE_MFU_PCT and _kernel_ms(a, "gemm_conv") > 0
+
+
 def _gemm_to_band(a: TraceAnalysis) -> float:
     pct = _mfu_pct(a)
     if pct is None or pct >= DENSE_MFU_PCT:
         return 0.0
-    return min(_kernel_ms(a, "gemm_conv") * (1 - pct / DENSE_MFU_PCT), _low_mfu_cost(a))
+    gemm = CATEGORIES.index("gemm_conv")
+    return min(_critical_ms(a, lambda _name, cat: cat == gemm) * (1 - pct / DENSE_MFU_PCT), _low_mfu_cost(a))
 
 
 def _is_run(x) -> bool:
@@ -487,26 +515,28 @@ CATALOGUE: list[CatalogueFix] = [
         "the permutation inside, e.g. megablocks-style kernels)", "refactor",
         when="the trace routes tokens to experts: aten::topk, a sort or count of tokens (argsort, sort, bincount, "
              "histc) and an indexed gather or scatter (index_add_, index_select, scatter_add_, index_put_, scatter_)",
-        saves="the sort, gather, scatter and index kernels' time: the fused dispatch permutes tokens inside the "
-              "grouped GEMM's loads, so those kernels do not run",
+        saves="the sort, gather, scatter and index kernels' time on the critical path (queued or waited on: "
+              "analysis/one_trace/gpu_critical.py): the fused dispatch permutes tokens inside the grouped GEMM's "
+              "loads, so those kernels do not run",
         applies=_never_on_run(_moe_dispatch), saving=_trace(_moe_ms),
         bottleneck="gpu_bound"),
     CatalogueFix(
         "tf32", "Allow TF32 tensor cores for FP32 matmuls: torch.set_float32_matmul_precision(\"high\") "
         "(and torch.backends.cudnn.allow_tf32 = True)", "config",
         when="GEMM kernels run in plain FP32 (no tensor cores)",
-        saves="the FP32 GEMM time x (1 - FP32 FMA peak / TF32 tensor-core peak) of the trace's GPU "
-              "(hardware/peaks.py; all of it when the GPU is unknown): a compute-bound GEMM's time scales with the "
-              "peak it runs at",
+        saves="the FP32 GEMM time on the critical path (queued or waited on: analysis/one_trace/gpu_critical.py) "
+              "x (1 - FP32 FMA peak / TF32 tensor-core peak) of the trace's GPU (hardware/peaks.py; all of it when "
+              "the GPU is unknown): a compute-bound GEMM's time scales with the peak it runs at, and a GEMM the "
+              "GPU idles after saves nothing by ending sooner",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0), saving=_trace(lambda a: _faster_dtype_saving(a, "tf32")),
-        bottleneck="gpu_bound", replay=edits.tf32),
+        bottleneck="gpu_bound", replay=edits.tf32, ceiling=True),
     CatalogueFix(
         "bf16_autocast", "Train in bf16 with torch.autocast(\"cuda\", dtype=torch.bfloat16)", "code",
         when="GEMM kernels run in plain FP32 (no tensor cores)",
-        saves="the FP32 GEMM time x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
+        saves="the FP32 GEMM time on the critical path x (1 - FP32 FMA peak / bf16 tensor-core peak), as for tf32",
         applies=_never_on_run(lambda a: _fp32_ms(a) > 0),
         saving=_trace(lambda a: _faster_dtype_saving(a, "bf16")),
-        bottleneck="gpu_bound", replay=edits.bf16),
+        bottleneck="gpu_bound", replay=edits.bf16, ceiling=True),
     CatalogueFix(
         "compile_cpu", "Compile the model for the CPU: model = torch.compile(model) runs forward and backward as "
         "generated C++ instead of one Python-dispatched operator after another", "code",
@@ -571,9 +601,10 @@ CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "bigger_gemms", "Give the GEMMs more work: larger batch or hidden sizes, dimensions multiples of 64", "code",
         when=f"MFU is below {DENSE_MFU_PCT:g}%",
-        saves=f"the GEMM time x (1 - MFU / {DENSE_MFU_PCT:g}%): larger, aligned GEMMs run nearer the peak; at the "
-              "dense band's floor their time would shrink in that proportion (at most the low-MFU cost)",
-        applies=_never_on_run(lambda a: _gemm_to_band(a) > 0), saving=_trace(_gemm_to_band),
+        saves=f"the GEMM time on the critical path x (1 - MFU / {DENSE_MFU_PCT:g}%): larger, aligned GEMMs run "
+              "nearer the peak; at the dense band's floor their time would shrink in that proportion (at most the "
+              "low-MFU cost)",
+        applies=_never_on_run(_below_band), saving=_trace(_gemm_to_band),
         bottleneck="gpu_bound"),
     CatalogueFix(
         "measure_mfu", "Measure MFU to see how far the GEMMs are from the GPU's peak: re-run with --flops-per-step F "
