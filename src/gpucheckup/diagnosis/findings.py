@@ -107,9 +107,10 @@ class Diagnosis(msgspec.Struct):
 
     def ranked_fixes(self, limit: int | None = None) -> list[tuple[Fix, Finding]]:
         """All fixes, configuration-only first, then by the time each saves (predicted, else its bound); a fix that
-        saves under CHEAP_FIRST_SHARE of the largest replayed saving comes after those that do, whatever its tier (a
-        cheap change worth a fraction of a percent is not the first to try; with nothing replayed, the bounds alone
-        do not rank them so), and those that save nothing measurable (under NO_SAVING_MS) last."""
+        saves under CHEAP_FIRST_SHARE of the largest replayed saving (with nothing replayed, of the largest bound:
+        every bound is an upper bound, so such a fix's best case is under a tenth of another's) comes after those
+        that do, whatever its tier (a cheap change worth a fraction of a percent is not the first to try), and those
+        that save nothing measurable (under NO_SAVING_MS) last."""
         best: dict[str, tuple[Fix, Finding]] = {}
         for fd in self.findings:
             if fd.severity == "info":
@@ -118,7 +119,8 @@ class Diagnosis(msgspec.Struct):
                 key = f.key or f.action
                 if key not in best or f.saving_ms > best[key][0].saving_ms:
                     best[key] = (f, fd)
-        top = max((f.expected_ms for f, _ in best.values() if f.predicted is not None), default=0.0)
+        replayed = [f.expected_ms for f, _ in best.values() if f.predicted is not None]
+        top = max(replayed or [f.expected_ms for f, _ in best.values()], default=0.0)
         pairs = sorted(best.values(), key=lambda p: (
             p[0].expected_ms < NO_SAVING_MS,
             TIERS.index(p[0].tier) if p[0].expected_ms >= CHEAP_FIRST_SHARE * top else len(TIERS),
