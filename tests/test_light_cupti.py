@@ -410,6 +410,26 @@ def test_h200_cupti_light_trace_is_not_replayed_and_its_fixes_rank_by_their_boun
     assert launch > 0.5 * r["steps"]["median_ms"] * r["gaps"]["pct_of_step"]["other_host"] / 100
 
 
+def test_h200_hf_trainer_light_window_names_the_full_windows_three_fixes_first():
+    """HF Trainer's CUPTI light window (tests/data/h200/light/hf_cupti) against the same job's full window (the corpus
+    run, tests/data/h200/corpus/hf): launch_bound both, and the same three fixes first (the full window's replay:
+    larger_batch 49%, cuda_graph 44%, torch_compile 33%). Before, the light window put tf32 first: a configuration
+    fix bounded by all its FP32 GEMM time (0.75 ms) where those GEMMs are never waited for (the full window replays
+    0.0%); its bound is now their time on the critical path, under a tenth of the launch fixes' (docs/validation.md
+    6h). Not the same order: nothing is replayed, and cuda_graph and larger_batch share one bound (the launch idle)."""
+    light = _report("hf_cupti")
+    from gpucheckup.checkup.pipeline import check_run
+
+    full = check_run(H200_LIGHT.parent / "corpus" / "hf").checkups[0].report
+    assert light["verdict"]["primary"] == full["verdict"]["primary"] == "launch_bound"
+    top = [f["key"] for f in full["fixes"][:3]]
+    assert set(top) == {"larger_batch", "cuda_graph", "torch_compile"}
+    keys = [f["key"] for f in light["fixes"]]
+    assert set(keys[:3]) == set(top)
+    tf32 = next(f for f in light["fixes"] if f["key"] == "tf32")
+    assert tf32["saving_ms"] < 0.1 * max(f["saving_ms"] or 0.0 for f in light["fixes"])
+
+
 def test_h200_cupti_kernels_in_optimizer_ranges_are_the_optimizers():
     """Without launch calls a kernel is `optimizer` when it starts inside Optimizer.step after the GPU went idle
     there. On the launch-bound MLP (foreach AdamW) that picks AdamW's multi_tensor_apply kernels, read off their names,
