@@ -307,6 +307,27 @@ def test_a_sparse_but_well_formed_run_directory_is_checked_up(tmp_path):
     assert data["run_figures"]["steps"]["steady_median_ms"] == 100.0
 
 
+SHORT_RUN_NOTE = ("no steady-state step figures: the job ran 6 steps and only 5 unprofiled steps were timed (the "
+                  "figures need 8); it is too short for a steady-state window: run it for more steps")
+
+
+def test_a_run_too_short_to_settle_says_so_in_every_report(tmp_path):
+    """Six steps written, the first untimed (so five timed), under the eight plain steps the steady-state figures
+    need: the trace's report and the document end their notes with that note, built in (not appended afterwards)."""
+    report = analyze_json(make_run_dir(tmp_path, "input_bound", steps_ms=[100.0] * 6), tmp_path)
+    assert report["notes"][-1] == SHORT_RUN_NOTE and report["notes"].count(SHORT_RUN_NOTE) == 1
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["notes"][-1] == SHORT_RUN_NOTE and doc["notes"].count(SHORT_RUN_NOTE) == 1
+
+
+def test_a_short_run_without_a_trace_notes_it_after_why_there_is_no_timeline(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 7)))
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n")
+    data = analyze_json(tmp_path, tmp_path)
+    assert data["notes"] == ["no GPU timeline: no trace was captured", SHORT_RUN_NOTE]
+
+
 # ---- fixes of a run with no GPU timeline ----------------------------------------------------------
 
 def test_run_only_fixes_are_ranked_as_in_every_checkup():

@@ -59,6 +59,7 @@ class InRun(msgspec.Struct):
     traces: list[str]
     coarse: dict | None  # diagnosis/coarse.py's verdict of py-spy samples
     sampled: object = None  # a light window's host samples for this trace (trace/host_samples.py), or None
+    notes: list[str] = msgspec.field(default_factory=list)  # the run's notes (run_notes), after the trace's own
 
 
 class Checkup(msgspec.Struct):
@@ -88,6 +89,7 @@ class RunCheckup(msgspec.Struct):
     run: RunDir
     analysis: RunAnalysis
     findings: list[Finding]
+    notes: list[str] = msgspec.field(default_factory=list)  # run_notes: each report of the run ends with them
     coarse: CoarseVerdict | None = None  # out-of-process attach: the verdict of its py-spy samples
     no_timeline: str | None = None
     report: dict | None = None  # the run-only report when there is no GPU timeline
@@ -216,6 +218,7 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     d.findings += list(extra_findings)
     if run is None:
         return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
+    d.notes += [n for n in run.notes if n not in d.notes]  # the run's, after the trace's own (a re-check's too)
     from gpucheckup.analysis.run_logs import sampled_causes
     from gpucheckup.checkup.run_report import run_parts
 
@@ -254,7 +257,7 @@ def cpu_checkup(trace, step_ms: float | None = None, run: InRun | None = None,
     from gpucheckup.checkup.run_report import run_parts
 
     findings = cpu_findings(p, thread_budget(run.analysis.run.env or {}, p.per_step(p.main_thread.busy_ms)))
-    report = {**cpu_dict(trace, p, findings + list(run_findings or [])),
+    report = {**cpu_dict(trace, p, findings + list(run_findings or []), run.notes),
               **run_parts(run.analysis, run.traces, None, run.coarse)}
     return CpuCheckup(p, trace.rank, trace.path, report, findings)
 
@@ -351,7 +354,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     run = read_run(path, live)
     ra = analyze_run(run)
     inputs = _run_inputs(inputs, run, ra)
-    rc = RunCheckup(run=run, analysis=ra, findings=run_findings(ra))
+    rc = RunCheckup(run=run, analysis=ra, findings=run_findings(ra), notes=run_notes(ra))
     sampled_states = _coarse(rc)
     out = Checkups(path, run=rc)
     traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
@@ -370,9 +373,6 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
         out.job = attach_job([rank_input(t, i) for i, t in enumerate(seen.traces)], out.checkups, path, run.env,
                              ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, rc.findings))
     _add_run_report(out, seen, sampled_states)
-    note = unsettled_note(ra)
-    for r in out.reports() if note else ():
-        r["notes"].append(note)
     return out
 
 
@@ -431,12 +431,13 @@ def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(out.path)} holds CPU activity only (no kernels, "
                               "copies or memsets): its CPU side and the run-level figures are checked up")
-            if cpu_profile(trace) is not None:
+            if cpu_profile(trace) is not None:  # the run's notes go with the GPU check-ups where there are any
                 out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms,
-                                           InRun(rc.analysis, seen.used or seen.names, coarse), rc.findings))
+                                           InRun(rc.analysis, seen.used or seen.names, coarse,
+                                                 notes=[] if seen.used else rc.notes), rc.findings))
             continue
         out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(rc.findings),
-                                        run=InRun(rc.analysis, seen.used, coarse, sampled)))
+                                        run=InRun(rc.analysis, seen.used, coarse, sampled, rc.notes)))
     return seen
 
 
@@ -451,6 +452,7 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
     rc = out.run
     run, ra, findings = rc.run, rc.analysis, rc.findings
     parts_traces = seen.used or seen.names
+    run_notes = [] if out.cpu else rc.notes  # the run's notes go with the CPU-side check-ups where there are any
     if not out.cpu and rc.coarse is not None and rc.coarse.decided:
         states, util = sampled_states
         gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
@@ -458,7 +460,7 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
                                 (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]),
                                 coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
         rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
-                                rc.no_timeline, parts_traces)
+                                rc.no_timeline, parts_traces, run_notes)
     else:
         from gpucheckup.analysis.run_logs import sampled_causes
 
@@ -466,7 +468,13 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
         sc = sampled_causes.sampled_causes(seen.traces[0], seen.sampled[0], None) if light else None
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces,
                                   rc.coarse.to_dict() if rc.coarse else None,
-                                  {"host_samples": sc.to_dict() if sc else None})
+                                  {"host_samples": sc.to_dict() if sc else None}, run_notes)
+
+
+def run_notes(ra: RunAnalysis) -> list[str]:
+    """The run's own notes, known before its traces are checked up: each report of the run is built with them."""
+    note = unsettled_note(ra)
+    return [note] if note else []
 
 
 def unsettled_note(ra: RunAnalysis) -> str | None:
