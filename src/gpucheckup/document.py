@@ -164,7 +164,7 @@ class Profiler(Struct):
 
 
 class KernelRow(Struct, omit_defaults=True):
-    """One kernel name's time (analysis/one_trace/kernels.py); `label` (a short name) on the top kernels only."""
+    """One kernel name's time (analysis/one_trace/gpu/kernels.py); `label` (a short name) on the top kernels only."""
 
     name: str
     category: str
@@ -279,7 +279,7 @@ class Timeline(Struct):
 
 
 class Dataloader(Struct):
-    """Time in DataLoader `__next__` (analysis/one_trace/dataloader.py)."""
+    """Time in DataLoader `__next__` (analysis/one_trace/host/dataloader.py)."""
 
     present: bool
     count: int
@@ -316,7 +316,7 @@ class SyncPoint(Struct):
 
 
 class Sync(Struct):
-    """Sync points in the window (analysis/one_trace/syncs.py); `recorded`: the trace could hold one."""
+    """Sync points in the window (analysis/one_trace/host/syncs.py); `recorded`: the trace could hold one."""
 
     recorded: bool
     count: int
@@ -341,7 +341,7 @@ class Direction(Struct):
 
 
 class Copies(Struct):
-    """Copy figures of the window (analysis/one_trace/copies.py)."""
+    """Copy figures of the window (analysis/one_trace/gpu/copies.py)."""
 
     count: int
     by_direction: dict[str, Direction]
@@ -358,7 +358,7 @@ class Copies(Struct):
 
 
 class Communication(Struct):
-    """Communication kernel time and its overlap with compute (analysis/one_trace/communication.py)."""
+    """Communication kernel time and its overlap with compute (analysis/one_trace/gpu/communication.py)."""
 
     present: bool
     time_ms: float | None
@@ -368,7 +368,7 @@ class Communication(Struct):
 
 
 class SlowCall(Struct):
-    """One CUDA API call far slower than its typical duration (analysis/one_trace/api_health.py)."""
+    """One CUDA API call far slower than its typical duration (analysis/one_trace/host/api_health.py)."""
 
     call: str
     thread: str
@@ -634,7 +634,7 @@ class CpuTrace(Struct):
 
 
 class CpuThread(Struct):
-    """A host thread's operator time (analysis/one_trace/cpu_profile.py)."""
+    """A host thread's operator time (analysis/one_trace/host/cpu_profile.py)."""
 
     pid: int
     tid: int
@@ -655,7 +655,7 @@ class CpuOp(Struct):
 
 
 class CpuFigures(Struct):
-    """The CPU-side figures of a trace without device activity (analysis/one_trace/cpu_profile.py)."""
+    """The CPU-side figures of a trace without device activity (analysis/one_trace/host/cpu_profile.py)."""
 
     ops_count: int
     self_ms: float | None

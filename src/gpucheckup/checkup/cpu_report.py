@@ -1,4 +1,4 @@
-"""The report dict of a CPU-side check-up (analysis/one_trace/cpu_profile.py): what the terminal, JSON, HTML and
+"""The report dict of a CPU-side check-up (analysis/one_trace/host/cpu_profile.py): what the terminal, JSON, HTML and
 Markdown show for a trace without device activity."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gpucheckup import __version__
-from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
 from gpucheckup.diagnosis.cpu_rules import NOT_REPLAYED_CPU
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.savings import NOT_REPLAYED

@@ -10,7 +10,7 @@ unprofiled step, as for `gpucheckup run`) is checked up as above with the run-le
 dict built once with the run keys (checkup/run_report.py) and its sampled host states (`InRun`). A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
-(analysis/one_trace/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
+(analysis/one_trace/host/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
 (diagnosis/coarse.py) here, from the samples stored in the run directory; with no trace, it is the run's
 verdict, said coarse, with its finding and fixes (checkup/run_report.py coarse_dict).
@@ -43,7 +43,7 @@ from gpucheckup.trace.host_samples import host_samples_for
 from gpucheckup.trace.rundir import RunDir, is_live_run_dir, is_run_dir, read_run
 
 if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
-    from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
     from gpucheckup.analysis.run_logs.run import RunAnalysis
     from gpucheckup.diagnosis.coarse import CoarseVerdict
     from gpucheckup.checkup.ranks import JobCheckup
@@ -241,7 +241,7 @@ def cpu_checkup(trace, step_ms: float | None = None, run: InRun | None = None,
     when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up). In a
     run directory (`run`), its findings weigh the job's threads against its cores, the run-level ones
     (`run_findings`) follow them, and its report has the run-level keys."""
-    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import cpu_profile
     from gpucheckup.diagnosis.cpu_rules import cpu_findings
     from gpucheckup.checkup.cpu_report import cpu_dict
 
@@ -418,7 +418,7 @@ class _SeenTraces(msgspec.Struct):
 def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> _SeenTraces:
     """Check up each of the run's traces into `out`, each report built with the run-level keys: a GPU trace with the
     run-level findings appended, a CPU-only one by its CPU side (the run says why it has no timeline)."""
-    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import cpu_profile
 
     rc, seen = out.run, _SeenTraces()
     for p in paths:  # all read first: every report names the run's traces checked up

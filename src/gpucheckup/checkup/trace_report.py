@@ -36,8 +36,8 @@ from msgspec.structs import asdict as fields_of  # the analyses' result records 
 
 from gpucheckup import __version__
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.one_trace.gap_causes import CAUSE_TITLES, CAUSES
-from gpucheckup.analysis.one_trace.kernels import kernel_label
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSE_TITLES, CAUSES
+from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
@@ -55,7 +55,7 @@ class TraceFacts(msgspec.Struct, frozen=True):
     busy_pct: float | None
     busy_pct_unprofiled: float | None  # null: the profiler-overhead correction did not apply
     corrected: bool  # the profiler-overhead correction was computed (the unprofiled step was known)
-    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/communication.py)
+    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/gpu/communication.py)
 
 
 def trace_facts(a: TraceAnalysis) -> TraceFacts:

@@ -3,7 +3,7 @@
 Each entry has a key (one change, however many findings point at it), the action, its tier
 (configuration only, code change, refactor), how to do it, its precondition (checked on the
 trace's analysis, on the run's for run-level fixes, or on the CPU-side profile of a trace without device
-activity (analysis/one_trace/cpu_profile.py) for CPU-side ones: a fix is offered only where it holds) and
+activity (analysis/one_trace/host/cpu_profile.py) for CPU-side ones: a fix is offered only where it holds) and
 its saving model with the reason for it. Savings are ms per step of the window's step time
 (analysis/one_trace/window.py), predicted from the cost the fix removes and never more than it; a fix that
 removes part of a cost names the part. docs/metrics.md ("Fix catalogue") repeats every model.
@@ -20,12 +20,12 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES
-from gpucheckup.analysis.one_trace.dataloader import workers_to_keep_pace
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.host.dataloader import workers_to_keep_pace
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
@@ -87,7 +87,7 @@ class CatalogueFix(msgspec.Struct, frozen=True):
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
 
 def _workers(a: TraceAnalysis) -> int:
-    """The worker count the advice names and the edit replays (analysis/one_trace/dataloader.py)."""
+    """The worker count the advice names and the edit replays (analysis/one_trace/host/dataloader.py)."""
     return max(a.dataloader.workers_to_keep_pace, 1)
 
 
@@ -141,7 +141,7 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
 
 
 def _optimizer_span_ms(a: TraceAnalysis) -> float:
-    """The optimizer's own spans (analysis/one_trace/optimizer_spans.py: `Optimizer.step#` ranges less the closures
+    """The optimizer's own spans (analysis/one_trace/host/optimizer_spans.py: `Optimizer.step#` ranges less the closures
     they call) as host time per step: the host work a fused optimizer collapses into a launch or two."""
     lo, hi, _ = optimizer_rows(a.trace)
     return a.window.host_ms(float((hi - lo).sum())) if len(lo) else 0.0
