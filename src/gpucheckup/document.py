@@ -785,8 +785,8 @@ class RunInfo(Struct):
     exit_signal: str | None
     started_epoch_s: int | float | None
     duration_s: int | float | None
-    captured: Section
-    failed: Section
+    captured: Section  # what the run captured, by name, as its manifest says (free-form: paths, counts, flags)
+    failed: dict[str, str]  # what it could not capture, by name ("nvml", "trace", "disk", ...), and why
     traces: list[str]
     no_gpu_timeline: str | None
     steps_from: str | None

@@ -179,7 +179,7 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
         rows.append(("steps", _steps_line(fig.steps)))
     nv = fig.nvml
     rows.append(("NVML", _nvml_line(nv) if nv and nv.util_mean_pct is not None
-                 else str((r.failed or {}).get("nvml") or "no GPU activity recorded")))
+                 else r.failed.get("nvml") or "no GPU activity recorded"))
     cpu = fig.cpu
     if cpu and cpu.samples:
         rows.append(("CPU", f"main process {cpu.main_median_pct or 0:.0f}% of a core (median), other processes "
@@ -195,8 +195,8 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     hs = host_samples(report)
     if hs:  # a light window (analysis/run_logs/sampled_causes.py)
         rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
-    for k, v in (r.failed or {}).items():
-        rows.append((f"not captured: {k}", str(v)))
+    for k, v in r.failed.items():
+        rows.append((f"not captured: {k}", v))
     return rows
 
 
