@@ -22,7 +22,7 @@ from gpucheckup.capture import agent, control
 from gpucheckup.capture.environment import cgroup_quota
 from gpucheckup.capture.telemetry import visible_indices
 from gpucheckup.diagnosis.coarse import coarse_verdict
-from gpucheckup.layout import NVML_COLUMNS
+from gpucheckup.layout import CPU_COLUMNS, NVML_COLUMNS
 
 H200_MEMORY_MB = 143771  # nvidia-smi in the fixtures' env.txt
 
@@ -326,6 +326,25 @@ def test_a_short_run_without_a_trace_notes_it_after_why_there_is_no_timeline(tmp
     (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n")
     data = analyze_json(tmp_path, tmp_path)
     assert data["notes"] == ["no GPU timeline: no trace was captured", SHORT_RUN_NOTE]
+
+
+def test_a_run_whose_two_gpus_never_worked_keeps_the_short_forms_of_its_figures(tmp_path):
+    """Two GPUs sampled at 0% utilization for 20 s and no CPU samples: the run's figures keep the short forms the
+    analysis writes (a note and no active period, throttling unknown, no memory figures, each GPU's own row, the CPU
+    figures only `samples`), through the typed document and back to its JSON."""
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 21)))
+    rows = [",".join(map(str, (1.0 + t, g, 0, 0, 1000, 143771, 70, 1980, "", 30, "", "", "")))
+            for t in range(20) for g in (0, 1)]
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "cpu.csv").write_text(",".join(CPU_COLUMNS) + "\n")
+    fig = analyze_json(tmp_path, tmp_path)["run_figures"]
+    nv = fig["nvml"]
+    assert (nv["samples"], nv["gpus"], nv["util_mean_pct"]) == (20, [0, 1], None)
+    assert nv["note"] == "the job's GPUs never showed utilization above 0" and "active_from_epoch_s" not in nv
+    assert nv["throttle"] == {"known": False} and nv["memory"] == {}
+    assert [(g["gpu"], g["util_mean_pct"], g["memory"]) for g in nv["per_gpu"]] == [(0, None, {}), (1, None, {})]
+    assert fig["cpu"] == {"samples": 0}
 
 
 # ---- fixes of a run with no GPU timeline ----------------------------------------------------------
