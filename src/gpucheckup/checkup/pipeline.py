@@ -14,6 +14,9 @@ which says so. A trace without device activity gets the CPU-side check-up instea
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
 (diagnosis/coarse.py) here, from the samples stored in the run directory; with no trace, it is the run's
 verdict, said coarse, with its finding and fixes (checkup/run_report.py coarse_dict).
+Notes are added before the reports' diagnosis keys are built: the run's own (run_notes) go into each report as
+it is built; a folder's skipped traces and stragglers, and the cross-rank findings (checkup/ranks.py), go into
+each check-up's diagnosis, from which its verdict, fixes and notes are built last (`_finish`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
-from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, trace_facts
+from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, diagnosis_keys, trace_facts
 from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -128,7 +131,14 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
 
         out.job = attach_job([c.ranks for c in checkups], checkups,
                              recheck=_rechecker(checkups, inputs, ncu, ncu_csv, jobs))
+    _finish(checkups)
     return out
+
+
+def _finish(checkups: list[Checkup]) -> None:
+    """The last step: each report's diagnosis keys from its diagnosis, once every step that adds to it has run."""
+    for c in checkups:
+        diagnosis_keys(c.report, c.diagnosis)
 
 
 def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tuple[MfuInputs, object]:
@@ -160,9 +170,10 @@ def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | 
 
 
 def _replace(c: Checkup, new: Checkup) -> None:
-    """Checkup c takes new's analysis, diagnosis and report; the notes c's report gathered stay."""
+    """Checkup c takes new's analysis, diagnosis and report; the notes c's diagnosis gathered stay, first."""
     old = c.report
-    new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
+    gathered = c.diagnosis.notes
+    new.diagnosis.notes = gathered + [n for n in new.diagnosis.notes if n not in gathered]
     new.report.update({k: v for k, v in old.items() if k not in new.report})
     c.analysis, c.diagnosis, c.facts, c.report = new.analysis, new.diagnosis, new.facts, new.report
 
@@ -321,7 +332,9 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     if not results and not cpu:
         raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
     _sort_by_rank(results)
-    for c in results + (cpu or []):
+    for c in results:
+        c.diagnosis.notes += [f"skipped a trace of this folder: {e}" for e in skipped]
+    for c in cpu or []:  # a CPU-side check-up has no diagnosis to build from: its report's notes
         c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
     if len(results) > 1:
         _note_stragglers(results)
@@ -372,6 +385,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
 
         out.job = attach_job([rank_input(t, i) for i, t in enumerate(seen.traces)], out.checkups, path, run.env,
                              ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, rc.findings))
+    _finish(out.checkups)
     _add_run_report(out, seen, sampled_states)
     return out
 
@@ -518,7 +532,7 @@ def rank_summary(results: list[Checkup]) -> list[dict]:
 
 
 def _note_stragglers(results: list[Checkup]) -> None:
-    """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
+    """Add a note to every check-up when one rank's steps are much slower than the fastest rank's."""
     steps = [(c.facts.rank if c.facts.rank is not None else i, c.facts.step_ms) for i, c in enumerate(results)]
     fastest = min(ms for _, ms in steps)
     for rank, ms in steps:
@@ -527,7 +541,7 @@ def _note_stragglers(results: list[Checkup]) -> None:
         note = (f"rank {rank} is a straggler: step {ms:.2f} ms against "
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
-            c.report["notes"].append(note)
+            c.diagnosis.notes.append(note)
 
 
 def _ncu_launches(ncu_csv: Path | None) -> list | None:

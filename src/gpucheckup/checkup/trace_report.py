@@ -66,6 +66,18 @@ def trace_facts(a: TraceAnalysis) -> TraceFacts:
                       corrected=a.profiler is not None, comm_overlap_pct=_clean(a.communication.overlap_pct))
 
 
+def diagnosis_keys(report: dict, d: Diagnosis) -> None:
+    """A report's diagnosis keys (verdict, fixes, notes) built from its diagnosis as it ends: after the steps that
+    add to it across traces (a folder's skipped traces and stragglers, the cross-rank findings of checkup/ranks.py),
+    the last step of a check-up, here or for a check-up that ran in a worker process."""
+    new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
+                              "findings": [f.to_dict() for f in d.findings]},
+                  "fixes": fix_dicts(d), "notes": list(d.notes)})
+    report["verdict"] = {**report["verdict"], **new["verdict"]}
+    report["fixes"] = new["fixes"]
+    report["notes"] = new["notes"]
+
+
 def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None, run: dict | None = None) -> dict:
     """Everything the reports show, as plain JSON types; a run directory's trace with where its gap causes came from
     (`gaps.source`) and its run's run-level keys (`run`: checkup/run_report.run_parts) after its own."""
@@ -104,7 +116,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None,
         "communication": fields_of(a.communication),
         "cuda_api": {"slow_count": a.api.slow_count, "slow": [fields_of(x) for x in a.api.slow],
                      "contention": [fields_of(x) for x in a.api.contention]},
-        "notes": d.notes,
+        "notes": list(d.notes),
         "mfu": fields_of(a.mfu) if a.mfu else None,
         "roofline": fields_of(a.roofline) if a.roofline else None,
         "ncu": fields_of(a.ncu) if a.ncu else None,
