@@ -16,7 +16,7 @@ import types
 
 import numpy as np
 
-from gpucheckup.analysis.one_trace.api_health import longest_overlapping
+from gpucheckup.analysis.one_trace.host.api_health import longest_overlapping
 
 
 def pairwise(host, rows, alloc) -> np.ndarray:

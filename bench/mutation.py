@@ -48,7 +48,7 @@ TABLE = {
     "rules": ("diagnosis/rules.py", "pin_rules rule_table synthetic_rules more_cases verdicts"),
     "fixes": ("diagnosis/fixes.py", "pin_fixes pin_cpu_rules fixes rule_table whatif_reports"),
     "timeline": ("analysis/one_trace/timeline.py", "pin_timeline synthetic_rules more_cases verdicts"),
-    "gap_causes": ("analysis/one_trace/gap_causes.py", "pin_gap_causes synthetic_rules more_cases verdicts"),
+    "gap_causes": ("analysis/one_trace/host/gap_causes.py", "pin_gap_causes synthetic_rules more_cases verdicts"),
     "steps": ("analysis/one_trace/steps.py", "pin_steps synthetic_rules more_cases verdicts"),
     "window": ("analysis/one_trace/window.py", "pin_steps one_window"),
     "replay": ("whatif/replay.py", "pin_replay replay replay_events replay_fast replay_segments pin_whatif"),
@@ -56,15 +56,15 @@ TABLE = {
     "compiled": ("whatif/compiled.py", "pin_whatif replay_whatif compile_edit whatif_reports corpus"),
     "nodes": ("whatif/nodes.py", "pin_whatif replay_whatif compile_edit whatif_reports corpus"),
     "ranks": ("analysis/job/ranks.py", "pin_ranks ranks_h200x2 ranks"),
-    "collectives": ("analysis/one_trace/collectives.py", "pin_collectives ranks_h200x2 ranks"),
+    "collectives": ("analysis/one_trace/gpu/collectives.py", "pin_collectives ranks_h200x2 ranks"),
     "cpu_rules": ("diagnosis/cpu_rules.py", "pin_cpu_rules cpu_fixes cpu_job_verdict"),
     "rank_rules": ("diagnosis/rank_rules.py", "pin_rank_rules pin_ranks ranks_h200x2 ranks"),
     "step_basis": ("analysis/step_basis.py", "pin_step_basis run_reports document profiler_overhead one_window"),
-    "kernels": ("analysis/one_trace/kernels.py",
+    "kernels": ("analysis/one_trace/gpu/kernels.py",
                 "pin_kernels kernel_categories optimizer_closure pin_rules pin_fixes synthetic_rules more_cases"),
-    "optimizer_spans": ("analysis/one_trace/optimizer_spans.py",
+    "optimizer_spans": ("analysis/one_trace/host/optimizer_spans.py",
                         "pin_optimizer_spans optimizer_closure pin_whatif pin_fixes"),
-    "dataloader": ("analysis/one_trace/dataloader.py", "pin_dataloader pin_fixes pin_whatif pin_rules verdicts"),
+    "dataloader": ("analysis/one_trace/host/dataloader.py", "pin_dataloader pin_fixes pin_whatif pin_rules verdicts"),
 }
 MODULES = {k: (path, [f"tests/test_{t}.py" for t in tests.split()]) for k, (path, tests) in TABLE.items()}
 

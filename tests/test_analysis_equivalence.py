@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from test_reader_equivalence import real_traces
-from gpucheckup.analysis.one_trace import host_calls, launches, syncs
+from gpucheckup.analysis.one_trace.host import host_calls, syncs
+from gpucheckup.analysis.one_trace import launches
 from gpucheckup.trace import read_trace
 from gpucheckup.trace.tables import CPU_OP, PYTHON
 
@@ -135,13 +136,13 @@ def test_frame_parents_far_back():
 
 def _categorize_by_definition(name: str) -> str:
     """The plain definition: the first of CATEGORY_RULES (re.IGNORECASE) found in the names of what it runs."""
-    from gpucheckup.analysis.one_trace.kernels import CATEGORY_RULES, work_names
+    from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORY_RULES, work_names
 
     return next((cat for cat, pattern in CATEGORY_RULES if pattern.search(work_names(name))), "other")
 
 
 def test_categorize_equals_its_definition():
-    from gpucheckup.analysis.one_trace.kernels import categorize
+    from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 
     names = {n for p in real_traces() for n in read_trace(p).names}
     assert len(names) > 500
@@ -177,7 +178,7 @@ def test_optimizer_kernels_equal_the_plain_definition():
     pass per annotation."""
     from conftest import trace_path
 
-    from gpucheckup.analysis.one_trace import kernels
+    from gpucheckup.analysis.one_trace.gpu import kernels
     from gpucheckup.trace.tables import USER_ANNOTATION
 
     trace = read_trace(trace_path("launch_bound_stacks"))
@@ -200,7 +201,7 @@ def test_kernels_started_in_optimizer_equal_a_pass_per_span():
     spans shifted so that they start inside and before gaps."""
     from test_light_cupti import H200_LIGHT
 
-    from gpucheckup.analysis.one_trace import kernels
+    from gpucheckup.analysis.one_trace.gpu import kernels
 
     def plain(t, rows, span_lo, span_hi):
         out = np.zeros(len(rows), dtype=bool)

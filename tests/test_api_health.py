@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, write_trace
-from gpucheckup.analysis.one_trace import api_health as api_health_module
-from gpucheckup.analysis.one_trace import host_calls
-from gpucheckup.analysis.one_trace.api_health import api_health, longest_overlapping
+from gpucheckup.analysis.one_trace.host import api_health as api_health_module
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace.host.api_health import api_health, longest_overlapping
 from gpucheckup.analysis.checkup import analyze
 from gpucheckup.trace import read_trace
 

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpucheckup.analysis.one_trace import host_calls
-from gpucheckup.analysis.one_trace.kernels import kernel_label
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label
 from gpucheckup.analysis.flops.shape_flops import op_flops
-from gpucheckup.analysis.one_trace.syncs import _enclosing_all
+from gpucheckup.analysis.one_trace.host.syncs import _enclosing_all
 from gpucheckup.analysis.one_trace.timeline import Gaps, gap_pattern
 from gpucheckup.cli import main
 from gpucheckup.document import Finding, Fix
@@ -693,7 +693,7 @@ def test_groups_by_one_sort_equal_a_mask_per_key(pairs):
 def test_cpu_ops_of_many_names_and_threads_in_linear_time(tmp_path):
     """Class: cpu_profile took a mask per thread and per operator name (threads x ops, names x ops); the devices
     of communication, copies and sampled causes, and shape_flops' threads likewise: now one sort each."""
-    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import cpu_profile
 
     n = 20_000
     ev = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op_{i % (n // 2)}", "pid": 1, "tid": i % (n // 4),

@@ -1,4 +1,4 @@
-"""The GPU's time on the critical path (analysis/one_trace/gpu_critical.py) and the GPU-speed fixes it bounds:
+"""The GPU's time on the critical path (analysis/one_trace/gpu/gpu_critical.py) and the GPU-speed fixes it bounds:
 by hand on a small trace, and on real H200 traces of a launch-bound and a GPU-bound loop."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from conftest import trace_path, write_trace
 from gpucheckup import api
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.gpu_critical import critical_us, idle_scale
+from gpucheckup.analysis.one_trace.gpu.gpu_critical import critical_us, idle_scale
 from gpucheckup.trace import read_trace
 
 

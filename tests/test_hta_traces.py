@@ -1,7 +1,7 @@
 """HTA's public test traces: every one gives a check-up, or one line naming what is missing (issue 12, item 8).
 
 A trace with device work (kernels, copies, memsets, MTIA's command-processor events) gets the GPU check-up;
-one with CPU operators only gets the CPU-side check-up (analysis/one_trace/cpu_profile.py); never "CPU-only" for a
+one with CPU operators only gets the CPU-side check-up (analysis/one_trace/host/cpu_profile.py); never "CPU-only" for a
 trace with CPU operators. The whole set when a copy of HTA's tests/data is at $GPUCHECKUP_HTA_TRACES or
 /work/coord/hta_traces, else the subset in tests/data/hta. Expected figures come from the raw JSON.
 """

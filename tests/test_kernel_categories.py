@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, categorize
 
 MTA = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
        "TensorListMetadata<2>, at::native::(anonymous namespace)::UnaryOpFunctor<float, 2, 1, 1>, {op} >"

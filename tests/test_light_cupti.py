@@ -357,7 +357,7 @@ def test_host_ranges_time_the_closure_an_optimizer_calls_inside_its_step():
     times each call of the closure as an Optimizer.closure# range inside Optimizer.step#, passes the closure's value
     back (the loss), and leaves a step without a closure as it was."""
     torch = pytest.importorskip("torch")
-    from gpucheckup.analysis.one_trace.optimizer_spans import CLOSURE_RANGE
+    from gpucheckup.analysis.one_trace.host.optimizer_spans import CLOSURE_RANGE
 
     w = torch.nn.Parameter(torch.ones(3))
     opt = torch.optim.SGD([w], lr=0.1)
@@ -436,7 +436,7 @@ def test_h200_cupti_kernels_in_optimizer_ranges_are_the_optimizers():
     and none of the forward's or backward's; on the GPU-bound transformer (fused AdamW, work queued ahead) its
     backward kernels run during the host's Optimizer.step, and none of them is picked: only the optimizer's own
     multi_tensor_apply kernels, where the GPU had caught up."""
-    from gpucheckup.analysis.one_trace.kernels import _started_in_optimizer
+    from gpucheckup.analysis.one_trace.gpu.kernels import _started_in_optimizer
     from gpucheckup.trace.reader import read_trace
     from gpucheckup.trace.tables import KERNEL
 
@@ -514,7 +514,8 @@ def _checkup(w, tmp_path, name="trace.json.gz", keep=lambda r: True):
 
 def test_cupti_sync_records_are_counted_and_name_the_idle_they_drain(tmp_path):
     """A fake sync-bound window: one stream synchronize per step, the GPU idle while the host works after it. The
-    check-up counts one sync per step and names that idle `sync` (the drain rule of analysis/one_trace/gap_causes.py);
+    check-up counts one sync per step and names that idle `sync` (the drain rule of
+    analysis/one_trace/host/gap_causes.py);
     the same records without the sync ones read `launch_bound` (every gap `other_host`), as the H200 sync-bound job did."""
     from gpucheckup.analysis.run_logs.sampled_causes import SOURCE_GPU_SYNCS, gap_source
     from gpucheckup.trace.reader import read_trace
@@ -593,7 +594,7 @@ def test_sync_events_name_each_type_and_leave_out_what_is_no_host_wait():
     assert all(e["cat"] == "cuda_runtime" and (e["pid"], e["tid"]) == (42, 43) for e in ev)
     assert ev[0]["args"]["stream"] == 7 and "cuda_event" not in ev[0]["args"]
     assert "stream" not in ev[1]["args"] and ev[1]["args"]["cuda_event"] == 4
-    from gpucheckup.analysis.one_trace.host_calls import SYNC_CALLS
+    from gpucheckup.analysis.one_trace.host.host_calls import SYNC_CALLS
 
     assert set(cw.SYNC_TYPE_CALLS.values()) - SYNC_CALLS == {"cudaStreamWaitEvent"}  # every other one is a sync there
 

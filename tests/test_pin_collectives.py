@@ -1,5 +1,5 @@
-"""One rank's collective calls (analysis/one_trace/collectives.py) against a second, plain implementation over the raw JSON
-of a real 2-GPU H200 DDP trace, and gloo's annotations on a synthetic CPU trace worked out by hand."""
+"""One rank's collective calls (analysis/one_trace/gpu/collectives.py) against a second, plain implementation over
+the raw JSON of a real 2-GPU H200 DDP trace, and gloo's annotations on a synthetic CPU trace worked out by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import write_trace
-from gpucheckup.analysis.one_trace import collectives, launches, steps
+from gpucheckup.analysis.one_trace.gpu import collectives
+from gpucheckup.analysis.one_trace import launches, steps
 from gpucheckup.trace import read_trace
 
 RANK0 = Path(__file__).resolve().parent / "data" / "h200x2" / "ddp_healthy" / "traces" / "rank0.json.gz"

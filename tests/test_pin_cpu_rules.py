@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile, ThreadRow
+from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile, ThreadRow
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.diagnosis.cpu_rules import cpu_findings
 from gpucheckup.diagnosis.fixes import advised_workers

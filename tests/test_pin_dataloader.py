@@ -1,4 +1,4 @@
-"""The input pipeline's figures (analysis/one_trace/dataloader.py; docs/metrics.md "dataloader %", "workers to keep
+"""The input pipeline's figures (analysis/one_trace/host/dataloader.py; docs/metrics.md "dataloader %", "workers to keep
 pace"): the worker count against a plain search over worker counts, its cap at the boundary, and the per-step waits
 of a small synthetic trace worked out by hand."""
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import write_trace
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.one_trace.dataloader import workers_to_keep_pace
+from gpucheckup.analysis.one_trace.host.dataloader import workers_to_keep_pace
 from gpucheckup.trace import read_trace
 
 SINGLE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

@@ -12,10 +12,10 @@ from msgspec.structs import replace
 
 from conftest import trace_path
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES, GapSummary
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
 from gpucheckup.analysis.run_logs.run import RunAnalysis
-from gpucheckup.analysis.one_trace.syncs import SyncCause
+from gpucheckup.analysis.one_trace.host.syncs import SyncCause
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.diagnosis import fixes
 from gpucheckup.trace import read_trace
@@ -153,7 +153,7 @@ def test_compile_saves_the_launch_share_and_half_the_fusable_kernel_time():
     a = idle(launch=4.0, other_host=2.0)
     k = a.kernels
     n = len(k.category_of_row)
-    from gpucheckup.analysis.one_trace.kernels import CATEGORIES
+    from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
 
     cat = k.category_of_row.copy()
     cat[:] = CATEGORIES.index("gemm_conv")

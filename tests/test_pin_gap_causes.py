@@ -1,5 +1,5 @@
-"""Why the GPU idled (analysis/one_trace/gap_causes.py), on one-step synthetic traces whose single gap is split by hand
-per docs/metrics.md: the host's stretch [gap start, launch] by the launching thread's state in priority order
+"""Why the GPU idled (analysis/one_trace/host/gap_causes.py), on one-step synthetic traces whose single gap is split
+by hand per docs/metrics.md: the host's stretch [gap start, launch] by the launching thread's state in priority order
 (input, sync, communication, allocation, launch, other host), the launch latency [launch, gap end] as launch,
 a gap whose next op was already queued as queued, and a sync that returned inside the gap draining it."""
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import write_trace
-from gpucheckup.analysis.one_trace import gap_causes, launches, steps, timeline, window
+from gpucheckup.analysis.one_trace.host import gap_causes
+from gpucheckup.analysis.one_trace import launches, steps, timeline, window
 from gpucheckup.trace import read_trace
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

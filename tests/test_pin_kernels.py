@@ -1,5 +1,5 @@
-"""Kernel statistics (analysis/one_trace/kernels.py; docs/metrics.md "Kernels") against the raw events of a real H200
-trace read with the standard library: the kernels starting inside the analysis window, their count, total, mean,
+"""Kernel statistics (analysis/one_trace/gpu/kernels.py; docs/metrics.md "Kernels") against the raw events of a real
+H200 trace read with the standard library: the kernels starting inside the analysis window, their count, total, mean,
 median, small share (< 20 us), per-name table and launch delay (kernel start less its launching call's start).
 The reader's clock is absolute microseconds in float64 (about 1.7e12 us: steps of 0.00024 us), so each duration
 agrees to EPS_US, and a sum of n of them to n x EPS_US."""
@@ -100,7 +100,7 @@ INDEX = ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_inde
     ("void my_kernel<BlockReduce>(float*)", "my_kernel"),
 ])
 def test_kernel_labels_by_hand(name, label):
-    from gpucheckup.analysis.one_trace.kernels import kernel_label
+    from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label
 
     assert kernel_label(name) == label
 
@@ -185,7 +185,7 @@ ADAM = ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::n
                                                             "Copy"),
 ])
 def test_work_names_by_hand(name, words):
-    from gpucheckup.analysis.one_trace.kernels import work_names
+    from gpucheckup.analysis.one_trace.gpu.kernels import work_names
 
     assert work_names(name) == words
 
@@ -211,6 +211,6 @@ def test_data_movement_families_from_the_raw_events():
         for e in mine:
             by_name[e["name"]] += e["dur"]
         assert f["kernels"] == sorted(by_name, key=by_name.get, reverse=True)  # the largest kernel first
-        from gpucheckup.analysis.one_trace.kernels import kernel_label  # pinned by test_kernel_labels_by_hand
+        from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label  # pinned by test_kernel_labels_by_hand
 
         assert f["labels"] == [kernel_label(n) for n in f["kernels"]]

@@ -1,4 +1,4 @@
-"""The optimizer's own span (analysis/one_trace/optimizer_spans.py; docs/metrics.md "optimizer's own span") on a
+"""The optimizer's own span (analysis/one_trace/host/optimizer_spans.py; docs/metrics.md "optimizer's own span") on a
 small synthetic trace whose spans are worked out by hand from the definition: each `Optimizer.step#` range from the
 end of the last closure work starting inside it (an `Optimizer.closure#` range, or a backward operator of the same
 process on any thread) to the range's end; `Optimizer.zero_grad#` ranges only when asked for."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import write_trace
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.trace import read_trace
 
 

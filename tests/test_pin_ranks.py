@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpucheckup.analysis.job import ranks
-from gpucheckup.analysis.one_trace.collectives import Calls
+from gpucheckup.analysis.one_trace.gpu.collectives import Calls
 from gpucheckup.analysis.one_trace.steps import Steps
 
 LABELS = ["ProfilerStep#1", "ProfilerStep#2"]

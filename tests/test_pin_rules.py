@@ -12,7 +12,7 @@ from msgspec.structs import replace
 
 from conftest import trace_path
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES, GapSummary
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES, GapSummary
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.diagnosis import rules
 from gpucheckup.trace import read_trace
@@ -196,7 +196,7 @@ def test_with_python_stacks_the_idle_and_the_launches_are_put_on_lines_of_code()
 
 
 def test_data_movement_events_are_data_movement_kernels():
-    from gpucheckup.analysis.one_trace.kernels import categorize
+    from gpucheckup.analysis.one_trace.gpu.kernels import categorize
     from gpucheckup.checkup.pipeline import check_path
 
     f = {x.id: x for x in check_path(trace_path("moe_seed"))[0].diagnosis.findings}["data_movement"]

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpucheckup.analysis.step_basis import job_step, run_step, throughput_ms
-from gpucheckup.document import Step
+from gpucheckup.document import Step, StepStats
 
 
 def test_throughput_is_total_time_over_steps_not_a_median():
@@ -33,21 +33,26 @@ def test_throughput_matches_a_plain_loop(ms):
     assert (math.isnan(got) and not seen) or got == pytest.approx(total / len(seen), rel=1e-9)
 
 
-STATS = {"unprofiled_ms": 12.5, "unprofiled_steps": (6, 40), "unprofiled_basis": "35 steps",
-         "late_median_ms": 99.0}
+def stats(**changed) -> StepStats:
+    """A run's step figures: steps 6-40 unprofiled at 12.5 ms a step, the second half's median 99 ms."""
+    base = dict(count=40, last_step=40, plain_count=35, profiled_steps=None, profiled_median_ms=None,
+                instrumented_steps={}, total_s=1.0, late_median_ms=99.0, settled=True, steady_median_ms=None,
+                steady_ms=None, warmup_steps=None, cv_pct=None, slow=None, profiler_overhead_pct=None,
+                unprofiled_ms=12.5, unprofiled_steps=[6, 40], unprofiled_basis="35 steps")
+    return StepStats(**{**base, **changed})
 
 
 def test_a_runs_step_is_its_unprofiled_steps_throughput_first():
-    s = run_step(STATS, "steps.csv")
+    s = run_step(stats(), "steps.csv")
     assert s.ms == 12.5
     assert s.basis == "steps.csv: total time over the run's unprofiled steps 6-40 (35 steps)"
 
 
 def test_a_run_that_never_settled_gives_its_second_halfs_median():
-    s = run_step({**STATS, "unprofiled_ms": None}, "steps.csv")
+    s = run_step(stats(unprofiled_ms=None), "steps.csv")
     assert s.ms == 99.0 and "median of the second half's steps" in s.basis
-    assert run_step({"unprofiled_ms": None, "late_median_ms": None}, "steps.csv") is None
-    assert run_step(None, "steps.csv") is None and run_step({}, "steps.csv") is None
+    assert run_step(stats(unprofiled_ms=None, late_median_ms=None), "steps.csv") is None
+    assert run_step(None, "steps.csv") is None
 
 
 def test_a_jobs_step_is_its_slowest_ranks():

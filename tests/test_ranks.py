@@ -195,3 +195,26 @@ def test_workers_give_the_cross_rank_analysis_of_one_process(tmp_path, monkeypat
         assert r["gpu"]["busy_pct"] > 99.9  # as traced: the waiting kernels fill the step
         assert r["profiler"]["gpu_ms_per_step"] == pytest.approx(planted["profiler"]["gpu_ms_per_step"], rel=1e-3)
         assert r["profiler"]["comm_wait_ms"] > 1.0
+
+
+def test_a_folders_notes_end_each_checkup_built_from_its_diagnosis(tmp_path):
+    """Two unrelated ranks (rank 1's launch-bound step far slower than rank 0's) and a third rank cut in half: each
+    check-up's notes are its diagnosis's, ending with the skipped trace then the straggler, the steps that add them
+    run before the report's diagnosis keys are built (checkup/pipeline.py), not patched into built reports."""
+    import shutil
+
+    from conftest import trace_path
+
+    from gpucheckup.checkup.pipeline import check
+
+    for rank, case in ((0, "moe_seed"), (1, "launch_bound")):
+        shutil.copy(trace_path(case), tmp_path / f"trace_rank{rank}.json.gz")
+    data = trace_path("moe_seed").read_bytes()
+    (tmp_path / "trace_rank2.json.gz").write_bytes(data[: len(data) // 2])
+    result = check(tmp_path, jobs=1)
+    assert [c.facts.rank for c in result.checkups] == [0, 1]
+    for c in result.checkups:
+        assert c.report["notes"] == c.diagnosis.notes
+        skipped, straggler = c.report["notes"][-2:]
+        assert skipped.startswith("skipped a trace of this folder: ") and "trace_rank2.json.gz" in skipped
+        assert straggler.startswith("rank 1 is a straggler: step ")

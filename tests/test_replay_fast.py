@@ -19,7 +19,7 @@ from conftest import DEMO, REPO, fixtures_dir
 from gpucheckup.analysis.one_trace import launches
 from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.analysis.flops.gemm_dtype import dtype_from_name, is_tensor_core
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
 from gpucheckup.trace.reader import read_trace
 from gpucheckup.trace.tables import KERNEL

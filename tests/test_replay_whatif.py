@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import DEMO, REPO
-from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.analysis.one_trace.host import host_calls
 from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.whatif import compiled
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.hardware import peaks
 from gpucheckup.trace.reader import read_trace
 

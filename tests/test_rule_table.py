@@ -9,7 +9,9 @@ import re
 import pytest
 
 from conftest import REPO
-from gpucheckup.analysis.one_trace import api_health, kernels, profiler_overhead
+from gpucheckup.analysis.one_trace.host import api_health
+from gpucheckup.analysis.one_trace.gpu import kernels
+from gpucheckup.analysis.one_trace import profiler_overhead
 from gpucheckup.analysis.run_logs import step_history, telemetry
 from gpucheckup.diagnosis import fixes, rules, run_rules, verdict
 

@@ -22,7 +22,7 @@ from gpucheckup.capture import agent, control
 from gpucheckup.capture.environment import cgroup_quota
 from gpucheckup.capture.telemetry import visible_indices
 from gpucheckup.diagnosis.coarse import coarse_verdict
-from gpucheckup.layout import NVML_COLUMNS
+from gpucheckup.layout import CPU_COLUMNS, NVML_COLUMNS
 
 H200_MEMORY_MB = 143771  # nvidia-smi in the fixtures' env.txt
 
@@ -305,6 +305,46 @@ def test_a_sparse_but_well_formed_run_directory_is_checked_up(tmp_path):
     assert data["verdict"]["primary"] is None and data["run"]["failed"] == {}
     assert data["step_history"]["step"] == list(range(2, 21)) and data["run_figures"]["steps"]["count"] == 20
     assert data["run_figures"]["steps"]["steady_median_ms"] == 100.0
+
+
+SHORT_RUN_NOTE = ("no steady-state step figures: the job ran 6 steps and only 5 unprofiled steps were timed (the "
+                  "figures need 8); it is too short for a steady-state window: run it for more steps")
+
+
+def test_a_run_too_short_to_settle_says_so_in_every_report(tmp_path):
+    """Six steps written, the first untimed (so five timed), under the eight plain steps the steady-state figures
+    need: the trace's report and the document end their notes with that note, built in (not appended afterwards)."""
+    report = analyze_json(make_run_dir(tmp_path, "input_bound", steps_ms=[100.0] * 6), tmp_path)
+    assert report["notes"][-1] == SHORT_RUN_NOTE and report["notes"].count(SHORT_RUN_NOTE) == 1
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["notes"][-1] == SHORT_RUN_NOTE and doc["notes"].count(SHORT_RUN_NOTE) == 1
+
+
+def test_a_short_run_without_a_trace_notes_it_after_why_there_is_no_timeline(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 7)))
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n")
+    data = analyze_json(tmp_path, tmp_path)
+    assert data["notes"] == ["no GPU timeline: no trace was captured", SHORT_RUN_NOTE]
+
+
+def test_a_run_whose_two_gpus_never_worked_keeps_the_short_forms_of_its_figures(tmp_path):
+    """Two GPUs sampled at 0% utilization for 20 s and no CPU samples: the run's figures keep the short forms the
+    analysis writes (a note and no active period, throttling unknown, no memory figures, each GPU's own row, the CPU
+    figures only `samples`), through the typed document and back to its JSON."""
+    (tmp_path / "manifest.json").write_text(json.dumps(MANIFEST))
+    (tmp_path / "steps.csv").write_text("step,ms\n1,\n" + "".join(f"{i},100\n" for i in range(2, 21)))
+    rows = [",".join(map(str, (1.0 + t, g, 0, 0, 1000, 143771, 70, 1980, "", 30, "", "", "")))
+            for t in range(20) for g in (0, 1)]
+    (tmp_path / "nvml.csv").write_text(",".join(NVML_COLUMNS) + "\n" + "\n".join(rows) + "\n")
+    (tmp_path / "cpu.csv").write_text(",".join(CPU_COLUMNS) + "\n")
+    fig = analyze_json(tmp_path, tmp_path)["run_figures"]
+    nv = fig["nvml"]
+    assert (nv["samples"], nv["gpus"], nv["util_mean_pct"]) == (20, [0, 1], None)
+    assert nv["note"] == "the job's GPUs never showed utilization above 0" and "active_from_epoch_s" not in nv
+    assert nv["throttle"] == {"known": False} and nv["memory"] == {}
+    assert [(g["gpu"], g["util_mean_pct"], g["memory"]) for g in nv["per_gpu"]] == [(0, None, {}), (1, None, {})]
+    assert fig["cpu"] == {"samples": 0}
 
 
 # ---- fixes of a run with no GPU timeline ----------------------------------------------------------

@@ -18,7 +18,7 @@ from gpucheckup.checkup import pipeline
 from gpucheckup.whatif import replay, edits as whatif
 from gpucheckup.whatif import compiled, nodes
 from gpucheckup.analysis.checkup import analyze
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.analysis.flops.mfu import MfuInputs
 from gpucheckup.diagnosis import diagnose, savings
 from gpucheckup.diagnosis.findings import VERDICT_TITLES

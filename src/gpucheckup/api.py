@@ -152,7 +152,7 @@ def figures(part: document.TraceReport | document.CpuReport | None, run: documen
     if part is None:  # a run without a trace
         from gpucheckup.analysis.step_basis import run_step
 
-        step = run_step((run.figures if run else {}).get("steps"), "")
+        step = run_step(run.figures.steps if run else None, "")
         out["step_ms"] = step.ms if step else None
         return out
     out.update(mfu_pct=part.mfu.pct if part.mfu else None, busy_pct=part.gpu.busy_pct, step_ms=part.window.step_ms,

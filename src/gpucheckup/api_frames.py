@@ -12,50 +12,50 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from gpucheckup.document import Document
+from gpucheckup.document import Document, TraceReport
 from gpucheckup.errors import CheckupError
 
 Rows = Iterator[dict]
 
 
-def _reports(doc: Document) -> Iterator[tuple[int, dict]]:
-    """(rank, report as plain JSON types) of each GPU check-up, in rank order."""
+def _reports(doc: Document) -> Iterator[tuple[int, TraceReport]]:
+    """(rank, report) of each GPU check-up, in rank order."""
     for i, r in enumerate(doc.checkups):
         rank = r.trace.rank
-        yield (rank if rank is not None else i), msgspec.to_builtins(r)
+        yield (rank if rank is not None else i), r
 
 
 def _steps(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        busy = r["gpu"]["step_busy_pct"]
-        for i, (label, ms) in enumerate(zip(r["steps"]["labels"], r["steps"]["per_step_ms"])):
+        busy = r.gpu.step_busy_pct
+        for i, (label, ms) in enumerate(zip(r.steps.labels, r.steps.per_step_ms)):
             yield {"rank": rank, "label": label, "ms": ms, "busy_pct": busy[i] if i < len(busy) else None}
 
 
 def _kernels(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        for k in r["kernels"]["by_name"]:
-            yield {"rank": rank, **k}
+        for k in r.kernels.by_name:
+            yield {"rank": rank, **msgspec.to_builtins(k)}  # a row's keys as the JSON has them (`label`: top ones)
 
 
 def _gaps(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        g = r["gaps"]
-        for cause, ms in g["by_cause_ms"].items():
-            yield {"rank": rank, "cause": cause, "by_cause_ms": ms, "per_step_ms": g["per_step_ms"].get(cause),
-                   "pct_of_step": g["pct_of_step"].get(cause)}
+        g = r.gaps
+        for cause, ms in g.by_cause_ms.items():
+            yield {"rank": rank, "cause": cause, "by_cause_ms": ms, "per_step_ms": g.per_step_ms.get(cause),
+                   "pct_of_step": g.pct_of_step.get(cause)}
 
 
 def _syncs(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        for s in r["sync"].get("by_cause") or []:
-            yield {"rank": rank, **{k: v for k, v in s.items() if k != "calls"}}
+        for s in r.sync.by_cause:
+            yield {"rank": rank, **{k: v for k, v in msgspec.to_builtins(s).items() if k != "calls"}}
 
 
 def _copies(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        for direction, c in r["copies"]["by_direction"].items():
-            yield {"rank": rank, "direction": direction, **c}
+        for direction, c in r.copies.by_direction.items():
+            yield {"rank": rank, "direction": direction, **msgspec.to_builtins(c)}
 
 
 def _collectives(doc: Document) -> Rows:
@@ -71,16 +71,17 @@ def _ranks(doc: Document) -> Rows:
 
 def _findings(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        for f in r["verdict"]["findings"]:
-            yield {"rank": rank, **{k: f[k] for k in FINDING_COLUMNS}}
+        for f in r.verdict.findings:
+            yield {"rank": rank, **{k: getattr(f, k) for k in FINDING_COLUMNS}}
 
 
 def _fixes(doc: Document) -> Rows:
     for rank, r in _reports(doc):
-        for f in r["fixes"]:
-            p = f["predicted"] or {}
-            yield {"rank": rank, **{k: f[k] for k in FIX_COLUMNS},
-                   "predicted_saving_ms": p.get("saving_ms"), "predicted_saving_pct": p.get("saving_pct")}
+        for f in r.fixes:
+            p = f.predicted
+            yield {"rank": rank, **{k: getattr(f, k) for k in FIX_COLUMNS},
+                   "predicted_saving_ms": p.saving_ms if p else None,
+                   "predicted_saving_pct": p.saving_pct if p else None}
 
 
 FINDING_COLUMNS = ("id", "severity", "title", "rule", "cost_ms_per_step", "cost_pct_of_step")

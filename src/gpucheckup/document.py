@@ -164,7 +164,7 @@ class Profiler(Struct):
 
 
 class KernelRow(Struct, omit_defaults=True):
-    """One kernel name's time (analysis/one_trace/kernels.py); `label` (a short name) on the top kernels only."""
+    """One kernel name's time (analysis/one_trace/gpu/kernels.py); `label` (a short name) on the top kernels only."""
 
     name: str
     category: str
@@ -279,7 +279,7 @@ class Timeline(Struct):
 
 
 class Dataloader(Struct):
-    """Time in DataLoader `__next__` (analysis/one_trace/dataloader.py)."""
+    """Time in DataLoader `__next__` (analysis/one_trace/host/dataloader.py)."""
 
     present: bool
     count: int
@@ -316,7 +316,7 @@ class SyncPoint(Struct):
 
 
 class Sync(Struct):
-    """Sync points in the window (analysis/one_trace/syncs.py); `recorded`: the trace could hold one."""
+    """Sync points in the window (analysis/one_trace/host/syncs.py); `recorded`: the trace could hold one."""
 
     recorded: bool
     count: int
@@ -341,7 +341,7 @@ class Direction(Struct):
 
 
 class Copies(Struct):
-    """Copy figures of the window (analysis/one_trace/copies.py)."""
+    """Copy figures of the window (analysis/one_trace/gpu/copies.py)."""
 
     count: int
     by_direction: dict[str, Direction]
@@ -358,7 +358,7 @@ class Copies(Struct):
 
 
 class Communication(Struct):
-    """Communication kernel time and its overlap with compute (analysis/one_trace/communication.py)."""
+    """Communication kernel time and its overlap with compute (analysis/one_trace/gpu/communication.py)."""
 
     present: bool
     time_ms: float | None
@@ -368,7 +368,7 @@ class Communication(Struct):
 
 
 class SlowCall(Struct):
-    """One CUDA API call far slower than its typical duration (analysis/one_trace/api_health.py)."""
+    """One CUDA API call far slower than its typical duration (analysis/one_trace/host/api_health.py)."""
 
     call: str
     thread: str
@@ -634,7 +634,7 @@ class CpuTrace(Struct):
 
 
 class CpuThread(Struct):
-    """A host thread's operator time (analysis/one_trace/cpu_profile.py)."""
+    """A host thread's operator time (analysis/one_trace/host/cpu_profile.py)."""
 
     pid: int
     tid: int
@@ -655,7 +655,7 @@ class CpuOp(Struct):
 
 
 class CpuFigures(Struct):
-    """The CPU-side figures of a trace without device activity (analysis/one_trace/cpu_profile.py)."""
+    """The CPU-side figures of a trace without device activity (analysis/one_trace/host/cpu_profile.py)."""
 
     ops_count: int
     self_ms: float | None
@@ -697,6 +697,29 @@ class RankSpread(Struct):
     outliers: list[int]
 
 
+class RankRow(Struct, kw_only=True):
+    """One row of the ranks table, read back (`rank_table`): either form, a key the form lacks None. The JSON keeps
+    each form's keys in its own order, so `Ranks.table` holds the rows as written: several traces that share no
+    collective call: rank, path, verdict, step_ms, busy_pct (checkup/pipeline.py rank_summary); ranks matched by
+    their calls: rank, the per-step times (analysis/job/ranks.py), last_pct, clock_offset_us, verdict, then path and
+    busy_pct where the traces were checked up, and comm_overlap_pct (checkup/ranks.py job_dict)."""
+
+    rank: int
+    path: str | None = None
+    verdict: str | None = None
+    step_ms: float | None = None
+    busy_pct: float | None = None
+    compute_ms: float | None = None
+    transfer_ms: float | None = None
+    wait_ms: float | None = None
+    exposed_wait_ms: float | None = None
+    idle_ms: float | None = None
+    late_ms: float | None = None
+    last_pct: float | None = None
+    clock_offset_us: float | None = None
+    comm_overlap_pct: float | None = None
+
+
 class Ranks(Struct, kw_only=True):
     """The ranks side by side (checkup/ranks.py): the straggler, how late it is and why, the ranks table and each
     column's spread, the collective calls matched. Several traces that share no collective call have only
@@ -707,7 +730,7 @@ class Ranks(Struct, kw_only=True):
     waited_ms_per_step: float | None | UnsetType = UNSET
     cause: str | None | UnsetType = UNSET
     excess_ms: dict[str, float | None] | UnsetType = UNSET
-    table: list[Section]  # one row per rank; the two forms' rows differ in keys and in their order (docs/metrics.md)
+    table: list[Section]  # one row per rank, as written: two forms differing in keys and order (RankRow reads both)
     distribution: list[RankSpread] | UnsetType = UNSET
     matched_calls: int
     unmatched_calls: int | UnsetType = UNSET
@@ -762,8 +785,8 @@ class RunInfo(Struct):
     exit_signal: str | None
     started_epoch_s: int | float | None
     duration_s: int | float | None
-    captured: Section
-    failed: Section
+    captured: Section  # what the run captured, by name, as its manifest says (free-form: paths, counts, flags)
+    failed: dict[str, str]  # what it could not capture, by name ("nvml", "trace", "disk", ...), and why
     traces: list[str]
     no_gpu_timeline: str | None
     steps_from: str | None
@@ -788,14 +811,170 @@ class StepHistory(Struct):
     source: str | None
 
 
+class SlowSteps(Struct):
+    """The steps over twice the steady median (analysis/run_logs/step_history.py slow_steps): how many, the first
+    50 of them, the time they add and its share, their median, and the period they recur at (or null)."""
+
+    count: int
+    steps: list[int]
+    extra_ms: Number
+    extra_pct: Number
+    median_slow_ms: Number | None
+    period: int | None
+
+
+class StepStats(Struct):
+    """The whole-run step figures of the process whose step log speaks for the run (analysis/run_logs/
+    step_history.py step_stats; docs/metrics.md): the steps, the warm-up and steady step, the profiled steps and
+    what the profiler cost, the slow steps, and the unprofiled step the run's step time stands on."""
+
+    count: int
+    last_step: int
+    plain_count: int
+    profiled_steps: list[int] | None
+    profiled_median_ms: Number | None
+    instrumented_steps: dict[str, list[int]]
+    total_s: Number
+    late_median_ms: Number | None
+    settled: bool
+    steady_median_ms: Number | None
+    steady_ms: Number | None
+    warmup_steps: int | None
+    cv_pct: Number | None
+    slow: SlowSteps | None
+    profiler_overhead_pct: Number | None
+    unprofiled_ms: Number | None
+    unprofiled_steps: list[int] | None
+    unprofiled_basis: str | None
+
+
+class Heartbeat(Struct):
+    """Pulses of GPU utilization (analysis/run_logs/telemetry.py heartbeat): whether it beats, the pulses, the share
+    of samples low, the period, the threshold used."""
+
+    heartbeat: bool
+    pulses: int
+    low_pct: Number
+    period_s: Number | None
+    threshold_pct: Number | None
+
+
+class Throttle(Struct):
+    """The share of active NVML samples with a throttle reason, overall and by reason; only `known` (false) when
+    no sample told its reasons."""
+
+    known: bool
+    throttled_pct: Number | None | UnsetType = UNSET
+    by_reason_pct: dict[str, Number] | UnsetType = UNSET
+
+
+class MemoryGrowth(Struct):
+    """Used GPU memory at the start and end of the active period and the growth between them (MB); no key when
+    the GPUs never showed activity, no `total_mb` when too few samples had memory."""
+
+    start_mb: Number | None | UnsetType = UNSET
+    end_mb: Number | None | UnsetType = UNSET
+    growth_mb: Number | None | UnsetType = UNSET
+    growth_pct_of_total: Number | None | UnsetType = UNSET
+    peak_mb: Number | None | UnsetType = UNSET
+    total_mb: Number | None | UnsetType = UNSET
+
+
+class NvmlGpu(Struct):
+    """One GPU's own NVML figures, in a job of several GPUs."""
+
+    gpu: int
+    util_mean_pct: Number | None
+    throttle: Throttle
+    memory: MemoryGrowth
+    sm_clock_median_mhz: Number | None
+
+
+class NvmlSummary(Struct, kw_only=True):
+    """The run's NVML figures (analysis/run_logs/telemetry.py nvml_summary): utilization and its heartbeat, power,
+    SM clock, throttling and memory over the active period (the steady state where the step log gives it). `note`
+    only when the GPUs never showed activity, `active_from_epoch_s` only when they did, `per_gpu` only for several."""
+
+    samples: int
+    gpus: list[int]
+    active_s: Number
+    util_mean_pct: Number | None
+    heartbeat: Heartbeat
+    throttle: Throttle
+    memory: MemoryGrowth
+    power_mean_w: Number | None
+    sm_clock_median_mhz: Number | None
+    note: str | UnsetType = UNSET
+    active_from_epoch_s: Number | UnsetType = UNSET
+    window: str
+    per_gpu: list[NvmlGpu] | UnsetType = UNSET
+
+
+class CpuSummary(Struct):
+    """The sampled CPU use of the job (analysis/run_logs/telemetry.py cpu_summary): its main process's median and
+    its other processes' (summed per sample); only `samples` (0) when nothing was sampled."""
+
+    samples: int
+    main_pid: int | UnsetType = UNSET
+    main_median_pct: Number | None | UnsetType = UNSET
+    others_median_pct: Number | UnsetType = UNSET
+    max_processes: int | UnsetType = UNSET
+
+
+class LoaderLoad(Struct):
+    """The DataLoader settings env.json saw and the workers they put on the host (analysis/run_logs/environment.py
+    dataloader_load): loaders, the most workers of one, processes and workers on the host, usable cores and what
+    limits them, the pin_memory settings seen."""
+
+    loaders: int
+    max_workers: int | None
+    processes_on_host: int
+    workers_on_host: int | None
+    usable_cores: Number | None
+    cores_limited_by: str | None
+    pin_memory: list[bool]
+
+
+class CoarseFigures(Struct):
+    """An out-of-process attach's verdict from sampled stacks (diagnosis/coarse.py CoarseVerdict): the verdict, the
+    samples, its sentence, the GPU's idle share, the main thread's states, what it rests on, its cost, top state."""
+
+    verdict: str
+    samples: int
+    sentence: str
+    gpu_idle_pct: Number | None
+    main_states_pct: dict[str, Number]
+    basis: str
+    cost_pct: Number | None
+    top_state: str
+
+
+class RunFigures(Struct):
+    """The whole run's figures (checkup/run_report.py run_parts): its step log's, NVML's, the sampled CPU's, the
+    DataLoaders', its FLOP count, an out-of-process attach's coarse verdict; each null when the run lacks it.
+    `host_samples`: a light window's sampled host states, here only for a run without a trace to hold them."""
+
+    steps: StepStats | None
+    nvml: NvmlSummary | None
+    cpu: CpuSummary | None
+    dataloaders: LoaderLoad | None
+    flops: dict[str, Any] | None  # flops.json as the job's agent wrote it (only flops_per_step is checked: a number)
+    coarse: CoarseFigures | None
+    host_samples: HostSamples | None | UnsetType = UNSET
+
+
+RunEnv = dict[str, Any]  # env.json as the run wrote it: free-form (its keys are the capturing gpucheckup's, and a
+# run directory may come from another version); the long `topology` text cut at 20000 characters
+
+
 class Run(Struct):
     """A run directory's run-level section: how it ran, NVML samples, step history, environment, figures."""
 
     info: RunInfo
     nvml: NvmlSeries
     step_history: StepHistory | None
-    env: Section
-    figures: Section
+    env: RunEnv
+    figures: RunFigures
 
 
 class Document(Struct):
@@ -990,12 +1169,31 @@ class LoaderRun(Struct):
     worker_runq_s: float | None  # the workers' seconds ready to run but waiting for a core (null: unknown)
 
 
+class NumaNode(Struct):
+    """A NUMA node of the host and its CPUs as the kernel lists them ("0-15")."""
+
+    node: int
+    cpus: str
+
+
+class CpuBudget(Struct):
+    """The CPUs a process may use (capture/environment.py cpu_budget): the host's count, its affinity mask, the
+    cgroup quota and where it was read, the NUMA nodes, and the fewest of the three (null: none known)."""
+
+    count: int | None
+    affinity: int | None
+    cgroup_quota_cpus: Number | None
+    cgroup_source: str
+    numa_nodes: list[NumaNode]
+    usable: Number | None
+
+
 class LoaderBench(Struct):
     """Every setting measured, and the CPU budget of the process that ran them."""
 
     factory: str
     runs: list[LoaderRun]
-    cpu: Section  # count, affinity, cgroup_quota_cpus, cgroup_source, usable (capture/environment.cpu_budget)
+    cpu: CpuBudget
     accelerator: bool  # whether pin_memory could pin (torch saw a CUDA device)
     notes: list[str]
 
@@ -1090,6 +1288,16 @@ def host_samples(report: dict) -> HostSamples | None:
     """A report dict's sampled host states (a light window's, in its run's figures) as their type; None without."""
     hs = (report.get("run_figures") or {}).get("host_samples")
     return msgspec.convert(hs, HostSamples) if hs else None
+
+
+def rank_table(rows: list[dict]) -> list[RankRow]:
+    """The ranks table's rows (`Ranks.table`, or checkup/pipeline.py rank_summary's), either form, as RankRows."""
+    return msgspec.convert(rows, list[RankRow])
+
+
+def run_figures(report: dict) -> RunFigures:
+    """A run directory's report dict's whole-run figures (`run_figures`) as their document type."""
+    return msgspec.convert(report["run_figures"], RunFigures)
 
 
 def nvml_series(report: dict) -> NvmlSeries | None:

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import (
-    api_health, communication, copies, dataloader, gap_causes, gpu_critical, kernels, launches, steps, syncs,
-)
+from gpucheckup.analysis.one_trace.host import api_health, dataloader, gap_causes, syncs
+from gpucheckup.analysis.one_trace.gpu import communication, copies, gpu_critical, kernels
+from gpucheckup.analysis.one_trace import launches, steps
 from gpucheckup.analysis.flops import gemm_dtype, mfu, roofline, shape_flops
 from gpucheckup.analysis.one_trace import profiler_overhead
 from gpucheckup.analysis.one_trace import timeline as tl
-from gpucheckup.analysis.one_trace.collectives import collective_calls
+from gpucheckup.analysis.one_trace.gpu.collectives import collective_calls
 from gpucheckup.analysis.one_trace import window as win
 from gpucheckup.document import Mfu
 from gpucheckup.errors import CheckupError

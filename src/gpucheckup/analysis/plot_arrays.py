@@ -17,7 +17,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES
 from gpucheckup.analysis.groups import by_key, pair_ids
 
 TIMELINE_BINS = 300  # bins across the longest step: about one per two pixels of the plot

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucheckup.document import Step
+from gpucheckup.document import Step, StepStats
 
 
 def throughput_ms(ms) -> float:
@@ -30,18 +30,18 @@ def throughput_ms(ms) -> float:
     return float(a.sum() / len(a)) if len(a) else float("nan")
 
 
-def run_step(stats: dict | None, steps_file: str) -> Step | None:
+def run_step(stats: StepStats | None, steps_file: str) -> Step | None:
     """The step of a run without a checked-up trace: its unprofiled steps' throughput (step_history's
     `unprofiled_ms`), else the second half's median when its steps never settled; None with neither."""
-    if not stats:
+    if stats is None:
         return None
-    if stats.get("unprofiled_ms") is not None:
-        first, last = stats["unprofiled_steps"]
-        return Step(ms=stats["unprofiled_ms"], basis=f"{steps_file}: total time over the run's unprofiled steps "
-                                                     f"{first}-{last} ({stats['unprofiled_basis']})")
-    if stats.get("late_median_ms") is not None:
-        return Step(ms=stats["late_median_ms"], basis=f"{steps_file}: median of the second half's steps (the "
-                                                       "run's steps never settled)")
+    if stats.unprofiled_ms is not None:
+        first, last = stats.unprofiled_steps
+        return Step(ms=stats.unprofiled_ms, basis=f"{steps_file}: total time over the run's unprofiled steps "
+                                                  f"{first}-{last} ({stats.unprofiled_basis})")
+    if stats.late_median_ms is not None:
+        return Step(ms=stats.late_median_ms, basis=f"{steps_file}: median of the second half's steps (the "
+                                                    "run's steps never settled)")
     return None
 
 

@@ -115,7 +115,7 @@ def _step(parts: list[TraceReport], cpu: list[CpuReport], run: Run | None) -> St
         return step_basis.job_step(steps)
     if run is not None:
         key = run.info.steps_from
-        step = step_basis.run_step(run.figures.get("steps"), layout.steps_file(key) if key else "")
+        step = step_basis.run_step(run.figures.steps, layout.steps_file(key) if key else "")
         if step is not None:
             return step
     ms = [p.cpu.step_median_ms for p in cpu if p.cpu.step_median_ms is not None]

@@ -1,4 +1,4 @@
-"""The report dict of a CPU-side check-up (analysis/one_trace/cpu_profile.py): what the terminal, JSON, HTML and
+"""The report dict of a CPU-side check-up (analysis/one_trace/host/cpu_profile.py): what the terminal, JSON, HTML and
 Markdown show for a trace without device activity."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gpucheckup import __version__
-from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
 from gpucheckup.diagnosis.cpu_rules import NOT_REPLAYED_CPU
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.savings import NOT_REPLAYED
@@ -16,9 +16,10 @@ from gpucheckup.trace.tables import Trace
 CPU_VERDICT = "cpu_only"  # the verdict id of every CPU-side check-up (no device activity to bound)
 
 
-def cpu_dict(trace: Trace, p: CpuProfile, findings: list[Finding] | None = None) -> dict:
+def cpu_dict(trace: Trace, p: CpuProfile, findings: list[Finding] | None = None, run_notes: list[str] = ()) -> dict:
     """The CPU-side check-up as a report dict (its keys are the API's and the JSON's), with its findings
-    (diagnosis/cpu_rules.py; a run directory's run-level ones after them) and their ranked fixes."""
+    (diagnosis/cpu_rules.py; a run directory's run-level ones after them) and their ranked fixes, its notes then a
+    run directory's (`run_notes`)."""
     findings = list(findings or [])
     return {
         "gpucheckup_version": __version__,
@@ -33,7 +34,7 @@ def cpu_dict(trace: Trace, p: CpuProfile, findings: list[Finding] | None = None)
         "cpu": asdict(p),
         "notes": ["the trace holds no kernels, copies, memsets or other device work: this check-up reads its CPU "
                   "operators only; record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] on a GPU "
-                  "for the GPU check-up"] + list(trace.warnings),
+                  "for the GPU check-up"] + list(trace.warnings) + list(run_notes),
     }
 
 

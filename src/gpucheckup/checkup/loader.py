@@ -48,7 +48,7 @@ def gpu_step_for(path: Path) -> tuple[float, str]:
         from gpucheckup.checkup.pipeline import check
 
         doc = document(check(path))
-    run_steps = doc.run.figures.get("steps") if doc.run is not None else None
+    run_steps = doc.run.figures.steps if doc.run is not None else None
     found = []
     for part in doc.checkups or doc.cpu_checkups:
         try:

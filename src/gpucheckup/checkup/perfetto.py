@@ -36,7 +36,7 @@ import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES
 from gpucheckup.atomic import open_atomic
 from gpucheckup.checkup.trace_report import _clean
 from gpucheckup.diagnosis import Diagnosis

@@ -10,10 +10,13 @@ unprofiled step, as for `gpucheckup run`) is checked up as above with the run-le
 dict built once with the run keys (checkup/run_report.py) and its sampled host states (`InRun`). A run whose traces
 hold no GPU activity (a CPU-only machine), or that has no trace, still gets its run-level report,
 which says so. A trace without device activity gets the CPU-side check-up instead
-(analysis/one_trace/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
+(analysis/one_trace/host/cpu_profile.py, checkup/cpu_report.py), when it has CPU operators; with none either, it is
 refused with a line naming both. An out-of-process attach's py-spy samples get their coarse verdict
 (diagnosis/coarse.py) here, from the samples stored in the run directory; with no trace, it is the run's
 verdict, said coarse, with its finding and fixes (checkup/run_report.py coarse_dict).
+Notes are added before the reports' diagnosis keys are built: the run's own (run_notes) go into each report as
+it is built; a folder's skipped traces and stragglers, and the cross-rank findings (checkup/ranks.py), go into
+each check-up's diagnosis, from which its verdict, fixes and notes are built last (`_finish`).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.errors import CheckupError
 from gpucheckup.files import SMALL_JSON_BYTES, check_regular
 from gpucheckup.hardware import ceilings
-from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, trace_facts
+from gpucheckup.checkup.trace_report import TraceFacts, checkup_dict, diagnosis_keys, trace_facts
 from gpucheckup.report.text.progress import progress_bar
 from gpucheckup.safe_text import safe
 from gpucheckup.trace import find_trace_files, parallel, read_trace
@@ -43,7 +46,7 @@ from gpucheckup.trace.host_samples import host_samples_for
 from gpucheckup.trace.rundir import RunDir, is_live_run_dir, is_run_dir, read_run
 
 if TYPE_CHECKING:  # a single trace's check-up imports none of the run-level, cross-rank or CPU-side modules
-    from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
     from gpucheckup.analysis.run_logs.run import RunAnalysis
     from gpucheckup.diagnosis.coarse import CoarseVerdict
     from gpucheckup.checkup.ranks import JobCheckup
@@ -59,6 +62,7 @@ class InRun(msgspec.Struct):
     traces: list[str]
     coarse: dict | None  # diagnosis/coarse.py's verdict of py-spy samples
     sampled: object = None  # a light window's host samples for this trace (trace/host_samples.py), or None
+    notes: list[str] = msgspec.field(default_factory=list)  # the run's notes (run_notes), after the trace's own
 
 
 class Checkup(msgspec.Struct):
@@ -88,6 +92,7 @@ class RunCheckup(msgspec.Struct):
     run: RunDir
     analysis: RunAnalysis
     findings: list[Finding]
+    notes: list[str] = msgspec.field(default_factory=list)  # run_notes: each report of the run ends with them
     coarse: CoarseVerdict | None = None  # out-of-process attach: the verdict of its py-spy samples
     no_timeline: str | None = None
     report: dict | None = None  # the run-only report when there is no GPU timeline
@@ -126,7 +131,14 @@ def check(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None = No
 
         out.job = attach_job([c.ranks for c in checkups], checkups,
                              recheck=_rechecker(checkups, inputs, ncu, ncu_csv, jobs))
+    _finish(checkups)
     return out
+
+
+def _finish(checkups: list[Checkup]) -> None:
+    """The last step: each report's diagnosis keys from its diagnosis, once every step that adds to it has run."""
+    for c in checkups:
+        diagnosis_keys(c.report, c.diagnosis)
 
 
 def _settings(path: Path, inputs: MfuInputs | None, ncu_csv: Path | None) -> tuple[MfuInputs, object]:
@@ -158,9 +170,10 @@ def _rechecker(checkups: list[Checkup], inputs: MfuInputs, ncu, ncu_csv: Path | 
 
 
 def _replace(c: Checkup, new: Checkup) -> None:
-    """Checkup c takes new's analysis, diagnosis and report; the notes c's report gathered stay."""
+    """Checkup c takes new's analysis, diagnosis and report; the notes c's diagnosis gathered stay, first."""
     old = c.report
-    new.report["notes"] = old["notes"] + [n for n in new.report["notes"] if n not in old["notes"]]
+    gathered = c.diagnosis.notes
+    new.diagnosis.notes = gathered + [n for n in new.diagnosis.notes if n not in gathered]
     new.report.update({k: v for k, v in old.items() if k not in new.report})
     c.analysis, c.diagnosis, c.facts, c.report = new.analysis, new.diagnosis, new.facts, new.report
 
@@ -216,6 +229,7 @@ def check_trace(trace, inputs: MfuInputs, ncu=None, ncu_csv: Path | None = None,
     d.findings += list(extra_findings)
     if run is None:
         return Checkup(a, d, trace_facts(a), checkup_dict(a, d))
+    d.notes += [n for n in run.notes if n not in d.notes]  # the run's, after the trace's own (a re-check's too)
     from gpucheckup.analysis.run_logs import sampled_causes
     from gpucheckup.checkup.run_report import run_parts
 
@@ -238,7 +252,7 @@ def cpu_checkup(trace, step_ms: float | None = None, run: InRun | None = None,
     when known: CpuProfile.per_step); CheckupError when it has no CPU operators either (nothing to check up). In a
     run directory (`run`), its findings weigh the job's threads against its cores, the run-level ones
     (`run_findings`) follow them, and its report has the run-level keys."""
-    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import cpu_profile
     from gpucheckup.diagnosis.cpu_rules import cpu_findings
     from gpucheckup.checkup.cpu_report import cpu_dict
 
@@ -254,7 +268,7 @@ def cpu_checkup(trace, step_ms: float | None = None, run: InRun | None = None,
     from gpucheckup.checkup.run_report import run_parts
 
     findings = cpu_findings(p, thread_budget(run.analysis.run.env or {}, p.per_step(p.main_thread.busy_ms)))
-    report = {**cpu_dict(trace, p, findings + list(run_findings or [])),
+    report = {**cpu_dict(trace, p, findings + list(run_findings or []), run.notes),
               **run_parts(run.analysis, run.traces, None, run.coarse)}
     return CpuCheckup(p, trace.rank, trace.path, report, findings)
 
@@ -318,7 +332,9 @@ def check_path(path: Path, console: Console | None = None, inputs: MfuInputs | N
     if not results and not cpu:
         raise CheckupError(f"{path}: none of its {len(files)} traces could be checked up; the first: {skipped[0]}")
     _sort_by_rank(results)
-    for c in results + (cpu or []):
+    for c in results:
+        c.diagnosis.notes += [f"skipped a trace of this folder: {e}" for e in skipped]
+    for c in cpu or []:  # a CPU-side check-up has no diagnosis to build from: its report's notes
         c.report["notes"] += [f"skipped a trace of this folder: {e}" for e in skipped]
     if len(results) > 1:
         _note_stragglers(results)
@@ -351,7 +367,7 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
     run = read_run(path, live)
     ra = analyze_run(run)
     inputs = _run_inputs(inputs, run, ra)
-    rc = RunCheckup(run=run, analysis=ra, findings=run_findings(ra))
+    rc = RunCheckup(run=run, analysis=ra, findings=run_findings(ra), notes=run_notes(ra))
     sampled_states = _coarse(rc)
     out = Checkups(path, run=rc)
     traces = [Path(trace)] if trace is not None else run.traces or run.time_traces or run.attach_traces[-1:]
@@ -369,10 +385,8 @@ def check_run(path: Path, inputs: MfuInputs | None = None, ncu_csv: Path | None 
 
         out.job = attach_job([rank_input(t, i) for i, t in enumerate(seen.traces)], out.checkups, path, run.env,
                              ra.nvml, _rechecker(out.checkups, inputs, ncu, ncu_csv, 1, rc.findings))
+    _finish(out.checkups)
     _add_run_report(out, seen, sampled_states)
-    note = unsettled_note(ra)
-    for r in out.reports() if note else ():
-        r["notes"].append(note)
     return out
 
 
@@ -418,7 +432,7 @@ class _SeenTraces(msgspec.Struct):
 def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_csv: Path | None) -> _SeenTraces:
     """Check up each of the run's traces into `out`, each report built with the run-level keys: a GPU trace with the
     run-level findings appended, a CPU-only one by its CPU side (the run says why it has no timeline)."""
-    from gpucheckup.analysis.one_trace.cpu_profile import cpu_profile
+    from gpucheckup.analysis.one_trace.host.cpu_profile import cpu_profile
 
     rc, seen = out.run, _SeenTraces()
     for p in paths:  # all read first: every report names the run's traces checked up
@@ -431,12 +445,13 @@ def _check_traces(out: Checkups, paths: list[Path], inputs: MfuInputs, ncu, ncu_
         if not trace.has_gpu:
             rc.no_timeline = (f"no GPU timeline: {p.relative_to(out.path)} holds CPU activity only (no kernels, "
                               "copies or memsets): its CPU side and the run-level figures are checked up")
-            if cpu_profile(trace) is not None:
+            if cpu_profile(trace) is not None:  # the run's notes go with the GPU check-ups where there are any
                 out.cpu.append(cpu_checkup(trace, inputs.unprofiled_step_ms,
-                                           InRun(rc.analysis, seen.used or seen.names, coarse), rc.findings))
+                                           InRun(rc.analysis, seen.used or seen.names, coarse,
+                                                 notes=[] if seen.used else rc.notes), rc.findings))
             continue
         out.checkups.append(check_trace(trace, inputs, ncu, ncu_csv, copy.deepcopy(rc.findings),
-                                        run=InRun(rc.analysis, seen.used, coarse, sampled)))
+                                        run=InRun(rc.analysis, seen.used, coarse, sampled, rc.notes)))
     return seen
 
 
@@ -451,6 +466,7 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
     rc = out.run
     run, ra, findings = rc.run, rc.analysis, rc.findings
     parts_traces = seen.used or seen.names
+    run_notes = [] if out.cpu else rc.notes  # the run's notes go with the CPU-side check-ups where there are any
     if not out.cpu and rc.coarse is not None and rc.coarse.decided:
         states, util = sampled_states
         gpu_job = run.manifest.get("captured", {}).get("cuda_driver_loaded")
@@ -458,7 +474,7 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
                                 (run.manifest["captured"].get("processes"), ra.loaders["usable_cores"]),
                                 coarse_events(ra, rc.coarse, states, util, list(run.samples["t_s"])))
         rc.report = coarse_dict(ra, findings + found, rc.coarse, fix_note(rc.coarse) if found else "",
-                                rc.no_timeline, parts_traces)
+                                rc.no_timeline, parts_traces, run_notes)
     else:
         from gpucheckup.analysis.run_logs import sampled_causes
 
@@ -466,7 +482,13 @@ def _add_run_report(out: Checkups, seen: _SeenTraces, sampled_states: tuple | No
         sc = sampled_causes.sampled_causes(seen.traces[0], seen.sampled[0], None) if light else None
         rc.report = run_only_dict(ra, findings, rc.no_timeline or "no GPU timeline", parts_traces,
                                   rc.coarse.to_dict() if rc.coarse else None,
-                                  {"host_samples": sc.to_dict() if sc else None})
+                                  {"host_samples": sc.to_dict() if sc else None}, run_notes)
+
+
+def run_notes(ra: RunAnalysis) -> list[str]:
+    """The run's own notes, known before its traces are checked up: each report of the run is built with them."""
+    note = unsettled_note(ra)
+    return [note] if note else []
 
 
 def unsettled_note(ra: RunAnalysis) -> str | None:
@@ -510,7 +532,7 @@ def rank_summary(results: list[Checkup]) -> list[dict]:
 
 
 def _note_stragglers(results: list[Checkup]) -> None:
-    """Add a note to every report when one rank's steps are much slower than the fastest rank's."""
+    """Add a note to every check-up when one rank's steps are much slower than the fastest rank's."""
     steps = [(c.facts.rank if c.facts.rank is not None else i, c.facts.step_ms) for i, c in enumerate(results)]
     fastest = min(ms for _, ms in steps)
     for rank, ms in steps:
@@ -519,7 +541,7 @@ def _note_stragglers(results: list[Checkup]) -> None:
         note = (f"rank {rank} is a straggler: step {ms:.2f} ms against "
                 f"{fastest:.2f} ms on the fastest rank; every rank waits for it at the next collective")
         for c in results:
-            c.report["notes"].append(note)
+            c.diagnosis.notes.append(note)
 
 
 def _ncu_launches(ncu_csv: Path | None) -> list | None:

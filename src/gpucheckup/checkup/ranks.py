@@ -198,28 +198,11 @@ def plain_ranks_dict(summary: list[dict]) -> dict:
 
 def attach_job(inputs: list[RankInput], checkups: list, run_path: Path | None = None,
                env: dict | None = None, nvml: dict | None = None, recheck=None) -> JobCheckup | None:
-    """check_job over these ranks' compact tables, then refresh the report keys of the diagnoses it changed
-    (verdict, fixes, notes: the same whether a check-up ran here or in a worker process)."""
+    """check_job over these ranks' compact tables (it adds the job's findings and notes to the ranks' diagnoses; their
+    reports' diagnosis keys are built from them last: checkup/trace_report.diagnosis_keys)."""
     if len(inputs) < 2:
         return None
     by_rank = {}
     for i, c in enumerate(checkups):
         by_rank[c.facts.rank if c.facts.rank is not None else i] = c
-    job = check_job(inputs, by_rank, run_path, env, nvml, recheck)
-    if job is None:
-        return None
-    for c in checkups:
-        refresh_report(c.report, c.diagnosis)
-    return job
-
-
-def refresh_report(report: dict, d) -> None:
-    """A report's diagnosis keys (verdict, fixes, notes) from a diagnosis the cross-rank rules changed."""
-    from gpucheckup.checkup.trace_report import _clean, fix_dicts
-
-    new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
-                              "findings": [f.to_dict() for f in d.findings]},
-                  "fixes": fix_dicts(d), "notes": list(d.notes)})
-    report["verdict"] = {**report["verdict"], **new["verdict"]}
-    report["fixes"] = new["fixes"]
-    report["notes"] = report["notes"] + [n for n in new["notes"] if n not in report["notes"]]
+    return check_job(inputs, by_rank, run_path, env, nvml, recheck)

@@ -80,22 +80,24 @@ def step_history_part(ra: RunAnalysis) -> dict:
 
 
 def run_only_dict(ra: RunAnalysis, findings: list[Finding], no_timeline: str, traces: list[str],
-                  coarse: dict | None = None, figures: dict | None = None) -> dict:
-    """A report for a run with no GPU timeline: the run-level parts and findings (`figures`: run_parts')."""
+                  coarse: dict | None = None, figures: dict | None = None, notes: list[str] = ()) -> dict:
+    """A report for a run with no GPU timeline: the run-level parts and findings (`figures`: run_parts'; `notes`:
+    the run's, after the one saying why there is no timeline)."""
     out = {
         "gpucheckup_version": __version__,
         "verdict": {"primary": None, "title": "No GPU timeline", "reason": no_timeline, "scores": {},
                     "findings": [f.to_dict() for f in findings]},
         "fixes": fix_dicts(findings),
-        "notes": [no_timeline],
+        "notes": [no_timeline, *notes],
     }
     return {**_clean(out), **run_parts(ra, traces, no_timeline, coarse, figures)}
 
 
 def coarse_dict(ra: RunAnalysis, findings: list[Finding], cv, note: str, no_timeline: str | None,
-                traces: list[str]) -> dict:
+                traces: list[str], notes: list[str] = ()) -> dict:
     """A report for an out-of-process attach whose samples name a bound (cv: diagnosis/coarse.py's CoarseVerdict):
-    its verdict marked coarse, the run-level and coarse findings, the fixes (each coarse one with `note`)."""
+    its verdict marked coarse, the run-level and coarse findings, the fixes (each coarse one with `note`), the
+    run's `notes` after the coarse one."""
     found = [f.to_dict() for f in findings]
     fixes = fix_dicts(findings)
     for fx in fixes + [fx for f in found if f["id"].startswith("coarse_") for fx in f["fix"]]:
@@ -106,7 +108,7 @@ def coarse_dict(ra: RunAnalysis, findings: list[Finding], cv, note: str, no_time
         "verdict": {"primary": cv.verdict, "title": cv.title, "reason": f"{cv.sentence} ({cv.basis})", "scores": {},
                     "findings": found, "coarse": cv.basis},
         "fixes": fixes,
-        "notes": [f"the verdict is coarse ({cv.basis}); {TIMELINE_HINT}"],
+        "notes": [f"the verdict is coarse ({cv.basis}); {TIMELINE_HINT}", *notes],
         **run_parts(ra, traces, no_timeline, cv.to_dict()),
     }
     return _clean(out)

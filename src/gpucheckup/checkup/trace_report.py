@@ -36,8 +36,8 @@ from msgspec.structs import asdict as fields_of  # the analyses' result records 
 
 from gpucheckup import __version__
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.one_trace.gap_causes import CAUSE_TITLES, CAUSES
-from gpucheckup.analysis.one_trace.kernels import kernel_label
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSE_TITLES, CAUSES
+from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label
 from gpucheckup.diagnosis import Diagnosis
 from gpucheckup.diagnosis.fixes import BY_KEY
 from gpucheckup.diagnosis.savings import NO_EDIT, NOT_REPLAYED
@@ -55,7 +55,7 @@ class TraceFacts(msgspec.Struct, frozen=True):
     busy_pct: float | None
     busy_pct_unprofiled: float | None  # null: the profiler-overhead correction did not apply
     corrected: bool  # the profiler-overhead correction was computed (the unprofiled step was known)
-    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/communication.py)
+    comm_overlap_pct: float | None  # communication hidden behind compute, % (analysis/one_trace/gpu/communication.py)
 
 
 def trace_facts(a: TraceAnalysis) -> TraceFacts:
@@ -64,6 +64,18 @@ def trace_facts(a: TraceAnalysis) -> TraceFacts:
     return TraceFacts(rank=_clean(a.trace.rank), path=a.trace.path, step_ms=_clean(a.window.step_ms),
                       busy_pct=_clean(a.timeline.busy_pct), busy_pct_unprofiled=_clean(unprofiled),
                       corrected=a.profiler is not None, comm_overlap_pct=_clean(a.communication.overlap_pct))
+
+
+def diagnosis_keys(report: dict, d: Diagnosis) -> None:
+    """A report's diagnosis keys (verdict, fixes, notes) built from its diagnosis as it ends: after the steps that
+    add to it across traces (a folder's skipped traces and stragglers, the cross-rank findings of checkup/ranks.py),
+    the last step of a check-up, here or for a check-up that ran in a worker process."""
+    new = _clean({"verdict": {"primary": d.primary, "title": d.title, "reason": d.reason, "scores": d.scores,
+                              "findings": [f.to_dict() for f in d.findings]},
+                  "fixes": fix_dicts(d), "notes": list(d.notes)})
+    report["verdict"] = {**report["verdict"], **new["verdict"]}
+    report["fixes"] = new["fixes"]
+    report["notes"] = new["notes"]
 
 
 def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None, run: dict | None = None) -> dict:
@@ -104,7 +116,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None,
         "communication": fields_of(a.communication),
         "cuda_api": {"slow_count": a.api.slow_count, "slow": [fields_of(x) for x in a.api.slow],
                      "contention": [fields_of(x) for x in a.api.contention]},
-        "notes": d.notes,
+        "notes": list(d.notes),
         "mfu": fields_of(a.mfu) if a.mfu else None,
         "roofline": fields_of(a.roofline) if a.roofline else None,
         "ncu": fields_of(a.ncu) if a.ncu else None,

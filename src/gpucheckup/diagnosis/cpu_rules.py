@@ -1,4 +1,4 @@
-"""Findings of a CPU-side check-up (a trace without device activity: analysis/one_trace/cpu_profile.py).
+"""Findings of a CPU-side check-up (a trace without device activity: analysis/one_trace/host/cpu_profile.py).
 
 Each finding costs ms per step of the span (CpuProfile.per_step) and offers the catalogue's fixes
 (diagnosis/fixes.py) whose precondition holds on the profile, each saving at most that cost:
@@ -15,7 +15,7 @@ The larger of them is critical; a CPU-side check-up's verdict stays `cpu_only` (
 
 from __future__ import annotations
 
-from gpucheckup.analysis.one_trace.cpu_profile import DATALOADER_HIGH_PCT, PYTHON_HIGH_PCT, CpuProfile
+from gpucheckup.analysis.one_trace.host.cpu_profile import DATALOADER_HIGH_PCT, PYTHON_HIGH_PCT, CpuProfile
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.diagnosis.findings import Finding
 from gpucheckup.diagnosis.fixes import offer

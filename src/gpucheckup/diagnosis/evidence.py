@@ -7,8 +7,8 @@ import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.distinct import median, unique
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES
-from gpucheckup.analysis.one_trace.kernels import kernel_label
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.gpu.kernels import kernel_label
 from gpucheckup.diagnosis.findings import Event
 from gpucheckup.trace.tables import KERNEL
 

@@ -3,7 +3,7 @@
 Each entry has a key (one change, however many findings point at it), the action, its tier
 (configuration only, code change, refactor), how to do it, its precondition (checked on the
 trace's analysis, on the run's for run-level fixes, or on the CPU-side profile of a trace without device
-activity (analysis/one_trace/cpu_profile.py) for CPU-side ones: a fix is offered only where it holds) and
+activity (analysis/one_trace/host/cpu_profile.py) for CPU-side ones: a fix is offered only where it holds) and
 its saving model with the reason for it. Savings are ms per step of the window's step time
 (analysis/one_trace/window.py), predicted from the cost the fix removes and never more than it; a fix that
 removes part of a cost names the part. docs/metrics.md ("Fix catalogue") repeats every model.
@@ -20,12 +20,12 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.checkup import TraceAnalysis
-from gpucheckup.analysis.one_trace.cpu_profile import CpuProfile
+from gpucheckup.analysis.one_trace.host.cpu_profile import CpuProfile
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, data_movement_family
-from gpucheckup.analysis.one_trace.dataloader import workers_to_keep_pace
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_family
+from gpucheckup.analysis.one_trace.host.dataloader import workers_to_keep_pace
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
@@ -87,7 +87,7 @@ class CatalogueFix(msgspec.Struct, frozen=True):
 # ---- quantities the preconditions and saving models read (ms per step of the window) ----
 
 def _workers(a: TraceAnalysis) -> int:
-    """The worker count the advice names and the edit replays (analysis/one_trace/dataloader.py)."""
+    """The worker count the advice names and the edit replays (analysis/one_trace/host/dataloader.py)."""
     return max(a.dataloader.workers_to_keep_pace, 1)
 
 
@@ -141,7 +141,7 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
 
 
 def _optimizer_span_ms(a: TraceAnalysis) -> float:
-    """The optimizer's own spans (analysis/one_trace/optimizer_spans.py: `Optimizer.step#` ranges less the closures
+    """The optimizer's own spans (analysis/one_trace/host/optimizer_spans.py: `Optimizer.step#` ranges less the closures
     they call) as host time per step: the host work a fused optimizer collapses into a launch or two."""
     lo, hi, _ = optimizer_rows(a.trace)
     return a.window.host_ms(float((hi - lo).sum())) if len(lo) else 0.0
@@ -229,7 +229,7 @@ def _fp32_ms(a: TraceAnalysis) -> float:
 
 def _critical_ms(a: TraceAnalysis, keep: Callable[[str, int], bool]) -> float:
     """ms per step of the kernels for which keep(name, category index) holds, on the critical path only
-    (analysis/one_trace/gpu_critical.py): what making them faster can save at most."""
+    (analysis/one_trace/gpu/gpu_critical.py): what making them faster can save at most."""
     k = a.kernels
     if not len(k.rows):
         return 0.0
@@ -516,7 +516,7 @@ CATALOGUE: list[CatalogueFix] = [
         when="the trace routes tokens to experts: aten::topk, a sort or count of tokens (argsort, sort, bincount, "
              "histc) and an indexed gather or scatter (index_add_, index_select, scatter_add_, index_put_, scatter_)",
         saves="the sort, gather, scatter and index kernels' time on the critical path (queued or waited on: "
-              "analysis/one_trace/gpu_critical.py): the fused dispatch permutes tokens inside the grouped GEMM's "
+              "analysis/one_trace/gpu/gpu_critical.py): the fused dispatch permutes tokens inside the grouped GEMM's "
               "loads, so those kernels do not run",
         applies=_never_on_run(_moe_dispatch), saving=_trace(_moe_ms),
         bottleneck="gpu_bound"),
@@ -524,7 +524,7 @@ CATALOGUE: list[CatalogueFix] = [
         "tf32", "Allow TF32 tensor cores for FP32 matmuls: torch.set_float32_matmul_precision(\"high\") "
         "(and torch.backends.cudnn.allow_tf32 = True)", "config",
         when="GEMM kernels run in plain FP32 (no tensor cores)",
-        saves="the FP32 GEMM time on the critical path (queued or waited on: analysis/one_trace/gpu_critical.py) "
+        saves="the FP32 GEMM time on the critical path (queued or waited on: analysis/one_trace/gpu/gpu_critical.py) "
               "x (1 - FP32 FMA peak / TF32 tensor-core peak) of the trace's GPU (hardware/peaks.py; all of it when "
               "the GPU is unknown): a compute-bound GEMM's time scales with the peak it runs at, and a GEMM the "
               "GPU idles after saves nothing by ending sooner",

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucheckup.analysis.one_trace import copies, host_calls
-from gpucheckup.analysis.one_trace.api_health import SLOW_FACTOR, SLOW_FLOOR_US
+from gpucheckup.analysis.one_trace.gpu import copies
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace.host.api_health import SLOW_FACTOR, SLOW_FLOOR_US
 from gpucheckup.analysis.distinct import union1d
-from gpucheckup.analysis.one_trace.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES
 from gpucheckup.analysis.checkup import TraceAnalysis
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
-from gpucheckup.analysis.one_trace.kernels import (
+from gpucheckup.analysis.one_trace.gpu.kernels import (
     CATEGORIES, QUEUED_DELAY_US, SMALL_KERNEL_US, STARVED_DELAY_US, kernel_label,
 )
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
@@ -84,8 +85,8 @@ def _by_line(weights: dict[str | None, float], what: str) -> list[str]:
 
 def _code_lines(a: TraceAnalysis, rows: np.ndarray, what: str, weight: np.ndarray | None = None) -> list[str]:
     """Which lines of the user's code these host rows run under (the innermost Python frame outside torch,
-    analysis/one_trace/host_calls.py), each row counted once or by its `weight`; none without Python stacks (profile
-    with with_stack=True)."""
+    analysis/one_trace/host/host_calls.py), each row counted once or by its `weight`; none without Python stacks
+    (profile with with_stack=True)."""
     if not a.trace.with_stack or len(rows) == 0:
         return []
     weights: dict[str | None, float] = {}

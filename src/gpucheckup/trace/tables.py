@@ -73,7 +73,7 @@ class GpuOps(msgspec.Struct):
         return GpuOps(**{k: getattr(self, k)[mask_or_index] for k in self.__struct_fields__})
 
 
-class HostEvents(msgspec.Struct, weakref=True):  # weakref: analysis/one_trace/host_calls.py's cache per table
+class HostEvents(msgspec.Struct, weakref=True):  # weakref: analysis/one_trace/host/host_calls.py's cache per table
     """CPU-side events: operators, user annotations, CUDA runtime/driver calls, Python frames."""
 
     cat: np.ndarray  # int8: CPU_OP, USER_ANNOTATION, RUNTIME, DRIVER, PYTHON

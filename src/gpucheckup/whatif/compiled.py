@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, data_movement_family
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_family
 from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, MEMSET
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
@@ -25,7 +25,7 @@ from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, cate
 # reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
 # lookups: pointwise loads and stores at computed addresses). Measured on the H200 MoE example: its data-movement
 # kernels took 1.42 ms per step eager and 0.58 ms compiled, GEMMs unchanged (docs/validation.md section 7c).
-COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/one_trace/kernels.py)
+COMPILE_FUSES = ("elementwise", "reduction_norm")  # kernel categories (analysis/one_trace/gpu/kernels.py)
 
 # Data-movement families (kernels.py) it fuses too: indexing, and copies (layout copies of activations: reshape,
 # contiguous, transposes; their casts), which Inductor folds into the pointwise kernels around them or removes. Measured

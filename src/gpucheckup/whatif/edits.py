@@ -24,9 +24,10 @@ from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.flops.gemm_dtype import GEMM_CATEGORIES, kernel_dtype
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
 from gpucheckup.analysis.groups import by_key
-from gpucheckup.analysis.one_trace import host_calls, launches
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace import launches
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.hardware import peaks
 from gpucheckup.hardware.peaks import PINNED_GB_S  # when the trace has no pinned copy to measure
 from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace

@@ -12,8 +12,8 @@ import numpy as np
 
 from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.intervals import inside_any
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, categorize
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, categorize
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.trace.tables import CPU_OP
 from gpucheckup.whatif.replay import Graph
 
@@ -34,7 +34,7 @@ class Edit:
 
 def in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
     """Per node: whether its host row starts inside the optimizer's own span on its thread
-    (analysis/one_trace/optimizer_spans.py: not the closure's forward and backward), or in an
+    (analysis/one_trace/host/optimizer_spans.py: not the closure's forward and backward), or in an
     `Optimizer.zero_grad#` range when `zero_grad`."""
     return starts_inside(g, *optimizer_rows(g.trace, zero_grad))
 

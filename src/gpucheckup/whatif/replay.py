@@ -58,7 +58,8 @@ import math
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import host_calls, launches
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace import launches
 from gpucheckup.analysis.distinct import median, unique
 from gpucheckup.analysis.groups import by_key, pair_ids
 from gpucheckup.analysis.one_trace.profiler_overhead import MIN_INFLATION_PCT

@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis.one_trace import launches
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, KernelStats
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.flops.shape_flops import first_float_dtype
 from gpucheckup.trace.tables import Trace
 

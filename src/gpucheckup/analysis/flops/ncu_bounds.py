@@ -29,7 +29,7 @@ import re
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace.kernels import KernelStats, kernel_label
+from gpucheckup.analysis.one_trace.gpu.kernels import KernelStats, kernel_label
 from gpucheckup.trace.ncu_csv import DRAM_PCT, DURATION, MEM_PCT, SM_PCT, WARPS_PCT, NcuLaunch
 
 BOUND_PCT = 60.0

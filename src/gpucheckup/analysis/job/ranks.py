@@ -4,7 +4,7 @@ Definitions (also in docs/metrics.md):
 - rank: the trace's `distributedInfo.rank`, else the number in its file name (rank1.json.gz).
 - clock offset of rank r: the median over matched collective calls of (end on r - end on the
   lowest rank): a collective ends on every rank within microseconds, whatever its clock.
-- a matched call: one key (analysis/one_trace/collectives.py) present on every rank of its group.
+- a matched call: one key (analysis/one_trace/gpu/collectives.py) present on every rank of its group.
 - transfer of a matched call: the shortest duration across its ranks (the last rank to arrive
   waits for nobody: its duration is the data moving); a rank's wait: its duration minus the
   transfer (it arrived early and waited for the others). TraceLens splits them the same way.
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
-from gpucheckup.analysis.one_trace.collectives import Calls, collective_calls
+from gpucheckup.analysis.one_trace.gpu.collectives import Calls, collective_calls
 from gpucheckup.analysis.distinct import median, percentile, union1d, unique
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.analysis.one_trace.launches import launch_rows
 from gpucheckup.analysis.one_trace.steps import Steps, find_steps
 from gpucheckup.hardware import links
@@ -371,7 +371,7 @@ def activity(trace: Trace, st: Steps, rows: np.ndarray, compute: float | None) -
     """Where one rank's step time goes outside collectives, in ms per step: `input` (its step thread in
     the DataLoader), `sync` (in synchronizations), `outside_ops` (its step thread running no op: Python
     work between ops), `gpu_compute` (non-communication GPU time, `compute`; GPU traces only)."""
-    from gpucheckup.analysis.one_trace import host_calls
+    from gpucheckup.analysis.one_trace.host import host_calls
 
     host = trace.host
     lo, hi = st.window

@@ -40,10 +40,10 @@ import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
-from gpucheckup.analysis.one_trace.collectives import Calls
+from gpucheckup.analysis.one_trace.gpu.collectives import Calls
 from gpucheckup.analysis.distinct import unique
-from gpucheckup.analysis.one_trace.gap_causes import GapSummary
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.host.gap_causes import GapSummary
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.trace.tables import KERNEL, Trace
 
 MIN_INFLATION_PCT = 5.0

@@ -65,7 +65,7 @@ def dataloader_load(env: dict) -> dict:
 class ThreadBudget:
     """A CPU-only job's operator time against the threads it gives them: what intra-op threads could speed up."""
 
-    busy_ms_per_step: float  # the main thread's operator time per step (analysis/one_trace/cpu_profile.py)
+    busy_ms_per_step: float  # the main thread's operator time per step (analysis/one_trace/host/cpu_profile.py)
     threads: int  # intra-op threads the job's processes run (the fewest reported)
     cores_per_process: int  # usable cores / processes on the host, rounded down
 

@@ -45,6 +45,7 @@ from gpucheckup.document import (
     Gaps,
     LoaderAdvice,
     Profiler,
+    StepStats,
     TraceReport,
     Window,
 )
@@ -207,7 +208,7 @@ def _workers(n: int) -> str:
     return "1 worker" if n == 1 else f"{n} workers"
 
 
-def step_without_data(part: TraceReport | CpuReport, run_steps: dict | None = None) -> tuple[float, str]:
+def step_without_data(part: TraceReport | CpuReport, run_steps: StepStats | None = None) -> tuple[float, str]:
     """The step time without waiting for data, in ms, from one check-up of a document, and how it was derived: on a
     GPU the check-up's step time (gpu_step); in a CPU check-up the run's unprofiled step (`run_steps`: the run's step
     figures) else the profiled step, minus the main thread's DataLoader time per profiled step. ValueError when it
@@ -215,7 +216,7 @@ def step_without_data(part: TraceReport | CpuReport, run_steps: dict | None = No
     if isinstance(part, CpuReport):
         if not part.cpu.step_median_ms:
             raise ValueError("the check-up has no step time")
-        return _cpu_step(part.cpu, run_steps or {})
+        return _cpu_step(part.cpu, run_steps)
     return gpu_step(part.window, part.profiler, part.gaps)
 
 
@@ -232,12 +233,12 @@ def gpu_step(window: Window, profiler: Profiler | None, gaps: Gaps) -> tuple[flo
     return step - wait, f"{how} {step:.1f} ms minus {wait:.1f} ms waiting for data"
 
 
-def _cpu_step(cpu: CpuFigures, steps: dict) -> tuple[float, str]:
+def _cpu_step(cpu: CpuFigures, steps: StepStats | None) -> tuple[float, str]:
     """A CPU check-up's step without waiting for data (step_without_data)."""
-    if steps.get("unprofiled_ms"):
-        step, how = float(steps["unprofiled_ms"]), "unprofiled step (steps.csv)"
-    elif steps.get("late_median_ms"):
-        step, how = float(steps["late_median_ms"]), "median of the later unprofiled steps (steps.csv)"
+    if steps is not None and steps.unprofiled_ms:
+        step, how = float(steps.unprofiled_ms), "unprofiled step (steps.csv)"
+    elif steps is not None and steps.late_median_ms:
+        step, how = float(steps.late_median_ms), "median of the later unprofiled steps (steps.csv)"
     else:
         step, how = float(cpu.step_median_ms), "profiled step"
     n = cpu.steps or 0

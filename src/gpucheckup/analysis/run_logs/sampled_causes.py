@@ -29,7 +29,7 @@ import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
-from gpucheckup.analysis.one_trace.host_calls import SYNC_CALLS
+from gpucheckup.analysis.one_trace.host.host_calls import SYNC_CALLS
 from gpucheckup.analysis.run_logs.stack_samples import classify, frames_of
 from gpucheckup.trace.host_samples import HostSamples
 from gpucheckup.trace.tables import CPU_OP, RUNTIME, USER_ANNOTATION, Trace
@@ -85,8 +85,8 @@ class SampledCauses:
 
 
 def gap_source(trace: Trace) -> str:
-    """What the trace's gap causes (analysis/one_trace/gap_causes.py) were attributed from: operators, runtime calls
-    only, sync calls only (a CUPTI light window with CUPTI's synchronization records), or neither (its GPU
+    """What the trace's gap causes (analysis/one_trace/host/gap_causes.py) were attributed from: operators, runtime
+    calls only, sync calls only (a CUPTI light window with CUPTI's synchronization records), or neither (its GPU
     records)."""
     if bool(np.any(trace.host.cat == CPU_OP)):
         return SOURCE_OPS

@@ -57,7 +57,8 @@ ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds r
 # none per kernel; enabling it costs a launch-bound job about 5 us per launch on an H200 (docs/validation.md 6e)
 SYNC_ACTIVITIES = ("SYNCHRONIZATION",)
 BACKEND = "cupti-python activity API"
-# The range of a closure the optimizer calls inside its step (analysis/one_trace/optimizer_spans.py's CLOSURE_RANGE: the same text)
+# The range of a closure the optimizer calls inside its step (analysis/one_trace/host/optimizer_spans.py's
+# CLOSURE_RANGE: the same text)
 CLOSURE_RANGE = "Optimizer.closure#"
 # CUPTI's enums (cupti_activity.h), as Kineto names them in a trace
 MEMCPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",

@@ -11,15 +11,14 @@ is escaped by the page's own escaping (report/html.esc, report/markdown.md).
 
 from __future__ import annotations
 
-from gpucheckup.document import Job, job_part
+from gpucheckup.document import Job, job_part, rank_table
 from gpucheckup.report.pages.html import _finding, _table, esc
 from gpucheckup.report.pages.markdown import md, table
 from gpucheckup.report.text.lines import severity_cost
-from gpucheckup.report.text.terminal_ranks import MAX_ROWS, outlier_text
+from gpucheckup.report.text.terminal_ranks import MAX_ROWS, outlier_text, rank_times
 
 RANK_HEADERS = ["rank", "verdict", "step ms", "compute ms", "transfer ms", "wait ms", "exposed wait ms", "idle ms",
                 "late ms", "comm hidden"]
-RANK_KEYS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "exposed_wait_ms", "idle_ms", "late_ms")
 DIST_HEADERS = ["per step", "min", "median", "p90", "max", "outlier ranks"]
 COLL_HEADERS = ["collective", "MiB", "group", "calls", "transfer ms", "wait ms", "busbw GB/s"]
 
@@ -30,11 +29,11 @@ def _f(x, nd: int = 2) -> str:
 
 def rank_rows(job: Job) -> tuple[list[str], list[list[str]]]:
     """The per-rank table, or with more than MAX_ROWS ranks the distribution of each column and its outliers."""
-    table = job.ranks.table  # rows of two forms (document.Ranks): read by key
+    table = rank_table(job.ranks.table)
     if len(table) <= MAX_ROWS:
-        return RANK_HEADERS, [[str(r["rank"]), str(r.get("verdict") or "-")] + [_f(r.get(k)) for k in RANK_KEYS]
-                              + [_f(r.get("comm_overlap_pct"), 1) + ("%" if r.get("comm_overlap_pct") is not None
-                                                                     else "")] for r in table]
+        return RANK_HEADERS, [[str(r.rank), str(r.verdict or "-")] + [_f(x) for x in rank_times(r)]
+                              + [_f(r.comm_overlap_pct, 1) + ("%" if r.comm_overlap_pct is not None else "")]
+                              for r in table]
     return DIST_HEADERS, [[d.figure.replace("_ms", " ms")] + [_f(x) for x in (d.min, d.median, d.p90, d.max)]
                           + [outlier_text(d.outliers)] for d in job.ranks.distribution]
 

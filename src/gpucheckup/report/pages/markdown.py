@@ -106,50 +106,12 @@ def _fixes_and_findings(v: Verdict, fixes: list[Fix], h: str) -> list[str]:
 def _report(p: TraceReport, r: dict, label: str | None, many: bool) -> str:
     """One check-up's section: `p` its document part, `r` its report dict (for its run's run-level keys)."""
     h = "##" if many else "#"
-    t, v, s = p.trace, p.verdict, p.steps
-    dev = ", ".join(sorted({d.name for d in t.devices})) or "GPU (no device properties in trace)"
-    steps = f"{s.count} steps, median {s.median_ms:.2f} ms" if s.marked else "no ProfilerStep markers"
-    out = [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
-           f"{md(t.path)}  \n{md(dev)} | {md(steps)}\n",
-           f"**Verdict: {md(v.primary.upper().replace('_', '-'))}**: {md(v.title)}\n",
-           f"{md(v.reason)}  \n{md(busy_line(p))} | {md(step_line(p))}: every ms per step and percent below "
-           "is of this step\n",
-           *([f"> {md(profiler_caveat(p))}\n"] if profiler_caveat(p) else [])]
-    out += _fixes_and_findings(v, p.fixes, h)
+    out = _heading(p, label, many, h) + _fixes_and_findings(p.verdict, p.fixes, h)
     out.append(f"{h}# Key figures\n")
     out.append(table(["figure", "value"], [list(x) for x in key_figures(p)], right={1}))
-    out.append(f"{h}# How close to the hardware\n")
-    hw = [["MFU", mfu_line(p)]] + ([["healthy bands", bands_line(p)]] if bands_line(p) else [])
-    out.append(table(["figure", "value"], hw))
-    if roofline_rows(p):
-        out.append(table(ROOFLINE_HEADERS, roofline_rows(p), right={2, 3, 4, 6}))
-    if ncu_rows(p):
-        out.append(table(NCU_HEADERS, ncu_rows(p), right={1, 3, 4, 5}))
-    causes, rows = step_rows(p)
-    if rows:
-        out.append(f"{h}# Steps\n")
-        out.append(table(["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
-                         + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
-                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
-                          for x in rows], right=set(range(1, 5 + len(causes)))))
-    whole = step_history(r)
-    if whole and whole.time_ms:
-        hist = whole.time_ms
-        out.append(f"Whole run ({md(whole.source)}): {len(hist)} steps, "
-                   f"median {sorted(hist)[len(hist) // 2]:.2f} ms, min {min(hist):.2f} ms, max {max(hist):.2f} ms\n")
+    out += _hardware(p, h) + _steps(p, r, h)
     out.append(_gap_histogram(p, h))
-    out.append(f"{h}# GPU time by kernel category\n")
-    cats = sorted(p.kernels.categories.items(), key=lambda kv: -kv[1])
-    out.append(table(["category", "share of kernel time", "ms"],
-                     [[(Markup("**data movement**") if c == "data_movement" else c.replace("_", " ")),
-                       f"{pct:.1f}%", f"{p.kernels.categories_ms.get(c, 0.0):.3f}"]
-                      for c, pct in cats if pct > 0 or c == "data_movement"], right={1, 2}))
-    top = p.kernels.top
-    if top:
-        out.append(f"{h}# Top kernels\n")
-        out.append(table(["kernel", "category", "count", "total ms", "mean us", "share"],
-                         [[k.name, k.category, k.count, f"{k.total_ms:.3f}", f"{k.mean_us:.1f}",
-                           f"{k.pct:.1f}%"] for k in top], right={2, 3, 4, 5}))
+    out += _kernels(p, h)
     out.append(_copies(p, h))
     out.append(_syncs(p, h))
     nv = nvml_summary(nvml_series(r))
@@ -162,6 +124,66 @@ def _report(p: TraceReport, r: dict, label: str | None, many: bool) -> str:
         out.append(f"{h}# Notes\n")
         out.append("\n".join(f"- {md(n)}" for n in p.notes) + "\n")
     return "\n".join(out)
+
+
+def _heading(p: TraceReport, label: str | None, many: bool, h: str) -> list[str]:
+    """The section's title, the trace and its devices and steps, the verdict, the step every figure is of."""
+    t, v, s = p.trace, p.verdict, p.steps
+    dev = ", ".join(sorted({d.name for d in t.devices})) or "GPU (no device properties in trace)"
+    steps = f"{s.count} steps, median {s.median_ms:.2f} ms" if s.marked else "no ProfilerStep markers"
+    return [f"{h} {md(label) if many else 'gpucheckup check-up'}\n",
+            f"{md(t.path)}  \n{md(dev)} | {md(steps)}\n",
+            f"**Verdict: {md(v.primary.upper().replace('_', '-'))}**: {md(v.title)}\n",
+            f"{md(v.reason)}  \n{md(busy_line(p))} | {md(step_line(p))}: every ms per step and percent below "
+            "is of this step\n",
+            *([f"> {md(profiler_caveat(p))}\n"] if profiler_caveat(p) else [])]
+
+
+def _hardware(p: TraceReport, h: str) -> list[str]:
+    """How close to the hardware: MFU and the healthy bands, the roofline's ops, Nsight Compute's kernels."""
+    out = [f"{h}# How close to the hardware\n"]
+    hw = [["MFU", mfu_line(p)]] + ([["healthy bands", bands_line(p)]] if bands_line(p) else [])
+    out.append(table(["figure", "value"], hw))
+    if roofline_rows(p):
+        out.append(table(ROOFLINE_HEADERS, roofline_rows(p), right={2, 3, 4, 6}))
+    if ncu_rows(p):
+        out.append(table(NCU_HEADERS, ncu_rows(p), right={1, 3, 4, 5}))
+    return out
+
+
+def _steps(p: TraceReport, r: dict, h: str) -> list[str]:
+    """The profiled steps, each with its GPU busy and idle time by cause, then the whole run's step times."""
+    out = []
+    causes, rows = step_rows(p)
+    if rows:
+        out.append(f"{h}# Steps\n")
+        out.append(table(["step", "GPU", "step ms", "GPU busy ms", "GPU busy %"]
+                         + [f"idle ms: {c.replace('_', ' ')}" for c in causes],
+                         [[x[0], x[1], f"{x[2]:.3f}", f"{x[3]:.3f}", f"{x[4]:.1f}"] + [f"{y:.3f}" for y in x[5:]]
+                          for x in rows], right=set(range(1, 5 + len(causes)))))
+    whole = step_history(r)
+    if whole and whole.time_ms:
+        hist = whole.time_ms
+        out.append(f"Whole run ({md(whole.source)}): {len(hist)} steps, "
+                   f"median {sorted(hist)[len(hist) // 2]:.2f} ms, min {min(hist):.2f} ms, max {max(hist):.2f} ms\n")
+    return out
+
+
+def _kernels(p: TraceReport, h: str) -> list[str]:
+    """GPU time by kernel category (data movement always shown), then the top kernels."""
+    out = [f"{h}# GPU time by kernel category\n"]
+    cats = sorted(p.kernels.categories.items(), key=lambda kv: -kv[1])
+    out.append(table(["category", "share of kernel time", "ms"],
+                     [[(Markup("**data movement**") if c == "data_movement" else c.replace("_", " ")),
+                       f"{pct:.1f}%", f"{p.kernels.categories_ms.get(c, 0.0):.3f}"]
+                      for c, pct in cats if pct > 0 or c == "data_movement"], right={1, 2}))
+    top = p.kernels.top
+    if top:
+        out.append(f"{h}# Top kernels\n")
+        out.append(table(["kernel", "category", "count", "total ms", "mean us", "share"],
+                         [[k.name, k.category, k.count, f"{k.total_ms:.3f}", f"{k.mean_us:.1f}",
+                           f"{k.pct:.1f}%"] for k in top], right={2, 3, 4, 5}))
+    return out
 
 
 def _gap_histogram(r: TraceReport, h: str) -> str:

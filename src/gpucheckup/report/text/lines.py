@@ -5,7 +5,10 @@ from __future__ import annotations
 from msgspec import UNSET
 
 from gpucheckup.diagnosis.rates import per_step
-from gpucheckup.document import Event, Finding, Fix, HostSamples, StateShare, TraceReport, host_samples, run_info
+from gpucheckup.document import (
+    Event, Finding, Fix, HostSamples, NvmlSummary, StateShare, StepStats, TraceReport, host_samples, run_figures,
+    run_info,
+)
 from gpucheckup.report.text.hardware_text import mfu_short
 
 WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
@@ -164,7 +167,7 @@ def version_text(kind: str, v) -> str:
 
 def run_rows(report: dict) -> list[tuple[str, str]]:
     """The whole run's figures as (name, value) text pairs: the one list the terminal and HTML print."""
-    r, fig = run_info(report), report["run_figures"]
+    r, fig = run_info(report), run_figures(report)
     rows = [("command", " ".join(r.command or []))]
     ex = f"exit code {r.exit_code}" if r.exit_code is not None else f"killed by {r.exit_signal}"
     if r.kind == "run" and r.exit_code is None and r.exit_signal is None:  # attached to it while it runs
@@ -172,61 +175,60 @@ def run_rows(report: dict) -> list[tuple[str, str]]:
     elif r.kind == "run":
         rows.append(("job", f"{ex}, {r.duration_s or 0:.1f} s"))
     rows.append(("traces", ", ".join(r.traces) or "none"))
-    if fig.get("steps"):
-        rows.append(("steps", _steps_line(fig["steps"])))
-    nv = fig.get("nvml")
-    rows.append(("NVML", _nvml_line(nv) if nv and nv.get("util_mean_pct") is not None
-                 else str((r.failed or {}).get("nvml") or "no GPU activity recorded")))
-    cpu = fig.get("cpu")
-    if cpu and cpu.get("samples"):
-        rows.append(("CPU", f"main process {cpu['main_median_pct'] or 0:.0f}% of a core (median), other processes "
-                            f"{cpu['others_median_pct']:.0f}%, up to {cpu['max_processes']} processes"))
-    ld = fig.get("dataloaders") or {}
-    if ld.get("loaders"):
-        rows.append(("DataLoader", f"num_workers up to {ld['max_workers']}, pin_memory {plain_value(ld['pin_memory'])}"
-                                   f", {ld['usable_cores'] or '?'} usable cores ({ld['cores_limited_by']})"))
+    if fig.steps:
+        rows.append(("steps", _steps_line(fig.steps)))
+    nv = fig.nvml
+    rows.append(("NVML", _nvml_line(nv) if nv and nv.util_mean_pct is not None
+                 else r.failed.get("nvml") or "no GPU activity recorded"))
+    cpu = fig.cpu
+    if cpu and cpu.samples:
+        rows.append(("CPU", f"main process {cpu.main_median_pct or 0:.0f}% of a core (median), other processes "
+                            f"{cpu.others_median_pct:.0f}%, up to {cpu.max_processes} processes"))
+    ld = fig.dataloaders
+    if ld and ld.loaders:
+        rows.append(("DataLoader", f"num_workers up to {ld.max_workers}, pin_memory {plain_value(ld.pin_memory)}"
+                                   f", {ld.usable_cores or '?'} usable cores ({ld.cores_limited_by})"))
     rows.append(("environment", _environment_line(report.get("env") or {})))
-    flops = fig.get("flops")
+    flops = fig.flops  # flops.json as the agent wrote it (document.RunFigures): its keys as given
     if flops and flops.get("flops_per_step"):
         rows.append(("FLOPs per step", f"{flops['flops_per_step']:.4g} (step {flops.get('step')})"))
     hs = host_samples(report)
     if hs:  # a light window (analysis/run_logs/sampled_causes.py)
         rows += host_sample_lines(hs, (report.get("gaps") or {}).get("source"))
-    for k, v in (r.failed or {}).items():
-        rows.append((f"not captured: {k}", str(v)))
+    for k, v in r.failed.items():
+        rows.append((f"not captured: {k}", v))
     return rows
 
 
-def _steps_line(st: dict) -> str:
+def _steps_line(st: StepStats) -> str:
     """The run's step log in one line: count, steady step, spread, the profiled steps and their cost, slow steps."""
-    line = f"{st['count']} steps"
-    if st.get("steady_ms") is not None:
-        line += (f"; steady step {st['steady_ms']:.2f} ms (total time over steps) after {st['warmup_steps']} "
-                 "warm-up steps, " + (f"CV {st['cv_pct']:.0f}%" if st["cv_pct"] is not None else "CV unknown"))
-    if st["profiled_steps"]:
-        line += f"; profiled steps {st['profiled_steps'][0]}-{st['profiled_steps'][1]}"
-    if st["profiler_overhead_pct"] is not None:
-        line += f" ({st['profiler_overhead_pct']:+.0f}% step time under the profiler)"
-    if st["slow"] and st["slow"]["count"]:
-        line += f"; {st['slow']['count']} slow steps (> 2x median)"
+    line = f"{st.count} steps"
+    if st.steady_ms is not None:
+        line += (f"; steady step {st.steady_ms:.2f} ms (total time over steps) after {st.warmup_steps} "
+                 "warm-up steps, " + (f"CV {st.cv_pct:.0f}%" if st.cv_pct is not None else "CV unknown"))
+    if st.profiled_steps:
+        line += f"; profiled steps {st.profiled_steps[0]}-{st.profiled_steps[1]}"
+    if st.profiler_overhead_pct is not None:
+        line += f" ({st.profiler_overhead_pct:+.0f}% step time under the profiler)"
+    if st.slow and st.slow.count:
+        line += f"; {st.slow.count} slow steps (> 2x median)"
     return line
 
 
-def _nvml_line(nv: dict) -> str:
+def _nvml_line(nv: NvmlSummary) -> str:
     """The NVML samples in one line: utilization and its heartbeat, power, SM clock, throttling, memory growth."""
-    hb = nv["heartbeat"]
-    line = (f"utilization {nv['util_mean_pct']:.1f}% mean over {nv['active_s']:.1f} s"
-            f"{', heartbeat' if hb['heartbeat'] else ''} ({hb['pulses']} pulses, {hb['low_pct']:.0f}% low)")
-    if nv.get("power_mean_w") is not None:
-        line += f"; {nv['power_mean_w']:.0f} W mean"
-    if nv.get("sm_clock_median_mhz") is not None:
-        line += f"; SM clock {nv['sm_clock_median_mhz']:.0f} MHz"
-    th = nv.get("throttle") or {}
-    if th.get("known"):
-        line += f"; throttled {th['throttled_pct']:.0f}% of samples"
-    mem = nv.get("memory") or {}
-    if mem.get("growth_mb") is not None:
-        line += f"; memory {mem['start_mb'] / 1024:.1f} -> {mem['end_mb'] / 1024:.1f} GB"
+    hb = nv.heartbeat
+    line = (f"utilization {nv.util_mean_pct:.1f}% mean over {nv.active_s:.1f} s"
+            f"{', heartbeat' if hb.heartbeat else ''} ({hb.pulses} pulses, {hb.low_pct:.0f}% low)")
+    if nv.power_mean_w is not None:
+        line += f"; {nv.power_mean_w:.0f} W mean"
+    if nv.sm_clock_median_mhz is not None:
+        line += f"; SM clock {nv.sm_clock_median_mhz:.0f} MHz"
+    if nv.throttle.known:
+        line += f"; throttled {nv.throttle.throttled_pct:.0f}% of samples"
+    mem = nv.memory
+    if mem.growth_mb not in (None, UNSET):
+        line += f"; memory {mem.start_mb / 1024:.1f} -> {mem.end_mb / 1024:.1f} GB"
     return line
 
 

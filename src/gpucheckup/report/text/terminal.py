@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpucheckup.diagnosis.findings import TIER_TITLES
-from gpucheckup.document import Finding, Fix, TraceReport, trace_part
+from gpucheckup.document import Finding, Fix, TraceReport, rank_table, trace_part
 from gpucheckup.report.text.lines import (MAX_EVENTS, busy_line, cost_line, event_line, finding_heading, key_figures,
                                      profiler_caveat, saving_text, step_line, sync_rate)
 from gpucheckup.report.text.terminal_mfu import render_hardware
@@ -232,7 +232,6 @@ def render_ranks(summary: list[dict], console: Console) -> None:
     t = Table(title="Ranks", title_justify="left", box=box.SIMPLE)
     for col in ("rank", "trace", "verdict", "step ms", "GPU busy"):
         t.add_column(col)
-    for row in summary:
-        t.add_row(str(row["rank"]), Text(row["path"]), row["verdict"], f"{row['step_ms']:.2f}",
-                  f"{row['busy_pct']:.1f}%")
+    for row in rank_table(summary):
+        t.add_row(str(row.rank), Text(row.path), row.verdict, f"{row.step_ms:.2f}", f"{row.busy_pct:.1f}%")
     console.print(t)

@@ -37,10 +37,10 @@ def render_loader(bench: LoaderBench, advice: LoaderAdvice, console: Console) ->
                   f"{r.startup_s:.2f}s", _cpu(r), mem, Text("; ".join(flag), style="bold" if flag else ""))
     console.print(t)
     c = bench.cpu
-    quota = c.get("cgroup_quota_cpus")
+    quota = c.cgroup_quota_cpus
     quota_s = f"{quota:g} CPU{'' if quota == 1 else 's'}" if quota else "none"
-    console.print(Text(f"CPU: {c.get('count')} on the host, affinity {c.get('affinity')}, cgroup quota {quota_s} "
-                       f"({c.get('cgroup_source')})", style="dim"))
+    console.print(Text(f"CPU: {c.count} on the host, affinity {c.affinity}, cgroup quota {quota_s} "
+                       f"({c.cgroup_source})", style="dim"))
     for note in bench.notes:
         console.print(Text("note: " + note, style="dim"))
     for s in advice.sentences:

@@ -12,10 +12,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.document import job_part
+from gpucheckup.document import RankRow, job_part, rank_table
 
 MAX_ROWS = 16
-COLUMNS = ("step_ms", "compute_ms", "transfer_ms", "wait_ms", "idle_ms", "late_ms")
+
+
+def rank_times(r: RankRow) -> tuple[float | None, ...]:
+    """A rank's per-step times in the table's column order: step, compute, transfer, wait, exposed wait, idle, late."""
+    return r.step_ms, r.compute_ms, r.transfer_ms, r.wait_ms, r.exposed_wait_ms, r.idle_ms, r.late_ms
 
 
 def outlier_text(ranks: list[int]) -> str:
@@ -44,17 +48,17 @@ def render_job(d: dict, console: Console) -> None:
             _item(console, "-", e)
         for x in f.fix:
             _item(console, "fix", f"({x.tier}, up to {x.saving_ms:.2f} ms per step): {x.action}")
-    table = ranks.table  # rows of two forms (document.Ranks): read by key
+    table = rank_table(ranks.table)
     t = Table(title=f"Ranks ({len(table)}; per step, ms: step, compute, transfer, wait, exposed wait, idle, late; "
                     "% of communication hidden)", title_justify="left", box=box.SIMPLE)
     if len(table) <= MAX_ROWS:
         for col in ("rank", "verdict", "step", "comp", "xfer", "wait", "exp.w", "idle", "late", "hid%"):
             t.add_column(col, justify="left" if col in ("rank", "verdict") else "right", no_wrap=True)
         for r in table:
-            hidden = r.get("comm_overlap_pct")
-            t.add_row(str(r["rank"]), Text(str(r.get("verdict") or "-").replace("_bound", "")),
-                      *[f"{r[c]:.1f}" if r.get(c) is not None else "-" for c in COLUMNS[:4] + ("exposed_wait_ms",)
-                        + COLUMNS[4:]], f"{hidden:.0f}%" if hidden is not None else "-")
+            hidden = r.comm_overlap_pct
+            t.add_row(str(r.rank), Text(str(r.verdict or "-").replace("_bound", "")),
+                      *[f"{x:.1f}" if x is not None else "-" for x in rank_times(r)],
+                      f"{hidden:.0f}%" if hidden is not None else "-")
     else:
         t.add_column("figure")
         for col in ("min", "median", "p90", "max", "outlier ranks"):

@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpucheckup.document import run_info, run_only
+from gpucheckup.document import run_figures, run_info, run_only
 from gpucheckup.report.text import terminal
 from gpucheckup.report.text.lines import run_rows
 from gpucheckup.safe_text import safe_tree
@@ -42,14 +42,13 @@ def render_run_only(report: dict, console: Console) -> None:
 def render_run(report: dict, console: Console) -> None:
     """The whole-run figures under a check-up."""
     report = safe_tree(report)
-    fig = report["run_figures"]
+    coarse = run_figures(report).coarse
     t = Table(title="Whole run", title_justify="left", box=box.SIMPLE, show_header=False)
     t.add_column("what")
     t.add_column("value", overflow="fold")
     for name, value in run_rows(report):
         t.add_row(Text(name, style="yellow" if name.startswith("not captured") else ""), Text(value))
     console.print(t)
-    coarse = fig.get("coarse")
     if coarse:
-        console.print(Panel(Text(coarse.get("sentence", "")), title="Out-of-process check-up (coarse)",
+        console.print(Panel(Text(coarse.sentence), title="Out-of-process check-up (coarse)",
                             title_align="left", box=box.ROUNDED))

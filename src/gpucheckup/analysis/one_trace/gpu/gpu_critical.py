@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
-from gpucheckup.analysis.one_trace.host_calls import ALLOC_CALLS, SYNC_CALLS
+from gpucheckup.analysis.one_trace.host.host_calls import ALLOC_CALLS, SYNC_CALLS
 from gpucheckup.trace.tables import RUNTIME, Trace
 
 QUEUED_GAP_US = 3.0  # an op that starts this soon after the previous one on its device was queued behind it

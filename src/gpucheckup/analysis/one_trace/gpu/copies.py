@@ -19,33 +19,18 @@ analysis window. Kineto names them `Memcpy <DIR> (<SRC> -> <DST>)`, e.g.
 
 from __future__ import annotations
 
-import functools
-import re
-
 import msgspec
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
+from gpucheckup.analysis.one_trace.copy_names import is_pageable, parse_copy_name
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.analysis.one_trace.timeline import Timeline
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.trace.tables import KERNEL, MEMCPY, Trace
 
 HEALTHY_OVERLAP_PCT = 80.0
-COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\((\w+)\s*->\s*(\w+)\)")
-
-
-@functools.lru_cache(maxsize=1 << 12)  # asked per copy row, of a few distinct names
-def parse_copy_name(name: str) -> tuple[str, str, str]:
-    """(direction, source kind, destination kind) from a Kineto memcpy name."""
-    m = COPY_NAME.search(name)
-    if m:
-        return m.group(1), m.group(2), m.group(3)
-    for d in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP"):
-        if d in name:
-            return d, "?", "?"
-    return "other", "?", "?"
 
 
 class DirectionStats(msgspec.Struct):
@@ -74,12 +59,6 @@ class CopyStats(msgspec.Struct):
     per_step_ms: float  # per device
     exposed_ms_per_step: float
     exposed_pct_of_step: float
-
-
-def is_pageable(name: str) -> bool:
-    """Whether a Kineto memcpy name says it copies to or from pageable host memory (the one definition)."""
-    _, src, dst = parse_copy_name(name)
-    return "Pageable" in (src, dst)
 
 
 def copy_rows(trace: Trace, steps: Steps, pageable: bool = False) -> np.ndarray:

@@ -25,8 +25,8 @@ from collections import defaultdict
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import host_calls
-from gpucheckup.analysis.one_trace.gap_causes import SYNC, GapCauses
+from gpucheckup.analysis.one_trace.host import host_calls
+from gpucheckup.analysis.one_trace.host.gap_causes import SYNC, GapCauses
 from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import CPU_OP, PYTHON, Trace

@@ -22,7 +22,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.analysis.one_trace.host import host_calls
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.distinct import union1d
 from gpucheckup.analysis.groups import by_key, pair_ids

@@ -25,9 +25,9 @@ import weakref
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace.copies import is_pageable
 from gpucheckup.analysis.distinct import union1d, unique
 from gpucheckup.analysis.groups import by_key, pair_ids
+from gpucheckup.analysis.one_trace.copy_names import is_pageable
 from gpucheckup.trace.tables import CPU_OP, DRIVER, MEMCPY, PYTHON, RUNTIME, USER_ANNOTATION, Trace
 
 DATALOADER_PREFIX = "enumerate(DataLoader)"

@@ -15,7 +15,7 @@ import msgspec
 
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.groups import by_key
-from gpucheckup.analysis.one_trace.kernels import CATEGORIES, KernelStats
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, KernelStats
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.analysis.one_trace.window import Window
 from gpucheckup.trace.tables import Trace

@@ -8,7 +8,7 @@ inside the analysis window.
   50 us is healthy).
 - category: the first rule of CATEGORY_RULES whose pattern is found in the names of what the kernel runs
   (work_names: never its template's types nor its parameters), except
-  that any kernel launched inside the optimizer's own span (analysis/one_trace/optimizer_spans.py: an
+  that any kernel launched inside the optimizer's own span (analysis/one_trace/host/optimizer_spans.py: an
   `Optimizer.step#...` range less the closure it calls, where the model's forward and backward run) is
   `optimizer`.
   Shares are percent of summed kernel time. A trace with no launch call (a light window recorded
@@ -37,7 +37,7 @@ import numpy as np
 
 from gpucheckup.analysis.distinct import median, percentile, unique
 from gpucheckup.analysis.intervals import inside_any
-from gpucheckup.analysis.one_trace.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.trace.tables import KERNEL, Trace
 

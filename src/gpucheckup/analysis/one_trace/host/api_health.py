@@ -18,7 +18,7 @@ from collections import defaultdict
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.analysis.one_trace.host import host_calls
 from gpucheckup.analysis.distinct import union1d, unique
 from gpucheckup.analysis.groups import pair_ids
 from gpucheckup.trace.tables import DRIVER, RUNTIME, Trace

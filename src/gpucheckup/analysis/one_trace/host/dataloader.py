@@ -22,7 +22,7 @@ import math
 
 import msgspec
 
-from gpucheckup.analysis.one_trace import host_calls
+from gpucheckup.analysis.one_trace.host import host_calls
 from gpucheckup.analysis import intervals as iv
 from gpucheckup.analysis.distinct import median
 from gpucheckup.analysis.one_trace.steps import Steps

@@ -25,7 +25,7 @@ import re
 import msgspec
 import numpy as np
 
-from gpucheckup.analysis.one_trace.kernels import categorize
+from gpucheckup.analysis.one_trace.gpu.kernels import categorize
 from gpucheckup.analysis.one_trace.steps import Steps
 from gpucheckup.hardware import links
 from gpucheckup.trace.tables import KERNEL, USER_ANNOTATION, Trace
