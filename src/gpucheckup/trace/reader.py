@@ -110,6 +110,8 @@ SPLIT_AT = 0.46  # the share of the JSON the forked child reads (the first part;
 # child's part took 0.21 s of CPU, this process's 0.19 s with the skipped half gunzipped; docs/performance.md)
 SPLIT_IDLE_CORES = 1.5  # split only where this many processors are idle now (this process's own counted as idle):
 # beside other work that keeps a core busy the second process gains no wall time and costs ~10-20% more CPU
+PREFETCH_IDLE_CORES = 1.5  # gunzip on a thread ahead of the decode only where this many processors are idle now:
+# beside other work the thread gains no wall time and its hand-offs cost CPU (the 4x read, loaded: 2-10% more)
 SPLIT_WAIT_S = 30.0  # how long the child may take beyond 5x this process's own part before it is given up on
 
 
@@ -545,7 +547,7 @@ def _decode_top(path: Path, data: bytes, why: str | None = None) -> tuple[schema
 
 def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
     """Read chunk by chunk; `chunks.StreamError` when the file cannot be cut (then read it whole)."""
-    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    stream = _event_chunks(path)
     b.json_total = json_bytes(path)
     stream.feed(lambda chunk: b.add(*_decode_events(chunk), size=len(chunk)))
     kt, events = _decode_top(path, stream.top)
@@ -595,8 +597,16 @@ def _first_part(path: Path, at: int) -> Part | None:
     """In the forked child: the events before the split point of offset `at` (chunks.EventChunks.feed)."""
     b = _Builder(path)
     b.json_total = at
-    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    stream = _event_chunks(path)
     return b.part() if stream.feed(functools.partial(_add_strict, b), stop=at) else None
+
+
+def _event_chunks(path: Path) -> chunks.EventChunks:
+    """The file's chunks of events, gunzipped ahead on a thread where a processor is idle for it."""
+    source = chunks.blocks(path)
+    if parallel.cores() >= 2 and parallel.idle_cores() >= PREFETCH_IDLE_CORES:
+        source = chunks.prefetched(source)
+    return chunks.EventChunks(path, source)
 
 
 def json_bytes(path: Path) -> int:
@@ -635,7 +645,7 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
         t0 = time.monotonic()
         b = _Builder(path)
         b.json_total = size - at
-        stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+        stream = _event_chunks(path)
         stream.feed(functools.partial(_add_strict, b), start=at)
         kt, events = _decode_top(path, stream.top)
         if kt.traceEvents != [] or events not in (None, []):
