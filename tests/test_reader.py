@@ -171,3 +171,23 @@ def test_names_and_string_ids_are_numbered_in_order_of_first_sight(tmp_path, mon
     p2, p3, t2 = (-1, -2, -3) if chunk_bytes is None else (-1, -3, -2)
     assert tr.host.pid.tolist() == [p2, p2, p2, p3, p2, p2]
     assert tr.host.tid.tolist() == [t2, 5, t2, t2, t2, t2]
+
+
+def test_a_trace_of_distinct_events_grows_its_kinds_a_few_times_not_per_chunk(tmp_path, monkeypatch):
+    """Every event a kind of its own (a name with a counter in it), read in ~400 chunks: the arrays by kind
+    grow at least 2x at a time, so 6000 kinds take about log2(6000 / 64) + 1 = 8 growths of each of the 4
+    arrays (code, name, pid, tid), where growing them for each chunk's new kinds copies them ~400 times (quadratic
+    in the kinds); the names still come in file order."""
+    from gpucheckup.trace import chunks, reader
+
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 1500)  # ~15 events per chunk
+    monkeypatch.setattr(chunks, "READ_BYTES", 1000)
+    grown = []
+    real = reader._grown
+    monkeypatch.setattr(reader, "_grown", lambda a, size, fill: grown.append(size) or real(a, size, fill))
+    n = 6000
+    events = [ev("cpu_op", f"op#{i}", i, 1) for i in range(n)]
+    tr = read_trace(write_trace(tmp_path / "distinct.json", events))
+    assert tr.names == [f"op#{i}" for i in range(n)]
+    assert tr.host.name.tolist() == list(range(n))
+    assert 4 <= len(grown) <= 4 * 9

@@ -100,6 +100,7 @@ _EVENTS = msgspec.json.Decoder(list[schema.Event])
 _TOP = msgspec.json.Decoder(schema.KinetoTrace)
 _LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (a bad time) instead of failing
 _KIND = attrgetter("ph", "cat", "name", "pid", "tid")
+_PH_CAT = itemgetter(0, 1)  # of a kind
 _TS, _DUR, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "pid", "tid"))
 _ARGS, _DEVICE, _STREAM = attrgetter("args"), attrgetter("device"), attrgetter("stream")  # device, stream: of args
 _COLLECTIVE = attrgetter("collective_name")
@@ -209,6 +210,7 @@ class _Kinds(dict):
         super().__init__()
         self.codes = _Codes()
         self.keys: list[tuple] = []
+        self.filled = 0  # kinds whose code is in `code` (the arrays' first rows; the rest is room to grow)
         self.code = np.zeros(0, dtype=np.int8)
         self.name, self.pid, self.tid = (np.zeros(0, dtype=np.int64) for _ in range(3))
 
@@ -218,13 +220,16 @@ class _Kinds(dict):
         return i
 
     def ids(self, events: list[schema.Event]) -> np.ndarray:
-        """Each event's kind, the arrays by kind grown to the kinds seen."""
+        """Each event's kind, the arrays by kind grown to hold the kinds seen (at least doubling: a trace whose
+        every event is a kind of its own, say a name with a counter in it, still costs linear time)."""
         kind = np.fromiter(map(self.__getitem__, map(_KIND, events)), np.intp, len(events))
-        if (old := len(self.code)) < len(self.keys):
-            new = self.keys[old:]
-            more = np.full(len(new), self.UNSET, dtype=np.int64)
-            self.code = np.concatenate([self.code, np.array([self.codes[k[:2]] for k in new], dtype=np.int8)])
-            self.name, self.pid, self.tid = (np.concatenate([a, more]) for a in (self.name, self.pid, self.tid))
+        if (have := self.filled) < len(self.keys):
+            if len(self.keys) > len(self.code):
+                size = max(len(self.keys), 2 * len(self.code), 64)
+                self.code = _grown(self.code, size, 0)
+                self.name, self.pid, self.tid = (_grown(a, size, self.UNSET) for a in (self.name, self.pid, self.tid))
+            self.code[have : len(self.keys)] = list(map(self.codes.__getitem__, map(_PH_CAT, self.keys[have:])))
+            self.filled = len(self.keys)
         return kind
 
     def resolve(self, kind: np.ndarray, by_kind: np.ndarray, lookup: dict, field: int) -> np.ndarray:
@@ -232,13 +237,20 @@ class _Kinds(dict):
         only for kinds not resolved yet, in row order: every value's first sight, so the same numbering, as a
         lookup of every row in turn."""
         got = by_kind[kind]
-        if (got == self.UNSET).any():
-            keys = self.keys
-            for k in kind[got == self.UNSET].tolist():
-                if by_kind[k] == self.UNSET:
-                    by_kind[k] = lookup[keys[k][field]]
+        unset = got == self.UNSET
+        if unset.any():
+            new = list(dict.fromkeys(kind[unset].tolist()))  # each kind once, in order of its first row
+            values = map(itemgetter(field), map(self.keys.__getitem__, new))
+            by_kind[new] = np.fromiter(map(lookup.__getitem__, values), np.int64, len(new))
             got = by_kind[kind]
         return got
+
+
+def _grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
+    """A copy of `a` with room for `size` items, the new ones `fill`."""
+    out = np.full(size, fill, dtype=a.dtype)
+    out[: len(a)] = a
+    return out
 
 
 class NotSplit(Exception):
