@@ -11,8 +11,8 @@ steps, the same per-step behaviour), and each size is checked up as a user runs 
   than C code, so these seconds are inflated; their shares, compared across sizes, are what the table is for.
 A stage is flagged GROWS when its share of the whole at the largest size is more than --tolerance (default
 1.15) times its share at the second size (4x by default: 1x still carries start-up; of two sizes, the first), and
-it takes at least 1% of the largest run; the flagged stages' top functions are listed. Linear work gives a flat row of CPU per
-million events where the machine runs every size at one speed; where it does not (a process of 1-2 GB misses
+it takes at least 1% of the largest run; the flagged stages' top functions are listed. Linear work gives a flat row
+of CPU per million events where the machine runs every size at one speed; where it does not (a process of 1-2 GB misses
 the CPU caches more: the floor's own CPU per million events, printed, shows how much), every row rises
 together and the shares still tell a stage that grows faster than the rest.
 
