@@ -4,10 +4,12 @@ Each pair runs `gpucheckup analyze TRACE --quiet --jobs 1 --json OUT` with A's s
 order alternates pair by pair, so that neither always runs second); each run's wall and CPU seconds (user +
 system, os.wait4) and peak RSS. Printed: both sides' medians, and the B/A ratios taken pair by pair (median and
 range), which hold on a loaded machine where seconds do not. The two JSON documents are compared too: a speed
-change must change no check-up (bench/same_checkups.py does that for every real trace).
+change must change no check-up (bench/same_checkups.py does that for every real trace). With --floor, each pair
+also runs the decode floor (bench/floor.py) just before it, and each side's CPU over the floor is printed, taken
+run by run against the floor run of its own pair (the floor's CPU moves with the machine as the check-up's does).
 
 Usage (from a clone, after `pip install -e .`):
-    python bench/paired.py TRACE OLD_SRC [NEW_SRC] [--repeat 3] [--jobs 1]
+    python bench/paired.py TRACE OLD_SRC [NEW_SRC] [--repeat 3] [--jobs 1] [--floor]
   OLD_SRC, NEW_SRC: a `src` folder (NEW_SRC defaults to this checkout's), e.g. from
   `git archive HEAD~3 | tar -x -C old` then old/src. TRACE: e.g. a tiled trace from bench/scale_trace.py.
 """
@@ -39,10 +41,12 @@ def main() -> int:
     p.add_argument("new_src", nargs="?", default=str(REPO / "src"))
     p.add_argument("--repeat", type=int, default=3, help="pairs (default 3)")
     p.add_argument("--jobs", default="1", help="analyze --jobs (default 1: all the CPU in one process)")
+    p.add_argument("--floor", action="store_true", help="run the decode floor in each pair too, and print CPU over it")
     args = p.parse_args()
     py = sys.executable
     sides = {"A": env_for(args.old_src), "B": env_for(args.new_src)}
     runs: dict[str, list[Run]] = {"A": [], "B": []}
+    floors: list[Run] = []
     same = True
     with tempfile.TemporaryDirectory() as d:
         for side, env in sides.items():  # compiles each tree's bytecode once, as an installed package has it
@@ -50,6 +54,8 @@ def main() -> int:
         before = load()
         for i in range(args.repeat):
             docs = {}
+            if args.floor:
+                floors.append(run([py, str(Path(__file__).parent / "floor.py"), str(args.trace)], sides["A"]))
             for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
                 out = Path(d) / f"{side}.json"
                 runs[side].append(run([py, "-m", "gpucheckup", "analyze", str(args.trace), "--quiet", "--jobs",
@@ -66,6 +72,14 @@ def main() -> int:
         ratio = [y / x for x, y in zip(ra, rb)]
         print(f"{what:<12} A {statistics.median(ra):8.2f}  B {statistics.median(rb):8.2f}  B/A "
               f"{statistics.median(ratio):.3f} ({min(ratio):.3f}-{max(ratio):.3f})")
+    if floors:
+        fc = [f.cpu for f in floors]
+        print(f"{'floor CPU s':<12}   {statistics.median(fc):8.2f}  ({min(fc):.2f}-{max(fc):.2f}), peak RSS "
+              f"{statistics.median(f.rss_mb for f in floors):.0f} MB")
+        for side, rs in (("A", a), ("B", b)):
+            over = [r.cpu / f for r, f in zip(rs, fc)]
+            print(f"{side} CPU / floor CPU, pair by pair: {statistics.median(over):.2f}x "
+                  f"({min(over):.2f}-{max(over):.2f}); of the medians {statistics.median(r.cpu for r in rs) / statistics.median(fc):.2f}x")
     print("JSON documents: " + ("byte-identical" if same else "DIFFER"))
     return 0 if same else 1
 

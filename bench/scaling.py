@@ -10,9 +10,9 @@ steps, the same per-step behaviour), and each size is checked up as a user runs 
   proportion to each caller's share), summed per module of ours (a stage). cProfile slows Python code more
   than C code, so these seconds are inflated; their shares, compared across sizes, are what the table is for.
 A stage is flagged GROWS when its share of the whole at the largest size is more than --tolerance (default
-1.15) times its share at the second size (4x by default: 1x still carries start-up), and it takes at least 1%
-of the largest run; the flagged stages' top functions are listed. Linear work gives a flat row of CPU per
-million events where the machine runs every size at one speed; where it does not (a process of 1-2 GB misses
+1.15) times its share at the second size (4x by default: 1x still carries start-up; of two sizes, the first), and
+it takes at least 1% of the largest run; the flagged stages' top functions are listed. Linear work gives a flat row
+of CPU per million events where the machine runs every size at one speed; where it does not (a process of 1-2 GB misses
 the CPU caches more: the floor's own CPU per million events, printed, shows how much), every row rises
 together and the shares still tell a stage that grows faster than the rest.
 
@@ -186,7 +186,7 @@ def main() -> int:
             done.append(k)
 
     sizes = done
-    ref, last = (sizes[1] if len(sizes) > 1 else sizes[0]), sizes[-1]
+    ref, last = (sizes[1] if len(sizes) > 2 else sizes[0]), sizes[-1]  # of two sizes, the smaller
     total = {k: sum(v.values()) for k, v in per_stage.items()}
     print(f"\nstages under cProfile: CPU s per million events (inflated; compare across a row), the growth of that "
           f"from {ref}x to {last}x, the share of the run; GROWS: the share at {last}x over {args.tolerance}x that at {ref}x")

@@ -138,3 +138,56 @@ def test_non_integer_dims_and_null_input_type_are_read_as_raw_arguments(tmp_path
     r = int(np.flatnonzero(tr.host.name == row)[0])
     assert tr.host.shapes[r] == b'[[2.5, "x"], [null, 4]]' and tr.host.dtypes[r] == b"null"
     assert tr.host.external_id[r] == 9
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 300])
+def test_names_and_string_ids_are_numbered_in_order_of_first_sight(tmp_path, monkeypatch, chunk_bytes):
+    """Names number in the order the kept rows first show them (a row of a bad time or an ignored event
+    numbers none); string pids and tids get -1, -2, ... in the order a chunk's host pids, then its tids, first
+    show them; the same (ph, cat, name, pid, tid) seen again reads the same ids, in one chunk or many."""
+    from gpucheckup.trace import chunks
+
+    if chunk_bytes:
+        monkeypatch.setattr(chunks, "CHUNK_BYTES", chunk_bytes)  # a few events per chunk
+        monkeypatch.setattr(chunks, "READ_BYTES", 200)
+    events = [
+        {"ph": "s", "cat": "ac2g", "name": "flow_only", "pid": "P0", "tid": "T0", "ts": 0, "id": 1},  # ignored
+        ev("cpu_op", "bad_time_only", 0, -5, pid="P1", tid="T1"),  # a negative duration: dropped
+        ev("python_function", "f", 1, 1, pid="P2", tid="T2"),
+        ev("cpu_op", "aten::mm", 2, 1, pid="P2", tid=5),
+        ev("kernel", "k", 3, 1, pid=0, tid=7, device=0, stream=7),
+        ev("python_function", "f", 4, 1, pid="P2", tid="T2"),  # the first kind again
+        ev("cpu_op", "aten::mm", 5, 1, pid="P3", tid="T2"),
+        ev("cpu_op", "bad_time_only", 6, 1, pid="P2", tid="T2"),  # kept this time: named after the others
+        ev("python_function", "f", 7, 1, pid="P2", tid="T2"),
+    ]
+    tr = read_trace(write_trace(tmp_path / "order.json", events))
+    assert tr.names == ["f", "aten::mm", "k", "bad_time_only"]
+    # host rows in file order: f, aten::mm, f, aten::mm, bad_time_only, f
+    assert [tr.names[i] for i in tr.host.name] == ["f", "aten::mm", "f", "aten::mm", "bad_time_only", "f"]
+    # one chunk: its host pids first (P2 -1, P3 -2), then its tids (T2 -3); chunks of two or three events: P2
+    # and T2 in the chunk of the first kept `f` (-1, -2), P3 four events later, in another chunk (-3). P0, T0
+    # (an ignored event) and P1, T1 (a dropped row) are numbered in neither.
+    p2, p3, t2 = (-1, -2, -3) if chunk_bytes is None else (-1, -3, -2)
+    assert tr.host.pid.tolist() == [p2, p2, p2, p3, p2, p2]
+    assert tr.host.tid.tolist() == [t2, 5, t2, t2, t2, t2]
+
+
+def test_a_trace_of_distinct_events_grows_its_kinds_a_few_times_not_per_chunk(tmp_path, monkeypatch):
+    """Every event a kind of its own (a name with a counter in it), read in ~400 chunks: the arrays by kind
+    grow at least 2x at a time, so 6000 kinds take about log2(6000 / 64) + 1 = 8 growths of each of the 4
+    arrays (code, name, pid, tid), where growing them for each chunk's new kinds copies them ~400 times (quadratic
+    in the kinds); the names still come in file order."""
+    from gpucheckup.trace import chunks, reader
+
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 1500)  # ~15 events per chunk
+    monkeypatch.setattr(chunks, "READ_BYTES", 1000)
+    grown = []
+    real = reader._grown
+    monkeypatch.setattr(reader, "_grown", lambda a, size, fill: grown.append(size) or real(a, size, fill))
+    n = 6000
+    events = [ev("cpu_op", f"op#{i}", i, 1) for i in range(n)]
+    tr = read_trace(write_trace(tmp_path / "distinct.json", events))
+    assert tr.names == [f"op#{i}" for i in range(n)]
+    assert tr.host.name.tolist() == list(range(n))
+    assert 4 <= len(grown) <= 4 * 9

@@ -20,7 +20,7 @@ import pytest
 from conftest import trace_path, write_trace
 from test_reader_equivalence import _tricky_events, real_traces
 from gpucheckup.errors import CheckupError
-from gpucheckup.trace import child, chunks, reader
+from gpucheckup.trace import child, chunks, parallel, read_trace, reader
 from gpucheckup.trace.tables import RawColumn
 
 
@@ -198,3 +198,20 @@ def test_not_split_when_small_on_one_core_or_a_busy_machine(monkeypatch):
     monkeypatch.setattr(reader.parallel, "idle_cores", lambda: 0.4)  # the machine busy with other work
     reader.read_trace(path, split=True)
     assert started == []
+
+
+@pytest.mark.parametrize("idle, threads", [(0.5, 0), (2.0, 1)])
+def test_gunzip_runs_ahead_on_a_thread_only_where_a_processor_is_idle(tmp_path, monkeypatch, idle, threads):
+    """Beside other work a thread gunzipping ahead gains no wall time and its hand-offs cost CPU: the read
+    starts one only where a processor is idle for it; the tables are the same either way."""
+    started = []
+    real = chunks.prefetched
+    monkeypatch.setattr(chunks, "prefetched", lambda items, *a: started.append(1) or real(items, *a))
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    monkeypatch.setattr(parallel, "idle_cores", lambda: idle)
+    path = write_trace(tmp_path / "t.json.gz", [
+        {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i, "dur": 1, "args": {}}
+        for i in range(50)])
+    trace = read_trace(path)
+    assert len(started) == threads
+    assert len(trace.gpu) == 50 and trace.names[:2] == ["k0", "k1"]

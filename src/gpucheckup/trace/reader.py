@@ -99,8 +99,9 @@ GPU_BASE, META, OVERHEAD, IGNORED, NO_PHASE = 8, 16, 17, -1, -2
 _EVENTS = msgspec.json.Decoder(list[schema.Event])
 _TOP = msgspec.json.Decoder(schema.KinetoTrace)
 _LOOSE = msgspec.json.Decoder(float_hook=float)  # untyped; 1e999 reads as inf (a bad time) instead of failing
-_PH_CAT = attrgetter("ph", "cat")
-_TS, _DUR, _NAME, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "name", "pid", "tid"))
+_KIND = attrgetter("ph", "cat", "name", "pid", "tid")
+_PH_CAT = itemgetter(0, 1)  # of a kind
+_TS, _DUR, _PID, _TID = (attrgetter(a) for a in ("ts", "dur", "pid", "tid"))
 _ARGS, _DEVICE, _STREAM = attrgetter("args"), attrgetter("device"), attrgetter("stream")  # device, stream: of args
 _COLLECTIVE = attrgetter("collective_name")
 EVENTS_PER_PASS = 1 << 16  # events turned into columns at a time when a file is read whole
@@ -110,6 +111,8 @@ SPLIT_AT = 0.46  # the share of the JSON the forked child reads (the first part;
 # child's part took 0.21 s of CPU, this process's 0.19 s with the skipped half gunzipped; docs/performance.md)
 SPLIT_IDLE_CORES = 1.5  # split only where this many processors are idle now (this process's own counted as idle):
 # beside other work that keeps a core busy the second process gains no wall time and costs ~10-20% more CPU
+PREFETCH_IDLE_CORES = 1.5  # gunzip on a thread ahead of the decode only where this many processors are idle now:
+# beside other work the thread gains no wall time and its hand-offs cost CPU (the 4x read, loaded: 2-10% more)
 SPLIT_WAIT_S = 30.0  # how long the child may take beyond 5x this process's own part before it is given up on
 
 
@@ -196,6 +199,60 @@ class _Ids(dict):
         return code
 
 
+class _Kinds(dict):
+    """(ph, cat, name, pid, tid) -> a dense id: the few hundred kinds of event a trace repeats. One lookup per
+    event gives its code, and its name's and pid's and tid's ids once those are resolved, from arrays by kind
+    (one C-level pass where a pass per field cost ~0.2 us more per event). Filled on first sight of each kind."""
+
+    UNSET = -(2**63)  # an id not resolved yet (`resolve`; a pid or tid of this value is only looked up again)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codes = _Codes()
+        self.keys: list[tuple] = []
+        self.filled = 0  # kinds whose code is in `code` (the arrays' first rows; the rest is room to grow)
+        self.code = np.zeros(0, dtype=np.int8)
+        self.name, self.pid, self.tid = (np.zeros(0, dtype=np.int64) for _ in range(3))
+
+    def __missing__(self, key: tuple) -> int:
+        self[key] = i = len(self.keys)
+        self.keys.append(key)
+        return i
+
+    def ids(self, events: list[schema.Event]) -> np.ndarray:
+        """Each event's kind, the arrays by kind grown to hold the kinds seen (at least doubling: a trace whose
+        every event is a kind of its own, say a name with a counter in it, still costs linear time)."""
+        kind = np.fromiter(map(self.__getitem__, map(_KIND, events)), np.intp, len(events))
+        if (have := self.filled) < len(self.keys):
+            if len(self.keys) > len(self.code):
+                size = max(len(self.keys), 2 * len(self.code), 64)
+                self.code = _grown(self.code, size, 0)
+                self.name, self.pid, self.tid = (_grown(a, size, self.UNSET) for a in (self.name, self.pid, self.tid))
+            self.code[have : len(self.keys)] = list(map(self.codes.__getitem__, map(_PH_CAT, self.keys[have:])))
+            self.filled = len(self.keys)
+        return kind
+
+    def resolve(self, kind: np.ndarray, by_kind: np.ndarray, lookup: dict, field: int) -> np.ndarray:
+        """The ids (`lookup[key[field]]`, which numbers values on first sight) of rows of these kinds, looked up
+        only for kinds not resolved yet, in row order: every value's first sight, so the same numbering, as a
+        lookup of every row in turn."""
+        got = by_kind[kind]
+        unset = got == self.UNSET
+        if unset.any():
+            new = list(dict.fromkeys(kind[unset].tolist()))  # each kind once, in order of its first row
+            values = map(itemgetter(field), map(self.keys.__getitem__, new))
+            by_kind[new] = np.fromiter(map(lookup.__getitem__, values), np.int64, len(new))
+            got = by_kind[kind]
+        return got
+
+
+def _grown(a: np.ndarray, size: int, fill: int) -> np.ndarray:
+    """A copy of `a` with room for `size` items, the new ones `fill`."""
+    out = np.full(size, fill, dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
 class NotSplit(Exception):
     """A trace read in two processes cannot be joined into exactly what one read gives: read it in one."""
 
@@ -221,7 +278,7 @@ class _Builder:
 
     def __init__(self, path: Path):
         self.path = path
-        self.codes = _Codes()
+        self.kinds = _Kinds()
         self.names: list[str] = []
         self.name_id = _NameIds(self.names)
         self.str_ids: dict[str, int] = {}
@@ -250,10 +307,6 @@ class _Builder:
         values = list(values)
         return np.fromiter(map(self.id_of.__getitem__, values), np.int64, len(values))
 
-    def name_ids(self, evs) -> np.ndarray:
-        """Dense ids into `self.names` of the events' names (in order of first appearance), new names appended."""
-        return np.fromiter(map(self.name_id.__getitem__, map(_NAME, evs)), np.int64, len(evs))
-
     def expect(self, rows: int) -> int:
         """The rows a table is expected to hold at the end once it holds `rows`, from the share of the JSON seen
         (0: not known); 2% over, so that a steady trace's columns grow once or twice (columns.capacity)."""
@@ -269,7 +322,8 @@ class _Builder:
         self.seen += n + dropped
         if n == 0:
             return
-        codes = np.fromiter(map(self.codes.__getitem__, map(_PH_CAT, events)), np.int8, n)
+        combo = self.kinds.ids(events)
+        codes = self.kinds.code[combo]
         if codes[0] == NO_PHASE and (codes == NO_PHASE).all():
             raise CheckupError(f"{self.path}: not a trace: events {self.seen - n - dropped + 1} to {self.seen} have "
                                "no phase (`ph`), which every trace event has (a stream of empty objects?)")
@@ -277,7 +331,7 @@ class _Builder:
             self._one(events[i], codes[i])
         keep = np.flatnonzero((codes >= 0) & (codes < META))
         kept = _take(events, keep)
-        codes = codes[keep]
+        codes, combo = codes[keep], combo[keep]
         ts = np.fromiter(map(_TS, kept), np.float64, len(kept))
         dur = np.fromiter(map(_DUR, kept), np.float64, len(kept))
         end = ts + dur
@@ -285,15 +339,15 @@ class _Builder:
         if not ok.all():
             self.bad_time += int((~ok).sum())
             good = np.flatnonzero(ok)
-            kept, codes, ts, end = _take(kept, good), codes[good], ts[good], end[good]
-        names = self.name_ids(kept)
+            kept, codes, combo, ts, end = _take(kept, good), codes[good], combo[good], ts[good], end[good]
+        names = self.kinds.resolve(combo, self.kinds.name, self.name_id, 2)
         on_gpu = codes >= GPU_BASE
         g, h = np.flatnonzero(on_gpu), np.flatnonzero(~on_gpu)
         if len(g):
             self.gpu.append(self._gpu(_take(kept, g), codes[g], names[g], ts[g], end[g]),
                             self.expect(len(self.gpu) + len(g)))
         if len(h):
-            self.host.append(self._host(_take(kept, h), codes[h], names[h], ts[h], end[h]),
+            self.host.append(self._host(_take(kept, h), codes[h], names[h], ts[h], end[h], combo[h]),
                              self.expect(len(self.host) + len(h)))
 
     def _one(self, ev: schema.Event, code: int) -> None:
@@ -322,12 +376,12 @@ class _Builder:
         _arg_columns(args, codes, GPU_COLUMNS, cols)
         return cols
 
-    def _host(self, evs: list, codes, names, start, end) -> dict:
-        n, get = len(evs), self.id_of.__getitem__
+    def _host(self, evs: list, codes, names, start, end, combo) -> dict:
+        n, kinds = len(evs), self.kinds
         args = list(map(_ARGS, evs))
-        cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32),
-                "pid": np.fromiter(map(get, map(_PID, evs)), np.int64, n),
-                "tid": np.fromiter(map(get, map(_TID, evs)), np.int64, n), "start": start, "end": end}
+        pid = kinds.resolve(combo, kinds.pid, self.id_of, 3)  # all pids before the tids: string ids in that order
+        cols = {"cat": codes.astype(np.int8), "name": names.astype(np.int32), "pid": pid,
+                "tid": kinds.resolve(combo, kinds.tid, self.id_of, 4), "start": start, "end": end}
         _arg_columns(args, codes, HOST_COLUMNS, cols)
         collective = list(map(_COLLECTIVE, args))
         if collective.count(None) < n:  # the few collective calls, one by one
@@ -505,7 +559,7 @@ def _decode_top(path: Path, data: bytes, why: str | None = None) -> tuple[schema
 
 def _read_streaming(path: Path, b: _Builder) -> schema.KinetoTrace:
     """Read chunk by chunk; `chunks.StreamError` when the file cannot be cut (then read it whole)."""
-    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    stream = _event_chunks(path)
     b.json_total = json_bytes(path)
     stream.feed(lambda chunk: b.add(*_decode_events(chunk), size=len(chunk)))
     kt, events = _decode_top(path, stream.top)
@@ -555,8 +609,16 @@ def _first_part(path: Path, at: int) -> Part | None:
     """In the forked child: the events before the split point of offset `at` (chunks.EventChunks.feed)."""
     b = _Builder(path)
     b.json_total = at
-    stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+    stream = _event_chunks(path)
     return b.part() if stream.feed(functools.partial(_add_strict, b), stop=at) else None
+
+
+def _event_chunks(path: Path) -> chunks.EventChunks:
+    """The file's chunks of events, gunzipped ahead on a thread where a processor is idle for it."""
+    source = chunks.blocks(path)
+    if parallel.cores() >= 2 and parallel.idle_cores() >= PREFETCH_IDLE_CORES:
+        source = chunks.prefetched(source)
+    return chunks.EventChunks(path, source)
 
 
 def json_bytes(path: Path) -> int:
@@ -595,7 +657,7 @@ def _read_split(path: Path) -> tuple[_Builder, schema.KinetoTrace] | None:
         t0 = time.monotonic()
         b = _Builder(path)
         b.json_total = size - at
-        stream = chunks.EventChunks(path, chunks.prefetched(chunks.blocks(path)))
+        stream = _event_chunks(path)
         stream.feed(functools.partial(_add_strict, b), start=at)
         kt, events = _decode_top(path, stream.top)
         if kt.traceEvents != [] or events not in (None, []):
