@@ -21,10 +21,19 @@ def _ab(tmp_path, *args):
 
 
 def test_identical_commands_show_no_difference(tmp_path):
+    """A 95% interval calls identical commands different in about one run of twenty (more on a machine whose load
+    drifts between rounds, as CI's 2-core runner does): of two runs at least one must read `same`, which fails if
+    false differences were the rule (a wrong interval), not at the interval's own rate."""
     pytest.importorskip("torch")
-    r = _ab(tmp_path, "--rounds", "5", "--", *EX, "--", *EX)
+    runs = []
+    for attempt in range(2):
+        (tmp_path / str(attempt)).mkdir()
+        runs.append(_ab(tmp_path / str(attempt), "--rounds", "5", "--", *EX, "--", *EX))
+        if runs[-1]["verdict"] == "same":
+            break
+    r = runs[-1]
     assert r["kind"] == "ab" and isinstance(r["schema_version"], int)  # the versioned document (docs/schema.md)
-    assert r["verdict"] == "same", r["sentence"]
+    assert r["verdict"] == "same", [x["sentence"] for x in runs]
     assert r["sentence"].startswith("No difference measured")
     for side in ("a", "b"):
         assert len(r[side]["round_ms"]) == 5 and r[side]["steps"] == 5 * 7  # warm-up dropped, 7 kept each

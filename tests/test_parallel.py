@@ -8,7 +8,7 @@ import shutil
 import msgspec
 
 from conftest import trace_path
-from gpucheckup.checkup.pipeline import check_path
+from gpucheckup.checkup.pipeline import check, check_path
 from gpucheckup.trace import parallel
 
 
@@ -25,7 +25,11 @@ def test_workers_give_the_same_reports_as_one_process(tmp_path, monkeypatch):
     for a, b in zip(one, two):
         assert msgspec.json.encode(a.report) == msgspec.json.encode(b.report)
         assert a.diagnosis == b.diagnosis
-    assert any("trace_rank3.json" in n for n in two[0].report["notes"])
+    assert any("trace_rank3.json" in n for n in two[0].diagnosis.notes)  # the folder's note, in its diagnosis
+    # and in the finished reports, which build their notes from the diagnosis last (checkup/pipeline.py `_finish`)
+    done = check(tmp_path, jobs=2).checkups
+    assert [c.analysis is None for c in done] == [True] * 3
+    assert all(any("trace_rank3.json" in n for n in c.report["notes"]) for c in done)
 
 
 def test_small_folders_and_single_cores_stay_in_process(tmp_path):
