@@ -10,6 +10,7 @@ from conftest import trace_path, write_trace
 from gpucheckup import api
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.one_trace.gpu.gpu_critical import critical_us, idle_scale
+from gpucheckup.analysis.one_trace.launches import launch_rows
 from gpucheckup.trace import read_trace
 
 
@@ -30,11 +31,11 @@ def test_queued_kernels_and_waited_on_ones_count_the_others_do_not(tmp_path):
     order = np.argsort(t.gpu.start)
     names = [t.names[i] for i in t.gpu.name[order]]
     assert names == ["A", "B", "C", "D"]
-    assert critical_us(t, order).tolist() == [10.0, 0.0, 10.0, 9.0]
+    assert critical_us(t, order, launch_rows(t)).tolist() == [10.0, 0.0, 10.0, 9.0]
     # without the profiler a 20 us gap that shrinks to a twentieth (1 us) was a queue: B counts too
-    assert critical_us(t, order, idle_scale=0.05).tolist() == [10.0, 9.0, 10.0, 9.0]
+    assert critical_us(t, order, launch_rows(t), idle_scale=0.05).tolist() == [10.0, 9.0, 10.0, 9.0]
     # a step whose GPU work fills it without the profiler: every op but the device's last is queued
-    assert critical_us(t, order, idle_scale=0.0).tolist() == [10.0, 9.0, 10.0, 9.0]
+    assert critical_us(t, order, launch_rows(t), idle_scale=0.0).tolist() == [10.0, 9.0, 10.0, 9.0]
 
 
 def test_idle_scale_is_the_idle_left_without_the_profiler():

@@ -81,7 +81,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         timeline=timeline,
         causes=causes,
         kernels=kstats,
-        critical_us=gpu_critical.critical_us(trace, kstats.rows, gpu_critical.idle_scale(
+        critical_us=gpu_critical.critical_us(trace, kstats.rows, rows, gpu_critical.idle_scale(
             w.traced_step_ms, w.step_ms, timeline.busy_pct / 100 * w.traced_step_ms)),
         step_summary=steps.summary(st),
         gap_pattern=tl.gap_pattern(timeline, st),

@@ -233,11 +233,12 @@ def _critical_ms(a: TraceAnalysis, keep: Callable[[str, int], bool]) -> float:
     k = a.kernels
     if not len(k.rows):
         return 0.0
-    names = a.trace.gpu.name[k.rows]
-    pairs = names.astype(np.int64) * len(CATEGORIES) + k.category_of_row
-    chosen = {int(x): keep(a.trace.names[int(x) // len(CATEGORIES)], int(x) % len(CATEGORIES)) for x in unique(pairs)}
-    mask = np.fromiter((chosen[int(x)] for x in pairs), dtype=bool, count=len(pairs))
-    return a.window.ms(float(a.critical_us[mask].sum()))
+    n = len(CATEGORIES)
+    pairs = a.trace.gpu.name[k.rows].astype(np.int64) * n + k.category_of_row  # (name, category) of each kernel
+    chosen = np.zeros(len(a.trace.names) * n, dtype=bool)  # looked up by pair: keep() once per distinct pair
+    for x in unique(pairs).tolist():
+        chosen[x] = keep(a.trace.names[x // n], x % n)
+    return a.window.ms(float(a.critical_us[chosen[pairs]].sum()))
 
 
 def _fp32_critical_ms(a: TraceAnalysis) -> float:

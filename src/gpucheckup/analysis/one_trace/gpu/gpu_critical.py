@@ -7,8 +7,8 @@ where something waited for those kernels to end. Definitions (also in docs/metri
   within QUEUED_GAP_US of this op's end. It had been launched and was waiting behind this op, so the GPU, not the
   host, set the pace there: all of the op's time is on the critical path (an upper bound: what follows a queue
   may still be host-bound).
-- waited on: the op's overlap with the host's calls that wait for the device (host_calls.SYNC_CALLS: stream, event
-  and device synchronizations and blocking copies; host_calls.ALLOC_CALLS: allocations and frees, which may
+- waited on: the op's overlap with the host's calls that wait for the device (host_calls.sync_call_rows: stream,
+  event and device synchronizations and blocking copies; host_calls.alloc_rows: allocations and frees, which may
   synchronize): the host stood still until the GPU got there.
 - otherwise the GPU sat idle after the op until the host launched more: finishing the op earlier only lengthens
   that idle, so none of its time is on the critical path.
@@ -27,20 +27,21 @@ from __future__ import annotations
 import numpy as np
 
 from gpucheckup.analysis import intervals as iv
-from gpucheckup.analysis.one_trace.host.host_calls import ALLOC_CALLS, SYNC_CALLS
-from gpucheckup.trace.tables import RUNTIME, Trace
+from gpucheckup.analysis.distinct import union1d
+from gpucheckup.analysis.one_trace.host.host_calls import alloc_rows, sync_call_rows
+from gpucheckup.trace.tables import Trace
 
 QUEUED_GAP_US = 3.0  # an op that starts this soon after the previous one on its device was queued behind it
 
 
-def critical_us(trace: Trace, rows: np.ndarray, idle_scale: float = 1.0) -> np.ndarray:
+def critical_us(trace: Trace, rows: np.ndarray, launch_rows: np.ndarray, idle_scale: float = 1.0) -> np.ndarray:
     """Each GPU op of `rows` (rows of trace.gpu): its microseconds on the critical path (all of it when queued,
-    else its overlap with the host's calls that wait for the device)."""
+    else its overlap with the host's calls that wait for the device; launch_rows: launches.launch_rows)."""
     gpu = trace.gpu
     dur = gpu.end[rows] - gpu.start[rows]
     gap = _gap_after(trace)[rows]
     queued = gap * idle_scale < QUEUED_GAP_US if idle_scale > 0 else np.isfinite(gap)  # no idle left: all queued
-    waited = iv.covered_between(_sync_calls(trace), gpu.start[rows], gpu.end[rows]) if len(rows) else dur
+    waited = iv.covered_between(_waits(trace, launch_rows), gpu.start[rows], gpu.end[rows]) if len(rows) else dur
     return np.where(queued, dur, np.minimum(waited, dur))
 
 
@@ -65,10 +66,8 @@ def _gap_after(trace: Trace) -> np.ndarray:
     return gap
 
 
-def _sync_calls(trace: Trace) -> iv.Intervals:
-    """The union of the host's runtime calls that may wait for the device."""
+def _waits(trace: Trace, launch_rows: np.ndarray) -> iv.Intervals:
+    """The union of the host's calls that may wait for the device."""
     h = trace.host
-    is_sync = np.zeros(len(trace.names), dtype=bool)
-    is_sync[trace.name_ids(lambda n: n in SYNC_CALLS or n in ALLOC_CALLS)] = True
-    keep = (h.cat == RUNTIME) & is_sync[h.name]
+    keep = union1d(sync_call_rows(trace, launch_rows), alloc_rows(trace)).astype(np.int64)
     return iv.union(h.start[keep], h.end[keep])
