@@ -181,17 +181,36 @@ def test_removing_a_copy_read_drops_the_hosts_work_on_the_copied_arrays(tmp_path
     assert whatif.predict(g, "remove_syncs", ops=frozenset({"aten::item"})).changed == 0
 
 
-def test_compile_does_not_fuse_across_a_sync(tmp_path):
+def test_compile_does_not_fuse_across_a_sync_that_stays(tmp_path):
     # one thread launches three elementwise kernels back to back on one stream: k1 [20, 60] (launched at 10), then
-    # a cudaStreamSynchronize [100, 110], then k2 [210, 250] (at 200) and k3 [270, 330] (at 260). Inductor's kernels
-    # end at a sync (the host reads there): k1 stays 40 us, k2 and k3 fuse into one kernel of the longer's 60 us
+    # aten::to [95, 120] copies an input to the GPU (cudaMemcpyAsync at 96, the copy [100, 104]) and waits for it
+    # (cudaStreamSynchronize [100, 110]), then k2 [210, 250] (at 200) and k3 [270, 330] (at 260). Inductor's kernels
+    # end at a sync (the host waits there): k1 stays 40 us, k2 and k3 fuse into one kernel of the longer's 60 us
+    ew = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::to", 95, 25),
+              ev("cuda_runtime", "cudaMemcpyAsync", 96, 3, correlation=9),
+              gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 100, 4, 9),
+              ev("cuda_runtime", "cudaStreamSynchronize", 100, 10)]
+    for corr, (t, start, dur) in enumerate([(10, 20, 40), (200, 210, 40), (260, 270, 60)], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, start, dur, corr)]
+    e = whatif.torch_compile(graph(tmp_path, events))
+    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing/copy kernels fused into others")
+    kernels = e.graph.trace.gpu.kind == 0
+    assert sorted(e.graph.g_dur[kernels].tolist()) == pytest.approx([0, 40, 60])
+    assert not e.unmodelled  # the forward reads no GPU value: an estimate
+
+
+def test_a_read_in_the_forward_is_replayed_gone_and_the_saving_is_an_upper_bound(tmp_path):
+    # the same three kernels with a read of a GPU value between k1 and k2 (cudaStreamSynchronize [100, 110], no
+    # backward: before it): compiled code that skips the read (or the read removed) fuses all three into one kernel of
+    # the longest's 60 us; where the read stays the graph breaks there, so the saving is said to be an upper bound
     ew = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
     events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cuda_runtime", "cudaStreamSynchronize", 100, 10)]
     for corr, (t, start, dur) in enumerate([(10, 20, 40), (200, 210, 40), (260, 270, 60)], 1):
         events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, start, dur, corr)]
     e = whatif.torch_compile(graph(tmp_path, events))
-    assert e.changed == 1 and e.what.startswith("1 elementwise/normalisation/indexing/copy kernels fused into others")
-    assert e.graph.g_dur.tolist() == pytest.approx([40, 60, 0])
+    assert e.changed == 2 and e.graph.g_dur.tolist() == pytest.approx([60, 0, 0])
+    assert "reads GPU values on the host 1 time a step" in e.unmodelled and "upper bound" in e.unmodelled
 
 
 def test_removed_time_is_the_largest_steps_own(tmp_path):
@@ -330,3 +349,21 @@ def test_a_graph_replay_launches_at_the_typical_latency_from_the_traces_first_ca
     e = whatif.cuda_graphs(g).graph
     r = replay.replay(e)
     assert r.op_start[a] - r.node_start[0] == pytest.approx(10)
+
+
+def test_a_graph_replay_runs_none_of_the_models_python_but_gradient_accumulation_stays(tmp_path):
+    # one call of three launches (at 10, 110 and 210, 5 us each; kernels [20, 30], [120, 130], [220, 230]) with the
+    # model's Python between them (95 us gaps), and autograd's accumulation of one gradient [140, 170] (30 us,
+    # AccumulateGrad inside the engine's call of it) in the second gap. Replayed as a graph: the entry keeps the 10 us
+    # before it, the second launch's 95 us go, the third keeps the 30 us of accumulation, which runs outside a graph
+    acc = "torch::autograd::AccumulateGrad"
+    ew = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000),
+              ev("cpu_op", f"autograd::engine::evaluate_function: {acc}", 140, 30), ev("cpu_op", acc, 145, 20)]
+    for corr, t in enumerate([10, 110, 210], 1):
+        events += [ev("cuda_runtime", "cudaLaunchKernel", t, 5, correlation=corr), gpu("kernel", ew, t + 10, 10, corr)]
+    g = graph(tmp_path, events)
+    launch = np.flatnonzero(g.h_kind == replay.CALL)
+    assert g.h_gap[launch].tolist() == pytest.approx([10, 95, 95])
+    e = whatif.cuda_graphs(g)
+    assert e.graph.h_gap[launch].tolist() == pytest.approx([10, 0, 30])

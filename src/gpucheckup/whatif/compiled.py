@@ -18,8 +18,8 @@ from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_
 from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, MEMSET
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
-from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, in_optimizer, outermost_ops,
-                                     remembered, starts_inside, step_of)
+from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_read, in_optimizer,
+                                     outermost_ops, remembered, starts_inside, step_of)
 
 # Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
 # reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
@@ -77,6 +77,8 @@ COMPILED_LAUNCH_LAUNCHES = 2.9 + 1.5
 COMPILED_RANGES = ("## Call CompiledFxGraph", "CompiledFunction")  # generated code already running in the trace
 
 PARAM_OP = "torch::autograd::AccumulateGrad"  # one per parameter with a gradient, per step
+# autograd's engine calling it (the operator the trace nests PARAM_OP in, where it records the engine's calls)
+BOOKKEEPING_OPS = ("autograd::engine::evaluate_function: " + PARAM_OP, PARAM_OP)
 
 
 def _outside_the_model(g: Graph) -> np.ndarray:
@@ -269,10 +271,13 @@ def cuda_graphs(g: Graph) -> Edit:
     durations and run back to back (launch latency at the trace's typical one). The optimizer step and the loop's
     code around the model (`_outside_the_model`) are not part of the compiled model and stay eager, launch by
     launch (the trace cannot tell whether a user would compile or capture them too: that takes capturable=True and
-    whole-step capture);
-    host work outside operators (Python, data loading, autograd's bookkeeping such as gradient accumulation)
-    stays."""
+    whole-step capture). Inside a call after its entry, the host time between launches goes too (the model's
+    Python and autograd's dispatch between its nodes: a replay runs none of it), except autograd's per-parameter
+    bookkeeping (`_bookkeeping_us`: gradient accumulation, which runs outside the graph); the host work before a
+    call's entry (the loop's Python, data loading) stays, and all of it in a trace without operators (a light
+    window), where nothing tells the model's Python from the loop's. Reads of GPU values in the forward are replayed gone (`_without_forward_reads`: an upper bound)."""
     g = g.copy()
+    unmodelled = _without_forward_reads(g)
     eager = _outside_the_model(g)
     _inductor_fusion(g, eager)
     unit = replay.typical_launch_us(g)
@@ -282,6 +287,8 @@ def cuda_graphs(g: Graph) -> Edit:
                           minlength=len(g.h_kind))
     captured = np.zeros(len(g.h_kind), dtype=bool)
     changed = 0
+    kept = _bookkeeping_us(g)
+    modelled = bool((g.trace.host.cat == CPU_OP).any())  # without operators the trace cannot tell model from loop
     for entry, backward, nodes, params in calls:
         lo, hi = nodes[0], nodes[-1]
         inside = np.arange(lo, hi + 1)
@@ -289,6 +296,9 @@ def cuda_graphs(g: Graph) -> Edit:
         captured[inside] = True
         pos = g.h_gap[inside] > 0
         g.h_gap[inside[pos]] -= np.minimum(g.h_dispatch[inside[pos]], g.h_gap[inside[pos]])
+        if modelled:  # the model's Python after the call's entry
+            rest = inside[(inside != entry) & (g.h_gap[inside] > 0)]
+            g.h_gap[rest] = np.minimum(g.h_gap[rest], kept[rest])
         g.h_dur[inside] = 0.0
         g.h_dur[entry] = unit * (CALL_FIXED_LAUNCHES + GRAPHED_INPUT_LAUNCHES[backward] * (params + 1)
                                  + GRAPH_NODE_LAUNCHES * kernels[nodes].sum())
@@ -297,7 +307,7 @@ def cuda_graphs(g: Graph) -> Edit:
     g.g_lat[ops] = np.minimum(g.g_lat[ops], g.typical_lat)
     return Edit(g, f"{len(calls)} graph replays per trace in place of {changed} launches; operator "
                    f"dispatch removed, each replay costing its wrappers and graph launch (the optimizer stays eager)",
-                changed, unmodelled=_graph_breaks(g))
+                changed, unmodelled=unmodelled)
 
 
 def torch_compile(g: Graph) -> Edit:
@@ -308,8 +318,10 @@ def torch_compile(g: Graph) -> Edit:
     (`_generated_launches`; launches the trace already runs in compiled code keep theirs). Each call into the
     compiled model (`_compiled_calls`: the forward and the backward between syncs and data waits) costs its wrappers:
     CALL_FIXED_LAUNCHES and COMPILED_INPUT_LAUNCHES per input, in launch calls, on its first launch. The
-    optimizer step and the loop's code around the model (`_outside_the_model`) stay as they are."""
+    optimizer step and the loop's code around the model (`_outside_the_model`) stay as they are. Reads of GPU values
+    in the forward are replayed gone (`_without_forward_reads`: an upper bound)."""
     g = g.copy()
+    unmodelled = _without_forward_reads(g)
     eager = _outside_the_model(g)
     unit = replay.typical_launch_us(g)
     folded, n = _inductor_fusion(g, eager)
@@ -321,23 +333,58 @@ def torch_compile(g: Graph) -> Edit:
         _generated_launches(g, nodes[1:], unit)
         g.h_dur[entry] += unit * (CALL_FIXED_LAUNCHES + COMPILED_INPUT_LAUNCHES[backward] * (params + 1))
     return Edit(g, f"{n} elementwise/normalisation/indexing/copy kernels fused into others (at most one reduction each); "
-                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n, unmodelled=_graph_breaks(g))
+                   f"{len(calls)} compiled calls per trace, each costing its wrappers", n, unmodelled=unmodelled)
 
 
-def _graph_breaks(g: Graph) -> str:
-    """Why a compiled model's saving is an upper bound where its forward reads GPU values on the host (a sync
-    before the step's backward, outside the optimizer, on the calling thread): torch.compile breaks the graph at
-    each read; the forward's and backward's extra graphs are modelled (`_compiled_calls`), each resume's guards and
-    frame evaluation are not (no trace here measured them). "" where the forward reads nothing."""
-    reads = ((g.h_kind == SYNC) & (g.h_row >= 0) & ~in_optimizer(g, zero_grad=True) & ~after_backward(g)
-             & ~autograd_thread(g) & ~_input_waits(g))
-    per_step = float(reads.sum()) / max(g.steps.count, 1)
+def _forward_reads(g: Graph) -> np.ndarray:
+    """The sync nodes of the model's forward: reads of GPU values on the host (`.item()`, `if tensor:`, a size read)
+    before the step's backward, outside the optimizer, on the calling thread, not an input's copy waiting."""
+    return np.flatnonzero((g.h_kind == SYNC) & (g.h_row >= 0) & ~in_optimizer(g, zero_grad=True) & ~after_backward(g)
+                          & ~autograd_thread(g) & ~_input_waits(g))
+
+
+def _without_forward_reads(g: Graph) -> str:
+    """The model's forward as one graph: each read of a GPU value in it gone (`drop_read`), as where the compiled code
+    skips it (libraries skip such checks when torch.compile traces them: transformers' packed-sequence check in
+    its attention masks) or the user removed it. Where a read stays, torch.compile breaks its graph there: the
+    compiled code runs in more pieces, each resume with its guards and frame, and the read still drains the GPU's
+    queue, so the saving replayed without the reads is an upper bound. Edits g; why, "" where the forward reads
+    nothing."""
+    reads = _forward_reads(g)
+    per_step = len(reads) / max(g.steps.count, 1)
     if per_step < 1.0:
         return ""
+    for j in reads.tolist():
+        drop_read(g, j)
     n = round(per_step)
-    return (f"the model's forward reads GPU values on the host {n} time{'s' if n != 1 else ''} a step: torch.compile breaks "
-            "its graph at each read; the extra graphs are modelled, each resume's guards and frame are not, so "
-            "this is an upper bound (a graph holds no host read: remove them first)")
+    return (f"the model's forward reads GPU values on the host {n} time{'s' if n != 1 else ''} a step: replayed "
+            "without them (as where compiled code skips such a check, or once they are removed); where a read stays, "
+            "torch.compile breaks its graph there and saves less, so this is an upper bound")
+
+
+def _bookkeeping_us(g: Graph) -> np.ndarray:
+    """Per node: the host time, us, of autograd's per-parameter operators (PARAM_OP, gradient accumulation, with the
+    engine's call of each: BOOKKEEPING_OPS) that end in the gap before it on its thread: they run eagerly outside a
+    compiled or graphed backward."""
+    if "bookkeeping" not in g.memo:
+        host = g.trace.host
+        calls = _named(g, lambda n: n == BOOKKEEPING_OPS[0])
+        name = calls if calls[host.name[host.cat == CPU_OP]].any() else _named(g, lambda n: n == PARAM_OP)
+        ops = np.flatnonzero((host.cat == CPU_OP) & name[host.name])
+        out = np.zeros(len(g.h_kind))
+        nodes = np.flatnonzero(g.h_row >= 0)
+        tid = host.tid[g.h_row[nodes]]
+        for t in unique(host.tid[ops]).tolist():
+            mine = nodes[tid == t]
+            starts = host.start[g.h_row[mine]]
+            order = np.argsort(starts, kind="stable")
+            mine, starts = mine[order], starts[order]
+            theirs = ops[host.tid[ops] == t]
+            i = np.searchsorted(starts, host.end[theirs], side="left")
+            ok = i < len(mine)
+            np.add.at(out, mine[i[ok]], (host.end[theirs] - host.start[theirs])[ok].astype(np.float64))
+        g.memo["bookkeeping"] = out
+    return g.memo["bookkeeping"]
 
 
 def _generated_launches(g: Graph, nodes: np.ndarray, unit: float) -> None:

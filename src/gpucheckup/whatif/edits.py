@@ -34,7 +34,7 @@ from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.whatif.compiled import cuda_graphs, torch_compile
-from gpucheckup.whatif.nodes import (Edit, after_backward, categories, enclosing_ops, in_optimizer,
+from gpucheckup.whatif.nodes import (Edit, after_backward, categories, drop_read, enclosing_ops, in_optimizer,
                                      outermost_op, starts_inside)
 
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
@@ -102,22 +102,14 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
         nodes = [j for j in nodes if enclosing_ops(g, j) & ops or (reads and j in copy_read)]
     trailing: list[int] = []  # the calls after a read that go with it (the stream sync after its copy)
     for j in nodes:
-        g.h_kind[j] = CALL
-        g.h_await[j] = np.zeros(0, dtype=np.int64)
         if ops is None:
+            g.h_kind[j] = CALL
+            g.h_await[j] = np.zeros(0, dtype=np.int64)
             continue
-        # the read itself goes (made every N steps, or not at all with a static bound): its operator's
-        # dispatch, its calls (the copy call and the stream sync after it) and the copy it launched
-        if g.h_gap[j] > 0:
-            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
-        g.h_dur[j] = 0.0
-        own = np.flatnonzero((g.g_launch == j) & (gpu.kind == MEMCPY))
-        g.g_dur[own] = 0.0
-        k = j + 1
-        while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
-            g.h_dur[k] = 0.0
-            trailing.append(k)
-            k += 1
+        # the read itself goes (made every N steps, or not at all with a static bound)
+        after = drop_read(g, j)
+        trailing += after
+        k = (after[-1] if after else j) + 1
         if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
             g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
     producers = _read_producers(g, [j for j in nodes if enclosing_ops(g, j) & SCALAR_READS]) if ops else []

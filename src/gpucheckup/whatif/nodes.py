@@ -14,8 +14,8 @@ from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.intervals import inside_any
 from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, categorize
 from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
-from gpucheckup.trace.tables import CPU_OP
-from gpucheckup.whatif.replay import Graph
+from gpucheckup.trace.tables import CPU_OP, MEMCPY
+from gpucheckup.whatif.replay import CALL, SYNC, Graph
 
 
 AUTOGRAD_THREAD_OP = "autograd::engine::evaluate_function"  # operators run by the backward's thread
@@ -30,6 +30,24 @@ class Edit:
     changed: int
     per_batch_factor: float = 1.0  # larger_batch: the step now carries this many original batches
     unmodelled: str = ""  # a cost of the change the edit does not model: its saving is an upper bound, and why
+
+
+def drop_read(g: Graph, j: int) -> list[int]:
+    """A read of a GPU value gone from the host's chain (made every N steps, or never): sync node j waits for
+    nothing, its operator's dispatch, its call and the copy it launched cost nothing, nor do the calls right after
+    it that wait on nothing (the stream sync after its copy). Edits g; returns those trailing nodes."""
+    g.h_kind[j] = CALL
+    g.h_await[j] = np.zeros(0, dtype=np.int64)
+    if g.h_gap[j] > 0:
+        g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+    g.h_dur[j] = 0.0
+    g.g_dur[(g.g_launch == j) & (g.trace.gpu.kind == MEMCPY)] = 0.0
+    trailing, k = [], j + 1
+    while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
+        g.h_dur[k] = 0.0
+        trailing.append(k)
+        k += 1
+    return trailing
 
 
 def in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:
