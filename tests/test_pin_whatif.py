@@ -367,3 +367,23 @@ def test_a_graph_replay_runs_none_of_the_models_python_but_gradient_accumulation
     assert g.h_gap[launch].tolist() == pytest.approx([10, 95, 95])
     e = whatif.cuda_graphs(g)
     assert e.graph.h_gap[launch].tolist() == pytest.approx([10, 0, 30])
+
+
+def test_autocast_casts_each_gemm_operand_on_the_host_and_its_gradient_back(tmp_path):
+    # the forward's aten::linear [10, 40] launches an fp32 GEMM at 20 (5 us, as every launch here: the typical launch
+    # call); autograd's thread runs two backward GEMMs (launched at 110 and 210 inside the engine's calls). No dtypes
+    # in the trace: nn.Linear's weight and bias, 2 casts of 3.6 launch calls before the forward GEMM (+36 us), and
+    # in the same step 2 gradient casts back of 3.8 launch calls shared by the 2 backward launches (+19 us each)
+    sgemm = "ampere_sgemm_128x64_nn"
+    events = [ev("user_annotation", "ProfilerStep#1", 0, 1000), ev("cpu_op", "aten::linear", 10, 30),
+              ev("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=1), gpu("kernel", sgemm, 30, 50, 1)]
+    for corr, t in ((2, 110), (3, 210)):
+        events += [ev("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", t - 5, 20, tid=2),
+                   ev("cuda_runtime", "cudaLaunchKernel", t, 5, tid=2, correlation=corr),
+                   gpu("kernel", sgemm, t + 10, 50, corr)]
+    g = graph(tmp_path, events)
+    e = whatif.bf16(g)
+    launch = np.flatnonzero(g.h_kind == replay.CALL)
+    added = (np.maximum(e.graph.h_gap, 0) - np.maximum(g.h_gap, 0))[launch]
+    assert added.tolist() == pytest.approx([2 * 3.6 * 5, 2 * 3.8 * 5 / 2, 2 * 3.8 * 5 / 2])
+    assert "2 operand casts a step by autocast" in e.what

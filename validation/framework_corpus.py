@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -263,6 +264,8 @@ def predictions(run_dir: Path) -> dict:
     fixes = {}
     for f in doc.fixes:
         replayed = f.predicted.saving_pct if f.predicted and f.predicted.saving_pct is not None else None
+        slower = re.search(r"replayed ([0-9.]+)% slower", f.predicted_note or "")
+        replayed = -float(slower.group(1)) if slower else replayed  # the saving is shown as none: the note says it
         bound = 100 * f.saving_ms / step if f.saving_ms is not None and step else None
         fixes.setdefault(f.key, {"predicted_pct": replayed if replayed is not None else bound,
                                  "replayed": replayed is not None, "bound_pct": bound, "finding": f.finding,
@@ -297,8 +300,9 @@ def judge(pred: dict, m: dict) -> dict:
     elif m["verdict"] == "same":
         row["within"] = p["predicted_pct"] < NO_DIFFERENCE_PCT or (
             m["interval_pct"] is not None and m["interval_pct"][0] <= p["predicted_pct"] <= m["interval_pct"][1])
-    else:
-        row["within"] = got > 0 and abs(p["predicted_pct"] - got) <= TARGET_PCT[m["tier"]] / 100 * got
+    else:  # faster or slower: within the tier's share of the measured change, on the same side of 0
+        row["within"] = (got > 0) == (p["predicted_pct"] > 0) and (
+            abs(p["predicted_pct"] - got) <= TARGET_PCT[m["tier"]] / 100 * abs(got))
     # above the bound of its mechanism: the fix's bound where it is its mechanism's whole time on the critical path
     # (the catalogue's `ceiling`); other fixes' bounds are their finding's size, which a replay may pass
     row["above_bound"] = bool(p and p["replayed"] and p["ceiling"] and p["bound_pct"] is not None

@@ -40,6 +40,9 @@ NOT_REPLAYED = "not replayed: no replayed trace (see the notes)"  # an edit exis
 FORK_EVENTS = 100_000  # predict in a forked child from this many host and GPU events (see predict; docs/performance.md)
 IDLE_CORES = 1.5  # and only where this many processors are idle now (as trace/reader.py's split read)
 REPLAY_ERRORS = (ValueError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)  # a graph it cannot model
+# A replay this much slower than now (% of the step) is said in the fix's note: the change costs more than it saves
+# (autocast's casts on a host-bound loop, padding to a static size); nearer 0 it is within the steps' noise
+SLOWER_PCT = 5.0
 CHILD_WAIT_S = 60.0  # how long the child may take (it never should: ~0.04 s at 215k events) before it is given up on
 NO_LAUNCH_CALLS = ("not replayed: the trace holds no CUDA launch call (a light window recorded through CUPTI keeps "
                    "the GPU's work only), and every edit acts on the host's launches; fixes are ranked by their bounds "
@@ -104,8 +107,9 @@ class Predictions(msgspec.Struct):
                 self.by_key.clear()
                 self.note = p
                 return
-            pct = max(p.saving_pct, 0.0)  # negative: replay noise, or padding that costs more (no saving)
-            coarse = "; ".join(x for x in (self.coarse, p.unmodelled) if x)
+            pct = max(p.saving_pct, 0.0)  # negative: replay noise, or a change that costs more (no saving)
+            slower = f"replayed {-p.saving_pct:.1f}% slower than now: no saving" if p.saving_pct <= -SLOWER_PCT else ""
+            coarse = "; ".join(x for x in (self.coarse, p.unmodelled, slower) if x)
             self.by_key[e.key] = FixPrediction(e.replay.__name__, p.transform, step - pct * step / 100,
                                                pct * step / 100, pct, coarse, bool(p.unmodelled))
 

@@ -34,8 +34,8 @@ from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.whatif.compiled import cuda_graphs, torch_compile
-from gpucheckup.whatif.nodes import (Edit, after_backward, categories, drop_read, enclosing_ops, in_optimizer,
-                                     outermost_op, starts_inside)
+from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_read, enclosing_ops,
+                                     in_optimizer, outermost_op, outermost_ops, starts_inside, step_of)
 
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
 DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
@@ -559,9 +559,71 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
                 len(rows))
 
 
+# What autocast's cast of a GEMM's operand costs the host, in launch calls (`replay.typical_launch_us`), forward (its
+# `aten::to` inside the GEMM's operator) and backward (the engine's call of its `ToCopyBackward0`, one per forward
+# cast): medians over the three bf16-autocast traces of the H200 corpus (accelerate, timm and the bf16 transformer:
+# 3.3 / 4.2 / 3.6 forward, 3.5 / 4.4 / 3.8 backward, each against its trace's median cudaLaunchKernel; docs/validation.md
+# 7j). Per GEMM operator autocast casts its fp32 operands that are not already bf16: with the trace's dtypes its
+# fp32 inputs less one (the activation, most often a bf16 GEMM's output passed through elementwise work); without
+# them its parameters as the operator usually takes them (AUTOCAST_CASTS: nn.Linear's weight and bias, a
+# convolution's weight, HF's Conv1D addmm's weight and bias, one operand of a product of activations).
+CAST_LAUNCHES = (3.6, 3.8)
+AUTOCAST_CASTS = {"aten::linear": 2, "aten::addmm": 2, "aten::conv1d": 1, "aten::conv2d": 1, "aten::conv3d": 1,
+                  "aten::convolution": 1, "aten::_convolution": 1, "aten::matmul": 1, "aten::mm": 1, "aten::bmm": 1,
+                  "aten::baddbmm": 1, "aten::einsum": 1}
+
+
 def bf16(g: Graph) -> Edit:
-    """fp32 GEMMs run in bf16 under autocast: `tf32` with the bf16 tensor-core peak as the target."""
-    return tf32(g, "bf16")
+    """fp32 GEMMs run in bf16 under autocast: `tf32` with the bf16 tensor-core peak as the target; and autocast casts
+    each GEMM operator's fp32 operands to bf16 on the host, each cast one more operator and launch, and each cast's
+    gradient back in the backward (`_autocast_casts`): on a host-bound loop the casts cost more than the GEMMs save."""
+    e = tf32(g, "bf16")
+    if not e.changed:
+        return e
+    n = _autocast_casts(e.graph)
+    return Edit(e.graph, e.what + (f"; {n / max(g.steps.count, 1):.0f} operand casts a step by autocast, each with its "
+                                   "gradient's cast back, on the host" if n else ""), e.changed)
+
+
+def _autocast_casts(g: Graph) -> int:
+    """Autocast's casts of the fp32 GEMMs' operands, on the host: per forward GEMM operator (outermost on a thread
+    that is not autograd's) its casts (CAST_LAUNCHES[0] launch calls each) before its first GEMM launch; in each
+    step as many casts back in the backward (CAST_LAUNCHES[1] each), shared among the step's fp32 GEMM launches on
+    autograd's thread. Edits g; the forward casts, 0 in a trace without operators."""
+    host, names = g.trace.host, g.trace.names
+    rows = _fp32_gemms(g)
+    node = g.g_launch[rows]
+    rows, node = rows[node >= 0], node[node >= 0]
+    if not len(rows) or not (host.cat == CPU_OP).any():
+        return 0
+    unit = replay.typical_launch_us(g)
+    backward = autograd_thread(g)[node]
+    ops = outermost_ops(g, g.h_row[node])
+    first: dict[int, int] = {}
+    for op, j in zip(ops[~backward].tolist(), node[~backward].tolist()):
+        if op >= 0 and (op not in first or j < first[op]):
+            first[op] = j
+    casts = np.zeros(len(g.h_kind))
+    for op, j in first.items():
+        casts[j] = _casts_of(names[host.name[op]], host.dtypes[op] if len(host.dtypes) else None)
+    g.h_gap[casts > 0] = np.maximum(g.h_gap[casts > 0], 0.0) + casts[casts > 0] * CAST_LAUNCHES[0] * unit
+    steps = step_of(g, np.arange(len(g.h_kind)))
+    back = unique(node[backward])
+    back, back_step = back[steps[back] >= 0], steps[back][steps[back] >= 0]
+    n = len(g.step_start_node)
+    total = np.bincount(steps[steps >= 0], weights=casts[steps >= 0], minlength=n)  # forward casts per step
+    per = total[back_step] / np.bincount(back_step, minlength=n)[back_step]
+    g.h_gap[back] = np.maximum(g.h_gap[back], 0.0) + per * CAST_LAUNCHES[1] * unit
+    return int(casts.sum())
+
+
+def _casts_of(name: str, raw: bytes | str | None) -> int:
+    """How many operands autocast casts for one GEMM operator: its fp32 inputs less one where the trace has their
+    dtypes, else AUTOCAST_CASTS' count for its name."""
+    dtypes = _decoded(raw)
+    if isinstance(dtypes, list) and dtypes:
+        return max(sum(d == "float" for d in dtypes) - 1, 0)
+    return AUTOCAST_CASTS.get(name, 1)
 
 
 def _fp32_gemms(g: Graph) -> np.ndarray:
