@@ -2,9 +2,9 @@
 not the optimizer, the loop's code around the model, inputs' copies, reads of GPU values), its calls (`_compiled_calls`:
 the forward and the backward between graph breaks), Inductor's fusion of its kernels (`_inductor_fusion`: pointwise,
 reduction, indexing and copy kernels, not autocast's operand casts) and what generated code and graph replays cost the
-host, measured on the H200 (docs/validation.md section 7, 7g, 7h, 7i). Where the
-forward reads GPU values on the host, each graph break's resume is not modelled and the saving is an upper bound
-(`_graph_breaks`). Definitions: docs/metrics.md, "What-if".
+host, measured on the H200 (docs/validation.md section 7, 7g, 7h, 7i, 7j). Where the forward reads GPU values on the
+host, the reads are replayed gone (compiled code may skip them) and the saving is an upper bound
+(`_without_forward_reads`). Definitions: docs/metrics.md, "What-if".
 """
 
 from __future__ import annotations
