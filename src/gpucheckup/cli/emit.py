@@ -16,7 +16,7 @@ from gpucheckup.atomic import write_atomic
 from gpucheckup.errors import EXIT_NOT_WRITTEN, say
 from gpucheckup.checkup.pipeline import Checkups, rank_summary
 from gpucheckup.report import json_doc
-from gpucheckup.report.text import terminal, terminal_run  # html, markdown, perfetto, cpu pages: when asked
+# the terminal report (rich's tables), html, markdown, perfetto and cpu pages: imported when asked (not by --quiet)
 from gpucheckup.safe_text import safe
 
 STDOUT = Path("-")  # `--json -`: the JSON goes to standard output (and the terminal report to stderr: cli/__init__)
@@ -118,6 +118,8 @@ def _write_cpu_files(result: Checkups, out: Output, console: Console, job: dict 
 
 def _print(result: Checkups, console: Console, cases: list[str] | None, brief: bool = False) -> None:
     """The terminal report: a summary table when there are several check-ups, each check-up, the whole run."""
+    from gpucheckup.report.text import terminal, terminal_run
+
     if cases:
         _print_cases(result, console, cases, brief)
     else:
@@ -144,6 +146,8 @@ def _print(result: Checkups, console: Console, cases: list[str] | None, brief: b
 
 def _print_cases(result: Checkups, console: Console, cases: list[str], brief: bool = False) -> None:
     from rich.table import Table
+
+    from gpucheckup.report.text import terminal
 
     t = Table(title="Bundled cases", title_justify="left")
     for col in ("case", "verdict", "GPU busy", "step"):

@@ -99,9 +99,10 @@ def sync_stats(trace: Trace, steps: Steps, launch_rows: np.ndarray, causes: GapC
 def _idle_by_call(causes: GapCauses) -> dict[int, float]:
     """The GPU idle time (us) each sync call's row drained (gap_causes' sync share of each gap)."""
     idle_by_call: dict[int, float] = defaultdict(float)
-    for row, t in zip(causes.sync_row, causes.time[:, SYNC] if len(causes.time) else []):
+    times = causes.time[:, SYNC].tolist() if len(causes.time) else []  # Python numbers: no numpy scalar per gap
+    for row, t in zip(causes.sync_row.tolist(), times):
         if row >= 0:
-            idle_by_call[int(row)] += float(t)
+            idle_by_call[row] += t
     return idle_by_call
 
 
