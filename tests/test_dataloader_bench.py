@@ -92,8 +92,7 @@ def test_checkup_of_a_cpu_run_gives_the_step_beside_the_loader(tmp_path):
     (run,) = list(runs.iterdir())
     steps = [float(line.split(",")[2]) for line in (run / "steps.csv").read_text().splitlines()[1:]
              if line.split(",")[2]]
-    steps.sort()
-    median = steps[len(steps) // 2]  # the job's own step times, steps.csv
+    steps.sort()  # the job's own step times, steps.csv
     report = tmp_path / "cpu.json"
     res = subprocess.run([sys.executable, "-m", "gpucheckup", "analyze", str(run), "--quiet", "--json", str(report)],
                          env=env, capture_output=True, text=True, timeout=300)
@@ -102,7 +101,9 @@ def test_checkup_of_a_cpu_run_gives_the_step_beside_the_loader(tmp_path):
         doc, rate, out = bench(tmp_path, "1,2", spin_ms=0.1, sleep_ms=1, extra=("--checkup", str(checkup)))
         adv = doc["advice"]
         assert 0 < adv["gpu_step_ms"] <= max(steps)
-        assert adv["gpu_step_ms"] > 0.3 * median  # the step less its DataLoader wait (num_workers=0, tensors)
+        # the step less its DataLoader wait (num_workers=0, tensors): a good part of the job's fastest step (its
+        # median moves with the machine's load: 136 ms on a loaded CI replica, where the window's step was 3.6)
+        assert adv["gpu_step_ms"] > 0.3 * steps[0]
         assert "CPU run" in adv["gpu_source"]
         text = " ".join(out.split())
         assert "the training step takes" in text and "window.step_ms" not in text
