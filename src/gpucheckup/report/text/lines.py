@@ -68,14 +68,16 @@ def severity_cost(f: Finding) -> str:
 
 
 def saving_text(fx: Fix) -> str:
-    """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse, or
-    capped at the fix's bound, where its `predicted_note` says so), else its bound and why it was not replayed."""
+    """A fix's saving as every format prints it: its replayed prediction and the edit that made it (said coarse,
+    capped at the fix's bound, an upper bound, or replayed slower than now, where its `predicted_note` says so), else
+    its bound and why it was not replayed."""
     p = fx.predicted
     if p:
         note = fx.predicted_note or ""
         coarse = ("; coarse: no operators recorded" if note.startswith("coarse") else "") + (
             "; capped at the fix's bound" if "capped at" in note else "") + (
-            "; an upper bound: graph breaks at the forward's host reads not modelled" if "upper bound" in note else "")
+            "; an upper bound: the forward's host reads replayed gone" if "upper bound" in note else "") + (
+            "; " + note[note.index("replayed "):note.index(": no saving")] if ": no saving" in note else "")
         return (f"replay {p.transform}: {p.step_ms:.2f} ms/step, saves {p.saving_ms:.2f} ms/step "
                 f"({p.saving_pct:.1f}%{coarse})")
     bound = f"up to {fx.saving_ms:.2f} ms/step; " if (fx.saving_ms or 0) > 0 else ""  # None: not finite
