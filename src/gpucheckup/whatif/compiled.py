@@ -18,8 +18,8 @@ from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_
 from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, MEMSET
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
-from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_read, in_optimizer,
-                                     outermost_ops, remembered, starts_inside, step_of)
+from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_reads, has_operators,
+                                     in_optimizer, outermost_ops, remembered, starts_inside, step_of)
 
 # Kernels torch.compile fuses into one another: Inductor generates one Triton kernel for pointwise work, for a
 # reduction with the pointwise work around it, and for indexing (gathers, scatters, index_put / index_add, embedding
@@ -275,7 +275,8 @@ def cuda_graphs(g: Graph) -> Edit:
     Python and autograd's dispatch between its nodes: a replay runs none of it), except autograd's per-parameter
     bookkeeping (`_bookkeeping_us`: gradient accumulation, which runs outside the graph); the host work before a
     call's entry (the loop's Python, data loading) stays, and all of it in a trace without operators (a light
-    window), where nothing tells the model's Python from the loop's. Reads of GPU values in the forward are replayed gone (`_without_forward_reads`: an upper bound)."""
+    window), where nothing tells the model's Python from the loop's. Reads of GPU values in the forward are replayed
+    gone (`_without_forward_reads`: an upper bound)."""
     g = g.copy()
     unmodelled = _without_forward_reads(g)
     eager = _outside_the_model(g)
@@ -287,8 +288,8 @@ def cuda_graphs(g: Graph) -> Edit:
                           minlength=len(g.h_kind))
     captured = np.zeros(len(g.h_kind), dtype=bool)
     changed = 0
-    kept = _bookkeeping_us(g)
-    modelled = bool((g.trace.host.cat == CPU_OP).any())  # without operators the trace cannot tell model from loop
+    modelled = has_operators(g)  # without operators the trace cannot tell the model's Python from the loop's
+    kept = _bookkeeping_us(g) if modelled else None
     for entry, backward, nodes, params in calls:
         lo, hi = nodes[0], nodes[-1]
         inside = np.arange(lo, hi + 1)
@@ -344,7 +345,7 @@ def _forward_reads(g: Graph) -> np.ndarray:
 
 
 def _without_forward_reads(g: Graph) -> str:
-    """The model's forward as one graph: each read of a GPU value in it gone (`drop_read`), as where the compiled code
+    """The model's forward as one graph: each read of a GPU value in it gone (`drop_reads`), as where the compiled code
     skips it (libraries skip such checks when torch.compile traces them: transformers' packed-sequence check in
     its attention masks) or the user removed it. Where a read stays, torch.compile breaks its graph there: the
     compiled code runs in more pieces, each resume with its guards and frame, and the read still drains the GPU's
@@ -354,8 +355,7 @@ def _without_forward_reads(g: Graph) -> str:
     per_step = len(reads) / max(g.steps.count, 1)
     if per_step < 1.0:
         return ""
-    for j in reads.tolist():
-        drop_read(g, j)
+    drop_reads(g, reads.tolist())
     n = round(per_step)
     return (f"the model's forward reads GPU values on the host {n} time{'s' if n != 1 else ''} a step: replayed "
             "without them (as where compiled code skips such a check, or once they are removed); where a read stays, "

@@ -34,8 +34,8 @@ from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.whatif.compiled import cuda_graphs, torch_compile
-from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_read, enclosing_ops,
-                                     in_optimizer, outermost_op, outermost_ops, starts_inside, step_of)
+from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_reads, enclosing_ops,
+                                     has_operators, in_optimizer, outermost_op, outermost_ops, starts_inside, step_of)
 
 MIN_PINNED_BYTES = 1 << 20  # pinned copies at least this big measure the link's rate
 DEFAULT_WORKERS = 4  # DataLoader workers the fix adds to an in-process loader
@@ -101,17 +101,15 @@ def remove_syncs(g: Graph, ops: frozenset | None = None, reads: bool = False) ->
     if ops is not None:
         nodes = [j for j in nodes if enclosing_ops(g, j) & ops or (reads and j in copy_read)]
     trailing: list[int] = []  # the calls after a read that go with it (the stream sync after its copy)
-    for j in nodes:
-        if ops is None:
+    if ops is None:
+        for j in nodes:
             g.h_kind[j] = CALL
             g.h_await[j] = np.zeros(0, dtype=np.int64)
-            continue
-        # the read itself goes (made every N steps, or not at all with a static bound)
-        after = drop_read(g, j)
-        trailing += after
-        k = (after[-1] if after else j) + 1
-        if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
-            g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
+    else:  # the reads themselves go (made every N steps, or not at all with a static bound)
+        for j, k in zip(nodes, drop_reads(g, nodes)):
+            trailing += range(j + 1, k)
+            if reads and j in copy_read and k < len(g.h_gap) and g.h_gap[k] > 0:  # the host's work on the arrays
+                g.h_gap[k] = min(g.h_gap[k], g.h_dispatch[k])
     producers = _read_producers(g, [j for j in nodes if enclosing_ops(g, j) & SCALAR_READS]) if ops else []
     gone = set(nodes) | set(trailing) | set(producers)
     for k in producers:  # with the read gone before it too, the Python between them (the loop calling both) goes
@@ -562,10 +560,10 @@ def tf32(g: Graph, target: str = LOW_PRECISION) -> Edit:
 # What autocast's cast of a GEMM's operand costs the host, in launch calls (`replay.typical_launch_us`), forward (its
 # `aten::to` inside the GEMM's operator) and backward (the engine's call of its `ToCopyBackward0`, one per forward
 # cast): medians over the three bf16-autocast traces of the H200 corpus (accelerate, timm and the bf16 transformer:
-# 3.3 / 4.2 / 3.6 forward, 3.5 / 4.4 / 3.8 backward, each against its trace's median cudaLaunchKernel; docs/validation.md
-# 7j). Per GEMM operator autocast casts its fp32 operands that are not already bf16: with the trace's dtypes its
-# fp32 inputs less one (the activation, most often a bf16 GEMM's output passed through elementwise work); without
-# them its parameters as the operator usually takes them (AUTOCAST_CASTS: nn.Linear's weight and bias, a
+# 3.3 / 4.2 / 3.6 forward, 3.5 / 4.4 / 3.8 backward, each against its trace's median cudaLaunchKernel;
+# docs/validation.md 7j). Per GEMM operator autocast casts its fp32 operands that are not already bf16: with the
+# trace's dtypes its fp32 inputs less one (the activation, most often a bf16 GEMM's output passed through elementwise
+# work); without them its parameters as the operator usually takes them (AUTOCAST_CASTS: nn.Linear's weight and bias, a
 # convolution's weight, HF's Conv1D addmm's weight and bias, one operand of a product of activations).
 CAST_LAUNCHES = (3.6, 3.8)
 AUTOCAST_CASTS = {"aten::linear": 2, "aten::addmm": 2, "aten::conv1d": 1, "aten::conv2d": 1, "aten::conv3d": 1,
@@ -594,7 +592,7 @@ def _autocast_casts(g: Graph) -> int:
     rows = _fp32_gemms(g)
     node = g.g_launch[rows]
     rows, node = rows[node >= 0], node[node >= 0]
-    if not len(rows) or not (host.cat == CPU_OP).any():
+    if not len(rows) or not has_operators(g):
         return 0
     unit = replay.typical_launch_us(g)
     backward = autograd_thread(g)[node]

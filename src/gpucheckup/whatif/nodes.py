@@ -32,22 +32,34 @@ class Edit:
     unmodelled: str = ""  # a cost of the change the edit does not model: its saving is an upper bound, and why
 
 
-def drop_read(g: Graph, j: int) -> list[int]:
-    """A read of a GPU value gone from the host's chain (made every N steps, or never): sync node j waits for
-    nothing, its operator's dispatch, its call and the copy it launched cost nothing, nor do the calls right after
-    it that wait on nothing (the stream sync after its copy). Edits g; returns those trailing nodes."""
-    g.h_kind[j] = CALL
-    g.h_await[j] = np.zeros(0, dtype=np.int64)
-    if g.h_gap[j] > 0:
-        g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
-    g.h_dur[j] = 0.0
-    g.g_dur[(g.g_launch == j) & (g.trace.gpu.kind == MEMCPY)] = 0.0
-    trailing, k = [], j + 1
-    while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
-        g.h_dur[k] = 0.0
-        trailing.append(k)
-        k += 1
-    return trailing
+def drop_reads(g: Graph, nodes: list[int]) -> list[int]:
+    """Reads of GPU values gone from the host's chain (made every N steps, or never): each sync node of `nodes`, in
+    order, waits for nothing, its operator's dispatch, its call and the copies it launched cost nothing, nor do the
+    calls right after it that wait on nothing (the stream sync after its copy). Edits g; per node, the first node
+    after those trailing calls."""
+    after = []
+    for j in nodes:
+        g.h_kind[j] = CALL
+        g.h_await[j] = np.zeros(0, dtype=np.int64)
+        if g.h_gap[j] > 0:
+            g.h_gap[j] -= min(g.h_dispatch[j], g.h_gap[j])
+        g.h_dur[j] = 0.0
+        k = j + 1
+        while k < len(g.h_gap) and g.h_kind[k] == SYNC and not len(g.h_await[k]):
+            g.h_dur[k] = 0.0
+            k += 1
+        after.append(k)
+    dropped = np.zeros(len(g.h_kind) + 1, dtype=bool)  # looked up by launching node (-1: the last, never set)
+    dropped[nodes] = True
+    g.g_dur[dropped[g.g_launch] & (g.trace.gpu.kind == MEMCPY)] = 0.0
+    return after
+
+
+def has_operators(g: Graph) -> bool:
+    """Whether the trace records CPU operators (a light window does not: launch calls and ranges only)."""
+    if "has_operators" not in g.memo:
+        g.memo["has_operators"] = bool((g.trace.host.cat == CPU_OP).any())
+    return g.memo["has_operators"]
 
 
 def in_optimizer(g: Graph, zero_grad: bool = False) -> np.ndarray:

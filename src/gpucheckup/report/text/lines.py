@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from msgspec import UNSET
 
 from gpucheckup.diagnosis.rates import per_step
@@ -13,6 +15,7 @@ from gpucheckup.report.text.hardware_text import mfu_short
 
 WHOLE_TRACE = "whole trace, no ProfilerStep markers"  # what a "step" is in a trace without them
 MAX_EVENTS = 3  # evidence events shown under each finding (the JSON has them all)
+SLOWER = re.compile(r"replayed [0-9.]+% slower than now")  # a fix's note, where its replay was slower (savings.py)
 
 
 def event_line(ev: Event) -> str:
@@ -77,7 +80,7 @@ def saving_text(fx: Fix) -> str:
         coarse = ("; coarse: no operators recorded" if note.startswith("coarse") else "") + (
             "; capped at the fix's bound" if "capped at" in note else "") + (
             "; an upper bound: the forward's host reads replayed gone" if "upper bound" in note else "") + (
-            "; " + note[note.index("replayed "):note.index(": no saving")] if ": no saving" in note else "")
+            "; " + slower.group(0) if (slower := SLOWER.search(note)) else "")
         return (f"replay {p.transform}: {p.step_ms:.2f} ms/step, saves {p.saving_ms:.2f} ms/step "
                 f"({p.saving_pct:.1f}%{coarse})")
     bound = f"up to {fx.saving_ms:.2f} ms/step; " if (fx.saving_ms or 0) > 0 else ""  # None: not finite
