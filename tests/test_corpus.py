@@ -15,6 +15,7 @@ import pytest
 import gpucheckup
 from conftest import raw_events
 from gpucheckup.trace import read_trace
+from gpucheckup.trace.tables import KERNEL
 from gpucheckup.whatif import edits as whatif
 from gpucheckup.whatif import compiled, nodes
 from gpucheckup.whatif import replay
@@ -35,14 +36,17 @@ MEASURED = json.loads((CORPUS / "measured.json").read_text())
 # torch.compile elsewhere (launches and kernel time alike) remove no one bottleneck (diagnosis/verdict.py): a larger
 # batch measured the most on Lightning (59.8%), the sync job (51.1%) and the GradScaler loop (42.6%), and names no
 # verdict. The GradScaler loop (`amp`) has no fix of one bottleneck measured faster, so no verdict is implied for it.
+# Where another fix's interval reaches the largest saving, the two are not resolved apart and BEST may name either: on
+# the sync job the fused optimizer measured 27.4% (2.2..30.5; 2.3% over 2 rounds before) and the host reads' removal
+# 23.0% (11.9..28.6).
 BEST = {
     "hf": ("cuda_graph", "launch_bound"),           # 59.2% (3 rounds; 46.4% over 2 before)
     "lightning": ("cuda_graph", "launch_bound"),    # 31.7% (fused AdamW 13.0%; a larger batch 59.8%)
-    "timm": ("cuda_graph", "launch_bound"),         # 67.9%
-    "input": ("dataloader_workers", "input_bound"),  # 94.9%
+    "timm": ("cuda_graph", "launch_bound"),         # 66.7% (67.9% over 2 rounds before)
+    "input": ("dataloader_workers", "input_bound"),  # 94.0%
     "accelerate": ("cuda_graph", "launch_bound"),   # 64.6% (torch.compile 31.6%)
-    "forloop": ("fused_optimizer", "launch_bound"),  # 51.3% (CUDA graphs 35.5%)
-    "sync": ("no_host_reads", "sync_bound"),        # 23.0% (CUDA graphs: -15.1%, no difference; a larger batch 51.1%)
+    "forloop": ("fused_optimizer", "launch_bound"),  # 57.1% (CUDA graphs 35.5%)
+    "sync": ("no_host_reads", "sync_bound"),        # 23.0%: not resolved below the fused optimizer (above)
     "gpu": ("torch_compile", "gpu_bound"),          # 21.7%: the kernels themselves, fewer and fused
 }
 FRAMEWORK = {"hf": "hf_trainer", "lightning": "lightning", "accelerate": "accelerate", "timm": "plain", "input": "plain",
@@ -63,11 +67,17 @@ def _of_one_bottleneck(fix: str, bottleneck: str) -> bool:
 
 def test_the_table_of_best_fixes_is_the_measurement():
     """BEST (written by hand) agrees with measured.json: its fix is the largest saving ab called faster among the
-    fixes that remove one bottleneck."""
+    fixes that remove one bottleneck, or one whose interval reaches that saving (not resolved below it)."""
     for job, (fix, bottleneck) in BEST.items():
         faster = [r for r in MEASURED if r["job"] == job and r["verdict"] == "faster"
                   and _of_one_bottleneck(r["fix"], bottleneck)]
-        assert max(faster, key=lambda r: r["measured_saving_pct"])["fix"] == fix, job
+        top = max(faster, key=lambda r: r["measured_saving_pct"])
+        mine = next(r for r in faster if r["fix"] == fix)
+        assert mine is top or mine["interval_pct"][1] >= top["measured_saving_pct"], job
+    tied = [j for j, (fix, _) in BEST.items() if fix != max(
+        (r for r in MEASURED if r["job"] == j and r["verdict"] == "faster"
+         and _of_one_bottleneck(r["fix"], BEST[j][1])), key=lambda r: r["measured_saving_pct"])["fix"]]
+    assert tied == ["sync"]  # the one job whose two best fixes are not resolved apart
     amp = [r["fix"] for r in MEASURED if r["job"] == "amp" and r["verdict"] == "faster"]
     assert amp == ["larger_batch"] and not BY_KEY["larger_batch"].bottleneck
 
@@ -194,6 +204,52 @@ def test_the_fused_edit_drops_the_operators_the_foreach_form_runs_before_its_fir
     assert np.allclose(got, want, rtol=1e-6, atol=0.01), (got, want)
 
 
+# AdamW's foreach update (torch.optim.adamw._multi_tensor_adamw, weight decay on): 8 operations over the parameter list,
+# passes over memory = lists read + the one written: mul_ (decay) 2, lerp_ 3, mul_ (beta2) 2, addcmul_ 4, sqrt 2,
+# div_ 2, add_ (eps) 2, addcdiv_ 4 = 21. The fused update reads param, grad, exp_avg, exp_avg_sq and writes three: 7.
+ADAMW_FOREACH_PASSES = {"BinaryOpScalarFunctor": 2, "TernaryOpScalarFunctor": 3, "PointwiseOpScalarFunctor": 4,
+                        "UnaryOpFunctor": 2, "BinaryOpScalarListFunctor": 2, "PointwiseOpScalarListFunctor": 4}
+
+
+def test_a_foreach_kernel_says_its_passes_over_memory_and_a_fused_one_does_not():
+    from gpucheckup.whatif.optimizer_passes import kernel_passes
+
+    sync = next((CORPUS / "sync" / "traces").glob("*.json.gz"))
+    names = {e["name"] for e in raw_events(sync)["traceEvents"] if e.get("cat") == "kernel"
+             and "multi_tensor_apply_kernel" in e["name"]}
+    assert len(names) == 7  # AdamW's 8 operations: the two scalar multiplies share a kernel
+    for n in names:
+        functor = next(f for f in ADAMW_FOREACH_PASSES if f"::{f}<" in n)
+        assert kernel_passes(n) == ADAMW_FOREACH_PASSES[functor], n
+    hf = next((CORPUS / "hf" / "traces").glob("*.json.gz"))  # Trainer's default: fused AdamW
+    fused = {e["name"] for e in raw_events(hf)["traceEvents"] if e.get("cat") == "kernel" and "FusedAdam" in e["name"]}
+    assert fused and all(kernel_passes(n) is None for n in fused)
+
+
+def test_the_fused_kernel_keeps_the_work_of_seven_passes_of_the_foreachs_twenty_one(docs):
+    # the sync job's AdamW (foreach, 33.6M fp32 parameters): its optimizer kernels are memory-bound passes (about
+    # 35 us each on the H200; 16 launches a step: each operation in two); fused, the update reads and writes each
+    # tensor once. The fused kernel's work per step lies between 7/21 of the foreach kernels' work (every operation
+    # a separate pass) and 8/21 (the estimate counts the two multiplies, one kernel name, as one operation: never
+    # under the work). Before, it kept all of it.
+    g = replay.build(read_trace(next((CORPUS / "sync" / "traces").glob("*.json.gz"))))
+    after = whatif.fused_optimizer(g).graph
+    inside = np.flatnonzero(nodes.in_optimizer(g) & (g.h_kind != replay.MARK))
+    kernels = np.flatnonzero(np.isin(g.g_launch, inside) & (g.trace.gpu.kind == KERNEL))
+    floor = float(g.trace.gpu.dur[(g.trace.gpu.kind == KERNEL) & (g.trace.gpu.dur > 0)].min())
+    for s in np.unique(g.g_step[kernels]).tolist():
+        ks = kernels[g.g_step[kernels] == s]
+        before = float((g.g_dur[ks] - floor).clip(0).sum())
+        kept = float(after.g_dur[ks].sum()) - floor
+        assert len(ks) == 16 and 7 / 21 - 1e-6 <= kept / before <= 8 / 21 + 0.02, (s, kept, before)
+    # the check-up's prediction rose from 1.3% to inside the measured interval (the host reads' removal, 18.7%, stays
+    # first: the two measured savings are not resolved apart)
+    row = next(r for r in MEASURED if r["job"] == "sync" and r["fix"] == "fused_optimizer")
+    fx = next(f for f in docs["sync"].fixes if f.key == "fused_optimizer")
+    assert row["interval_pct"][0] <= fx.predicted.saving_pct <= row["interval_pct"][1]
+    assert fx.predicted.saving_pct > 5 and docs["sync"].fixes[0].key == "no_host_reads"
+
+
 def test_what_to_try_first_is_not_a_cheap_fix_worth_a_fraction_of_a_percent(docs):
     # hf: Trainer's NaN-filter read (a configuration fix, 1.1% replayed) against CUDA graphs and a larger batch (code
     # changes, 47.7% and 49.3%; the graphs measured 46.4%): those come first, the read after every fix worth a tenth
@@ -255,10 +311,14 @@ def test_compiled_launches_cost_what_the_compiled_trace_measured():
 
 def test_compile_on_an_autocast_transformer_predicts_its_measured_saving(docs):
     # accelerate's bf16 transformer: eager runs autocast's dispatch and accelerate's wrappers between kernels, which
-    # generated code does not; measured 31.6% faster compiled (measured.json); a code change is within 50%
-    measured = next(r for r in MEASURED if r["job"] == "accelerate" and r["fix"] == "torch_compile")
-    fix = next(f for f in docs["accelerate"].fixes if f.key == "torch_compile")
-    assert abs(fix.predicted.saving_pct - measured["measured_saving_pct"]) <= 0.5 * measured["measured_saving_pct"]
+    # generated code does not; measured 31.6% faster compiled over 2 rounds, then 22.6% over 3 (-10.6..41.2: no
+    # difference resolved; measured.json keeps both): a code change is within 50% of the first, inside the second
+    row = next(r for r in MEASURED if r["job"] == "accelerate" and r["fix"] == "torch_compile")
+    got = next(f for f in docs["accelerate"].fixes if f.key == "torch_compile").predicted.saving_pct
+    first = row["earlier"]
+    assert first["verdict"] == "faster"
+    assert abs(got - first["measured_saving_pct"]) <= 0.5 * first["measured_saving_pct"]
+    assert row["verdict"] == "same" and row["interval_pct"][0] <= got <= row["interval_pct"][1]
 
 
 def _graph_of(job: str) -> replay.Graph:

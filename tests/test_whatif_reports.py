@@ -184,6 +184,9 @@ def test_compiling_the_model_leaves_the_optimizer_eager(fix):
 
 
 def test_fused_optimizer_pays_one_kernel_fixed_cost():
+    # the MLP's AdamW (foreach, weight decay on): 8 operations, 21 passes over the parameter list; the fused kernel
+    # pays the fixed cost once and keeps the work of 7 passes, estimated from above at 8/21 of the kernels' work
+    # (whatif/optimizer_passes.py: the two scalar multiplies share a kernel name)
     g = _graph("launch_bound")
     e = whatif.fused_optimizer(g).graph
     opt = _optimizer_nodes(g)
@@ -194,7 +197,8 @@ def test_fused_optimizer_pays_one_kernel_fixed_cost():
         k = np.flatnonzero(ops & (g.g_step == s))
         assert len(k) > 1
         before, after = g.g_dur[k].sum(), e.g_dur[k].sum()
-        assert after == pytest.approx(before - (len(k) - 1) * floor, rel=1e-9)  # every kernel above the floor
+        work = before - len(k) * floor  # every kernel's time above the floor
+        assert 7 / 21 - 1e-9 <= (after - floor) / work <= 8 / 21 + 0.02
         assert (e.g_dur[k] > 0).sum() == 1
 
 

@@ -15,8 +15,9 @@ another machine), the worker count as MEASURED's row of that fix says; the rows 
 prediction (the ranked fix's replayed `predicted.saving_pct`, else its bound `saving_ms` as a share of the step)
 with the measurement, and writes the table (Markdown) and the per-job checks: the verdict names the bottleneck of
 the biggest measured saving (the fix's finding is the verdict's, or the verdict is gpu_bound and the fix a GPU-bound
-one); no prediction above its bound; configuration fixes within 25% and code changes within 50% of the measured
-saving (relative to it; a measured "same", no difference, is met by a prediction under 5% of the step).
+one), or of a fix not resolved below it (its measured interval reaches that saving); no prediction above its bound;
+configuration fixes within 25% and code changes within 50% of the measured saving (relative to it; a measured
+"same", no difference, is met by a prediction under 5% of the step).
 
 `try` runs on the GPU machine too (issue 24): each job's configuration fixes applied by the agent with
 `gpucheckup try --no-predict` (no code change; the same rounds, warm-up and measured steps as the hand-edited `ab`,
@@ -344,12 +345,23 @@ def report(outs: list[Path], md: Path | None) -> None:
                                                                       and r["fix"] in pred["gpu_fixes"])]
         best = max(one, key=lambda r: r["measured_saving_pct"], default=None)
         top = max(faster, key=lambda r: r["measured_saving_pct"], default=None)
-        named = None if best is None else (
-            (pred["fixes"].get(best["fix"]) or {}).get("finding") == pred["lead"]
-            or (pred["verdict"] == "gpu_bound" and best["fix"] in pred["gpu_fixes"]))
+
+        def names(r):
+            return ((pred["fixes"].get(r["fix"]) or {}).get("finding") == pred["lead"]
+                    or (pred["verdict"] == "gpu_bound" and r["fix"] in pred["gpu_fixes"]))
+
+        # a fix whose interval reaches the biggest saving is not resolved below it: naming its bottleneck is no miss
+        tied = [r for r in one if best is not None and r is not best and r["interval_pct"]
+                and r["interval_pct"][1] >= best["measured_saving_pct"] and names(r)]
+        named = None if best is None else names(best)
+        said = {None: "", True: ": the verdict names it", False: ": **the verdict names another**"}[named]
+        if named is False and tied:
+            t = tied[0]
+            said = (f": the verdict names `{t['fix']}`'s, {t['measured_saving_pct']:.1f}% ({t['interval_pct'][0]:.1f}.."
+                    f"{t['interval_pct'][1]:.1f}): not resolved below it")
         checks.append(f"- {name}: verdict `{pred['verdict']}`; biggest measured saving of a fix of one bottleneck "
                       + ("none faster" if best is None else f"`{best['fix']}` {best['measured_saving_pct']:.1f}%")
-                      + {None: "", True: ": the verdict names it", False: ": **the verdict names another**"}[named]
+                      + said
                       + (f" (biggest of all: `{top['fix']}` {top['measured_saving_pct']:.1f}%, which names none)"
                          if top is not None and top is not best else "")
                       + ("; above its bound: " + ", ".join(r["fix"] for r in judged if r["above_bound"])

@@ -34,6 +34,7 @@ from gpucheckup.trace.tables import CPU_OP, KERNEL, MEMCPY, Trace
 from gpucheckup.whatif import replay
 from gpucheckup.whatif.replay import CALL, MARK, NO_DEP, SYNC, Graph
 from gpucheckup.whatif.compiled import cuda_graphs, torch_compile
+from gpucheckup.whatif.optimizer_passes import fused_work, optimizer_class
 from gpucheckup.whatif.nodes import (Edit, after_backward, autograd_thread, categories, drop_reads, enclosing_ops,
                                      has_operators, in_optimizer, outermost_op, outermost_ops, starts_inside, step_of)
 
@@ -378,10 +379,11 @@ def fused_optimizer(g: Graph) -> Edit:
     operator dispatch, each launch, the per-parameter step counters on the CPU) goes but one
     launch. On the GPU the region's kernels become one kernel: each kernel's time is a fixed cost
     (launch ramp and tail, the trace's shortest kernel bounds it) plus its work; the fused kernel
-    pays the fixed cost once and keeps all the work (it moves at most the same bytes; fewer, as it
-    reads each state tensor once, so this is the most it takes). The operators the optimizer's span runs before its
-    first launch go too (`_operators_before`): they run on CPU tensors (the foreach and for-loop forms' per-parameter
-    step counters and their reads), which the fused form keeps on the GPU and updates inside its kernels; its
+    pays the fixed cost once and keeps the work of its passes over memory: a for-each update's kernels make
+    several passes over the parameters where the fused one reads and writes each tensor once
+    (whatif/optimizer_passes.py); where the passes cannot be read it keeps all the work. The operators the
+    optimizer's span runs before its first launch go too (`_operators_before`): they run on CPU tensors (the
+    foreach and for-loop forms' per-parameter step counters and their reads), which the fused form keeps on the GPU and updates inside its kernels; its
     Python (collecting the parameters, grouping them) stays."""
     g = g.copy()
     inside = in_optimizer(g) & (g.h_kind != MARK)
@@ -389,6 +391,8 @@ def fused_optimizer(g: Graph) -> Edit:
     if not launching.any():
         return Edit(g, "no Optimizer.step launches in the trace", 0)
     floor = _kernel_floor_us(g)
+    names = g.trace.names
+    cls = optimizer_class({n for n in names if n.startswith("Optimizer.step#")})
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
     spans = _span_index(optimizer_rows(g.trace))
@@ -407,7 +411,8 @@ def fused_optimizer(g: Graph) -> Edit:
             g.h_gap[keep] -= g.h_dispatch[keep]
         kernels = ops[g.trace.gpu.kind[ops] == KERNEL]
         if len(kernels) > 1:
-            work = float(np.maximum(g.g_dur[kernels] - floor, 0.0).sum())
+            work = fused_work([names[i] for i in g.trace.gpu.name[kernels].tolist()],
+                              np.maximum(g.g_dur[kernels] - floor, 0.0).tolist(), cls)
             g.g_dur[kernels] = 0.0
             g.g_dur[kernels[0]] = work + floor
         g.g_lat[ops[1:]] = NO_DEP  # part of the one kernel: ordered by the stream only
