@@ -3,6 +3,8 @@
 # paired inside each loop's own steps (validation/paired_steps.py): plain, `cupti` (kernels, copies and memsets, as
 # shipped) and `kern` (kernels only), SECONDS of cycles per loop. Wheels as validation/device_site.sh.
 #   WHEELS=.dev24 SECONDS_PER_LOOP=50 bash validation/h200_cupti_kinds.sh
+# MODES picks paired_steps' modes: MODES=plain,cupti,shared adds CUPTI's per-thread activity buffers flipped from
+# their default (docs/validation.md 6i: the one setting of the recorder not yet measured).
 set -u
 . validation/device_site.sh
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -9,6 +9,8 @@ step pace sets STEPS per phase (about PHASE_S each); then cycles of the modes, t
   cupti   the agent's CuptiWindow as shipped (kernels, copies, memsets; ranges on; step() after every step; one
           untimed warm-up step after start(); CUPTI detached at stop)
   kern    cupti with kernels only
+  shared  cupti with CUPTI's ATTR_PER_THREAD_BUFFER flipped from its default before the window starts (set before
+          the window registers its buffer callbacks, as CUPTI asks; every CUPTI phase records the value it ran with)
   spy     py-spy sampling the process from outside (the launcher's command line; LEAD_S of untimed steps first)
   both    spy + cupti: the light window as `gpucheckup run --light` runs it
 Each phase: synchronize, STEPS steps, synchronize (block ms per step), and the median step interval. Its cost is
@@ -32,7 +34,7 @@ from light_paired import LEAD_S, print_summary, spawn_spy, stop_spy, summary  # 
 WARMUP_S = 3.0
 PHASE_S = 0.3
 MIN_STEPS = 8
-WINDOW_MODES = {"cupti": None, "both": None, "kern": ("CONCURRENT_KERNEL",)}
+WINDOW_MODES = {"cupti": None, "both": None, "kern": ("CONCURRENT_KERNEL",), "shared": None}
 
 
 class PairedSteps:
@@ -152,9 +154,31 @@ class PairedSteps:
                 p["window"] = self.cw.CuptiWindow(self.torch, self.cupti)
             finally:
                 self.cw.ACTIVITIES = shipped
+            p["fig"]["per_thread_buffer"] = self._per_thread_buffer(flip=mode == "shared")
             p["ranges"] = p["window"].host
             p["ranges"].on()
             p["window"].start()
+
+    def _per_thread_buffer(self, flip: bool) -> list | str:
+        """CUPTI's ATTR_PER_THREAD_BUFFER as read (a uint8), flipped first when `flip`: [read, now], or the error."""
+        import ctypes
+
+        cu = self.cupti
+
+        def get() -> int:
+            v, n = ctypes.c_uint8(0), ctypes.c_size_t(1)
+            cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
+            return int(v.value)
+
+        try:
+            attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
+            before = get()
+            if flip:
+                new, n = ctypes.c_uint8(0 if before else 1), ctypes.c_size_t(1)
+                cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
+            return [before, get()]
+        except Exception as e:  # noqa: BLE001 - a CUPTI that refuses the attribute: the phase runs as shipped
+            return f"{type(e).__name__}: {e}"[:200]
 
     def _end_phase(self, keep: bool) -> None:
         p, self.phase = self.phase, None
