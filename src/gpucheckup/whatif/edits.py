@@ -383,8 +383,8 @@ def fused_optimizer(g: Graph) -> Edit:
     several passes over the parameters where the fused one reads and writes each tensor once
     (whatif/optimizer_passes.py); where the passes cannot be read it keeps all the work. The operators the
     optimizer's span runs before its first launch go too (`_operators_before`): they run on CPU tensors (the
-    foreach and for-loop forms' per-parameter step counters and their reads), which the fused form keeps on the GPU and updates inside its kernels; its
-    Python (collecting the parameters, grouping them) stays."""
+    foreach and for-loop forms' per-parameter step counters and their reads), which the fused form keeps on the
+    GPU and updates inside its kernels; its Python (collecting the parameters, grouping them) stays."""
     g = g.copy()
     inside = in_optimizer(g) & (g.h_kind != MARK)
     launching = np.isin(g.g_launch, np.flatnonzero(inside))
@@ -392,7 +392,7 @@ def fused_optimizer(g: Graph) -> Edit:
         return Edit(g, "no Optimizer.step launches in the trace", 0)
     floor = _kernel_floor_us(g)
     names = g.trace.names
-    cls = optimizer_class({n for n in names if n.startswith("Optimizer.step#")})
+    cls = optimizer_class(names)
     changed = 0
     launch_ops, region_all = np.flatnonzero(launching), np.flatnonzero(inside)
     spans = _span_index(optimizer_rows(g.trace))

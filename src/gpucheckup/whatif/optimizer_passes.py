@@ -23,11 +23,13 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from gpucheckup.analysis.one_trace.host.optimizer_spans import STEP_RANGE
+
 # passes over memory per element of the fused update, by optimizer class: reads then writes (AdamW: param, grad,
 # exp_avg, exp_avg_sq read; param, exp_avg, exp_avg_sq written; amsgrad's max_exp_avg_sq, rare, is not counted)
 FUSED_PASSES = {"Adam": 7, "AdamW": 7, "SGD": 5, "Adagrad": 5}
 _FUNCTOR = re.compile(r"multi_tensor_apply_kernel<.*?(\w+Functor)<\s*[\w:]+\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*>")
-_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+_CLASS = re.compile(rf"^{re.escape(STEP_RANGE)}(\w+)\.step$")
 
 
 @lru_cache(maxsize=4096)
@@ -37,10 +39,11 @@ def kernel_passes(name: str) -> int | None:
     return int(m.group(3)) + 1 if m else None
 
 
-def optimizer_class(span_names: set[str]) -> str | None:
-    """The one class of FUSED_PASSES the trace's `Optimizer.step#<Class>.step` ranges name, or None (none, or
-    several); a wrapper's range (accelerate's `AcceleratedOptimizer`, around the real one's) is not a class there."""
-    classes = {m.group(1) for n in span_names if (m := _CLASS.match(n))} & FUSED_PASSES.keys()
+def optimizer_class(names: list[str]) -> str | None:
+    """The one class of FUSED_PASSES the trace's `Optimizer.step#<Class>.step` ranges name (among its `names`), or
+    None (none, or several); a wrapper's range (accelerate's `AcceleratedOptimizer`, around the real one's) is not a
+    class there."""
+    classes = {m.group(1) for n in names if (m := _CLASS.match(n))} & FUSED_PASSES.keys()
     return classes.pop() if len(classes) == 1 else None
 
 
