@@ -12,7 +12,8 @@ in a fresh process each, their order rotated every round:
 - attached, kern: cupti with a variant of the recorder (validation/light_variant.py): CUPTI left attached after
   the window (the backend before docs/validation.md 6c; the H200 call of 6c ran it as `cupti`, and the detach as a
   variant `fin`), or kernels only (no MEMCPY, MEMSET), or `null`: everything but CUPTI (never loaded, nothing
-  recorded), the control of the in-run measure
+  recorded), the control of the in-run measure, or `shared`: CUPTI's per-thread activity buffers flipped from
+  their default
 - full_td: full with TEARDOWN_CUPTI=1 in the job's environment (Kineto calls cuptiFinalize when its window stops)
 Step time inside a window: the median of steps.csv's `profiled` rows; plain: the median step after warm-up. Each
 captured run also gives its steps before the window (skip/2 .. skip-1: py-spy already sampling in the light modes)
@@ -56,9 +57,9 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "lightning": ("train_lightning.py", ["--steps", "330"], 140, 40, "launch_bound"),
     "timm": ("train_timm_amp.py", ["--steps", "330"], 140, 40, "launch_bound"),
 }
-MODES = ("plain", "full", "full_td", "light", "cupti", "nospy", "attached", "kern", "null")
-CUPTI_MODES = ("cupti", "nospy", "attached", "kern", "null")  # the CUPTI backend: cupti-python on the job's PYTHONPATH
-VARIANTS = ("attached", "kern", "null")  # run through validation/light_variant.py
+MODES = ("plain", "full", "full_td", "light", "cupti", "nospy", "attached", "kern", "null", "shared")
+CUPTI_MODES = ("cupti", "nospy", "attached", "kern", "null", "shared")  # the CUPTI backend: cupti-python on the job's PYTHONPATH
+VARIANTS = ("attached", "kern", "null", "shared")  # run through validation/light_variant.py
 AFTER_GAP = 4  # steps after the window's last one left out of "after": the export step and py-spy's stop
 CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
 

@@ -8,6 +8,8 @@ Under `gpucheckup run --light`, in the job's own process, before the job starts:
 - null:     the window runs as shipped (host ranges, the agent's marks, py-spy outside) but CUPTI is never loaded:
             a stand-in answers its calls (clock: time.time_ns) and records nothing. The control of a whole run's
             measure: what the window's steps read against the steps before it when CUPTI costs nothing
+- shared:   CUPTI's per-thread activity buffers (ATTR_PER_THREAD_BUFFER) flipped from their default before every
+            window registers its buffer callbacks (paired_steps.py's `shared` mode, in a whole run)
 then the job script runs as __main__. Validation only: the variant measured, never shipped this way.
 """
 
@@ -43,6 +45,20 @@ class NoCupti:
         pass
 
 
+def flip_per_thread_buffer(cu) -> str:
+    """Set CUPTI's ATTR_PER_THREAD_BUFFER (a uint8) to the opposite of its default; 'default -> now', or the error."""
+    import ctypes
+
+    attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
+    v, n = ctypes.c_uint8(0), ctypes.c_size_t(1)
+    cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
+    before = int(v.value)
+    new = ctypes.c_uint8(1 - before)
+    cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
+    cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
+    return f"{before} -> {int(v.value)}"
+
+
 def main() -> None:
     variant, script = sys.argv[1], sys.argv[2]
     from gpucheckup.capture.agent import cupti_window as cw
@@ -56,8 +72,19 @@ def main() -> None:
             self.log("light window: CUPTI left attached after the window (validation variant 'attached')")
 
         cw.CuptiWindow._detach = stay_attached
+    elif variant == "shared":
+        start = cw.CuptiWindow.start
+
+        def flipped_start(self):
+            try:
+                self.log(f"light window: CUPTI per-thread buffers {flip_per_thread_buffer(self.cupti)} (variant 'shared')")
+            except Exception as e:  # noqa: BLE001 - the window runs as shipped
+                self.log(f"light window: per-thread buffers not set: {type(e).__name__}: {e}")
+            start(self)
+
+        cw.CuptiWindow.start = flipped_start
     else:
-        sys.exit(f"light_variant: unknown variant {variant!r} (attached, kern, null)")
+        sys.exit(f"light_variant: unknown variant {variant!r} (attached, kern, null, shared)")
     sys.argv = [script, *sys.argv[3:]]
     runpy.run_path(script, run_name="__main__")
 

@@ -58,6 +58,7 @@ class PairedSteps:
         if self.py_spy is None and any(m in ("spy", "both") for m in self.modes):
             raise SystemExit("paired_steps: py-spy is not on PATH")
         self.tmp = tempfile.mkdtemp()
+        self.ptb_default = None
         self.t_start = time.perf_counter()
         self.deadline = None
         self.steps = None  # timed steps per phase, from the pace after warm-up
@@ -160,7 +161,11 @@ class PairedSteps:
             p["window"].start()
 
     def _per_thread_buffer(self, flip: bool) -> list | str:
-        """CUPTI's ATTR_PER_THREAD_BUFFER as read (a uint8), flipped first when `flip`: [read, now], or the error."""
+        """CUPTI's ATTR_PER_THREAD_BUFFER set to its default, or flipped from it when `flip`: [default, now], or the error.
+
+        The attribute is the process's, so every CUPTI phase sets it: a `cupti` phase after a `shared` one must not
+        inherit the flip. The default is the value read before any phase set it.
+        """
         import ctypes
 
         cu = self.cupti
@@ -172,11 +177,12 @@ class PairedSteps:
 
         try:
             attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
-            before = get()
-            if flip:
-                new, n = ctypes.c_uint8(0 if before else 1), ctypes.c_size_t(1)
-                cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
-            return [before, get()]
+            if self.ptb_default is None:
+                self.ptb_default = get()
+            want = (1 - self.ptb_default) if flip else self.ptb_default
+            new, n = ctypes.c_uint8(want), ctypes.c_size_t(1)
+            cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
+            return [self.ptb_default, get()]
         except Exception as e:  # noqa: BLE001 - a CUPTI that refuses the attribute: the phase runs as shipped
             return f"{type(e).__name__}: {e}"[:200]
 
