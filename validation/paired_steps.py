@@ -13,6 +13,8 @@ step pace sets STEPS per phase (about PHASE_S each); then cycles of the modes, t
           the window registers its buffer callbacks, as CUPTI asks; every CUPTI phase records the value it ran with)
   spy     py-spy sampling the process from outside (the launcher's command line; LEAD_S of untimed steps first)
   both    spy + cupti: the light window as `gpucheckup run --light` runs it
+  pm      CUPTI's PM sampling of the GPU's active cycles (validation/pm_window.py, cupti-python 13.3+), no kernel
+          records: enabled at the phase's start, decoded and torn down at its end (outside the timed steps)
 Each phase: synchronize, STEPS steps, synchronize (block ms per step), and the median step interval. Its cost is
 against the same cycle's plain phase; medians over cycles with quartiles (light_paired.summary).
 Environment: PAIRED_MODES (default plain,ranges,cupti,spy,both), PAIRED_SECONDS (default 60), PAIRED_HZ (100).
@@ -29,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from light_paired import LEAD_S, print_summary, spawn_spy, stop_spy, summary  # noqa: E402
+from light_paired import LEAD_S, print_summary, spawn_spy, stop_spy, summary
 
 WARMUP_S = 3.0
 PHASE_S = 0.3
@@ -54,6 +56,17 @@ class PairedSteps:
             self.cw = cw
             if any(m in WINDOW_MODES for m in self.modes):
                 self.cupti = cw.load_cupti()
+        self.pm = None
+        if "pm" in self.modes:
+            from pm_window import PmWindow, preload_nvperf
+
+            if self.cw is None:
+                from gpucheckup.capture.agent import cupti_window as cw
+
+                self.cw = cw
+            self.cw.preload_libcupti()
+            preload_nvperf()
+            self.pm = PmWindow()
         self.py_spy = shutil.which("py-spy")
         if self.py_spy is None and any(m in ("spy", "both") for m in self.modes):
             raise SystemExit("paired_steps: py-spy is not on PATH")
@@ -147,6 +160,10 @@ class PairedSteps:
         if mode == "ranges":
             p["ranges"] = self.cw.HostRanges(self.torch)
             p["ranges"].on()
+        if mode == "pm":
+            p["pm"] = self.pm
+            self.pm.enable()
+            self.pm.start()
         if mode in WINDOW_MODES:
             kinds, shipped = WINDOW_MODES[mode], self.cw.ACTIVITIES
             if kinds is not None:
@@ -194,6 +211,13 @@ class PairedSteps:
             p["window"].stop()
             p["fig"]["records"] = p["window"].summary()["records"]
             p["fig"]["buffers"] = p["window"].buffers
+        if p.get("pm") is not None:
+            try:
+                p["pm"].stop()
+                got = p["pm"].collect()
+                p["fig"]["pm_samples"], p["fig"]["pm_busy_pct"] = got["samples"], got.get("busy_pct")
+            finally:
+                p["pm"].disable()
         if p["ranges"] is not None:
             p["ranges"].off()
             p["fig"]["host_ranges"] = len(p["ranges"].ranges)

@@ -1,0 +1,29 @@
+#!/bin/bash
+# One GPU-machine call (issue 26, docs/validation.md 6j): can CUPTI's PM sampling stand in for the light window's
+# kernel records? cupti-python 13.3+ (PM sampling's bindings) against the machine's libcupti (torch's CUDA wheels):
+#   1. validation/pm_sampling_probe.py: facts, busy share PM against kernel records on three loops, cost on the MLP;
+#   2. where the probe configured a metric set: paired_steps.py's plain, cupti and pm modes in HF Trainer, timm and
+#      Lightning's own steps, SECONDS_PER_LOOP each.
+#   WHEELS=.dev24 bash validation/h200_pm_probe.sh
+# WHEELS holds, besides device_site.sh's: whl_pm/ (cupti-python 13.4, cuda-pathfinder, pyelftools) and whl_pm_cb/
+# (cuda-bindings 13.0.3, installed only where the machine's is older than cupti-python asks).
+set -u
+. validation/device_site.sh
+_pip /tmp/pm_site "$WHEELS"/whl_pm/*.whl || exit 3
+python3 -c "import cuda.bindings as b, sys; v=tuple(int(x) for x in b.__version__.split('.')[:3]); sys.exit(v < (13, 0, 2))" \
+  2>/dev/null || { echo "carried cuda-bindings 13.0.3"; _pip /tmp/pm_site "$WHEELS"/whl_pm_cb/*.whl; }
+LIBDIR=$(python3 -c "import glob, sys; p=[g for r in sys.path for g in glob.glob(r + '/nvidia/*/lib/libcupti.so*')]; print(p[0].rsplit('/', 1)[0] if p else '')")
+echo "libcupti dir: ${LIBDIR:-none}"; ls "$LIBDIR" 2>/dev/null | grep -i "cupti\|nvperf"
+export LD_LIBRARY_PATH=${LIBDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+PYTHONPATH=/tmp/pm_site:$PYTHONPATH timeout ${PROBE_S:-200} python3 validation/pm_sampling_probe.py "$OUT/pm_probe.json" \
+  --cycles ${CYCLES:-12} 2>&1 | grep -v "USDT\|Warn\|warn" | tail -20
+date -u
+python3 -c "import json, sys; sys.exit(not json.load(open('$OUT/pm_probe.json')).get('facts', {}).get('metric_set'))" \
+  || { echo "no PM metric set configured: paired runs skipped"; exit 0; }
+for j in hf:train_hf_trainer.py timm:train_timm_amp.py lightning:train_lightning.py; do
+  PAIRED_SECONDS=${SECONDS_PER_LOOP:-40} PAIRED_MODES=plain,cupti,pm PYTHONPATH=/tmp/pm_site:$PYTHONPATH \
+    timeout $(( ${SECONDS_PER_LOOP:-40} + 60 )) python3 validation/${j#*:} --paired "$OUT/paired_pm_${j%%:*}.json" 2>&1 \
+    | grep -v "USDT\|Warn\|warn" | tail -4
+  date -u
+done

@@ -1,0 +1,110 @@
+"""A GPU-activity window from CUPTI's PM sampling (cupti-python 13.3+), for measuring, not shipped (issue 26, 6j).
+
+CUPTI's activity records cost every kernel launch (docs/validation.md 6j: 3-4 us a launch on HF Trainer). PM sampling
+reads the GPU's performance counters every INTERVAL_NS of GPU time into a hardware buffer, with no work per launch:
+what it can give a check-up is each interval's share of cycles the graphics engine was active (a GPU-busy timeline),
+with no kernel names. This module answers two questions on a real GPU: what it costs a training step (paired_steps.py's
+`pm` mode) and whether its busy share agrees with the kernels' (pm_sampling_probe.py).
+
+  w = PmWindow(log=print)
+  w.enable(); w.start(); ...steps...; w.stop()   # each window: CUPTI's profiler initialized, the metric set configured
+  w.collect() -> {"samples": n, "busy_pct": ..., "metrics": [...], "t0_ns": ..., "t1_ns": ...}
+  w.disable()                                    # the profiler torn down: a CUPTI activity window may follow
+
+Busy share: sum of `active` over sum of `elapsed` (cycles) of the completed samples, for the counter pairs of
+METRIC_SETS; the first set CUPTI configures in one pass is kept (a set named by a percentage is read as it is).
+Needs the profiling counters open to the user (else CUPTI raises ERR_NVGPUCTRPERM: PermissionError).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+INTERVAL_NS = 20_000  # one sample per 20 us of GPU time: 50 a millisecond, ~500 a 10 ms step
+HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills between decodes
+MAX_SAMPLES = 200_000  # decoded at most per window (a 4 s window at INTERVAL_NS)
+# (active, elapsed) counter pairs tried in order; a one-metric set is already a percentage of the elapsed cycles
+METRIC_SETS = (
+    ("gr__cycles_active.avg", "gr__cycles_elapsed.max"),
+    ("gr__cycles_active.sum", "gr__cycles_elapsed.sum"),
+    ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"),
+    ("gr__cycles_active.avg.pct_of_peak_sustained_elapsed",),
+)
+
+
+def preload_nvperf() -> list[str]:
+    """Load nvperf's host and target libraries (CUPTI's profiler needs them) from the CUDA wheels on sys.path, beside
+    the libcupti that cupti_window.preload_libcupti loads; the paths loaded."""
+    import ctypes
+
+    done = []
+    for root in sys.path:
+        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libnvperf_*.so*"))):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                done.append(path)
+            except OSError:
+                continue
+    return done
+
+
+class PmWindow:
+    """PM sampling of the GPU's active cycles on one device: enable once, then start/stop/collect per window."""
+
+    def __init__(self, device: int = 0, log=None):
+        self.device = device
+        self.log = log or (lambda msg: None)
+        self.collector = None
+        self.metrics: tuple[str, ...] = ()
+        self.tried: dict[str, str] = {}  # metric set -> why it was refused
+
+    def enable(self) -> str:
+        """Initialize CUPTI's profiler and configure the metric set (the first one CUPTI accepts); the chip's name."""
+        from cupti import pm_sampling
+
+        c = pm_sampling.Collector(device_index=self.device)
+        c.enable()
+        for metrics in ([self.metrics] if self.metrics else METRIC_SETS):
+            try:
+                c.configure(metrics=list(metrics), hardware_buffer_size=HW_BUFFER, sampling_interval=INTERVAL_NS,
+                            trigger_mode=pm_sampling.TriggerMode.GPU_TIME_INTERVAL)
+            except Exception as e:  # noqa: BLE001 - the next set
+                self.tried[",".join(metrics)] = f"{type(e).__name__}: {e}"[:300]
+                continue
+            self.collector, self.metrics = c, metrics
+            self.log(f"pm window: {','.join(metrics)} every {INTERVAL_NS} ns")
+            return c._chip_name or ""
+        c.disable()
+        raise RuntimeError(f"no metric set configured: {self.tried}")
+
+    def start(self) -> None:
+        self.collector.start()
+
+    def stop(self) -> None:
+        self.collector.stop()
+
+    def collect(self, keep_samples: bool = False) -> dict:
+        """Decode the window's samples: their count, span and the busy share of their cycles."""
+        data = self.collector.decode(max_samples=MAX_SAMPLES)
+        samples = list(data)  # evaluates every sample on the host: after the window, never inside it
+        out = {"metrics": list(self.metrics), "samples": len(samples),
+               "populated": data.num_populated_samples, "total": data.num_total_samples}
+        if not samples:
+            return out
+        out["t0_ns"], out["t1_ns"] = samples[0].start_timestamp, samples[-1].end_timestamp
+        vals = [s.metric_values for s in samples]
+        if len(self.metrics) == 2:
+            active, elapsed = sum(v[0] for v in vals), sum(v[1] for v in vals)
+            out["busy_pct"] = round(100.0 * active / elapsed, 2) if elapsed else None
+        else:
+            out["busy_pct"] = round(sum(v[0] for v in vals) / len(vals), 2)
+        if keep_samples:
+            out["series"] = [(s.start_timestamp, s.end_timestamp, *s.metric_values) for s in samples]
+        return out
+
+    def disable(self) -> None:
+        if self.collector is not None:
+            self.collector.disable()
+            self.collector = None
