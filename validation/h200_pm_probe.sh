@@ -21,9 +21,5 @@ PYTHONPATH=/tmp/pm_site:$PYTHONPATH timeout ${PROBE_S:-200} python3 validation/p
 date -u
 python3 -c "import json, sys; sys.exit(not json.load(open('$OUT/pm_probe.json')).get('facts', {}).get('metric_set'))" \
   || { echo "no PM metric set configured: paired runs skipped"; exit 0; }
-for j in hf:train_hf_trainer.py timm:train_timm_amp.py lightning:train_lightning.py; do
-  PAIRED_SECONDS=${SECONDS_PER_LOOP:-40} PAIRED_MODES=plain,cupti,pm PYTHONPATH=/tmp/pm_site:$PYTHONPATH \
-    timeout $(( ${SECONDS_PER_LOOP:-40} + 60 )) python3 validation/${j#*:} --paired "$OUT/paired_pm_${j%%:*}.json" 2>&1 \
-    | grep -v "USDT\|Warn\|warn" | tail -4
-  date -u
-done
+SITE_READY=1 SITE=/tmp/pm_site LOOPS="hf timm lightning" MODES=plain,cupti,pm PREFIX=paired_pm \
+  SECONDS_PER_LOOP=${SECONDS_PER_LOOP:-40} bash validation/h200_cupti_kinds.sh

@@ -57,9 +57,9 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "lightning": ("train_lightning.py", ["--steps", "330"], 140, 40, "launch_bound"),
     "timm": ("train_timm_amp.py", ["--steps", "330"], 140, 40, "launch_bound"),
 }
-MODES = ("plain", "full", "full_td", "light", "cupti", "nospy", "attached", "kern", "null", "shared")
-CUPTI_MODES = ("cupti", "nospy", "attached", "kern", "null", "shared")  # the CUPTI backend: cupti-python on the job's PYTHONPATH
 VARIANTS = ("attached", "kern", "null", "shared")  # run through validation/light_variant.py
+CUPTI_MODES = ("cupti", "nospy", *VARIANTS)  # the CUPTI backend: cupti-python on the job's PYTHONPATH
+MODES = ("plain", "full", "full_td", "light", *CUPTI_MODES)
 AFTER_GAP = 4  # steps after the window's last one left out of "after": the export step and py-spy's stop
 CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
 

@@ -45,18 +45,17 @@ class NoCupti:
         pass
 
 
-def flip_per_thread_buffer(cu) -> str:
-    """Set CUPTI's ATTR_PER_THREAD_BUFFER (a uint8) to the opposite of its default; 'default -> now', or the error."""
+def per_thread_buffer(cu, value: int | None = None) -> int:
+    """CUPTI's ATTR_PER_THREAD_BUFFER (a uint8), set to `value` first when given: the value it holds after."""
     import ctypes
 
     attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
     v, n = ctypes.c_uint8(0), ctypes.c_size_t(1)
+    if value is not None:
+        new = ctypes.c_uint8(value)
+        cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
     cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
-    before = int(v.value)
-    new = ctypes.c_uint8(1 - before)
-    cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
-    cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
-    return f"{before} -> {int(v.value)}"
+    return int(v.value)
 
 
 def main() -> None:
@@ -73,11 +72,13 @@ def main() -> None:
 
         cw.CuptiWindow._detach = stay_attached
     elif variant == "shared":
-        start = cw.CuptiWindow.start
+        start, default = cw.CuptiWindow.start, []
 
         def flipped_start(self):
-            try:
-                self.log(f"light window: CUPTI per-thread buffers {flip_per_thread_buffer(self.cupti)} (variant 'shared')")
+            try:  # the attribute is the process's: flipped from the default read before any window set it
+                default[:] = default or [per_thread_buffer(self.cupti)]
+                now = per_thread_buffer(self.cupti, 1 - default[0])
+                self.log(f"light window: CUPTI per-thread buffers {default[0]} -> {now} (variant 'shared')")
             except Exception as e:  # noqa: BLE001 - the window runs as shipped
                 self.log(f"light window: per-thread buffers not set: {type(e).__name__}: {e}")
             start(self)

@@ -32,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from light_paired import LEAD_S, print_summary, spawn_spy, stop_spy, summary
+from light_variant import per_thread_buffer
 
 WARMUP_S = 3.0
 PHASE_S = 0.3
@@ -183,23 +184,11 @@ class PairedSteps:
         The attribute is the process's, so every CUPTI phase sets it: a `cupti` phase after a `shared` one must not
         inherit the flip. The default is the value read before any phase set it.
         """
-        import ctypes
-
-        cu = self.cupti
-
-        def get() -> int:
-            v, n = ctypes.c_uint8(0), ctypes.c_size_t(1)
-            cu.activity_get_attribute(attr, ctypes.addressof(n), ctypes.addressof(v))
-            return int(v.value)
-
         try:
-            attr = cu.ActivityAttribute.ATTR_PER_THREAD_BUFFER
             if self.ptb_default is None:
-                self.ptb_default = get()
+                self.ptb_default = per_thread_buffer(self.cupti)
             want = (1 - self.ptb_default) if flip else self.ptb_default
-            new, n = ctypes.c_uint8(want), ctypes.c_size_t(1)
-            cu.activity_set_attribute(attr, ctypes.addressof(n), ctypes.addressof(new))
-            return [self.ptb_default, get()]
+            return [self.ptb_default, per_thread_buffer(self.cupti, want)]
         except Exception as e:  # noqa: BLE001 - a CUPTI that refuses the attribute: the phase runs as shipped
             return f"{type(e).__name__}: {e}"[:200]
 

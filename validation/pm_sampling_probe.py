@@ -10,7 +10,7 @@
    from the host). Kernel busy = the union of the window's kernel records over its CUPTI-clock bracket (agent's
    CuptiWindow); PM busy = active over elapsed cycles of its samples (pm_window.PmWindow).
 3. Cost on the launch loop: cycles of phases plain / pm / cupti (rotated), PHASE_STEPS steps each, the block of
-   steps synchronized at both ends; each phase's change against its cycle's plain phase (median, quartiles).
+   steps synchronized at both ends; each phase's change against its cycle's plain phase (light_paired.summary).
 Every stage that fails writes its error and the next one runs. Writes OUT.json; prints one line per stage.
 """
 
@@ -19,13 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from light_paired import summary
 from pm_window import PmWindow, preload_nvperf
+
+from gpucheckup.analysis.intervals import clip, total, union
 
 STEPS = 60
 PHASE_STEPS = 40
@@ -74,13 +76,10 @@ def kernel_busy(cu, cw, torch, step, n: int) -> dict:
     torch.cuda.synchronize()
     t1 = cu.get_timestamp()
     w.stop()
-    iv = sorted((max(r[1], t0), min(r[2], t1)) for r in w.records if r[0] == "kernel" and r[2] > t0 and r[1] < t1)
-    busy, end = 0, t0
-    for s, e in iv:
-        if e > end:
-            busy += e - max(s, end)
-            end = e
-    return {"kernels": sum(r[0] == "kernel" for r in w.records), "span_ms": round((t1 - t0) / 1e6, 3),
+    kern = [r for r in w.records if r[0] == "kernel"]
+    # from the bracket's start: CUPTI's ns since the epoch exceed float64's exact integers
+    busy = total(clip(union([r[1] - t0 for r in kern], [r[2] - t0 for r in kern]), 0, t1 - t0))
+    return {"kernels": len(kern), "span_ms": round((t1 - t0) / 1e6, 3),
             "busy_pct": round(100.0 * busy / (t1 - t0), 2), "detached": w.detached}
 
 
@@ -114,39 +113,31 @@ def timed_block(torch, step, n: int) -> float:
 
 
 def cost_cycles(torch, cu, cw, pm: PmWindow, step, cycles: int) -> dict:
-    """Phases plain / pm / cupti, rotated each cycle; each recorder's change against its cycle's plain block, %."""
-    modes = ["plain", "pm", "cupti"]
+    """Phases plain / pm / cupti, rotated each cycle (light_paired's cycles); each against its cycle's plain phase."""
+    modes = ("plain", "pm", "cupti")
     rows = []
     for c in range(cycles):
         k = c % len(modes)
-        row = {}
+        row = []
         for mode in modes[k:] + modes[:k]:
-            if mode == "plain":
-                step()  # the same untimed step the recorders get
-                row[mode] = timed_block(torch, step, PHASE_STEPS)
-            elif mode == "pm":
+            fig = {"mode": mode}
+            if mode == "pm":
                 pm.enable()
                 pm.start()
-                step()  # untimed warm-up after start(), as the light window's
-                row[mode] = timed_block(torch, step, PHASE_STEPS)
-                pm.stop()
-                row["pm_samples"] = pm.collect()["samples"]
-                pm.disable()
-            else:
+            elif mode == "cupti":
                 w = cw.CuptiWindow(torch, cu)
                 w.start()
-                step()
-                row[mode] = timed_block(torch, step, PHASE_STEPS)
+            step()  # the untimed warm-up step after start(), as the light window's (plain too)
+            fig["block_ms"] = fig["median_ms"] = timed_block(torch, step, PHASE_STEPS)  # the block only: no step ends
+            if mode == "pm":
+                pm.stop()
+                fig["pm_samples"] = pm.collect()["samples"]
+                pm.disable()
+            elif mode == "cupti":
                 w.stop()
+            row.append(fig)
         rows.append(row)
-
-    def q(v):
-        v = sorted(v)
-        return {"median": round(statistics.median(v), 2), "q1": round(v[len(v) // 4], 2),
-                "q3": round(v[(3 * len(v)) // 4], 2), "n": len(v)}
-
-    return {"rows": rows, "plain_ms": q([r["plain"] for r in rows]),
-            **{f"{m}_pct": q([100 * (r[m] / r["plain"] - 1) for r in rows]) for m in ("pm", "cupti")}}
+    return {"cycles": rows, "summary": summary(rows, modes)}
 
 
 def stage(res: dict, name: str, fn) -> None:
