@@ -9,8 +9,10 @@
    8192^3 GEMMs (the GPU never idle); `sleep` the launch loop with SLEEP_S of host sleep after each step (idle known
    from the host). Kernel busy = the union of the window's kernel records over its CUPTI-clock bracket (agent's
    CuptiWindow); PM busy = active over elapsed cycles of its samples (pm_window.PmWindow).
-3. Cost on the launch loop: cycles of phases plain / pm / cupti (rotated), PHASE_STEPS steps each, the block of
-   steps synchronized at both ends; each phase's change against its cycle's plain phase (light_paired.summary).
+3. Cost on the launch loop: cycles of phases plain / pm (rotated), then plain / cupti, PHASE_STEPS steps each, the
+   block of steps synchronized at both ends; each phase's change against its cycle's plain phase (light_paired.summary).
+   PM first and apart: after a CUPTI window detaches (cuptiFinalize) CUPTI's profiler would not initialize again on
+   the H200 (2026-12-02); the last stage checks that again after the kernel-record windows.
 Every stage that fails writes its error and the next one runs. Writes OUT.json; prints one line per stage.
 """
 
@@ -112,9 +114,8 @@ def timed_block(torch, step, n: int) -> float:
     return (time.perf_counter() - t) / n * 1000.0
 
 
-def cost_cycles(torch, cu, cw, pm: PmWindow, step, cycles: int) -> dict:
-    """Phases plain / pm / cupti, rotated each cycle (light_paired's cycles); each against its cycle's plain phase."""
-    modes = ("plain", "pm", "cupti")
+def cost_cycles(torch, cu, cw, pm: PmWindow, step, cycles: int, modes: tuple[str, ...]) -> dict:
+    """Phases of modes (plain first), rotated each cycle (light_paired's cycles); each against its cycle's plain."""
     rows = []
     for c in range(cycles):
         k = c % len(modes)
@@ -173,7 +174,8 @@ def main() -> None:
     def facts():
         chip = pm.enable()
         pm.disable()
-        out = {"chip": chip, "metric_set": list(pm.metrics), "refused": pm.tried, "libs": loaded_libs()}
+        out = {"chip": chip, "metric_set": list(pm.metrics), "refused": pm.tried, "host_struct": pm.host_struct,
+               "libs": loaded_libs()}
         from cupti import profiler_host as ph
 
         host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
@@ -193,14 +195,24 @@ def main() -> None:
         out["cycles_metrics"] = sorted(n for n in names if "cycles_active" in n or "cycles_elapsed" in n)[:60]
         return out
 
+    def pm_after_detach():
+        pm.enable()
+        pm.disable()
+        return {"enabled": True}
+
     stage(res, "facts", facts)
     steps = loops(torch)
-    for name, step in steps.items():
+    for step in steps.values():
         for _ in range(10):
             step()
+    for name, step in steps.items():  # every PM stage before the first detaching CUPTI window
         stage(res, f"busy_{name}_pm", lambda step=step: pm_busy(pm, torch, step, STEPS, cu))
+    stage(res, "cost_launch_pm", lambda: cost_cycles(torch, cu, cw, pm, steps["launch"], a.cycles, ("plain", "pm")))
+    for name, step in steps.items():
         stage(res, f"busy_{name}_kernels", lambda step=step: kernel_busy(cu, cw, torch, step, STEPS))
-    stage(res, "cost_launch", lambda: cost_cycles(torch, cu, cw, pm, steps["launch"], a.cycles))
+    stage(res, "cost_launch_cupti",
+          lambda: cost_cycles(torch, cu, cw, pm, steps["launch"], a.cycles, ("plain", "cupti")))
+    stage(res, "pm_after_detach", pm_after_detach)
     res["libs_after"] = loaded_libs()
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

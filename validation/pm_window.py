@@ -14,6 +14,13 @@ with no kernel names. This module answers two questions on a real GPU: what it c
 Busy share: sum of `active` over sum of `elapsed` (cycles) of the completed samples, for the counter pairs of
 METRIC_SETS; the first set CUPTI configures in one pass is kept (a set named by a percentage is read as it is).
 Needs the profiling counters open to the user (else CUPTI raises ERR_NVGPUCTRPERM: PermissionError).
+
+cupti-python 13.3+ against an older libcupti (torch's CUDA 13.0 wheels): its profiler-host init struct carries a field
+13.0's does not (pSinglePassMetricSetName, 56 bytes against 48), which 13.0 refuses (ERROR_INVALID_PARAMETER on every
+metric set, H200, 2026-12-02); fit_host_struct() falls back to 13.0's size, the fields 13.0 reads unchanged. The other
+structs PM sampling passes have the same sizes in 13.0's headers and the 13.4 bindings. A window after cuptiFinalize (the
+light window's detach) cannot initialize CUPTI's profiler (ERROR_NOT_INITIALIZED, same day): measure PM phases before
+any detaching CUPTI phase, or apart from them.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import glob
 import os
 import sys
 
+HOST_INIT_13_0 = 48  # CUpti_Profiler_Host_Initialize_Params through pHostObject, CUDA 13.0's cupti_profiler_host.h
 INTERVAL_NS = 20_000  # one sample per 20 us of GPU time: 50 a millisecond, ~500 a 10 ms step
 HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills between decodes
 MAX_SAMPLES = 200_000  # decoded at most per window (a 4 s window at INTERVAL_NS)
@@ -50,6 +58,26 @@ def preload_nvperf() -> list[str]:
     return done
 
 
+def fit_host_struct(chip: str) -> int:
+    """The profiler-host init struct size the loaded libcupti takes (the bindings' own, else CUDA 13.0's), set in
+    cupti-python's module for every later ProfilerHost (configure, decode); the size kept."""
+    from cupti import cupti as cc
+    from cupti import profiler_host as ph
+
+    for size in dict.fromkeys((cc.PROFILER_HOST_INITIALIZE_PARAMS_STRUCT_SIZE, HOST_INIT_13_0)):
+        cc.PROFILER_HOST_INITIALIZE_PARAMS_STRUCT_SIZE = size
+        host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
+        try:
+            host.initialize()
+        except cc.cuptiError as e:
+            if e.status != cc.Result.ERROR_INVALID_PARAMETER:
+                raise
+            continue
+        host.deinitialize()
+        return size
+    raise RuntimeError("the profiler host refused every init struct size tried")
+
+
 class PmWindow:
     """PM sampling of the GPU's active cycles on one device: enable once, then start/stop/collect per window."""
 
@@ -59,6 +87,7 @@ class PmWindow:
         self.collector = None
         self.metrics: tuple[str, ...] = ()
         self.tried: dict[str, str] = {}  # metric set -> why it was refused
+        self.host_struct = 0  # the profiler-host init struct size kept (fit_host_struct)
 
     def enable(self) -> str:
         """Initialize CUPTI's profiler and configure the metric set (the first one CUPTI accepts); the chip's name."""
@@ -66,6 +95,11 @@ class PmWindow:
 
         c = pm_sampling.Collector(device_index=self.device)
         c.enable()
+        try:
+            self.host_struct = self.host_struct or fit_host_struct(c._chip_name)
+        except Exception:
+            c.disable()
+            raise
         for metrics in ([self.metrics] if self.metrics else METRIC_SETS):
             try:
                 c.configure(metrics=list(metrics), hardware_buffer_size=HW_BUFFER, sampling_interval=INTERVAL_NS,
