@@ -15,6 +15,9 @@ step pace sets STEPS per phase (about PHASE_S each); then cycles of the modes, t
   both    spy + cupti: the light window as `gpucheckup run --light` runs it
   pm      CUPTI's PM sampling of the GPU's active cycles (validation/pm_window.py, cupti-python 13.3+), no kernel
           records: enabled at the phase's start, decoded and torn down at its end (outside the timed steps)
+  pmk     pm with the cupti window inside it over the same steps, CUPTI not detached: not a cost (CUPTI stays
+          attached for every later phase) but PM's busy share against the kernels', sample by sample
+          (pm_overlap_probe.compare)
 Each phase: synchronize, STEPS steps, synchronize (block ms per step), and the median step interval. Its cost is
 against the same cycle's plain phase; medians over cycles with quartiles (light_paired.summary).
 Environment: PAIRED_MODES (default plain,ranges,cupti,spy,both), PAIRED_SECONDS (default 60), PAIRED_HZ (100).
@@ -37,7 +40,7 @@ from light_variant import per_thread_buffer
 WARMUP_S = 3.0
 PHASE_S = 0.3
 MIN_STEPS = 8
-WINDOW_MODES = {"cupti": None, "both": None, "kern": ("CONCURRENT_KERNEL",), "shared": None}
+WINDOW_MODES = {"cupti": None, "both": None, "kern": ("CONCURRENT_KERNEL",), "shared": None, "pmk": None}
 
 
 class PairedSteps:
@@ -58,7 +61,7 @@ class PairedSteps:
             if any(m in WINDOW_MODES for m in self.modes):
                 self.cupti = cw.load_cupti()
         self.pm = None
-        if "pm" in self.modes:
+        if "pm" in self.modes or "pmk" in self.modes:
             from pm_window import PmWindow, preload_nvperf
 
             if self.cw is None:
@@ -161,7 +164,7 @@ class PairedSteps:
         if mode == "ranges":
             p["ranges"] = self.cw.HostRanges(self.torch)
             p["ranges"].on()
-        if mode == "pm":
+        if mode in ("pm", "pmk"):
             p["pm"] = self.pm
             self.pm.enable()
             self.pm.start()
@@ -176,7 +179,10 @@ class PairedSteps:
             p["fig"]["per_thread_buffer"] = self._per_thread_buffer(flip=mode == "shared")
             p["ranges"] = p["window"].host
             p["ranges"].on()
+            if mode == "pmk":  # CUPTI stays attached: its profiler would not initialize again after a detach
+                p["window"]._detach = lambda: None
             p["window"].start()
+            p["c0"] = self.cupti.get_timestamp()
 
     def _per_thread_buffer(self, flip: bool) -> list | str:
         """CUPTI's ATTR_PER_THREAD_BUFFER set to its default, or flipped from it when `flip`: [default, now], or the error.
@@ -198,13 +204,19 @@ class PairedSteps:
             return
         if p["window"] is not None:
             p["window"].stop()
+            p["c1"] = self.cupti.get_timestamp()
             p["fig"]["records"] = p["window"].summary()["records"]
             p["fig"]["buffers"] = p["window"].buffers
         if p.get("pm") is not None:
             try:
                 p["pm"].stop()
-                got = p["pm"].collect()
+                got = p["pm"].collect(keep_samples=p["mode"] == "pmk")
                 p["fig"]["pm_samples"], p["fig"]["pm_busy_pct"] = got["samples"], got.get("busy_pct")
+                if p["mode"] == "pmk" and got.get("series"):  # the same steps' kernel records against PM's samples
+                    from pm_overlap_probe import compare
+
+                    kern = [r for r in p["window"].records if r[0] == "kernel"]
+                    p["fig"]["overlap"] = compare(got["series"], got["metrics"], kern, p["c0"], p["c1"])
             finally:
                 p["pm"].disable()
         if p["ranges"] is not None:
