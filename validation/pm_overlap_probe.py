@@ -153,6 +153,7 @@ def launch_counters(c, torch, names: list[str]) -> dict:
     cands = [n for n in names if "." not in n and any(w in n.lower() for w in WORDS)][:12]
     for name in cands:
         metric = name + ".sum"
+        print(f"launch counter: {metric}", flush=True)
         try:
             c.configure(metrics=["gr__cycles_active.avg", "gr__cycles_elapsed.max", metric],
                         hardware_buffer_size=HW_BUFFER, sampling_interval=INTERVAL_NS,
@@ -248,15 +249,22 @@ def main() -> None:
     for step in steps.values():
         for _ in range(10):
             step()
+    def save():
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
     for name, step in steps.items():
         stage(res, f"overlap_{name}", lambda step=step: overlap(c, metrics, cw, cu, torch, step, STEPS))
+    save()  # after every stage from here: a crash in CUPTI keeps what came before
     names: list[str] = []
     try:
         names = base_metrics(c._chip_name)
     except Exception as e:  # noqa: BLE001
         res["base_metrics_error"] = repr(e)
     res["base_metrics"] = names
+    save()
     stage(res, "launch_counters", lambda: launch_counters(c, torch, names))
+    save()
     stage(res, "detach_inside", lambda: detach_inside(c, cw, cu, torch, steps["launch"], 30))
     try:
         c.disable()
