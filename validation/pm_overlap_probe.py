@@ -38,7 +38,7 @@ from pm_window import (
     preload_nvperf,
 )
 
-STEPS = 60
+STEPS = int(os.environ.get("OVERLAP_STEPS", "60"))
 SETS = (
     ("gr__cycles_active.avg", "gr__cycles_elapsed.max", "sm__cycles_active.max", "sm__cycles_active.avg",
      "sm__cycles_elapsed.max", "gr__compute_cycles_active.avg"),
@@ -144,8 +144,9 @@ def base_metrics(chip: str) -> list[str]:
     return sorted(names)
 
 
-def launch_counters(c, torch, names: list[str]) -> dict:
-    """Each launch-like base metric (as `.sum`) beside the cycle pair over LAUNCHES tiny kernels: its sum."""
+def launch_counters(torch, names: list[str]) -> dict:
+    """Each launch-like base metric (as `.sum`) beside the cycle pair over LAUNCHES tiny kernels: its sum. A fresh
+    collector per metric: reconfiguring a collector that has sampled failed (ERROR_UNKNOWN, H200, 2026-12-03)."""
     from cupti import pm_sampling
 
     x = torch.zeros(1, device="cuda")
@@ -154,12 +155,15 @@ def launch_counters(c, torch, names: list[str]) -> dict:
     for name in cands:
         metric = name + ".sum"
         print(f"launch counter: {metric}", flush=True)
+        c = pm_sampling.Collector(device_index=0)
+        c.enable()
         try:
             c.configure(metrics=["gr__cycles_active.avg", "gr__cycles_elapsed.max", metric],
                         hardware_buffer_size=HW_BUFFER, sampling_interval=INTERVAL_NS,
                         trigger_mode=pm_sampling.TriggerMode.GPU_TIME_INTERVAL)
         except Exception as e:  # noqa: BLE001 - the next candidate
             out[metric] = f"{type(e).__name__}: {e}"[:160]
+            c.disable()
             continue
         torch.cuda.synchronize()
         c.start()
@@ -167,9 +171,12 @@ def launch_counters(c, torch, names: list[str]) -> dict:
             x.add_(1.0)
         torch.cuda.synchronize()
         c.stop()
-        samples = list(c.decode(max_samples=MAX_SAMPLES))
-        out[metric] = {"sum": round(sum(s.metric_values[2] for s in samples), 1), "samples": len(samples),
-                       "launches": LAUNCHES}
+        try:
+            samples = list(c.decode(max_samples=MAX_SAMPLES))
+            out[metric] = {"sum": round(sum(s.metric_values[2] for s in samples), 1), "samples": len(samples),
+                           "launches": LAUNCHES}
+        finally:
+            c.disable()
     return out
 
 
@@ -263,8 +270,12 @@ def main() -> None:
         res["base_metrics_error"] = repr(e)
     res["base_metrics"] = names
     save()
-    stage(res, "launch_counters", lambda: launch_counters(c, torch, names))
+    c.disable()
+    stage(res, "launch_counters", lambda: launch_counters(torch, names))
     save()
+    c = pm_sampling.Collector(device_index=0)
+    c.enable()
+    configure(c)
     stage(res, "detach_inside", lambda: detach_inside(c, cw, cu, torch, steps["launch"], 30))
     try:
         c.disable()
