@@ -34,7 +34,9 @@ INTERVAL_NS = 20_000  # one sample per 20 us of GPU time: 50 a millisecond, ~500
 HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills between decodes
 MAX_SAMPLES = 200_000  # decoded at most per window (a 4 s window at INTERVAL_NS)
 # (active, elapsed) counter pairs tried in order; a one-metric set is already a percentage of the elapsed cycles
+# (the compute engine's pair first: it read the kernels' union within a point over the same steps, 6k)
 METRIC_SETS = (
+    ("gr__compute_cycles_active.avg", "gr__cycles_elapsed.max"),
     ("gr__cycles_active.avg", "gr__cycles_elapsed.max"),
     ("gr__cycles_active.sum", "gr__cycles_elapsed.sum"),
     ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"),
