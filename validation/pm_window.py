@@ -1,15 +1,15 @@
-"""A GPU-activity window from CUPTI's PM sampling (cupti-python 13.3+), for measuring, not shipped (issue 26, 6j).
+"""A GPU-activity window from CUPTI's PM sampling (cupti-python 13.3+), for measuring, not shipped (issue 26, 6j, 6k).
 
 CUPTI's activity records cost every kernel launch (docs/validation.md 6j: 3-4 us a launch on HF Trainer). PM sampling
 reads the GPU's performance counters every INTERVAL_NS of GPU time into a hardware buffer, with no work per launch:
-what it can give a check-up is each interval's share of cycles the graphics engine was active (a GPU-busy timeline),
-with no kernel names. This module answers two questions on a real GPU: what it costs a training step (paired_steps.py's
+what it can give a check-up is each interval's share of cycles the compute engine was active (a GPU-busy timeline,
+within a point of the kernels' union in 6k), with no kernel names. This module answers two questions on a real GPU: what it costs a training step (paired_steps.py's
 `pm` mode) and whether its busy share agrees with the kernels' (pm_sampling_probe.py).
 
   w = PmWindow(log=print)
   w.enable(); w.start(); ...steps...; w.stop()   # each window: CUPTI's profiler initialized, the metric set configured
   w.collect() -> {"samples": n, "busy_pct": ..., "metrics": [...], "t0_ns": ..., "t1_ns": ...}
-  w.disable()                                    # the profiler torn down: a CUPTI activity window may follow
+  w.disable()                                    # the profiler torn down, before any CUPTI detach (6k: SIGSEGV)
 
 Busy share: sum of `active` over sum of `elapsed` (cycles) of the completed samples, for the counter pairs of
 METRIC_SETS; the first set CUPTI configures in one pass is kept (a set named by a percentage is read as it is).
