@@ -3,8 +3,9 @@
 CUPTI's activity records cost every kernel launch (docs/validation.md 6j: 3-4 us a launch on HF Trainer). PM sampling
 reads the GPU's performance counters every INTERVAL_NS of GPU time into a hardware buffer, with no work per launch:
 what it can give a check-up is each interval's share of cycles the compute engine was active (a GPU-busy timeline,
-within a point of the kernels' union in 6k), with no kernel names. This module answers two questions on a real GPU: what it costs a training step (paired_steps.py's
-`pm` mode) and whether its busy share agrees with the kernels' (pm_sampling_probe.py).
+within a point of the kernels' union in 6k), with no kernel names. This module answers two questions on a real GPU:
+what it costs a training step (paired_steps.py's `pm` mode) and whether its busy share agrees with the kernels'
+(pm_sampling_probe.py, pm_overlap_probe.py).
 
   w = PmWindow(log=print)
   w.enable(); w.start(); ...steps...; w.stop()   # each window: CUPTI's profiler initialized, the metric set configured
