@@ -7,11 +7,7 @@
 # Wheels as validation/h200_pm_probe.sh.
 set -u
 . validation/device_site.sh
-_pip /tmp/pm_site "$WHEELS"/whl_pm/*.whl || exit 3
-python3 -c "import cuda.bindings as b, sys; v=tuple(int(x) for x in b.__version__.split('.')[:3]); sys.exit(v < (13, 0, 2))" \
-  2>/dev/null || { echo "carried cuda-bindings 13.0.3"; _pip /tmp/pm_site "$WHEELS"/whl_pm_cb/*.whl; }
-LIBDIR=$(python3 -c "import glob, sys; p=[g for r in sys.path for g in glob.glob(r + '/nvidia/*/lib/libcupti.so*')]; print(p[0].rsplit('/', 1)[0] if p else '')")
-export LD_LIBRARY_PATH=${LIBDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. validation/pm_site.sh
 PYTHONPATH=/tmp/pm_site:$PYTHONPATH timeout ${PROBE_S:-240} python3 validation/pm_overlap_probe.py "$OUT/pm_overlap.json" \
   2>&1 | grep -v "USDT\|Warn\|warn" | cut -c1-700 | tail -20
 SITE_READY=1 SITE=/tmp/pm_site LOOPS="${LOOPS:-hf timm lightning}" MODES=plain,pmk PREFIX=paired_pmk \

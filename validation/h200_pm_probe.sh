@@ -10,12 +10,8 @@
 # (cuda-bindings 13.0.3, installed only where the machine's is older than cupti-python asks).
 set -u
 . validation/device_site.sh
-_pip /tmp/pm_site "$WHEELS"/whl_pm/*.whl || exit 3
-python3 -c "import cuda.bindings as b, sys; v=tuple(int(x) for x in b.__version__.split('.')[:3]); sys.exit(v < (13, 0, 2))" \
-  2>/dev/null || { echo "carried cuda-bindings 13.0.3"; _pip /tmp/pm_site "$WHEELS"/whl_pm_cb/*.whl; }
-LIBDIR=$(python3 -c "import glob, sys; p=[g for r in sys.path for g in glob.glob(r + '/nvidia/*/lib/libcupti.so*')]; print(p[0].rsplit('/', 1)[0] if p else '')")
-echo "libcupti dir: ${LIBDIR:-none}"; ls "$LIBDIR" 2>/dev/null | grep -i "cupti\|nvperf"
-export LD_LIBRARY_PATH=${LIBDIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. validation/pm_site.sh
+ls "$LIBDIR" 2>/dev/null | grep -i "cupti\|nvperf"
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 PYTHONPATH=/tmp/pm_site:$PYTHONPATH timeout ${PROBE_S:-200} python3 validation/pm_sampling_probe.py "$OUT/pm_probe.json" \
   --cycles ${CYCLES:-12} 2>&1 | grep -v "USDT\|Warn\|warn" | tail -20

@@ -34,6 +34,7 @@ from pm_window import (
     HW_BUFFER,
     INTERVAL_NS,
     MAX_SAMPLES,
+    base_metrics,
     fit_host_struct,
     preload_nvperf,
 )
@@ -124,26 +125,6 @@ LAUNCHES = 2000
 WORDS = ("launch", "cta", "grid", "kernel", "dispatch")
 
 
-def base_metrics(chip: str) -> list[str]:
-    """Every PM-sampling base metric of the chip, sorted."""
-    from cupti import profiler_host as ph
-
-    host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
-    host.initialize()
-    names: set[str] = set()
-    try:
-        for mt in ph.MetricType:
-            if mt.name.endswith("COUNT"):
-                continue
-            try:
-                names.update(host.get_base_metrics(mt))
-            except Exception:  # noqa: BLE001, S112 - a metric type this path does not take
-                continue
-    finally:
-        host.deinitialize()
-    return sorted(names)
-
-
 def launch_counters(torch, names: list[str]) -> dict:
     """Each launch-like base metric (as `.sum`) beside the cycle pair over LAUNCHES tiny kernels: its sum. A fresh
     collector per metric: reconfiguring a collector that has sampled failed (ERROR_UNKNOWN, H200, 2026-12-03)."""
@@ -232,6 +213,7 @@ def main() -> None:
     ap.add_argument("out")
     a = ap.parse_args()
     import torch
+
     from gpucheckup.capture.agent import cupti_window as cw
 
     res: dict = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "nvperf": preload_nvperf()}
@@ -290,8 +272,7 @@ def main() -> None:
 
     stage(res, "enable_after_detach", enable_again)
     res["libs"] = loaded_libs()
-    with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+    save()
 
 
 if __name__ == "__main__":

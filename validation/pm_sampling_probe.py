@@ -27,7 +27,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from light_paired import summary
-from pm_window import PmWindow, preload_nvperf
+from pm_window import PmWindow, base_metrics, preload_nvperf
 
 from gpucheckup.analysis.intervals import clip, total, union
 
@@ -176,21 +176,7 @@ def main() -> None:
         pm.disable()
         out = {"chip": chip, "metric_set": list(pm.metrics), "refused": pm.tried, "host_struct": pm.host_struct,
                "libs": loaded_libs()}
-        from cupti import profiler_host as ph
-
-        host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
-        host.initialize()
-        try:
-            names = set()
-            for mt in ph.MetricType:
-                if mt.name.endswith("COUNT"):
-                    continue
-                try:
-                    names.update(host.get_base_metrics(mt))
-                except Exception:  # noqa: BLE001, S112 - a metric type this path does not take
-                    continue
-        finally:
-            host.deinitialize()
+        names = base_metrics(chip)
         out["base_metrics"] = len(names)
         out["cycles_metrics"] = sorted(n for n in names if "cycles_active" in n or "cycles_elapsed" in n)[:60]
         return out

@@ -81,6 +81,26 @@ def fit_host_struct(chip: str) -> int:
     raise RuntimeError("the profiler host refused every init struct size tried")
 
 
+def base_metrics(chip: str) -> list[str]:
+    """Every PM-sampling base metric the chip offers, sorted (after fit_host_struct)."""
+    from cupti import profiler_host as ph
+
+    host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
+    host.initialize()
+    names: set[str] = set()
+    try:
+        for mt in ph.MetricType:
+            if mt.name.endswith("COUNT"):
+                continue
+            try:
+                names.update(host.get_base_metrics(mt))
+            except Exception:  # noqa: BLE001, S112 - a metric type this path does not take
+                continue
+    finally:
+        host.deinitialize()
+    return sorted(names)
+
+
 class PmWindow:
     """PM sampling of the GPU's active cycles on one device: enable once, then start/stop/collect per window."""
 
