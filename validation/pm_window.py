@@ -147,7 +147,10 @@ class PmWindow:
         data = self.collector.decode(max_samples=MAX_SAMPLES)
         samples = list(data)  # evaluates every sample on the host: after the window, never inside it
         out = {"metrics": list(self.metrics), "samples": len(samples),
-               "populated": data.num_populated_samples, "total": data.num_total_samples}
+               "populated": data.num_populated_samples, "total": data.num_total_samples, "dropped_first": False}
+        if samples and samples[0].end_timestamp - samples[0].start_timestamp > 2 * INTERVAL_NS:
+            # the first sample starts at one early instant, from before the window (6k): its cycles are not the window's
+            samples, out["dropped_first"] = samples[1:], True
         if not samples:
             return out
         out["t0_ns"], out["t1_ns"] = samples[0].start_timestamp, samples[-1].end_timestamp
