@@ -7,7 +7,9 @@ in a fresh process each, their order rotated every round:
 - light: the same with `--light`, torch.profiler backend (CUDA activities and user ranges; py-spy stacks
   sampled outside the job): the job's PYTHONPATH has no cupti-python, so the agent falls back (agent/light.py)
 - cupti: `--light` with cupti-python on the job's PYTHONPATH (--cupti-site): CUPTI's activity API, kernels,
-  copies and memsets only (agent/cupti_window.py)
+  copies and memsets only (agent/cupti_window.py), over every step of the window (GPUCHECKUP_LIGHT_COUNTER_STEPS=0)
+- counters: `--light` as shipped: the counter steps first (the GPU's activity counters, no kernel records; needs
+  cupti-python 13.3+ in --cupti-site), then the record steps (agent/pm_counters.py)
 - nospy: cupti with no py-spy on the launcher's PATH (no host sampling: the in-job recorder's cost alone)
 - attached, kern: cupti with a variant of the recorder (validation/light_variant.py): CUPTI left attached after
   the window (the backend before docs/validation.md 6c; the H200 call of 6c ran it as `cupti`, and the detach as a
@@ -58,7 +60,7 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "timm": ("train_timm_amp.py", ["--steps", "330"], 140, 40, "launch_bound"),
 }
 VARIANTS = ("attached", "kern", "null", "shared")  # run through validation/light_variant.py
-CUPTI_MODES = ("cupti", "nospy", *VARIANTS)  # the CUPTI backend: cupti-python on the job's PYTHONPATH
+CUPTI_MODES = ("cupti", "counters", "nospy", *VARIANTS)  # the CUPTI backend: cupti-python on the job's PYTHONPATH
 MODES = ("plain", "full", "full_td", "light", *CUPTI_MODES)
 AFTER_GAP = 4  # steps after the window's last one left out of "after": the export step and py-spy's stop
 CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
@@ -76,6 +78,9 @@ def job_env(mode: str) -> dict:
         env["PATH"] = os.pathsep.join(x for x in env.get("PATH", "").split(os.pathsep)
                                       if x and not os.path.exists(os.path.join(x, "py-spy")))
     env.pop("TEARDOWN_CUPTI", None)
+    env.pop("GPUCHECKUP_LIGHT_COUNTER_STEPS", None)
+    if mode in CUPTI_MODES and mode != "counters":
+        env["GPUCHECKUP_LIGHT_COUNTER_STEPS"] = "0"  # records over every step: the window before the counter steps
     if mode == "full_td":
         env["TEARDOWN_CUPTI"] = "1"
     return env
@@ -144,7 +149,11 @@ def run_once(job: str, mode: str, work: Path, r: int, timeout_s: float = 240.0) 
             row["window_ms"] = prof
             steps = [(int(x["step"]), float(x["ms"])) for x in rows if x["phase"] == "" and x["ms"]]
             before = [ms for n, ms in steps if skip // 2 <= n < skip]
-            after = [ms for n, ms in steps if n >= skip + steps_k + AFTER_GAP]
+            last = max((int(x["step"]) for x in rows if x["phase"]), default=skip + steps_k)
+            after = [ms for n, ms in steps if n >= last + AFTER_GAP]
+            counted = [float(x["ms"]) for x in rows if x["phase"] == "counters" and x["ms"]]
+            row["counter_ms"] = counted
+            row["counter_median_ms"] = statistics.median(counted) if counted else None
             row["before_window_median_ms"] = statistics.median(before) if before else None
             row["after_window_median_ms"] = statistics.median(after) if after else None
             row["before_ms"], row["after_ms"] = before, after
@@ -171,6 +180,7 @@ def check(row: dict) -> None:
     row["gaps_source"] = (r.get("gaps") or {}).get("source")
     row["gaps_pct_of_step"] = (r.get("gaps") or {}).get("pct_of_step")
     row["host_samples"] = (r.get("run_figures") or {}).get("host_samples")
+    row["counters"] = r.get("counters")  # the light window's counter steps (analysis/one_trace/counter_steps.py)
     # "What to try first": each fix's key, its replayed saving % (None: not replayed) and its bound, in ms
     row["fixes"] = [(f["key"], round(f["predicted"]["saving_pct"], 1) if f.get("predicted") else None,
                      round(f["saving_ms"] or 0.0, 2)) for f in r.get("fixes") or []]
@@ -293,7 +303,7 @@ def main() -> None:
                 print(json.dumps({k: v for k, v in row.items()
                                   if k not in ("stderr", "window_ms", "before_ms", "after_ms")}), flush=True)
             save()
-    first = {"cupti": 0, "light": 1, "full": 2}
+    first = {"counters": 0, "cupti": 1, "full": 2}
     for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: (x["round"], first.get(x["mode"], 3))):
         if time.time() > t_end:
             break

@@ -31,7 +31,7 @@ from msgspec import UNSET, UnsetType
 
 from gpucheckup import __version__
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 KINDS = ("trace", "cpu_trace", "traces", "run", "cases")
 Kind = Literal["trace", "cpu_trace", "traces", "run", "cases"]
 Section = dict[str, Any]  # a part whose keys docs/metrics.md and docs/reports.md list (typed in a later version)
@@ -161,6 +161,25 @@ class Profiler(Struct):
     host_idle_factor: float | None
     applied: bool
     comm_wait_ms: float | None
+
+
+class Counters(Struct):
+    """A light window's counter steps: the GPU's activity counters over steps without kernel records
+    (analysis/one_trace/counter_steps.py)."""
+
+    steps: int
+    step_ms: float
+    busy_pct: float | None
+    coverage_pct: float
+    launches_per_step: float | None
+    record_step_ms: float
+    records_cost_pct: float
+    record_busy_pct: float | None
+    record_kernels_busy_pct: float
+    agrees: bool | None
+    samples: int
+    interval_us: float
+    metrics: list[str]
 
 
 class KernelRow(Struct, omit_defaults=True):
@@ -614,6 +633,7 @@ class TraceReport(Struct):
     ncu: Ncu | None
     labels: Labels
     host_samples: HostSamples | None = None  # a light window's sampled host states
+    counters: Counters | None = None  # a light window's counter steps (null for any other trace)
 
 
 class CpuDevice(Struct):

@@ -9,12 +9,13 @@ import numpy as np
 
 from gpucheckup.analysis.one_trace.host import api_health, dataloader, gap_causes, syncs
 from gpucheckup.analysis.one_trace.gpu import communication, copies, gpu_critical, kernels
-from gpucheckup.analysis.one_trace import launches, steps
+from gpucheckup.analysis.one_trace import counter_steps, launches, steps
 from gpucheckup.analysis.flops import gemm_dtype, mfu, roofline, shape_flops
 from gpucheckup.analysis.one_trace import profiler_overhead
 from gpucheckup.analysis.one_trace import timeline as tl
 from gpucheckup.analysis.one_trace.gpu.collectives import collective_calls
 from gpucheckup.analysis.one_trace import window as win
+from gpucheckup.analysis.distinct import median
 from gpucheckup.document import Mfu
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
@@ -49,6 +50,7 @@ class TraceAnalysis(msgspec.Struct):
     profiler: profiler_overhead.ProfilerCorrection | None = None  # when the unprofiled step time is known
     window: win.Window | None = None  # THE step time and the per-step normalizer (analysis/one_trace/window.py)
     framework: str = ""  # the loop's framework from the run's agent ("": unknown, a bare trace)
+    counters: counter_steps.CounterSteps | None = None  # a light window's counter steps
 
     @property
     def busy_pct(self) -> float:
@@ -70,6 +72,11 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()
+    counted = counter_steps.counter_steps(trace.counters, st.start, st.end, float(median(st.duration)) / 1000,
+                                          timeline.busy_pct)
+    if counted is not None and not inputs.unprofiled_step_ms:
+        inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=counted.step_ms, unprofiled_from=(
+            f"the median of the window's {counted.steps} counter steps, which had no kernel records"))
     w, prof, gaps_summary = _window_and_profiler(trace, st, rows, timeline, causes, inputs, comm_waits)
     shapes = shape_flops.shape_flops(trace, st)
     device = trace.devices[0].name if trace.devices else ""
@@ -97,6 +104,7 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
         profiler=prof,
         window=w,
         framework=inputs.framework,
+        counters=counted,
     )
 
 

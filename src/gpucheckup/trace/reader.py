@@ -33,6 +33,7 @@ from gpucheckup.trace.tables import (
     CPU_OP,
     DRIVER,
     CommArgs,
+    Counters,
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -741,6 +742,7 @@ def build_trace(path: Path, b: _Builder, kt: schema.KinetoTrace) -> Trace:
         warnings=warnings,
         comms=_comm_args(b.comm),
         light_activities=_light_activities(kt.gpucheckup_light),
+        counters=_counters(kt.gpucheckup_light),
         events_end=b.events_end,
     )
 
@@ -750,6 +752,30 @@ def _light_activities(info: schema.LightInfo | None) -> tuple[str, ...] | None:
     if info is None or info.activities is None:
         return None
     return tuple(info.activities)
+
+
+def _counters(info: schema.LightInfo | None) -> Counters | None:
+    """A light window's counter steps and samples as a table; None where it has none. Samples with a bad time (not
+    finite, a negative duration) or a share outside 0..100 are left out."""
+    c = info.counters if info is not None else None
+    if c is None or not c.steps:
+        return None
+    smp = c.samples
+    n = min(len(smp.ts), len(smp.dur), len(smp.busy_pct))
+    start = np.asarray(smp.ts[:n], dtype=np.float64)
+    dur = np.asarray(smp.dur[:n], dtype=np.float64)
+    busy = np.asarray(smp.busy_pct[:n], dtype=np.float64)
+    launches = np.full(n, np.nan)
+    if len(smp.launches) >= n:
+        launches = np.asarray(smp.launches[:n], dtype=np.float64)
+    ok = np.isfinite(start) & np.isfinite(dur) & (dur >= 0) & (busy >= 0) & (busy <= 100)
+    steps = np.asarray(c.steps, dtype=np.float64).reshape(-1, 2)
+    steps = steps[np.isfinite(steps).all(axis=1) & (steps[:, 1] >= steps[:, 0])]
+    if not len(steps):
+        return None
+    return Counters(device=int(c.device), metrics=list(c.metrics), interval_us=c.interval_ns / 1000.0,
+                    step_start=steps[:, 0], step_end=steps[:, 1], start=start[ok], end=start[ok] + dur[ok],
+                    busy_pct=busy[ok], launches=launches[ok])
 
 
 def _comm_args(rows: list[tuple]) -> CommArgs | None:

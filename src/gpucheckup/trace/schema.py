@@ -80,11 +80,32 @@ class DistributedInfo(msgspec.Struct):
     backend: str | None = None
 
 
+class CounterSamples(msgspec.Struct):
+    """The activity counters' samples of a light window's counter steps, one list entry per sample (trace us)."""
+
+    ts: list[float] = msgspec.field(default_factory=list)
+    dur: list[float] = msgspec.field(default_factory=list)
+    busy_pct: list[float] = msgspec.field(default_factory=list)
+    launches: list[Int64] = msgspec.field(default_factory=list)
+
+
+class CounterInfo(msgspec.Struct):
+    """The `counters` of a `gpucheckup_light` block (capture/agent/cupti_window.py `counter_block`)."""
+
+    source: str = ""
+    device: Int64 = 0
+    metrics: list[str] = msgspec.field(default_factory=list)
+    interval_ns: Int64 = 0
+    steps: list[tuple[float, float]] = msgspec.field(default_factory=list)
+    samples: CounterSamples = msgspec.field(default_factory=CounterSamples)
+
+
 class LightInfo(msgspec.Struct):
     """The `gpucheckup_light` block of a CUPTI light window's trace (capture/agent/cupti_window.py): what it recorded."""
 
     backend: str | None = None
     activities: list[str] | None = None  # CUPTI activity kinds enabled, e.g. CONCURRENT_KERNEL, SYNCHRONIZATION
+    counters: CounterInfo | None = None  # the counter steps before the records, where the counters ran
 
 
 class KinetoTrace(msgspec.Struct):

@@ -115,6 +115,25 @@ class CommArgs(msgspec.Struct):
 # --- end many GPUs ---
 
 
+class Counters(msgspec.Struct):
+    """A light window's counter steps and the GPU activity counters sampled over its whole window (trace us): sample i
+    covers [start[i], end[i]) on `device`, with the compute engine active busy_pct[i] % of its cycles and launches[i]
+    kernels dispatched (nan where the chip's set had no dispatch counter)."""
+
+    device: int
+    metrics: list[str]
+    interval_us: float
+    step_start: np.ndarray  # float64, the counter steps' host marks
+    step_end: np.ndarray
+    start: np.ndarray  # float64 per sample
+    end: np.ndarray
+    busy_pct: np.ndarray
+    launches: np.ndarray  # float64, nan when not counted
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
 class Device(msgspec.Struct):
     """One GPU as `deviceProperties` describes it."""
 
@@ -148,6 +167,7 @@ class Trace(msgspec.Struct):
     comms: CommArgs | None = None  # many GPUs (issue 9): collective calls' arguments, None when none
     # a CUPTI light window's recorded activity kinds (its `gpucheckup_light` block); None for every other trace
     light_activities: tuple[str, ...] | None = None
+    counters: Counters | None = None  # a CUPTI light window's counter steps and samples; None for every other trace
     # where the top-level traceEvents array's closing `]` lies in the decompressed file (a streamed read: the
     # annotated trace is spliced there without holding the file); None when the file was read whole
     events_end: int | None = None

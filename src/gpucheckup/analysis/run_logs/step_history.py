@@ -6,8 +6,8 @@ Definitions (docs/capture.md):
 - plain steps: steps the agent did not instrument (empty `phase`), less the AFTER_WINDOW (2)
   steps after each instrumented run of steps: the profiler's stop, its trace's export and the
   agent's own work land in them (on two H200s: 8.3 then 47.6 ms after a window among 24 ms steps).
-  The profiler's warm-up step, the profiled steps and the FLOP-counted step are left out of every
-  figure below except `profiled_median_ms`.
+  The profiler's warm-up step, a light window's counter steps (`counters`), the profiled steps and the FLOP-counted
+  step are left out of every figure below except `profiled_median_ms`.
 - steady median: median of the plain steps in the second half of the run.
 - warm-up: the steps before the first plain step from which WARMUP_RUN (5) consecutive plain
   steps all lie within WARMUP_TOL_PCT (20%) of the steady median; for steps that alternate
@@ -77,7 +77,7 @@ def step_stats(steps: dict) -> dict:
         "profiled_steps": [int(n[prof].min()), int(n[prof].max())] if prof.any() else None,
         "profiled_median_ms": float(median(ms[prof])) if prof.any() else None,
         "instrumented_steps": {p: [int(x) for x in n[has & (phase == p)]]
-                               for p in ("profile-warmup", "flops") if (phase == p).any()},
+                               for p in ("profile-warmup", "counters", "flops") if (phase == p).any()},
         "total_s": float(np.nansum(ms) / 1000),
         "late_median_ms": None,
         "settled": False, "steady_median_ms": None, "steady_ms": None, "warmup_steps": None, "cv_pct": None,

@@ -398,7 +398,8 @@ class Agent:
                     self._start_flops()
         w = self.window
         if w is not None and w.kind == "steps":
-            self.phase = "profile-warmup" if n + 1 < w.first_step else "profiled"
+            counting = w.counters_from is not None and w.counters_from <= n + 1 < w.first_step - 1
+            self.phase = "counters" if counting else "profile-warmup" if n + 1 < w.first_step else "profiled"
         elif self.flop_count is not None:
             self.phase = "flops"
         else:
@@ -429,9 +430,13 @@ class Agent:
             w = Window(prof, "steps", self._trace_path(request), first_step=first,
                        last_step=first + steps - 1 if steps else None, seconds=seconds, request=request, auto=auto)
             if self.settings["light"]:
-                self._start_light(w)
+                self._start_light(w, counter_steps=self.settings["light_counter_steps"] if steps else 0)
             prof = w.prof
             prof.start()
+            shift = getattr(prof, "shift", 0)  # a light window's counter steps and the records' warm-up
+            if shift:
+                w.counters_from, first = first, first + shift
+                w.first_step, w.last_step = first, first + steps - 1
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
                      f"warm-up step {n + 1}){' for attach' if request else ''}")
@@ -445,12 +450,15 @@ class Agent:
                 request.result = {"ok": False, "error": f"could not start the profiler: {e}"}
                 request.done.set()
 
-    def _start_light(self, w: Window) -> None:
-        """A light window (agent/light.py): CUPTI's activity records or user-scope ranges only, and the launcher
-        asked to sample stacks."""
+    def _start_light(self, w: Window, counter_steps: int = 0) -> None:
+        """A light window (agent/light.py): CUPTI's activity records (after `counter_steps` counter steps where the
+        counters run) or user-scope ranges only, and the launcher asked to sample stacks."""
         from gpucheckup.capture.agent.light import light_recorder
 
-        w.prof, w.light = light_recorder(self.torch, w.prof, self.log, syncs=self.settings["light_syncs"])
+        recent = sorted(self.step_ms_recent)
+        expected_s = counter_steps * recent[len(recent) // 2] / 1000.0 if recent else 0.0
+        w.prof, w.light = light_recorder(self.torch, w.prof, self.log, syncs=self.settings["light_syncs"],
+                                         counter_steps=counter_steps, expected_s=expected_s)
         w.light.on()
         if not self.light_marked:
             self._mark_sampling(None)
@@ -505,6 +513,8 @@ class Agent:
                 self._stop_light(w, capture)
             if w.kind == "steps":
                 capture["steps"] = [w.first_step, last_step]
+                if w.counters_from is not None:
+                    capture["counter_steps"] = [w.counters_from, min(w.first_step - 2, last_step or 0)]
                 capture["profiler_step_offset"] = w.first_step - 1
                 if last_step is None or last_step < w.first_step:
                     raise RuntimeError("the job ended before the first profiled step")

@@ -279,7 +279,7 @@ class CuptiWindow:
 
     backend = BACKEND
 
-    def __init__(self, torch, cupti, log=None, syncs: bool = False):
+    def __init__(self, torch, cupti, log=None, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
         self.torch = torch
         self.cupti = cupti
         self.log = log or (lambda msg: None)
@@ -299,6 +299,12 @@ class CuptiWindow:
         self.detached = False  # CUPTI detached after the window (cuptiFinalize)
         self.tid = threading.get_native_id()
         self.pid = os.getpid()
+        self.counter_steps = counter_steps  # steps sampled by the activity counters before records (0: none)
+        self.expected_s = expected_s  # the counter steps' expected length, for the sampling interval
+        self.pm = None  # PmCounters while the counters run (agent/pm_counters.py)
+        self.samples = None  # their Samples after stop()
+        self.counted = 0  # counter steps the window took (counter_steps where the counters started, else 0)
+        self.why_no_counters = ""
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -312,23 +318,54 @@ class CuptiWindow:
         off, half = clock_offset(cu.get_timestamp)
         self.clock = Clock((c0, off, half))
         cu.activity_register_callbacks(self._requested, self._completed)
+        if self.counter_steps > 0:
+            self._start_counters()
+        if not self.pm:
+            self._enable_records()
+            if "CONCURRENT_KERNEL" not in self.enabled:
+                self._disable()
+                raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
+        self.started = True
+        self.marks = [time.time_ns()]
+
+    @property
+    def shift(self) -> int:
+        """Steps the records start after the start of a window without counters: the counter steps and the records'
+        own warm-up step (0 where the counters do not run)."""
+        return self.counted + 1 if self.counted else 0
+
+    def step(self) -> None:
+        """The end of a step (the agent's optimizer post-step hook); after the last counter step, records begin
+        (the next step is their warm-up)."""
+        self.marks.append(time.time_ns())
+        if self.pm and not self.enabled and len(self.marks) == self.counter_steps + 2:
+            self._enable_records()
+
+    def _start_counters(self) -> None:
+        """Start the activity counters (agent/pm_counters.py) for the counter steps; where they cannot run, say why
+        once and record every step."""
+        try:
+            from gpucheckup.capture.agent.pm_counters import PmCounters
+
+            pm = PmCounters(self.torch.cuda.current_device(), self.log)
+            pm.start(self.expected_s)
+            self.pm, self.counted = pm, self.counter_steps
+            self.log(f"light window: {self.counter_steps} counter steps ({', '.join(pm.metrics)} every "
+                     f"{pm.interval_ns // 1000} us), then kernel records")
+        except Exception as e:  # noqa: BLE001 - ImportError (cupti-python < 13.3), ERR_NVGPUCTRPERM, CUPTI's errors
+            self.why_no_counters = f"{type(e).__name__}: {str(e)[:200]}"
+            self.log(f"light window: no counter steps, kernel records over every step ({self.why_no_counters})")
+
+    def _enable_records(self) -> None:
+        """Enable the activity kinds (synchronizations too where asked); a kind CUPTI refuses is logged and left out."""
         for name in ACTIVITIES:
             try:
-                cu.activity_enable(self.kinds[name])
+                self.cupti.activity_enable(self.kinds[name])
                 self.enabled.append(name)
             except Exception as e:  # noqa: BLE001 - a kind this CUPTI cannot record: the others still are
                 self.log(f"light window: CUPTI would not record {name}: {e}")
         if self.syncs:
             self._enable_syncs()
-        if "CONCURRENT_KERNEL" not in self.enabled:
-            self._disable()
-            raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
-        self.started = True
-        self.marks = [time.time_ns()]
-
-    def step(self) -> None:
-        """The end of a step (the agent's optimizer post-step hook)."""
-        self.marks.append(time.time_ns())
 
     def stop(self) -> None:
         """The end of the last step: wait for the GPU's queued work, stop recording, flush CUPTI's buffers."""
@@ -342,10 +379,24 @@ class CuptiWindow:
         finally:
             self._disable()
             self.cupti.activity_flush_all(1)  # CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: every buffer, now
+            self._stop_counters()
             c1 = self.cupti.get_timestamp()
             off, half = clock_offset(self.cupti.get_timestamp)
             self.clock = Clock(self.clock.start, (c1, off, half))
             self._detach()
+
+    def _stop_counters(self) -> None:
+        """Decode the counters' samples and tear CUPTI's profiler down, before the detach (pm_counters.py: the order)."""
+        pm, self.pm = self.pm, None
+        if pm is None:
+            return
+        try:
+            self.samples = pm.stop()
+        except Exception as e:  # noqa: BLE001 - the window keeps its records
+            self.why_no_counters = f"decoding the counters failed: {type(e).__name__}: {str(e)[:200]}"
+            self.log(f"light window: {self.why_no_counters}")
+        finally:
+            pm.close()
 
     def _detach(self) -> None:
         """Detach CUPTI from the process (cuptiFinalize), the window's records all in (synchronized, flushed): with
@@ -359,9 +410,10 @@ class CuptiWindow:
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the window as a Kineto-shaped JSON trace (see the module docstring)."""
+        devices = {r[3] for r in self.records if r[3] >= 0} or {self.torch.cuda.current_device()}
         trace = build_trace(self.records, self.host.ranges, self.marks, self.clock, self.pid, self.tid,
-                            device_properties(self.torch, {r[3] for r in self.records if r[3] >= 0}),
-                            distributed_info(self.torch), self.summary())
+                            device_properties(self.torch, devices), distributed_info(self.torch), self.summary(),
+                            counter_steps=self.counted, counters=self.samples, device=min(devices))
         with open(path, "w") as f:
             json.dump(trace, f, separators=(",", ":"))
 
@@ -371,7 +423,8 @@ class CuptiWindow:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
                 "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
-                "cupti_python": _package_version()}
+                "cupti_python": _package_version(),
+                **({"no_counters": self.why_no_counters} if self.why_no_counters else {})}
 
     def _enable_syncs(self) -> None:
         """Enable the synchronization kinds this cupti-python names and CUPTI agrees to record; log the others."""
@@ -492,35 +545,53 @@ def demangle(name: str) -> str:
 
 
 def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props: list[dict],
-                dist: dict | None, summary: dict) -> dict:
+                dist: dict | None, summary: dict, counter_steps: int = 0, counters=None, device: int = 0) -> dict:
     """The window's Kineto-shaped trace: records (CuptiWindow._completed's tuples, CUPTI ns), host ranges
-    (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time."""
+    (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time; the first
+    `counter_steps` steps after the warm-up are counter steps, with `counters` (pm_counters.Samples of `device`, None
+    where their decode failed) written in `counter_block`."""
     lo = marks[0] if marks else min((clock.unix_ns(r[1]) for r in records), default=time.time_ns())
     base = lo // 1_000_000_000 * 1_000_000_000
 
     def us(unix_ns: int) -> float:
         return (unix_ns - base) / 1000.0
 
-    lo_rec = marks[1] if len(marks) > 1 else lo  # the warm-up step's end: what ended before it is not kept
+    # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; with counters, marks[2..C+1] end
+    # the counter steps and marks[C+2] the records' warm-up; each later mark ends a recorded step
+    rec0 = min(1 + (counter_steps + 1 if counter_steps else 0), max(len(marks) - 1, 0))
+    counted = [(marks[i - 1], marks[i]) for i in range(2, min(counter_steps + 2, len(marks)))]
+    lo_rec = marks[rec0] if len(marks) > 1 else lo  # the records' warm-up end: what ended before it is not kept
     ev, streams = _gpu_events(records, clock, lo_rec, us)
     syncs = [r for r in records if r[0] == "sync"]
     host = []
-    # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; each later mark ends a recorded step
-    for i in range(2, len(marks)):
-        host.append((f"ProfilerStep#{i - 1}", marks[i - 1], marks[i]))
+    for i in range(rec0 + 1, len(marks)):
+        host.append((f"ProfilerStep#{i - rec0}", marks[i - 1], marks[i]))
     hi = marks[-1] if marks else float("inf")
     host.extend(r for r in ranges if r[2] >= lo_rec and r[1] <= hi)
     ev.extend(sync_events(syncs, clock, lo_rec, hi, pid, tid, us))
     for ext, (name, t0, t1) in enumerate(sorted(host, key=lambda r: (r[1], -r[2])), start=1):
         ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": us(t0),
                    "dur": max(t1 - t0, 0) / 1000.0, "args": {"External id": ext}})
+    light = {**summary, "clock": clock.describe(), "host_ranges": len(host), "sync_calls": _sync_counts(syncs)}
+    if counters is not None:
+        light["counters"] = counter_block(counters, counted, clock, us, device)
     trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
-             "traceEvents": _metadata(pid, tid, streams) + ev,
-             "gpucheckup_light": {**summary, "clock": clock.describe(), "host_ranges": len(host),
-                                  "sync_calls": _sync_counts(syncs)}}
+             "traceEvents": _metadata(pid, tid, streams) + ev, "gpucheckup_light": light}
     if dist:
         trace["distributedInfo"] = dist
     return trace
+
+
+def counter_block(c, steps, clock: Clock, us, device: int) -> dict:
+    """The counter steps and samples (trace us) in the `gpucheckup_light` block: `steps` [[start, end], ...] of the
+    counter steps (host marks), and each sample's start, duration, compute-engine busy % and launches (GPU clock read
+    through CUPTI's timestamps, as the kernel records are)."""
+    t0 = [round(us(clock.unix_ns(t)), 3) for t in c.start]
+    dur = [round((b - a) / 1000.0, 3) for a, b in zip(c.start, c.end)]
+    return {"source": "CUPTI PM sampling", "device": device, "metrics": c.metrics, "interval_ns": c.interval_ns,
+            "decoded": c.decoded, "dropped_first": c.dropped_first,
+            "steps": [[round(us(a), 3), round(us(b), 3)] for a, b in steps],
+            "samples": {"ts": t0, "dur": dur, "busy_pct": c.busy_pct, "launches": c.launches}}
 
 
 def _gpu_events(records, clock: Clock, lo_rec: int, us) -> tuple[list[dict], set[tuple[int, int]]]:

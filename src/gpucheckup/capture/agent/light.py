@@ -42,10 +42,11 @@ def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
 BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
 
 
-def light_recorder(torch, prof, log, syncs: bool = False):
-    """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`) and
-    its host ranges where cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes;
-    `log` gets one line saying which and why."""
+def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
+    """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`, and
+    `counter_steps` counter steps of about expected_s seconds in all before its records) and its host ranges where
+    cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets one line
+    saying which and why."""
     reason = None
     try:
         if not torch.cuda.is_available():
@@ -53,7 +54,8 @@ def light_recorder(torch, prof, log, syncs: bool = False):
         else:
             from gpucheckup.capture.agent.cupti_window import CuptiWindow, load_cupti
 
-            window = CuptiWindow(torch, load_cupti(), log, syncs=syncs)
+            window = CuptiWindow(torch, load_cupti(), log, syncs=syncs, counter_steps=counter_steps,
+                                 expected_s=expected_s)
             what = "kernels, copies, memsets, synchronizations" if syncs else "kernels, copies, memsets"
             log(f"light window: {window.backend} ({what}; no runtime calls)")
             return window, window.host_scopes()

@@ -15,11 +15,13 @@ SETTINGS = {  # name: (environment variable, default, kind)
     "light": ("GPUCHECKUP_LIGHT", False, "bool"),
     # the CUPTI light window also records host synchronizations (agent/cupti_window.py SYNC_ACTIVITIES): costs more
     "light_syncs": ("GPUCHECKUP_LIGHT_SYNCS", False, "bool"),
+    # the CUPTI light window's counter steps before its record steps (agent/pm_counters.py); 0: records only
+    "light_counter_steps": ("GPUCHECKUP_LIGHT_COUNTER_STEPS", 20, "int"),
     "gpu_clock": ("GPUCHECKUP_GPU_CLOCK", False, "bool"),  # gpu-steps.csv (agent/gpu_clock.py), for `gpucheckup ab`
     # end the job cleanly (SystemExit(0) from the step hook) after this many optimizer steps; 0: never (`try`)
     "max_steps": ("GPUCHECKUP_MAX_STEPS", 0, "int"),
 }
-LIMITS = {"max_steps": (0, 10**9), "skip": (2, 10**9), "steps": (1, 1000), "window_start_s": (0.0, 1e7), "window_s": (0.1, 3600.0)}
+LIMITS = {"max_steps": (0, 10**9), "skip": (2, 10**9), "steps": (1, 1000), "light_counter_steps": (0, 1000), "window_start_s": (0.0, 1e7), "window_s": (0.1, 3600.0)}
 DURATION_MAX_STEPS = 100  # a window asked for in seconds stops after this many steps: more adds only trace size
 
 

@@ -34,6 +34,7 @@ class Window:
         self.auto = auto
         self.started = time.time()
         self.light = None  # a light window's UserScopes (agent/light.py)
+        self.counters_from = None  # a light window's first counter step (agent/pm_counters.py), None without them
 
 
 class Request:

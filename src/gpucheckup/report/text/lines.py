@@ -115,6 +115,25 @@ def key_figures(r: TraceReport) -> list[tuple[str, str]]:
     ]
     if r.labels:  # diagnosis/labels.py
         rows.append(("job label (for schedulers)", f"{r.labels.intensity}-intensive ({r.labels.reason})"))
+    return rows + counter_rows(r)
+
+
+def counter_rows(r: TraceReport) -> list[tuple[str, str]]:
+    """A light window's counter steps (analysis/one_trace/counter_steps.py) as key figures; none for other traces."""
+    c = r.counters
+    if c is None:
+        return []
+    rows = [("counter steps, no kernel records (steps / median)", f"{c.steps} / {c.step_ms:.2f} ms"),
+            ("the record steps' cost (their median over the counter steps')", f"{c.records_cost_pct:+.1f}%")]
+    if c.busy_pct is not None:
+        rows.append(("GPU busy by the activity counters (counter steps)",
+                     f"{c.busy_pct:.1f}% ({c.coverage_pct:.0f}% of their time sampled)"))
+    if c.record_busy_pct is not None:
+        rows.append(("GPU busy over the record steps (counters / kernels)",
+                     f"{c.record_busy_pct:.1f}% / {c.record_kernels_busy_pct:.1f}%"
+                     + ("" if c.agrees else " (differ: read the kernels' figure with care)")))
+    if c.launches_per_step is not None:
+        rows.append(("kernel launches per counter step (counted)", f"{c.launches_per_step:.0f}"))
     return rows
 
 
