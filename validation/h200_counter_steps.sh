@@ -14,4 +14,4 @@ python3 validation/light_ab.py "$OUT" --cupti-site /tmp/pm_site --rounds ${ROUND
   --plan "${PLAN:-hf:counters,cupti;timm:counters,cupti;lightning:counters,cupti}" \
   --deadline-s ${DEADLINE_S:-470} --check-budget-s ${CHECK_S:-130} 2>&1 | grep -v "USDT\|Warn\|warn" | cut -c1-600 | tail -40
 # the light runs' files a check-up reads (the traces are gzip already), for the tests and a check-up here
-cd /tmp/light_ab/runs && tar czf "$OUT/runs.tar.gz" . && du -sh /tmp/light_ab/runs; ls -la "$OUT"
+cd /tmp/light_ab/runs && tar czf "$OUT/runs.tar.gz" ${TAR_RUNS:-*-counters-0} && du -sh /tmp/light_ab/runs; ls -la "$OUT"

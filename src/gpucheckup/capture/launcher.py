@@ -64,7 +64,8 @@ def agent_environment(args: RunOptions) -> dict[str, str]:
     given = {"skip": args.skip, "steps": args.steps, "window_start_s": args.window_start, "window_s": args.window,
              "record_shapes": args.record_shapes or None, "with_stack": args.with_stack or None,
              "flops": args.flops or None, "light": args.light or None,
-             "light_syncs": args.light_syncs or None, "max_steps": args.max_steps}
+             "light_syncs": args.light_syncs or None, "light_counter_steps": args.counter_steps,
+             "max_steps": args.max_steps}
     out = {}
     for name, value in given.items():
         if value is None:

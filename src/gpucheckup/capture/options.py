@@ -47,13 +47,14 @@ class RunOptions:
     no_nvml: bool = False
     light: bool = False
     light_syncs: bool = False
+    counter_steps: int | None = None  # the light window's counter steps before its records (agent/pm_counters.py)
     sample_hz: float = DEFAULT_SAMPLE_HZ
     max_steps: int | None = None  # end the job cleanly after this many optimizer steps (agent/settings.py)
 
     def check(self) -> None:
         """Every option the launcher or the agent will use: CheckupError if one is out of its limits."""
         given = {"skip": ("--skip", self.skip), "steps": ("--steps", self.steps),
-                 "max_steps": ("--max-steps", self.max_steps),
+                 "max_steps": ("--max-steps", self.max_steps), "light_counter_steps": ("--counter-steps", self.counter_steps),
                  "window_start_s": ("--window-start", self.window_start), "window_s": ("--window", self.window)}
         for name, (flag, v) in given.items():
             lo, hi = LIMITS[name]
@@ -61,6 +62,8 @@ class RunOptions:
                 raise CheckupError(f"{flag} must be from {_num(lo)} to {_num(hi)}, got {_num(v)}")
         if self.light_syncs and not self.light:
             raise CheckupError("--light-syncs needs --light (it adds to the light window's records)")
+        if self.counter_steps is not None and not self.light:
+            raise CheckupError("--counter-steps needs --light (they come before the light window's records)")
         if not (math.isfinite(self.nvml_hz) and 0 < self.nvml_hz <= NVML_HZ_MAX):
             raise CheckupError(f"--nvml-hz must be above 0 and at most {_num(NVML_HZ_MAX)}, got {_num(self.nvml_hz)}")
         if not (math.isfinite(self.sample_hz) and 1 <= self.sample_hz <= LIGHT_HZ_MAX):

@@ -125,7 +125,8 @@ def cmd_run(args, console) -> int:
                                record_shapes=args.record_shapes, with_stack=args.with_stack, flops=args.flops,
                                window_start=args.window_start, window=args.window, nvml_hz=args.nvml_hz,
                                no_nvml=args.no_nvml, light=args.light,
-                      light_syncs=args.light_syncs, sample_hz=args.sample_hz, max_steps=args.max_steps)
+                      light_syncs=args.light_syncs, counter_steps=args.counter_steps, sample_hz=args.sample_hz,
+                      max_steps=args.max_steps)
     inputs = mfu_inputs(args)  # every option is checked before the job starts
     job = launcher.run_job(list(args.cmd), opts)
     if job.started:

@@ -177,6 +177,10 @@ def _run(sub, common) -> None:
     g.add_argument("--light-syncs", action="store_true",
                    help="with --light: also record CUPTI's host synchronization records, so syncs are counted; they "
                         "cost every kernel launch: a fifth to a half of a launch-bound job's step (docs/validation.md 6e, 6g)")
+    g.add_argument("--counter-steps", type=int, metavar="N",
+                   help="with --light: steps sampled by the GPU's activity counters before the window's kernel records "
+                        "(CUPTI PM sampling, cupti-python 13.3+: GPU busy and launches per step at no measurable cost; "
+                        "default 20, 0: none; docs/capture.md)")
     g.add_argument("--max-steps", type=int, metavar="N",
                    help="end the job cleanly after N optimizer steps (the agent raises SystemExit(0) in its step "
                         "hook; the check-up reads what ran)")

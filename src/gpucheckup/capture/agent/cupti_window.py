@@ -567,7 +567,9 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
     for i in range(rec0 + 1, len(marks)):
         host.append((f"ProfilerStep#{i - rec0}", marks[i - 1], marks[i]))
     hi = marks[-1] if marks else float("inf")
-    host.extend(r for r in ranges if r[2] >= lo_rec and r[1] <= hi)
+    # a range open when the window stopped (the optimizer's step, whose post-hook stops it) ends at the window's end:
+    # the stop's own work (synchronize, flush, the counters' decode) is not the job's
+    host.extend((n, t0, min(t1, hi)) for n, t0, t1 in ranges if t1 >= lo_rec and t0 <= hi)
     ev.extend(sync_events(syncs, clock, lo_rec, hi, pid, tid, us))
     for ext, (name, t0, t1) in enumerate(sorted(host, key=lambda r: (r[1], -r[2])), start=1):
         ev.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid, "ts": us(t0),
