@@ -46,6 +46,7 @@ Standard library only at import.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -588,12 +589,14 @@ def counter_block(c, steps, clock: Clock, us, device: int) -> dict:
     """The counter steps and samples (trace us) in the `gpucheckup_light` block: `steps` [[start, end], ...] of the
     counter steps (host marks), and each sample's start, duration, compute-engine busy % and launches (GPU clock read
     through CUPTI's timestamps, as the kernel records are)."""
-    t0 = [round(us(clock.unix_ns(t)), 3) for t in c.start]
-    dur = [round((b - a) / 1000.0, 3) for a, b in zip(c.start, c.end)]
+    keep = [i for i, b in enumerate(c.busy_pct) if math.isfinite(b)]  # JSON has no NaN: a reader would refuse it
+    t0 = [round(us(clock.unix_ns(c.start[i])), 3) for i in keep]
+    dur = [round((c.end[i] - c.start[i]) / 1000.0, 3) for i in keep]
+    launches = [c.launches[i] for i in keep] if len(c.launches) == len(c.busy_pct) else []
     return {"source": "CUPTI PM sampling", "device": device, "metrics": c.metrics, "interval_ns": c.interval_ns,
             "decoded": c.decoded, "dropped_first": c.dropped_first,
             "steps": [[round(us(a), 3), round(us(b), 3)] for a, b in steps],
-            "samples": {"ts": t0, "dur": dur, "busy_pct": c.busy_pct, "launches": c.launches}}
+            "samples": {"ts": t0, "dur": dur, "busy_pct": [c.busy_pct[i] for i in keep], "launches": launches}}
 
 
 def _gpu_events(records, clock: Clock, lo_rec: int, us) -> tuple[list[dict], set[tuple[int, int]]]:

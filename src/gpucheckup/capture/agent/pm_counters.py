@@ -29,6 +29,7 @@ Standard library only at import.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class Samples:
 def interval_for(expected_s: float) -> int:
     """The sampling interval (ns, a multiple of 10 us): INTERVAL_NS, widened so that a window of expected_s seconds of
     GPU time fits in MAX_SAMPLES/2 samples."""
-    need = int(expected_s * 1e9 / (MAX_SAMPLES // 2)) if expected_s > 0 else 0
+    need = math.ceil(expected_s * 1e9 / (MAX_SAMPLES // 2)) if expected_s > 0 else 0
     return max(INTERVAL_NS, -(-need // 10_000) * 10_000)
 
 
@@ -154,6 +155,8 @@ class PmCounters:
         launches = len(self.metrics) > 2
         for s in samples:
             v = s.metric_values
+            if not all(math.isfinite(x) for x in v):
+                continue  # a sample the hardware could not count says nothing (and JSON has no NaN)
             out.start.append(int(s.start_timestamp))
             out.end.append(int(s.end_timestamp))
             out.busy_pct.append(round(min(100.0 * v[0] / v[1], 100.0), 3) if v[1] else 0.0)
