@@ -305,6 +305,27 @@ def test_window_stopped_inside_the_optimizer_step_clips_that_step():
 
 # ---- 5. the sampling interval ------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("counter_steps", [0, 2])
+def test_records_begin_after_the_gpu_has_run_what_was_queued_before_them(counter_steps, monkeypatch):
+    """CUPTI records only kernels launched while it records: the window waits for the GPU's queue before it enables
+    its records, whether they begin at start() or after the counter steps, and never waits again before its stop."""
+    torch = pytest.importorskip("torch")
+    fake = OrderCupti()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: fake.calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(pmc, "PmCounters", fake_pm(fake, []))
+    w = cw.CuptiWindow(torch, fake, counter_steps=counter_steps)
+    w.start()
+    assert fake.calls[:2] == (["sync", "enable"] if not counter_steps else ["pm.start"])
+    for _ in range(counter_steps + 2):
+        w.step()
+    first = fake.calls.index("enable")
+    assert fake.calls[first - 1] == "sync" and fake.calls.count("sync") == 1
+    w.stop()
+    assert fake.calls.count("sync") == 2  # the stop's: the last step's kernels finish before the flush
+
+
 def test_interval_for_short_and_long_windows():
     assert pmc.interval_for(0.0) == pmc.interval_for(0.05) == pmc.interval_for(2.0) == 20_000  # 2 s: 100,000
     # 7.3 s: 7.3e9 / 100,000 = 73,000 ns, up to the next 10 us: 80,000 (70,000 would give 104,286 samples)

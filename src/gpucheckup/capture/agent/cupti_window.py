@@ -358,7 +358,13 @@ class CuptiWindow:
             self.log(f"light window: no counter steps, kernel records over every step ({self.why_no_counters})")
 
     def _enable_records(self) -> None:
-        """Enable the activity kinds (synchronizations too where asked); a kind CUPTI refuses is logged and left out."""
+        """Wait for the GPU's queued work, then enable the activity kinds (synchronizations too where asked); a kind
+        CUPTI refuses is logged and left out. CUPTI records a kernel launched while its kind is enabled: a GPU-bound
+        job's queue holds kernels launched before, which would run unrecorded inside the first record steps (on the
+        H200 the counters read one such window 4.7 points busier than its kernels, docs/validation.md 6l). The wait
+        costs the GPU no work: its queue refills from the host's next launch."""
+        if self.torch.cuda.is_available():
+            self.torch.cuda.synchronize()
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])
