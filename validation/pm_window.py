@@ -26,11 +26,12 @@ any detaching CUPTI phase, or apart from them.
 
 from __future__ import annotations
 
-import glob
-import os
-import sys
+from gpucheckup.capture.agent.pm_counters import (  # noqa: F401 - shipped since 6l
+    HOST_INIT_13_0,
+    fit_host_struct,
+    preload_nvperf,
+)
 
-HOST_INIT_13_0 = 48  # CUpti_Profiler_Host_Initialize_Params through pHostObject, CUDA 13.0's cupti_profiler_host.h
 INTERVAL_NS = 20_000  # one sample per 20 us of GPU time: 50 a millisecond, ~500 a 10 ms step
 HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills between decodes
 MAX_SAMPLES = 200_000  # decoded at most per window (a 4 s window at INTERVAL_NS)
@@ -43,42 +44,6 @@ METRIC_SETS = (
     ("sm__cycles_active.avg", "sm__cycles_elapsed.avg"),
     ("gr__cycles_active.avg.pct_of_peak_sustained_elapsed",),
 )
-
-
-def preload_nvperf() -> list[str]:
-    """Load nvperf's host and target libraries (CUPTI's profiler needs them) from the CUDA wheels on sys.path, beside
-    the libcupti that cupti_window.preload_libcupti loads; the paths loaded."""
-    import ctypes
-
-    done = []
-    for root in sys.path:
-        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libnvperf_*.so*"))):
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                done.append(path)
-            except OSError:
-                continue
-    return done
-
-
-def fit_host_struct(chip: str) -> int:
-    """The profiler-host init struct size the loaded libcupti takes (the bindings' own, else CUDA 13.0's), set in
-    cupti-python's module for every later ProfilerHost (configure, decode); the size kept."""
-    from cupti import cupti as cc
-    from cupti import profiler_host as ph
-
-    for size in dict.fromkeys((cc.PROFILER_HOST_INITIALIZE_PARAMS_STRUCT_SIZE, HOST_INIT_13_0)):
-        cc.PROFILER_HOST_INITIALIZE_PARAMS_STRUCT_SIZE = size
-        host = ph.ProfilerHost(chip, ph.ProfilerType.PM_SAMPLING)
-        try:
-            host.initialize()
-        except cc.cuptiError as e:
-            if e.status != cc.Result.ERROR_INVALID_PARAMETER:
-                raise
-            continue
-        host.deinitialize()
-        return size
-    raise RuntimeError("the profiler host refused every init struct size tried")
 
 
 def base_metrics(chip: str) -> list[str]:
