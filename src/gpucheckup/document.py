@@ -165,7 +165,7 @@ class Profiler(Struct):
 
 class Counters(Struct):
     """A light window's counter steps: the GPU's activity counters over steps without kernel records
-    (analysis/one_trace/counter_steps.py)."""
+    (analysis/one_trace/counter_steps.py builds it; `agrees`: the two busy sources within its AGREE_POINTS)."""
 
     steps: int
     step_ms: float

@@ -121,7 +121,7 @@ def checkup_dict(a: TraceAnalysis, d: Diagnosis, gaps_source: str | None = None,
         "roofline": fields_of(a.roofline) if a.roofline else None,
         "ncu": fields_of(a.ncu) if a.ncu else None,
         "labels": job_labels(a).to_dict(),  # diagnosis/labels.py
-        "counters": {**fields_of(a.counters), "agrees": a.counters.agrees} if a.counters else None,
+        "counters": fields_of(a.counters) if a.counters else None,
     }
     return {**_clean(out), **(run or {})}
 

@@ -15,7 +15,7 @@ Definitions (docs/metrics.md, "Counter steps"):
   counts the compute engine only (a copy engine's transfer is not in it).
   `busy_pct`: over the counter steps; `record_busy_pct`: over the record steps (the analysis window), beside
   `record_kernels_busy_pct`, the kernels' union over the same steps (analysis/one_trace/timeline.py): two sources
-  of one GPU-busy metric, within AGREE_POINTS of each other on every loop measured.
+  of one GPU-busy metric, within AGREE_POINTS of each other on every loop measured (`agrees`).
 - coverage: the samples' overlap with the counter steps over the counter steps' length (under 100% where the
   hardware buffer dropped samples or the counters started late).
 - launches per step: the dispatches counted in each counter step (each sample's share by its overlap), median over
@@ -26,37 +26,13 @@ Definitions (docs/metrics.md, "Counter steps"):
 
 from __future__ import annotations
 
-import msgspec
 import numpy as np
 
 from gpucheckup.analysis.distinct import median
+from gpucheckup.document import Counters as CounterSteps  # the report's `counters`: the analysis builds it itself
 from gpucheckup.trace.tables import Counters
 
 AGREE_POINTS = 2.0  # the two busy sources differ by at most this much on the loops measured (6k: 0.0-1.4 points)
-
-
-class CounterSteps(msgspec.Struct):
-    """The counter steps' figures (see the module docstring)."""
-
-    steps: int
-    step_ms: float
-    busy_pct: float | None
-    coverage_pct: float
-    launches_per_step: float | None
-    record_step_ms: float
-    records_cost_pct: float
-    record_busy_pct: float | None
-    record_kernels_busy_pct: float
-    samples: int
-    interval_us: float
-    metrics: list[str]
-
-    @property
-    def agrees(self) -> bool | None:
-        """Whether the counters and the kernels read the record steps' GPU busy within AGREE_POINTS (None: no sample)."""
-        if self.record_busy_pct is None:
-            return None
-        return abs(self.record_busy_pct - self.record_kernels_busy_pct) <= AGREE_POINTS
 
 
 def overlap(c: Counters, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -97,9 +73,10 @@ def counter_steps(c: Counters | None, record_lo: np.ndarray, record_hi: np.ndarr
     step_ms = float(median(hi - lo)) / 1000
     busy, coverage = busy_over(c, lo, hi)
     rec_busy, _ = busy_over(c, record_lo, record_hi)
+    agrees = None if rec_busy is None else abs(rec_busy - kernels_busy_pct) <= AGREE_POINTS
     return CounterSteps(
         steps=len(lo), step_ms=step_ms, busy_pct=busy, coverage_pct=coverage,
         launches_per_step=launches_per_step(c, lo, hi), record_step_ms=traced_step_ms,
         records_cost_pct=100 * (traced_step_ms / step_ms - 1) if step_ms > 0 else 0.0,
-        record_busy_pct=rec_busy, record_kernels_busy_pct=kernels_busy_pct, samples=len(c),
+        record_busy_pct=rec_busy, record_kernels_busy_pct=kernels_busy_pct, agrees=agrees, samples=len(c),
         interval_us=c.interval_us, metrics=list(c.metrics))
