@@ -25,7 +25,7 @@ from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_family
 from gpucheckup.analysis.one_trace.host.dataloader import workers_to_keep_pace
-from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows, step_classes
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
@@ -140,11 +140,39 @@ def _count_share(a: TraceAnalysis, *cats: str) -> float:
     return float(np.isin(k.category_of_row, idx).sum()) / k.count
 
 
+# Optimizers whose for-each step runs nothing on the CPU before its first launch but the Python the fused form runs
+# too (gathering the parameters, grouping them by device and dtype): torch's SGD keeps no step count. The Adam family
+# updates a CPU step tensor per parameter there (1.0 of AdamW's 2.4 ms span on the H200's launch-bound MLP, which
+# its fused form removed: docs/validation.md 6l, 7d).
+NO_CPU_WORK_BEFORE_LAUNCH = frozenset({"SGD"})
+
+
 def _optimizer_span_ms(a: TraceAnalysis) -> float:
     """The optimizer's own spans (analysis/one_trace/host/optimizer_spans.py: `Optimizer.step#` ranges less the closures
-    they call) as host time per step: the host work a fused optimizer collapses into a launch or two."""
+    they call) as host time per step: the host work a fused optimizer collapses into a launch or two. In a trace with
+    no operator and no launch record (a CUPTI light window) an optimizer of NO_CPU_WORK_BEFORE_LAUNCH counts from its
+    first optimizer kernel's start, as the replay (whatif/edits.fused_optimizer) keeps the Python before the first
+    launch: a kernel starts at or after its launch, and host work while the GPU still ran earlier work was off the
+    critical path."""
     lo, hi, _ = optimizer_rows(a.trace)
-    return a.window.host_ms(float((hi - lo).sum())) if len(lo) else 0.0
+    if not len(lo):
+        return 0.0
+    if a.trace.light_activities is not None:
+        keeps = np.array([c in NO_CPU_WORK_BEFORE_LAUNCH for c in step_classes(a.trace)], dtype=bool)
+        lo = np.where(keeps, _first_optimizer_kernel(a, lo, hi), lo)
+    return a.window.host_ms(float(np.nansum(hi - lo)))
+
+
+def _first_optimizer_kernel(a: TraceAnalysis, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per span [lo, hi]: the start of the first optimizer kernel that starts inside it; `hi` where none does (then
+    nothing there for a fused kernel to replace)."""
+    k = a.kernels
+    starts = np.sort(a.trace.gpu.start[k.rows[k.category_of_row == CATEGORIES.index("optimizer")]].astype(np.float64))
+    if not len(starts):
+        return hi
+    at = np.minimum(np.searchsorted(starts, lo, side="left"), len(starts) - 1)
+    first = starts[at]
+    return np.where((first >= lo) & (first <= hi), first, hi)
 
 
 def _fused_optimizer_bound(a: TraceAnalysis) -> float:

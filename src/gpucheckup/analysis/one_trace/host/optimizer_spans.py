@@ -52,6 +52,16 @@ def _last_end_inside(starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: n
     return out
 
 
+def step_classes(trace: Trace) -> list[str]:
+    """The optimizer class each `Optimizer.step#<Class>.step` range names, in optimizer_rows' order ("" where the name
+    has another shape)."""
+    out = []
+    for i in trace.host.name[_ranges(trace, STEP_RANGE)].tolist():
+        name = trace.names[int(i)][len(STEP_RANGE):]
+        out.append(name.split(".", 1)[0] if name.endswith(".step") else "")
+    return out
+
+
 def optimizer_rows(trace: Trace, zero_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, tids) of the optimizer's own span in each `Optimizer.step#` range (see the module docstring),
     with the `Optimizer.zero_grad#` ranges when `zero_grad`."""
