@@ -584,8 +584,10 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
     light = {**summary, "clock": clock.describe(), "host_ranges": len(host), "sync_calls": _sync_counts(syncs)}
     if counters is not None:
         light["counters"] = counter_block(counters, counted, clock, us, device)
+    # the block before the events: a reader streams the events and holds what follows them whole (trace/chunks.py),
+    # and the counters' samples are a megabyte or two
     trace = {"schemaVersion": 1, "deviceProperties": props, "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
-             "traceEvents": _metadata(pid, tid, streams) + ev, "gpucheckup_light": light}
+             "gpucheckup_light": light, "traceEvents": _metadata(pid, tid, streams) + ev}
     if dist:
         trace["distributedInfo"] = dist
     return trace
