@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 - <<'PY'
 import torch; print("torch", torch.__version__, torch.version.cuda)
 PY
-python3 validation/light_ab.py "$OUT" --cupti-site /tmp/pm_site --rounds ${ROUNDS:-2} \
+python3 validation/light_ab.py "$OUT" --cupti-site /tmp/pm_site --rounds ${ROUNDS:-2} --window-steps ${WINDOW_STEPS:-0} \
   --plan "${PLAN:-hf:counters,cupti;timm:counters,cupti;lightning:counters,cupti}" \
   --deadline-s ${DEADLINE_S:-470} --check-budget-s ${CHECK_S:-130} 2>&1 | grep -v "USDT\|Warn\|warn" | cut -c1-600 | tail -40
 # the light runs' files a check-up reads (the traces are gzip already), for the tests and a check-up here

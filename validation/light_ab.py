@@ -64,6 +64,7 @@ CUPTI_MODES = ("cupti", "counters", "nospy", *VARIANTS)  # the CUPTI backend: cu
 MODES = ("plain", "full", "full_td", "light", *CUPTI_MODES)
 AFTER_GAP = 4  # steps after the window's last one left out of "after": the export step and py-spy's stop
 CUPTI_SITE = [""]  # the folder holding cupti-python (set by --cupti-site)
+WINDOW_STEPS = [0]  # --window-steps: the window's (record) steps for every job, in place of JOBS' (0: JOBS')
 
 
 def job_env(mode: str) -> dict:
@@ -115,6 +116,7 @@ def backend_of(run_dir: Path) -> dict:
 
 def run_once(job: str, mode: str, work: Path, r: int, timeout_s: float = 240.0) -> dict:
     script, extra, skip, steps_k, _ = JOBS[job]
+    steps_k = WINDOW_STEPS[0] or steps_k
     rep = work / f"{job}-{mode}-{r}.json"
     cmd = [PY, str(HERE / script), *extra, "--report", str(rep)]
     if mode in VARIANTS:
@@ -263,6 +265,8 @@ def main() -> None:
     ap.add_argument("--plan", default="", help="modes by job, overriding --jobs and --modes: "
                     "'launch:plain,cupti,full;gpu:plain,cupti'")
     ap.add_argument("--run-s", type=float, default=20.0, help="no run is started with less than this left")
+    ap.add_argument("--window-steps", type=int, default=0, help="the window's steps (--steps) for every job, in place "
+                    "of each job's own (e.g. 5, gpucheckup run's default)")
     ap.add_argument("--cupti-site", default="", help="folder holding cupti-python, put on the cupti mode's PYTHONPATH")
     ap.add_argument("--check-budget-s", type=float, default=150.0, help="time kept at the end for the check-ups")
     ap.add_argument("--recheck", type=Path, help="check up the runs of this light_ab.json again (here, not on the "
@@ -273,6 +277,7 @@ def main() -> None:
         recheck(a.recheck, a.runs_root, a.out)
         return
     CUPTI_SITE[0] = a.cupti_site
+    WINDOW_STEPS[0] = a.window_steps
     plan = {job: tuple(a.modes.split(",")) for job in a.jobs.split(",")}
     if a.plan:
         plan = {job: tuple(ms.split(",")) for job, ms in (part.split(":", 1) for part in a.plan.split(";"))}
