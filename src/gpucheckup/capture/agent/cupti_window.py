@@ -23,7 +23,10 @@ drives torch.profiler: its host ranges (`host_scopes`) are turned on before star
 start() after step n enables the activities (CUPTI's first-use cost falls in the
 warm-up step n+1), step() marks the end of each step, stop() after the last step synchronizes, disables the
 activities, flushes CUPTI's buffers and detaches CUPTI from the process (cuptiFinalize: a disabled but attached
-CUPTI still costs every launch; a later window attaches it again).
+CUPTI still costs every launch; a later window attaches it again). With `counter_steps` C (agent/pm_counters.py),
+start() starts the GPU's activity counters instead; the C steps after the warm-up are counter steps (no record),
+the step() ending the last of them enables the activities (the next step is their warm-up, `shift` = C + 1 steps
+later than without counters), and stop() decodes and closes the counters before it detaches CUPTI.
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
