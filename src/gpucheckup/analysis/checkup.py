@@ -15,7 +15,6 @@ from gpucheckup.analysis.one_trace import profiler_overhead
 from gpucheckup.analysis.one_trace import timeline as tl
 from gpucheckup.analysis.one_trace.gpu.collectives import collective_calls
 from gpucheckup.analysis.one_trace import window as win
-from gpucheckup.analysis.distinct import median
 from gpucheckup.document import Mfu
 from gpucheckup.errors import CheckupError
 from gpucheckup.hardware.peaks import lookup
@@ -72,12 +71,12 @@ def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[Ncu
     causes = gap_causes.attribute_gaps(trace, st, timeline, rows)
     kstats = kernels.kernel_stats(trace, st, rows)
     inputs = mfu_inputs or mfu.MfuInputs()
-    counted = counter_steps.counter_steps(trace.counters, st.start, st.end, float(median(st.duration)) / 1000,
-                                          timeline.busy_pct)
+    traced = win.traced_window(st, len(timeline.busy))
+    counted = counter_steps.counter_steps(trace.counters, st.start, st.end, traced.traced_step_ms, timeline.busy_pct)
     if counted is not None and not inputs.unprofiled_step_ms:
         inputs = msgspec.structs.replace(inputs, unprofiled_step_ms=counted.step_ms, unprofiled_from=(
             f"the median of the window's {counted.steps} counter steps, which had no kernel records"))
-    w, prof, gaps_summary = _window_and_profiler(trace, st, rows, timeline, causes, inputs, comm_waits)
+    w, prof, gaps_summary = _window_and_profiler(trace, st, rows, timeline, causes, inputs, comm_waits, traced)
     shapes = shape_flops.shape_flops(trace, st)
     device = trace.devices[0].name if trace.devices else ""
     gpu = lookup(inputs.gpu or device) if (inputs.gpu or device) else None
@@ -127,10 +126,9 @@ def _check_work_in_steps(trace: Trace, st: steps.Steps, timeline: tl.Timeline) -
 
 
 def _window_and_profiler(trace: Trace, st: steps.Steps, rows: np.ndarray, timeline: tl.Timeline,
-                         causes: gap_causes.GapCauses, inputs: mfu.MfuInputs, comm_waits):
-    """The step window, the profiler-overhead correction (None without an unprofiled step) and the gap summary
-    (corrected when the correction applies)."""
-    w = win.traced_window(st, len(timeline.busy))
+                         causes: gap_causes.GapCauses, inputs: mfu.MfuInputs, comm_waits, w: win.Window):
+    """The step window (from the traced one, `w`), the profiler-overhead correction (None without an unprofiled step)
+    and the gap summary (corrected when the correction applies)."""
     gaps_summary = gap_causes.summarize(causes, w)
     if not inputs.unprofiled_step_ms:
         return w, None, gaps_summary

@@ -54,6 +54,8 @@ import os
 import threading
 import time
 
+from gpucheckup.capture.agent.cuda_libs import load_wheel_libraries
+
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
@@ -77,27 +79,15 @@ SYNC_INVALID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: a stream or ev
 
 
 def preload_libcupti() -> str | None:
-    """Where libcupti is not loaded yet and a CUDA wheel on sys.path carries it (site-packages/nvidia/*/lib, as
-    torch's CUDA wheels do), load it with RTLD_GLOBAL, so that cupti-python's load by name finds the library
-    torch's profiler uses; the path loaded, or None."""
-    import ctypes
-    import glob
-    import sys
-
+    """Where libcupti is not loaded yet, the libcupti of torch's CUDA wheel (load_wheel_libraries), so that
+    cupti-python's load by name finds the library torch's profiler uses; the path loaded, or None."""
     try:
         with open("/proc/self/maps") as f:
             if "libcupti.so" in f.read():
                 return None
     except OSError:
         return None
-    for root in sys.path:
-        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libcupti.so*"))):
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                return path
-            except OSError:
-                continue
-    return None
+    return next(iter(load_wheel_libraries("libcupti.so*", first_only=True)), None)
 
 
 def load_cupti():

@@ -28,10 +28,7 @@ Standard library only at import.
 
 from __future__ import annotations
 
-import glob
 import math
-import os
-import sys
 from dataclasses import dataclass, field
 
 HOST_INIT_13_0 = 48  # CUpti_Profiler_Host_Initialize_Params through pHostObject, CUDA 13.0's cupti_profiler_host.h
@@ -65,19 +62,11 @@ def interval_for(expected_s: float) -> int:
 
 
 def preload_nvperf() -> list[str]:
-    """Load nvperf's host and target libraries (CUPTI's profiler needs them) from the CUDA wheels on sys.path, as
-    cupti_window.preload_libcupti loads libcupti; the paths loaded."""
-    import ctypes
+    """Load nvperf's host and target libraries (CUPTI's profiler needs them) from the CUDA wheels beside torch's
+    libcupti; the paths loaded."""
+    from gpucheckup.capture.agent.cuda_libs import load_wheel_libraries
 
-    done = []
-    for root in sys.path:
-        for path in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib", "libnvperf_*.so*"))):
-            try:
-                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                done.append(path)
-            except OSError:
-                continue
-    return done
+    return load_wheel_libraries("libnvperf_*.so*")
 
 
 def fit_host_struct(chip: str) -> int:
