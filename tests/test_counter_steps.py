@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -152,8 +153,11 @@ def test_counter_steps_record_no_kernel_then_records_begin(counted):
     assert w.shift == COUNTER_STEPS + 1
     (pm,) = counted["pm"]
     assert pm.expected_s == 0.012
-    assert counted["lines"] == [
-        f"light window: {COUNTER_STEPS} counter steps ({', '.join(pm.metrics)} every 20 us), then kernel records"]
+    start, decoded = counted["lines"]
+    assert start == f"light window: {COUNTER_STEPS} counter steps ({', '.join(pm.metrics)} every 20 us), then kernel records"
+    # the decode's pause, said once: one fake sample a step of the window (warm-up, counters, warm-up, records)
+    n = 1 + COUNTER_STEPS + 1 + RECORD_STEPS
+    assert re.fullmatch(rf"light window: {n} counter samples decoded in \d+\.\d\d s \(every 20 us\)", decoded), decoded
     # CUPTI records nothing in the warm-up and the counter steps; from the records' warm-up on, every kind
     kinds = {fake.ActivityKind.CONCURRENT_KERNEL, fake.ActivityKind.MEMCPY, fake.ActivityKind.MEMSET}
     assert counted["enabled"] == [set()] * (1 + COUNTER_STEPS) + [kinds] * (1 + RECORD_STEPS)
@@ -327,18 +331,32 @@ def test_records_begin_after_the_gpu_has_run_what_was_queued_before_them(counter
 
 
 def test_interval_for_short_and_long_windows():
-    assert pmc.interval_for(0.0) == pmc.interval_for(0.05) == pmc.interval_for(2.0) == 20_000  # 2 s: 100,000
-    # 7.3 s: 7.3e9 / 100,000 = 73,000 ns, up to the next 10 us: 80,000 (70,000 would give 104,286 samples)
-    assert pmc.interval_for(7.3) == 80_000
-    for s in (2.5, 7.3, 31.0, 600.0):
+    """The narrowest multiple of 10 us, from 20 us up, that fits the window in the sample budget (5,000)."""
+    assert pmc.SAMPLE_BUDGET == 5_000
+    assert pmc.interval_for(0.0) == pmc.interval_for(0.05) == pmc.interval_for(0.1) == 20_000  # 0.1 s: 5,000 at 20 us
+    # the default window on a 10 ms step: 27 steps, 0.27 s; 0.27e9 / 5,000 = 54,000 ns, up to 60,000 (4,500 samples)
+    assert pmc.interval_for(0.27) == 60_000
+    # 7.3 s: 1,460,000 ns exactly a multiple of 10 us
+    assert pmc.interval_for(7.3) == 1_460_000
+    for s in (0.11, 0.27, 2.5, 7.31, 31.0, 600.0):
         iv = pmc.interval_for(s)
-        assert iv % 10_000 == 0 and s * 1e9 / iv <= pmc.MAX_SAMPLES // 2
-        assert iv == 20_000 or s * 1e9 / (iv - 10_000) > pmc.MAX_SAMPLES // 2  # the narrowest that fits
+        assert iv % 10_000 == 0 and s * 1e9 / iv <= 5_000
+        assert iv == 20_000 or s * 1e9 / (iv - 10_000) > 5_000  # the narrowest that fits
+
+
+def test_the_counters_span_covers_every_step_they_sample():
+    """The interval's basis: warm-up, counter steps, the records' warm-up, record steps, at the recent median step."""
+    from gpucheckup.capture.agent.light import counters_span_s
+
+    assert counters_span_s(20, 5, [9.0, 10.0, 50.0]) == pytest.approx(27 * 0.010)
+    assert counters_span_s(0, 5, [10.0]) == counters_span_s(20, 5, []) == 0.0
+    # so the default window on a 10 ms step samples every 60 us: about 4,500 samples to decode, not 13,500 at 20 us
+    assert pmc.interval_for(counters_span_s(20, 5, [10.0])) == 60_000
 
 
 def test_interval_for_fits_when_the_need_is_just_over_a_multiple():
-    s = 3.00005  # needs 30,000.5 ns: 40,000 fits, 30,000 does not
-    assert s * 1e9 / pmc.interval_for(s) <= pmc.MAX_SAMPLES // 2
+    s = 0.1500005  # needs 30,000.1 ns: 40,000 fits, 30,000 does not
+    assert pmc.interval_for(s) == 40_000
 
 
 # ---- 6. the reader's table and the figures on hand-made counters ------------------------------------------------

@@ -40,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gpucheckup.document import decode, flat_report
@@ -269,6 +270,7 @@ def main() -> None:
                     "of each job's own (e.g. 5, gpucheckup run's default)")
     ap.add_argument("--cupti-site", default="", help="folder holding cupti-python, put on the cupti mode's PYTHONPATH")
     ap.add_argument("--check-budget-s", type=float, default=150.0, help="time kept at the end for the check-ups")
+    ap.add_argument("--check-workers", type=int, default=6, help="check-ups run at once, after the last run")
     ap.add_argument("--recheck", type=Path, help="check up the runs of this light_ab.json again (here, not on the "
                     "device), their run directories moved under --runs-root; writes OUT/light_ab.json and .md")
     ap.add_argument("--runs-root", type=Path, help="where the runs of --recheck now are (their job-mode-round folders)")
@@ -309,16 +311,20 @@ def main() -> None:
                                   if k not in ("stderr", "window_ms", "before_ms", "after_ms")}), flush=True)
             save()
     first = {"counters": 0, "cupti": 1, "full": 2}
-    for row in sorted((x for x in rows if x.get("run_dir")), key=lambda x: (x["round"], first.get(x["mode"], 3))):
+
+    def check_one(row):
         if time.time() > t_end:
-            break
+            return
         try:
             check(row)
         except Exception as e:  # noqa: BLE001
             row["verdict_error"] = f"{type(e).__name__}: {e}"
         print(row["job"], row["mode"], row["round"], row.get("verdict"), row.get("gaps_source"),
               json.dumps(row.get("host_samples"))[:400], flush=True)
-        save()
+
+    todo = sorted((x for x in rows if x.get("run_dir")), key=lambda x: (x["round"], first.get(x["mode"], 3)))
+    with ThreadPoolExecutor(max_workers=a.check_workers) as pool:  # the runs are done: the host's cores are free
+        list(pool.map(check_one, todo))
     save()
     print(table(rows))
 

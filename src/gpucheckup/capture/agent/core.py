@@ -453,10 +453,10 @@ class Agent:
     def _start_light(self, w: Window, counter_steps: int = 0) -> None:
         """A light window (agent/light.py): CUPTI's activity records (after `counter_steps` counter steps where the
         counters run) or user-scope ranges only, and the launcher asked to sample stacks."""
-        from gpucheckup.capture.agent.light import light_recorder
+        from gpucheckup.capture.agent.light import counters_span_s, light_recorder
 
-        recent = sorted(self.step_ms_recent)
-        expected_s = counter_steps * recent[len(recent) // 2] / 1000.0 if recent else 0.0
+        records = w.last_step - w.first_step + 1 if w.last_step is not None else 0
+        expected_s = counters_span_s(counter_steps, records, self.step_ms_recent)
         w.prof, w.light = light_recorder(self.torch, w.prof, self.log, syncs=self.settings["light_syncs"],
                                          counter_steps=counter_steps, expected_s=expected_s)
         w.light.on()

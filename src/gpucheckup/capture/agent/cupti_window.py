@@ -294,7 +294,7 @@ class CuptiWindow:
         self.tid = threading.get_native_id()
         self.pid = os.getpid()
         self.counter_steps = counter_steps  # steps sampled by the activity counters before records (0: none)
-        self.expected_s = expected_s  # the counter steps' expected length, for the sampling interval
+        self.expected_s = expected_s  # the counters' expected span (warm-ups, counter and record steps): their interval
         self.pm = None  # PmCounters while the counters run (agent/pm_counters.py)
         self.samples = None  # their Samples after stop()
         self.counted = 0  # counter steps the window took (counter_steps where the counters started, else 0)
@@ -391,7 +391,10 @@ class CuptiWindow:
         if pm is None:
             return
         try:
+            t0 = time.perf_counter()
             self.samples = pm.stop()
+            self.log(f"light window: {len(self.samples.start)} counter samples decoded in "
+                     f"{time.perf_counter() - t0:.2f} s (every {self.samples.interval_ns // 1000} us)")
         except Exception as e:  # noqa: BLE001 - the window keeps its records
             self.why_no_counters = f"decoding the counters failed: {type(e).__name__}: {str(e)[:200]}"
             self.log(f"light window: {self.why_no_counters}")

@@ -42,9 +42,18 @@ def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
 BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
 
 
+def counters_span_s(counter_steps: int, record_steps: int, recent_ms) -> float:
+    """The seconds the counters are expected to run (their sampling interval's basis): the warm-up step, the counter
+    steps, the records' warm-up step and the record steps, at the median of the recent steps; 0 without counters."""
+    recent = sorted(recent_ms)
+    if not counter_steps or not recent:
+        return 0.0
+    return (1 + counter_steps + 1 + record_steps) * recent[len(recent) // 2] / 1000.0
+
+
 def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
     """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`, and
-    `counter_steps` counter steps of about expected_s seconds in all before its records) and its host ranges where
+    `counter_steps` counter steps before its records, the counters over a window of about expected_s seconds) and its host ranges where
     cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets one line
     saying which and why."""
     reason = None

@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, field
 
 HOST_INIT_13_0 = 48  # CUpti_Profiler_Host_Initialize_Params through pHostObject, CUDA 13.0's cupti_profiler_host.h
-INTERVAL_NS = 20_000  # one sample per 20 us of GPU time (the finest tried in 6k: 50 a millisecond)
-MAX_SAMPLES = 200_000  # decoded at most per window; the interval is widened so that a window fits (interval_for)
+INTERVAL_NS = 20_000  # the finest interval: one sample per 20 us of GPU time (the finest tried in 6k)
+SAMPLE_BUDGET = 5_000  # samples a window aims at: the decode runs in the step that ends the window (~32 us a sample)
+MAX_SAMPLES = 200_000  # decoded at most per window (a window that ran 40 times longer than expected)
 HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills until the window's decode
 COMPUTE_PAIR = ("gr__compute_cycles_active.avg", "gr__cycles_elapsed.max")
 DISPATCHES = "gr__dispatch_count.sum"
@@ -55,9 +56,11 @@ class Samples:
 
 
 def interval_for(expected_s: float) -> int:
-    """The sampling interval (ns, a multiple of 10 us): INTERVAL_NS, widened so that a window of expected_s seconds of
-    GPU time fits in MAX_SAMPLES/2 samples."""
-    need = math.ceil(expected_s * 1e9 / (MAX_SAMPLES // 2)) if expected_s > 0 else 0
+    """The sampling interval (ns, a multiple of 10 us): the narrowest, from INTERVAL_NS up, at which a window of
+    expected_s seconds fits in SAMPLE_BUDGET samples. Each sample counts cycles, so a coarser one loses no busy
+    time: a figure over steps weights each sample by its overlap, and only a sample across a step's edge is shared
+    out evenly (a 10 ms step has about 180 samples at the budget's interval for a 27-step window)."""
+    need = math.ceil(expected_s * 1e9 / SAMPLE_BUDGET) if expected_s > 0 else 0
     return max(INTERVAL_NS, -(-need // 10_000) * 10_000)
 
 
