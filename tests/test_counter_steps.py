@@ -11,6 +11,7 @@ the fake's own times and the trace's JSON, never from the code under test.
 
 from __future__ import annotations
 
+import gzip
 import json
 import pathlib
 import re
@@ -77,10 +78,10 @@ def fake_pm(fake: FakeCupti, bounds: list[int], fail: Exception | None = None):
     return FakePm
 
 
-def drive(tmp, counter_steps: int, steps: int, fail: Exception | None = None) -> dict:
+def drive(tmp, counter_steps: int, steps: int, fail: Exception | None = None, sleeps=None) -> dict:
     """A CuptiWindow over OrderCupti and FakePm around `steps` steps of a real CPU torch job (the agent's order:
     scopes on, start(), step() after each step but the last, stop(), scopes off); step i runs one kernel of
-    (i + 1) us. Counter steps sleep 4 ms, the others 7 ms (the records' cost, made up)."""
+    (i + 1) us. Counter steps sleep 4 ms, the others 7 ms (the records' cost, made up), or step i sleeps[i] s."""
     torch = pytest.importorskip("torch")
     fake = OrderCupti()
     bounds: list[int] = []
@@ -104,7 +105,7 @@ def drive(tmp, counter_steps: int, steps: int, fail: Exception | None = None) ->
             kernels.append((t, t + 1000 * (i + 1)))
             model(torch.randn(4, 8)).sum().backward()
             opt.step()
-            time.sleep(0.004 if 1 <= i <= counter_steps else 0.007)
+            time.sleep(sleeps[i] if sleeps else 0.004 if 1 <= i <= counter_steps else 0.007)
             bounds.append(fake.get_timestamp())
             if i < steps - 1:
                 w.step()
@@ -186,6 +187,120 @@ def test_counter_steps_record_no_kernel_then_records_begin(counted):
     order = [c for c in fake.calls if c != "clock"]
     assert order == ["pm.start"] + ["enable"] * 3 + ["disable"] * 3 + ["flush", "pm.stop", "pm.close", "finalize"]
     assert w.summary()["detached_after"] is True
+
+
+def test_records_warm_up_until_the_host_is_back_at_the_counter_pace(tmp_path):
+    """A GPU-bound job after the records' wait for the queue: its host runs ahead of the emptied GPU, so its steps
+    end early (the H200's 20 ms steps read 13 ms for 5 steps, docs/validation.md 6m). Here the records' warm-up step
+    and the two after it take 2 ms against the counter steps' 10 ms: they warm up, and so does the first step back at
+    the counter pace (9.5 ms >= 0.9 x 10: known once it has ended); the records begin after it."""
+    fast, back = 0.002, 0.0095
+    sleeps = [0.010] + [0.010] * COUNTER_STEPS + [fast] * 3 + [back] * (1 + RECORD_STEPS)
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    w, doc = got["w"], got["doc"]
+    assert w.warmups == 4 and not w.refilling and w.shift == COUNTER_STEPS + 4
+    first_record = 1 + COUNTER_STEPS + 4
+    steps = sorted((e for e in _x(doc, "user_annotation") if e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    assert len(steps) == RECORD_STEPS
+    assert steps[0]["ts"] == pytest.approx(_us(doc, w.marks[first_record]), abs=1e-3)
+    assert all(e["dur"] >= 0.9 * 10_000 for e in steps)  # none of the host's early ends
+    # the warm-up steps' kernels were recorded (records were on) and are left out of the trace
+    assert len(_x(doc, "kernel")) == RECORD_STEPS
+    assert doc["gpucheckup_light"]["record_warmups"] == 4
+
+
+def test_records_warm_up_at_most_refill_steps_max(tmp_path):
+    """A host that never comes back to the counter pace (the job sped up) warms the records up for the first step
+    and REFILL_STEPS_MAX more, then records."""
+    sleeps = [0.008] * (1 + COUNTER_STEPS) + [0.001] * (1 + cw.REFILL_STEPS_MAX + 2)
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    assert got["w"].warmups == 1 + cw.REFILL_STEPS_MAX
+    assert len([e for e in _x(got["doc"], "user_annotation") if e["name"].startswith("ProfilerStep#")]) == 2
+
+
+def test_the_wait_for_the_queue_is_not_counted_in_the_first_warm_up_step(tmp_path, monkeypatch):
+    """The records' warm-up step holds the wait for the GPU's queue (a GPU-bound job: a step or more): left out, the
+    host's own 2 ms shows it is still ahead, so the warm-up goes on."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: time.sleep(0.020))
+    sleeps = [0.010] * (1 + COUNTER_STEPS) + [0.002] + [0.0095] * RECORD_STEPS
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    assert got["w"].wait_ns >= 20e6
+    assert got["w"].warmups == 2  # the first (22 ms with the wait, 2 ms without) and the first back at the pace
+
+
+AGENT_JOB = """
+import sys, time, torch
+sys.path.insert(0, {tests!r})
+from test_light_cupti import FakeCupti
+from gpucheckup.capture.agent import cupti_window as cw, light, pm_counters as pmc
+torch.cuda.current_device = lambda: 0  # this CPU machine's torch has no CUDA device
+made = []
+
+class Pm:  # the counters run (no samples): the window takes its counter steps
+    def __init__(self, device=0, log=None):
+        self.metrics, self.interval_ns = list(pmc.COMPUTE_PAIR), pmc.INTERVAL_NS
+    def start(self, expected_s=0.0):
+        pass
+    def stop(self):
+        return pmc.Samples(metrics=self.metrics, interval_ns=self.interval_ns)
+    def close(self):
+        pass
+
+def recorder(torch_, prof, log, syncs=False, counter_steps=0, expected_s=0.0):
+    w = cw.CuptiWindow(torch_, FakeCupti(), log, counter_steps=counter_steps, expected_s=expected_s)
+    made.append(w)
+    return w, w.host_scopes()
+
+pmc.PmCounters, light.light_recorder = Pm, recorder
+m = torch.nn.Linear(4, 4)
+o = torch.optim.SGD(m.parameters(), lr=0.1)
+since = None  # steps since the records were enabled
+for i in range({steps}):
+    m(torch.randn(2, 4)).sum().backward()
+    if since is None and made and made[0].enabled:
+        since = 0
+    time.sleep(0.001 if since is not None and since < {fast} else 0.008)  # the host ahead of an emptied GPU
+    o.step()
+    since = None if since is None else since + 1
+"""
+
+
+def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path):
+    """`gpucheckup run --light`: the agent follows the recorder's warm-up (the host ahead of the GPU for 2 steps after
+    the records' wait, then back at the counter pace): steps.csv's phases, agent.json's capture and the trace's
+    ProfilerSteps all say the same steps, and the record steps are as many as asked."""
+    pytest.importorskip("torch")
+    skip, counters, records, fast = 4, 3, 3, 2
+    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 12 + records, fast=fast)
+    out = tmp_path / "runs"
+    p = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--light", "--counter-steps", str(counters),
+                        "--no-nvml", "--no-report", "--out", str(out), "--skip", str(skip),
+                        "--steps", str(records), "--", sys.executable, "-c", job],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = next(d for d in out.iterdir() if d.is_dir())
+    rows = [r.split(",") for r in (run_dir / "steps.csv").read_text().splitlines()[1:]]
+    phase = {int(r[0]): r[3] for r in rows}
+    # the window starts after step skip - 1: its warm-up, the counter steps, then the records' warm-up: the step that
+    # waited for the queue, the fast one after it, and the first back at the pace (known once it has ended)
+    w0 = skip
+    want = {w0: "profile-warmup", **{w0 + 1 + i: "counters" for i in range(counters)},
+            **{w0 + 1 + counters + i: "profile-warmup" for i in range(fast + 1)}}
+    first = w0 + 1 + counters + fast + 1
+    want.update({first + i: "profiled" for i in range(records)})
+    assert {n: phase[n] for n in want} == want
+    assert [n for n, ph in phase.items() if ph] == sorted(want)
+    agent = json.loads((run_dir / "agent.json").read_text())
+    (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
+    assert cap["counter_steps"] == [w0 + 1, w0 + counters] and cap["record_warmup_steps"] == fast + 1
+    assert cap["steps"] == [first, first + records - 1] and cap["status"] == "done"
+    trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
+    marks = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    assert len(marks) == records and all(e["dur"] >= 7_000 for e in marks)  # the 8 ms steps, not the 1 ms ones
 
 
 # ---- 2. read back and analyzed ----------------------------------------------------------------------------------

@@ -377,6 +377,7 @@ class Agent:
                 self._finish_window(w, last_step=n)
             else:
                 w.prof.step()
+                self._follow_records_warmup(w)
         if self.flop_count is not None and n >= self.flops_step:
             self._finish_flops(n)
         if s["light"] and not self.light_marked and not self.auto_done:
@@ -398,12 +399,23 @@ class Agent:
                     self._start_flops()
         w = self.window
         if w is not None and w.kind == "steps":
-            counting = w.counters_from is not None and w.counters_from <= n + 1 < w.first_step - 1
+            counting = w.counters_from is not None and w.counters_from <= n + 1 < w.counters_from + w.counter_steps
             self.phase = "counters" if counting else "profile-warmup" if n + 1 < w.first_step else "profiled"
         elif self.flop_count is not None:
             self.phase = "flops"
         else:
             self.phase = ""
+
+    @staticmethod
+    def _follow_records_warmup(w: Window) -> None:
+        """A light window whose records' warm-up goes on (the host refilling the GPU's queue, agent/cupti_window.py)
+        starts its recorded steps that much later, keeping their count."""
+        if w.counters_from is None or w.last_step is None:
+            return
+        late = w.counters_from + getattr(w.prof, "shift", 0) - w.first_step
+        if late > 0:
+            w.first_step += late
+            w.last_step += late
 
     # ---- profiler windows ----------------------------------------------------------------------
     def _trace_path(self, request, kind: str = "steps") -> str:
@@ -435,8 +447,8 @@ class Agent:
             prof.start()
             shift = getattr(prof, "shift", 0)  # a light window's counter steps and the records' warm-up
             if shift:
-                w.counters_from, first = first, first + shift
-                w.first_step, w.last_step = first, first + steps - 1
+                w.counters_from, w.counter_steps = first, shift - 1
+                w.first_step, w.last_step = first + shift, first + shift + steps - 1
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
                      f"warm-up step {n + 1}){' for attach' if request else ''}")
@@ -514,7 +526,9 @@ class Agent:
             if w.kind == "steps":
                 capture["steps"] = [w.first_step, last_step]
                 if w.counters_from is not None:
-                    capture["counter_steps"] = [w.counters_from, min(w.first_step - 2, last_step or 0)]
+                    capture["counter_steps"] = [w.counters_from, min(w.counters_from + w.counter_steps - 1,
+                                                                     last_step or 0)]
+                    capture["record_warmup_steps"] = w.first_step - w.counters_from - w.counter_steps
                 capture["profiler_step_offset"] = w.first_step - 1
                 if last_step is None or last_step < w.first_step:
                     raise RuntimeError("the job ended before the first profiled step")

@@ -25,8 +25,12 @@ warm-up step n+1), step() marks the end of each step, stop() after the last step
 activities, flushes CUPTI's buffers and detaches CUPTI from the process (cuptiFinalize: a disabled but attached
 CUPTI still costs every launch; a later window attaches it again). With `counter_steps` C (agent/pm_counters.py),
 start() starts the GPU's activity counters instead; the C steps after the warm-up are counter steps (no record),
-the step() ending the last of them enables the activities (the next step is their warm-up, `shift` = C + 1 steps
-later than without counters), and stop() decodes and closes the counters before it detaches CUPTI.
+the step() ending the last of them enables the activities (the next step is their warm-up), and stop() decodes and
+closes the counters before it detaches CUPTI. The records' warm-up lasts until the host is back at the counter steps'
+pace (`_refilling`): enabling the records waits for the GPU's queue, and a GPU-bound job's host then runs ahead of
+its GPU for a few steps until the queue is full again, so those steps' marks would end before their kernels ran (on
+the H200 a 20 ms GPU-bound step read 13 ms for 5 steps after the wait, docs/validation.md 6m). `shift` says how many
+steps later than without counters the records begin: C + the warm-up steps so far.
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
@@ -56,6 +60,10 @@ import time
 
 from gpucheckup.capture.agent.cuda_libs import load_wheel_libraries
 
+# The records' warm-up goes on while a step takes under this share of the counter steps' median (the host running
+# ahead of a GPU that the wait emptied), for at most REFILL_STEPS_MAX steps after the first.
+REFILLED_SHARE = 0.9
+REFILL_STEPS_MAX = 10
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
@@ -299,6 +307,9 @@ class CuptiWindow:
         self.samples = None  # their Samples after stop()
         self.counted = 0  # counter steps the window took (counter_steps where the counters started, else 0)
         self.why_no_counters = ""
+        self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the host refills)
+        self.refilling = False  # the records' warm-up goes on: the host has not come back to the counter pace
+        self.wait_ns = 0  # how long enabling the records waited for the GPU's queue
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -325,15 +336,30 @@ class CuptiWindow:
     @property
     def shift(self) -> int:
         """Steps the records start after the start of a window without counters: the counter steps and the records'
-        own warm-up step (0 where the counters do not run)."""
-        return self.counted + 1 if self.counted else 0
+        warm-up steps so far (0 where the counters do not run); the agent reads it after every step()."""
+        return self.counted + max(self.warmups, 1) if self.counted else 0
 
     def step(self) -> None:
         """The end of a step (the agent's optimizer post-step hook); after the last counter step, records begin
-        (the next step is their warm-up)."""
+        (the next step is their warm-up, and the next while the host refills the GPU's queue)."""
         self.marks.append(time.time_ns())
         if self.pm and not self.enabled and len(self.marks) == self.counter_steps + 2:
             self._enable_records()
+            self.warmups, self.refilling = 1, True
+        elif self.refilling:
+            self.refilling = self._refilling()
+            self.warmups += self.refilling
+
+    def _refilling(self) -> bool:
+        """Whether the warm-up step just ended ran under REFILLED_SHARE of the counter steps' median (its wait for
+        the queue left out): the host still ahead of its GPU, so the next step warms up too (REFILL_STEPS_MAX at most)."""
+        if self.warmups > REFILL_STEPS_MAX:
+            return False
+        c = self.counter_steps
+        counted = sorted(self.marks[i] - self.marks[i - 1] for i in range(2, c + 2))
+        pace = counted[len(counted) // 2] if counted else 0
+        last = self.marks[-1] - self.marks[-2] - (self.wait_ns if self.warmups == 1 else 0)
+        return pace > 0 and last < REFILLED_SHARE * pace
 
     def _start_counters(self) -> None:
         """Start the activity counters (agent/pm_counters.py) for the counter steps; where they cannot run, say why
@@ -356,8 +382,10 @@ class CuptiWindow:
         job's queue holds kernels launched before, which would run unrecorded inside the first record steps (on the
         H200 the counters read one such window 4.7 points busier than its kernels, docs/validation.md 6l). The wait
         costs the GPU no work: its queue refills from the host's next launch."""
+        t0 = time.time_ns()
         if self.torch.cuda.is_available():
             self.torch.cuda.synchronize()
+        self.wait_ns = time.time_ns() - t0
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])
@@ -416,7 +444,8 @@ class CuptiWindow:
         devices = {r[3] for r in self.records if r[3] >= 0} or {self.torch.cuda.current_device()}
         trace = build_trace(self.records, self.host.ranges, self.marks, self.clock, self.pid, self.tid,
                             device_properties(self.torch, devices), distributed_info(self.torch), self.summary(),
-                            counter_steps=self.counted, counters=self.samples, device=min(devices))
+                            counter_steps=self.counted, counters=self.samples, device=min(devices),
+                            record_warmups=self.warmups)
         with open(path, "w") as f:
             json.dump(trace, f, separators=(",", ":"))
 
@@ -425,6 +454,7 @@ class CuptiWindow:
         for r in self.records:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
+                **({"record_warmups": self.warmups} if self.counted else {}),
                 "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
                 "cupti_python": _package_version(),
                 **({"no_counters": self.why_no_counters} if self.why_no_counters else {})}
@@ -548,11 +578,12 @@ def demangle(name: str) -> str:
 
 
 def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props: list[dict],
-                dist: dict | None, summary: dict, counter_steps: int = 0, counters=None, device: int = 0) -> dict:
+                dist: dict | None, summary: dict, counter_steps: int = 0, counters=None, device: int = 0,
+                record_warmups: int = 1) -> dict:
     """The window's Kineto-shaped trace: records (CuptiWindow._completed's tuples, CUPTI ns), host ranges
     (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time; the first
-    `counter_steps` steps after the warm-up are counter steps, with `counters` (pm_counters.Samples of `device`, None
-    where their decode failed) written in `counter_block`."""
+    `counter_steps` steps after the warm-up are counter steps, then `record_warmups` warm-up steps of the records,
+    with `counters` (pm_counters.Samples of `device`, None where their decode failed) written in `counter_block`."""
     lo = marks[0] if marks else min((clock.unix_ns(r[1]) for r in records), default=time.time_ns())
     base = lo // 1_000_000_000 * 1_000_000_000
 
@@ -560,8 +591,8 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         return (unix_ns - base) / 1000.0
 
     # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; with counters, marks[2..C+1] end
-    # the counter steps and marks[C+2] the records' warm-up; each later mark ends a recorded step
-    rec0 = min(1 + (counter_steps + 1 if counter_steps else 0), max(len(marks) - 1, 0))
+    # the counter steps and marks[C+2..C+1+W] the records' W warm-up steps; each later mark ends a recorded step
+    rec0 = min(1 + (counter_steps + record_warmups if counter_steps else 0), max(len(marks) - 1, 0))
     counted = [(marks[i - 1], marks[i]) for i in range(2, min(counter_steps + 2, len(marks)))]
     lo_rec = marks[rec0] if len(marks) > 1 else lo  # the records' warm-up end: what ended before it is not kept
     ev, streams = _gpu_events(records, clock, lo_rec, us)

@@ -35,6 +35,7 @@ class Window:
         self.started = time.time()
         self.light = None  # a light window's UserScopes (agent/light.py)
         self.counters_from = None  # a light window's first counter step (agent/pm_counters.py), None without them
+        self.counter_steps = 0  # and how many there are (the records' warm-up steps follow them)
 
 
 class Request:
