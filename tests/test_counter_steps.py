@@ -154,7 +154,9 @@ def test_counter_steps_record_no_kernel_then_records_begin(counted):
     assert w.shift == COUNTER_STEPS + 1
     (pm,) = counted["pm"]
     assert pm.expected_s == 0.012
-    start, decoded = counted["lines"]
+    start, began, decoded = counted["lines"]
+    assert re.fullmatch(r"light window: records from the next step, after 1 warm-up step\(s\) \(enabling them took "
+                        r"\d+\.\d ms\)", began), began
     assert start == f"light window: {COUNTER_STEPS} counter steps ({', '.join(pm.metrics)} every 20 us), then kernel records"
     # the decode's pause, said once: one fake sample a step of the window (warm-up, counters, warm-up, records)
     n = 1 + COUNTER_STEPS + 1 + RECORD_STEPS

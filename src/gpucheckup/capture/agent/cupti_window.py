@@ -309,7 +309,7 @@ class CuptiWindow:
         self.why_no_counters = ""
         self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the host refills)
         self.refilling = False  # the records' warm-up goes on: the host has not come back to the counter pace
-        self.wait_ns = 0  # how long enabling the records waited for the GPU's queue
+        self.wait_ns = 0  # how long enabling the records took: the wait for the GPU's queue, then CUPTI's enable
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -349,10 +349,14 @@ class CuptiWindow:
         elif self.refilling:
             self.refilling = self._refilling()
             self.warmups += self.refilling
+            if not self.refilling:
+                self.log(f"light window: records from the next step, after {self.warmups} warm-up step(s) (enabling "
+                         f"them took {self.wait_ns / 1e6:.1f} ms)")
 
     def _refilling(self) -> bool:
-        """Whether the warm-up step just ended ran under REFILLED_SHARE of the counter steps' median (its wait for
-        the queue left out): the host still ahead of its GPU, so the next step warms up too (REFILL_STEPS_MAX at most)."""
+        """Whether the warm-up step just ended ran under REFILLED_SHARE of the counter steps' median (the records'
+        enabling left out of the first: the wait for the queue, then CUPTI's enable, 10 ms on the H200, while the GPU
+        idled): the host still ahead of its GPU, so the next step warms up too (REFILL_STEPS_MAX at most)."""
         if self.warmups > REFILL_STEPS_MAX:
             return False
         c = self.counter_steps
@@ -385,7 +389,6 @@ class CuptiWindow:
         t0 = time.time_ns()
         if self.torch.cuda.is_available():
             self.torch.cuda.synchronize()
-        self.wait_ns = time.time_ns() - t0
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])
@@ -394,6 +397,7 @@ class CuptiWindow:
                 self.log(f"light window: CUPTI would not record {name}: {e}")
         if self.syncs:
             self._enable_syncs()
+        self.wait_ns = time.time_ns() - t0  # the GPU drained, then idle while CUPTI enabled its activities
 
     def stop(self) -> None:
         """The end of the last step: wait for the GPU's queued work, stop recording, flush CUPTI's buffers."""
