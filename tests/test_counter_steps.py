@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 from typing import ClassVar
 
 import numpy as np
@@ -155,8 +156,7 @@ def test_counter_steps_record_no_kernel_then_records_begin(counted):
     (pm,) = counted["pm"]
     assert pm.expected_s == 0.012
     start, began, decoded = counted["lines"]
-    assert re.fullmatch(r"light window: records from the next step, after 1 warm-up step\(s\) \(enabling them took "
-                        r"\d+\.\d ms\)", began), began
+    assert began == "light window: records from the next step, after 1 warm-up step(s)"  # no GPU queue to wait for
     assert start == f"light window: {COUNTER_STEPS} counter steps ({', '.join(pm.metrics)} every 20 us), then kernel records"
     # the decode's pause, said once: one fake sample a step of the window (warm-up, counters, warm-up, records)
     n = 1 + COUNTER_STEPS + 1 + RECORD_STEPS
@@ -191,46 +191,52 @@ def test_counter_steps_record_no_kernel_then_records_begin(counted):
     assert w.summary()["detached_after"] is True
 
 
-def test_records_warm_up_until_the_host_is_back_at_the_counter_pace(tmp_path):
-    """A GPU-bound job after the records' wait for the queue: its host runs ahead of the emptied GPU, so its steps
-    end early (the H200's 20 ms steps read 13 ms for 5 steps, docs/validation.md 6m). Here the records' warm-up step
-    and the two after it take 2 ms against the counter steps' 10 ms: they warm up, and so does the first step back at
-    the counter pace (9.5 ms >= 0.9 x 10: known once it has ended); the records begin after it."""
-    fast, back = 0.002, 0.0095
-    sleeps = [0.010] + [0.010] * COUNTER_STEPS + [fast] * 3 + [back] * (1 + RECORD_STEPS)
-    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+class QueueMarker:
+    """A CUDA event in the GPU's queue that the GPU reaches at the `after`-th query."""
+
+    def __init__(self, after: int):
+        self.after, self.queries = after, 0
+
+    def query(self) -> bool:
+        self.queries += 1
+        return self.queries >= self.after
+
+
+def test_records_warm_up_until_the_gpu_has_run_what_was_queued(tmp_path, monkeypatch):
+    """A GPU-bound job queues steps ahead of its GPU: kernels launched before the records were enabled run in the
+    steps after. The window marks the queue at the enable and warms up until the GPU has reached the mark (here at the
+    third step's end): those steps' kernels are recorded but left out, and the record steps are as many as asked."""
+    marker = QueueMarker(after=3)
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: marker)
+    got = drive(tmp_path, COUNTER_STEPS, 1 + COUNTER_STEPS + 3 + RECORD_STEPS)
     w, doc = got["w"], got["doc"]
-    assert w.warmups == 4 and not w.refilling and w.shift == COUNTER_STEPS + 4
-    first_record = 1 + COUNTER_STEPS + 4
+    assert marker.queries == 3 and w.warmups == 3 and not w.warming and w.shift == COUNTER_STEPS + 3
+    first_record = 1 + COUNTER_STEPS + 3
     steps = sorted((e for e in _x(doc, "user_annotation") if e["name"].startswith("ProfilerStep#")),
                    key=lambda e: e["ts"])
     assert len(steps) == RECORD_STEPS
     assert steps[0]["ts"] == pytest.approx(_us(doc, w.marks[first_record]), abs=1e-3)
-    assert all(e["dur"] >= 0.9 * 10_000 for e in steps)  # none of the host's early ends
-    # the warm-up steps' kernels were recorded (records were on) and are left out of the trace
-    assert len(_x(doc, "kernel")) == RECORD_STEPS
-    assert doc["gpucheckup_light"]["record_warmups"] == 4
+    # every warm-up step's kernel was recorded (records on since the first) and is left out of the trace
+    assert got["enabled"][1 + COUNTER_STEPS:] == [got["enabled"][-1]] * (3 + RECORD_STEPS)
+    want = got["kernels"][first_record:]
+    assert sorted(e["dur"] for e in _x(doc, "kernel")) == pytest.approx([(b - a) / 1000 for a, b in want], abs=1e-3)
+    assert doc["gpucheckup_light"]["record_warmups"] == 3
+    assert got["lines"][1] == "light window: records from the next step, after 3 warm-up step(s)"
 
 
-def test_records_warm_up_at_most_refill_steps_max(tmp_path):
-    """A host that never comes back to the counter pace (the job sped up) warms the records up for the first step
-    and REFILL_STEPS_MAX more, then records."""
-    sleeps = [0.008] * (1 + COUNTER_STEPS) + [0.001] * (1 + cw.REFILL_STEPS_MAX + 2)
-    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
-    assert got["w"].warmups == 1 + cw.REFILL_STEPS_MAX
+def test_records_warm_up_at_most_queued_steps_max(tmp_path, monkeypatch):
+    """A mark the GPU never reaches (a stream stuck behind another): the first warm-up step and QUEUED_STEPS_MAX more,
+    then the records begin, and the log says the queue was not run."""
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: QueueMarker(after=10**9))
+    got = drive(tmp_path, COUNTER_STEPS, 1 + COUNTER_STEPS + 1 + cw.QUEUED_STEPS_MAX + 2)
+    assert got["w"].warmups == 1 + cw.QUEUED_STEPS_MAX
     assert len([e for e in _x(got["doc"], "user_annotation") if e["name"].startswith("ProfilerStep#")]) == 2
+    assert got["lines"][1].endswith("(the GPU still ran work queued before them)")
 
 
-def test_the_wait_for_the_queue_is_not_counted_in_the_first_warm_up_step(tmp_path, monkeypatch):
-    """The records' warm-up step holds the wait for the GPU's queue (a GPU-bound job: a step or more): left out, the
-    host's own 2 ms shows it is still ahead, so the warm-up goes on."""
-    torch = pytest.importorskip("torch")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: time.sleep(0.020))
-    sleeps = [0.010] * (1 + COUNTER_STEPS) + [0.002] + [0.0095] * RECORD_STEPS
-    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
-    assert got["w"].wait_ns >= 20e6
-    assert got["w"].warmups == 2  # the first (22 ms with the wait, 2 ms without) and the first back at the pace
+def test_a_job_that_keeps_no_queue_begins_its_records_after_one_warm_up(counted):
+    """A host-bound job (or this CPU machine: no GPU, no marker): the records' one warm-up step, as before."""
+    assert counted["w"].warmups == 1 and counted["w"].queued is None
 
 
 AGENT_JOB = """
@@ -256,27 +262,31 @@ def recorder(torch_, prof, log, syncs=False, counter_steps=0, expected_s=0.0):
     made.append(w)
     return w, w.host_scopes()
 
+class Marker:  # the GPU's queue marked at the records' enable, run by the GPU at the {queued}-th query
+    queries = 0
+    def query(self):
+        Marker.queries += 1
+        return Marker.queries >= {queued}
+
 pmc.PmCounters, light.light_recorder = Pm, recorder
+cw.CuptiWindow._queue_marker = lambda self: Marker()
 m = torch.nn.Linear(4, 4)
 o = torch.optim.SGD(m.parameters(), lr=0.1)
-since = None  # steps since the records were enabled
 for i in range({steps}):
     m(torch.randn(2, 4)).sum().backward()
-    if since is None and made and made[0].enabled:
-        since = 0
-    time.sleep(0.001 if since is not None and since < {fast} else 0.008)  # the host ahead of an emptied GPU
+    time.sleep(0.004)
     o.step()
-    since = None if since is None else since + 1
 """
 
 
 def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path):
-    """`gpucheckup run --light`: the agent follows the recorder's warm-up (the host ahead of the GPU for 2 steps after
-    the records' wait, then back at the counter pace): steps.csv's phases, agent.json's capture and the trace's
-    ProfilerSteps all say the same steps, and the record steps are as many as asked."""
+    """`gpucheckup run --light`: the agent follows the recorder's warm-up (the GPU runs what was queued before the
+    records for 3 steps): steps.csv's phases, agent.json's capture and the trace's ProfilerSteps all say the same
+    steps, and the record steps are as many as asked."""
     pytest.importorskip("torch")
-    skip, counters, records, fast = 4, 3, 3, 2
-    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 12 + records, fast=fast)
+    skip, counters, records, queued = 4, 3, 3, 3
+    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 12 + records,
+                           queued=queued)
     out = tmp_path / "runs"
     p = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--light", "--counter-steps", str(counters),
                         "--no-nvml", "--no-report", "--out", str(out), "--skip", str(skip),
@@ -286,23 +296,22 @@ def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path)
     run_dir = next(d for d in out.iterdir() if d.is_dir())
     rows = [r.split(",") for r in (run_dir / "steps.csv").read_text().splitlines()[1:]]
     phase = {int(r[0]): r[3] for r in rows}
-    # the window starts after step skip - 1: its warm-up, the counter steps, then the records' warm-up: the step that
-    # waited for the queue, the fast one after it, and the first back at the pace (known once it has ended)
+    # the window starts after step skip - 1: its warm-up, the counter steps, then the records' 3 warm-up steps
     w0 = skip
     want = {w0: "profile-warmup", **{w0 + 1 + i: "counters" for i in range(counters)},
-            **{w0 + 1 + counters + i: "profile-warmup" for i in range(fast + 1)}}
-    first = w0 + 1 + counters + fast + 1
+            **{w0 + 1 + counters + i: "profile-warmup" for i in range(queued)}}
+    first = w0 + 1 + counters + queued
     want.update({first + i: "profiled" for i in range(records)})
     assert {n: phase[n] for n in want} == want
     assert [n for n, ph in phase.items() if ph] == sorted(want)
     agent = json.loads((run_dir / "agent.json").read_text())
     (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
-    assert cap["counter_steps"] == [w0 + 1, w0 + counters] and cap["record_warmup_steps"] == fast + 1
+    assert cap["counter_steps"] == [w0 + 1, w0 + counters] and cap["record_warmup_steps"] == queued
     assert cap["steps"] == [first, first + records - 1] and cap["status"] == "done"
     trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
     marks = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
              and e["name"].startswith("ProfilerStep#")]
-    assert len(marks) == records and all(e["dur"] >= 7_000 for e in marks)  # the 8 ms steps, not the 1 ms ones
+    assert len(marks) == records and trace["gpucheckup_light"]["record_warmups"] == queued
 
 
 # ---- 2. read back and analyzed ----------------------------------------------------------------------------------
@@ -428,8 +437,9 @@ def test_window_stopped_inside_the_optimizer_step_clips_that_step():
 
 @pytest.mark.parametrize("counter_steps", [0, 2])
 def test_records_begin_after_the_gpu_has_run_what_was_queued_before_them(counter_steps, monkeypatch):
-    """CUPTI records only kernels launched while it records: the window waits for the GPU's queue before it enables
-    its records, whether they begin at start() or after the counter steps, and never waits again before its stop."""
+    """CUPTI records only kernels launched while it records: a window without counter steps waits for the GPU's
+    queue before it enables its records at start(); after counter steps the window marks the queue instead and never
+    waits (the wait would empty a GPU-bound job's queue and let its host run ahead); both wait at their stop."""
     torch = pytest.importorskip("torch")
     fake = OrderCupti()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -438,13 +448,16 @@ def test_records_begin_after_the_gpu_has_run_what_was_queued_before_them(counter
     monkeypatch.setattr(pmc, "PmCounters", fake_pm(fake, []))
     w = cw.CuptiWindow(torch, fake, counter_steps=counter_steps)
     w.start()
+    monkeypatch.setattr(torch.cuda, "Event", lambda: types.SimpleNamespace(record=lambda: fake.calls.append("mark"),
+                                                                           query=lambda: True))
     assert fake.calls[:2] == (["sync", "enable"] if not counter_steps else ["pm.start"])
     for _ in range(counter_steps + 2):
         w.step()
     first = fake.calls.index("enable")
-    assert fake.calls[first - 1] == "sync" and fake.calls.count("sync") == 1
+    assert fake.calls[first - 1] == ("sync" if not counter_steps else "mark")
+    assert fake.calls.count("sync") == (0 if counter_steps else 1)
     w.stop()
-    assert fake.calls.count("sync") == 2  # the stop's: the last step's kernels finish before the flush
+    assert fake.calls[-1] != "sync" and "sync" in fake.calls[fake.calls.index("disable") - 1:]  # the stop's
 
 
 def test_interval_for_short_and_long_windows():

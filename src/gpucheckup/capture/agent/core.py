@@ -408,8 +408,8 @@ class Agent:
 
     @staticmethod
     def _follow_records_warmup(w: Window) -> None:
-        """A light window whose records' warm-up goes on (the host refilling the GPU's queue, agent/cupti_window.py)
-        starts its recorded steps that much later, keeping their count."""
+        """A light window whose records' warm-up goes on (the GPU still running what was queued before them,
+        agent/cupti_window.py) starts its recorded steps that much later, keeping their count."""
         if w.counters_from is None or w.last_step is None:
             return
         late = w.counters_from + getattr(w.prof, "shift", 0) - w.first_step

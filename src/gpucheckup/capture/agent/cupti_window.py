@@ -26,11 +26,10 @@ activities, flushes CUPTI's buffers and detaches CUPTI from the process (cuptiFi
 CUPTI still costs every launch; a later window attaches it again). With `counter_steps` C (agent/pm_counters.py),
 start() starts the GPU's activity counters instead; the C steps after the warm-up are counter steps (no record),
 the step() ending the last of them enables the activities (the next step is their warm-up), and stop() decodes and
-closes the counters before it detaches CUPTI. The records' warm-up lasts until the host is back at the counter steps'
-pace (`_refilling`): enabling the records waits for the GPU's queue, and a GPU-bound job's host then runs ahead of
-its GPU for a few steps until the queue is full again, so those steps' marks would end before their kernels ran (on
-the H200 a 20 ms GPU-bound step read 13 ms for 5 steps after the wait, docs/validation.md 6m). `shift` says how many
-steps later than without counters the records begin: C + the warm-up steps so far.
+closes the counters before it detaches CUPTI. The records' warm-up lasts until the GPU has run what was queued before
+the records were enabled (`_still_queued`: a CUDA event marks the queue), so no kernel of the record steps runs
+unrecorded and the job keeps its pace (a GPU-bound job queues a few steps ahead). `shift` says how many steps later
+than without counters the records begin: C + the warm-up steps so far.
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
@@ -60,10 +59,9 @@ import time
 
 from gpucheckup.capture.agent.cuda_libs import load_wheel_libraries
 
-# The records' warm-up goes on while a step takes under this share of the counter steps' median (the host running
-# ahead of a GPU that the wait emptied), for at most REFILL_STEPS_MAX steps after the first.
-REFILLED_SHARE = 0.9
-REFILL_STEPS_MAX = 10
+# The records' warm-up goes on while the GPU has not run what was queued before them, at most this many steps after
+# the first (a GPU-bound job queues a few steps ahead: 3 of its 20 ms steps on the H200, docs/validation.md 6m).
+QUEUED_STEPS_MAX = 10
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
@@ -307,9 +305,10 @@ class CuptiWindow:
         self.samples = None  # their Samples after stop()
         self.counted = 0  # counter steps the window took (counter_steps where the counters started, else 0)
         self.why_no_counters = ""
-        self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the host refills)
-        self.refilling = False  # the records' warm-up goes on: the host has not come back to the counter pace
-        self.wait_ns = 0  # how long enabling the records took: the wait for the GPU's queue, then CUPTI's enable
+        self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the GPU runs the queue)
+        self.warming = False  # the records' warm-up goes on: the GPU has not run what was queued before them
+        self.queued = None  # the CUDA event marking the GPU's queue when the records were enabled (_queue_marker)
+        self._queued_left = False  # QUEUED_STEPS_MAX warm-ups and the mark not yet run
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -341,29 +340,46 @@ class CuptiWindow:
 
     def step(self) -> None:
         """The end of a step (the agent's optimizer post-step hook); after the last counter step, records begin
-        (the next step is their warm-up, and the next while the host refills the GPU's queue)."""
+        (the next step is their warm-up, and the next while the GPU still runs what was queued before them)."""
         self.marks.append(time.time_ns())
         if self.pm and not self.enabled and len(self.marks) == self.counter_steps + 2:
             self._enable_records()
-            self.warmups, self.refilling = 1, True
-        elif self.refilling:
-            self.refilling = self._refilling()
-            self.warmups += self.refilling
-            if not self.refilling:
-                self.log(f"light window: records from the next step, after {self.warmups} warm-up step(s) (enabling "
-                         f"them took {self.wait_ns / 1e6:.1f} ms)")
+            self.warmups, self.warming = 1, True
+        elif self.warming:
+            self.warming = self._still_queued()
+            self.warmups += self.warming
+            if not self.warming:
+                self.log(f"light window: records from the next step, after {self.warmups} warm-up step(s)"
+                         + (" (the GPU still ran work queued before them)" if self._queued_left else ""))
 
-    def _refilling(self) -> bool:
-        """Whether the warm-up step just ended ran under REFILLED_SHARE of the counter steps' median (the records'
-        enabling left out of the first: the wait for the queue, then CUPTI's enable, 10 ms on the H200, while the GPU
-        idled): the host still ahead of its GPU, so the next step warms up too (REFILL_STEPS_MAX at most)."""
-        if self.warmups > REFILL_STEPS_MAX:
+    def _still_queued(self) -> bool:
+        """Whether the GPU has not yet run what was queued before the records (the marker not reached): the next step
+        warms up too, at most QUEUED_STEPS_MAX more than the first."""
+        self._queued_left = False
+        if self.queued is None:
             return False
-        c = self.counter_steps
-        counted = sorted(self.marks[i] - self.marks[i - 1] for i in range(2, c + 2))
-        pace = counted[len(counted) // 2] if counted else 0
-        last = self.marks[-1] - self.marks[-2] - (self.wait_ns if self.warmups == 1 else 0)
-        return pace > 0 and last < REFILLED_SHARE * pace
+        try:
+            done = self.queued.query()
+        except Exception as e:  # noqa: BLE001 - the records begin; the check-up's busy may read a little low
+            self.log(f"light window: the queue's marker could not be read ({type(e).__name__}: {e})")
+            return False
+        if not done and self.warmups > QUEUED_STEPS_MAX:
+            self._queued_left = True
+            return False
+        return not done
+
+    def _queue_marker(self):
+        """A CUDA event recorded on the current stream now (None without a GPU, or where torch refuses it): done once
+        the GPU has run everything queued on that stream before it."""
+        if not self.torch.cuda.is_available():
+            return None
+        try:
+            marker = self.torch.cuda.Event()
+            marker.record()
+            return marker
+        except Exception as e:  # noqa: BLE001 - the records begin after one warm-up step, as without the marker
+            self.log(f"light window: no marker in the GPU's queue ({type(e).__name__}: {e})")
+            return None
 
     def _start_counters(self) -> None:
         """Start the activity counters (agent/pm_counters.py) for the counter steps; where they cannot run, say why
@@ -381,14 +397,17 @@ class CuptiWindow:
             self.log(f"light window: no counter steps, kernel records over every step ({self.why_no_counters})")
 
     def _enable_records(self) -> None:
-        """Wait for the GPU's queued work, then enable the activity kinds (synchronizations too where asked); a kind
-        CUPTI refuses is logged and left out. CUPTI records a kernel launched while its kind is enabled: a GPU-bound
-        job's queue holds kernels launched before, which would run unrecorded inside the first record steps (on the
-        H200 the counters read one such window 4.7 points busier than its kernels, docs/validation.md 6l). The wait
-        costs the GPU no work: its queue refills from the host's next launch."""
-        t0 = time.time_ns()
-        if self.torch.cuda.is_available():
+        """Enable the activity kinds (synchronizations too where asked); a kind CUPTI refuses is logged and left out.
+        CUPTI records a kernel launched while its kind is enabled: a GPU-bound job's queue holds kernels launched
+        before, which would run unrecorded inside the first record steps (on the H200 the counters read one such window
+        4.7 points busier than its kernels, docs/validation.md 6l). After counter steps the window marks the queue
+        (`_queue_marker`) and warms the records up until the GPU has run the mark: the job goes on at its pace. A wait
+        for the queue instead (torch.cuda.synchronize) empties it, and a GPU-bound job's host then runs ahead of its
+        GPU for several steps until the queue is full again: 5 record steps of a 20 ms step read 10-13 ms on the host
+        (6m). Without counter steps the agent's window has one fixed warm-up step, so the window waits there."""
+        if self.torch.cuda.is_available() and not self.counted:
             self.torch.cuda.synchronize()
+        self.queued = self._queue_marker() if self.counted else None
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])
@@ -397,7 +416,6 @@ class CuptiWindow:
                 self.log(f"light window: CUPTI would not record {name}: {e}")
         if self.syncs:
             self._enable_syncs()
-        self.wait_ns = time.time_ns() - t0  # the GPU drained, then idle while CUPTI enabled its activities
 
     def stop(self) -> None:
         """The end of the last step: wait for the GPU's queued work, stop recording, flush CUPTI's buffers."""
