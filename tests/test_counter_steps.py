@@ -234,6 +234,36 @@ def test_records_warm_up_at_most_queued_steps_max(tmp_path, monkeypatch):
     assert got["lines"][1].endswith("(the GPU still ran work queued before them)")
 
 
+def test_a_marker_that_cannot_be_read_begins_the_records(tmp_path, monkeypatch):
+    """torch refusing the event's query (a stream in capture, say): the records begin after their one warm-up step,
+    and the agent log says why."""
+
+    class Refused:
+        def query(self):
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: Refused())
+    got = drive(tmp_path, COUNTER_STEPS, 1 + COUNTER_STEPS + 1 + RECORD_STEPS)
+    assert got["w"].warmups == 1
+    assert got["lines"][1] == ("light window: the queue's marker could not be read (RuntimeError: operation not "
+                               "permitted when stream is capturing)")
+    assert len([e for e in _x(got["doc"], "user_annotation") if e["name"].startswith("ProfilerStep#")]) == RECORD_STEPS
+
+
+def test_an_event_torch_refuses_leaves_no_marker(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def refuse():
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(torch.cuda, "Event", refuse)
+    lines = []
+    w = cw.CuptiWindow(torch, OrderCupti(), log=lines.append, counter_steps=2)
+    assert w._queue_marker() is None
+    assert lines == ["light window: no marker in the GPU's queue (RuntimeError: CUDA error: out of memory)"]
+
+
 def test_a_job_that_keeps_no_queue_begins_its_records_after_one_warm_up(counted):
     """A host-bound job (or this CPU machine: no GPU, no marker): the records' one warm-up step, as before."""
     assert counted["w"].warmups == 1 and counted["w"].queued is None
