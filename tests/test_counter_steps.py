@@ -680,13 +680,14 @@ def _union_us(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-@pytest.mark.parametrize("name", ["hf_counters", "timm_counters"])
+@pytest.mark.parametrize("name", ["hf_counters", "timm_counters", "hf_default", "timm_default"])
 def test_h200_counter_steps_count_the_launches_and_read_the_kernels_busy(name):
-    """On the H200 (HF Trainer, timm with AMP; 20 counter steps then 30/40 record steps): the dispatch counter per
-    counter step is the kernels launched per record step (the same loop, step after step), no fewer than the kernel
-    records and no more than those with the memsets; the counters' busy over the record steps is the kernels' union
-    over them within 2 points (worked out here from the trace's events); the records' cost is the two medians'
-    ratio."""
+    """On the H200 (HF Trainer, timm with AMP; 20 counter steps then 30/40 record steps sampled every 20 us, or the
+    default 5 record steps every 80 and 50 us): the dispatch counter per counter step is the kernels launched per
+    record step (the same loop, step after step), no fewer than the kernel records and no more than those with the
+    memsets (within half a launch: a sample across a step's edge is shared out by its overlap); the counters' busy
+    over the record steps is the kernels' union over them within 2 points (worked out here from the trace's events);
+    the records' cost is the two medians' ratio."""
     report, doc = _h200(name)
     c = report["counters"]
     ev = doc["traceEvents"]
@@ -694,7 +695,8 @@ def test_h200_counter_steps_count_the_launches_and_read_the_kernels_busy(name):
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     memsets = [e for e in ev if e.get("cat") == "gpu_memset"]
     assert c["steps"] == 20 and c["coverage_pct"] > 99
-    assert len(kernels) / len(steps) <= c["launches_per_step"] <= (len(kernels) + len(memsets)) / len(steps)
+    lo, hi = len(kernels) / len(steps), (len(kernels) + len(memsets)) / len(steps)
+    assert lo - 0.5 <= c["launches_per_step"] <= hi + 0.5
     work = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
     busy = sum(_union_us([(max(a, lo), min(b, hi)) for a, b in work if b > lo and a < hi]) for lo, hi in steps)
     kernels_pct = 100 * busy / sum(hi - lo for lo, hi in steps)
@@ -708,8 +710,10 @@ def test_h200_counter_steps_count_the_launches_and_read_the_kernels_busy(name):
 def test_h200_counter_windows_name_the_full_windows_three_fixes():
     """Both light windows with counter steps read launch_bound and name the three fixes the same jobs' full windows
     named first on the same machine that hour (docs/validation.md 6l: HF Trainer cuda_graph 69%, larger_batch,
-    torch_compile; timm cuda_graph 64-66%, larger_batch 50%, torch_compile 26-27%, fused_optimizer last at 1.0-1.1%)."""
-    for name in ("hf_counters", "timm_counters"):
+    torch_compile; timm cuda_graph 64-66%, larger_batch 50%, torch_compile 26-27%, fused_optimizer last at 1.0-1.1%),
+    and so do the default windows (5 record steps) of 6m, whose full windows replayed cuda_graph 61-67% and 65-73%,
+    larger_batch 49% and 50%, torch_compile 32-34% and 26-27%."""
+    for name in ("hf_counters", "timm_counters", "hf_default", "timm_default"):
         report, _ = _h200(name)
         assert report["verdict"]["primary"] == "launch_bound"
         assert [f["key"] for f in report["fixes"][:3]] == ["cuda_graph", "larger_batch", "torch_compile"], name
