@@ -26,7 +26,8 @@ the light window's sampled host states, until the deadline.
 Usage (device machine, repo root, PYTHONPATH with gpucheckup, py-spy on PATH):
   python3 validation/light_ab.py OUT [--rounds N] [--deadline-s S] [--jobs launch,gpu,...] [--modes plain,light,cupti]
       [--plan 'launch:plain,cupti,nospy;gpu:plain,cupti'] [--cupti-site DIR]
-Writes OUT/light_ab.json (every figure) and OUT/light_ab.md (the tables).
+Writes OUT/light_ab.json (every figure) and OUT/light_ab.md (the tables; a counter window's own figures, `window_figures`,
+in the second: record against counter steps, whole window, the records' warm-up steps, the stop's pause).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def backend_of(run_dir: Path) -> dict:
         pass
     try:
         out["light_log"] = [ln.split(": ", 1)[-1] for ln in (run_dir / "agent.log").read_text().splitlines()
-                            if "light window:" in ln][:2]
+                            if "light window:" in ln]
     except OSError:
         pass
     out["host_samples"] = sorted(p.name for p in run_dir.glob("host-samples*.json"))
@@ -160,12 +161,63 @@ def run_once(job: str, mode: str, work: Path, r: int, timeout_s: float = 240.0) 
             row["before_window_median_ms"] = statistics.median(before) if before else None
             row["after_window_median_ms"] = statistics.median(after) if after else None
             row["before_ms"], row["after_ms"] = before, after
+            row["window_figures"] = window_figures(rows, before)
             row["phases"] = {}
             for x in rows:
                 row["phases"][x["phase"]] = row["phases"].get(x["phase"], 0) + 1
             if light:
                 row.update(backend_of(dirs[-1]))
     return row
+
+
+def window_figures(rows: list[dict], before: list[float]) -> dict | None:
+    """A counter window's figures from its steps.csv rows (docs/validation.md 6m): record steps against the same
+    window's counter steps (all and one by one), the whole window (counter and record steps) against the steps before
+    it (median and mean), the records' warm-up steps and their time, and the pause at the window's stop (the time
+    between the last record step's end and the next step's start)."""
+    counted = [float(x["ms"]) for x in rows if x["phase"] == "counters" and x["ms"]]
+    recorded = [float(x["ms"]) for x in rows if x["phase"] == "profiled" and x["ms"]]
+    if not counted or not recorded:
+        return None
+    c, b = statistics.median(counted), statistics.median(before) if before else None
+    last = max(i for i, x in enumerate(rows) if x["phase"] == "profiled")
+    warm = [float(x["ms"]) for x in rows[:last] if x["phase"] == "profile-warmup" and x["ms"]]
+    nxt = rows[last + 1] if last + 1 < len(rows) else None
+    pause = None
+    if nxt and nxt["ms"]:
+        pause = round((float(nxt["t_end_s"]) - float(rows[last]["t_end_s"])) * 1000 - float(nxt["ms"]), 1)
+    whole = counted + recorded
+    return {"records_vs_counters_pct": pct(statistics.median(recorded), c),
+            "record_steps_vs_counters_pct": [pct(x, c) for x in recorded],
+            "counters_vs_before_pct": pct(c, b), "whole_median_vs_before_pct": pct(statistics.median(whole), b),
+            "whole_mean_vs_before_pct": pct(statistics.mean(whole), b),
+            "records_warmup_steps": max(len(warm) - 1, 0), "records_warmup_ms": warm[1:], "stop_pause_ms": pause}
+
+
+def counters_table(rows: list[dict]) -> str:
+    """Per workload, the counter windows' figures (window_figures): medians over runs."""
+    out = ["| workload | runs | counters / before | records / counters | whole window / before (median, mean) "
+           "| records' warm-up steps | stop pause ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    def fmt(x, unit="%"):
+        return "-" if x is None else f"{x:+.1f}{unit}" if unit == "%" else f"{x:.0f}"
+
+    for job in JOBS:
+        figs = [r["window_figures"] for r in rows if r["job"] == job and r.get("window_figures")]
+        if not figs:
+            continue
+        g = {k: med([f[k] for f in figs]) for k in ("counters_vs_before_pct", "records_vs_counters_pct",
+                                                   "whole_median_vs_before_pct", "whole_mean_vs_before_pct",
+                                                   "stop_pause_ms")}
+        warm = "/".join(str(f["records_warmup_steps"]) for f in figs)
+        out.append(f"| {job} | {len(figs)} | {fmt(g['counters_vs_before_pct'])} | {fmt(g['records_vs_counters_pct'])} | "
+                   f"{fmt(g['whole_median_vs_before_pct'])}, {fmt(g['whole_mean_vs_before_pct'])} | {warm} | "
+                   f"{fmt(g['stop_pause_ms'], 'ms')} |")
+    return "\n".join(out)
 
 
 def check(row: dict) -> None:
@@ -293,7 +345,7 @@ def main() -> None:
 
     def save():
         (a.out / "light_ab.json").write_text(json.dumps(rows, indent=1))
-        (a.out / "light_ab.md").write_text(table(rows) + "\n")
+        (a.out / "light_ab.md").write_text(table(rows) + "\n\n" + counters_table(rows) + "\n")
 
     for r in range(a.rounds):
         for job, modes in plan.items():
@@ -327,6 +379,7 @@ def main() -> None:
         list(pool.map(check_one, todo))
     save()
     print(table(rows))
+    print(counters_table(rows))
 
 
 if __name__ == "__main__":
