@@ -408,8 +408,9 @@ class Agent:
 
     @staticmethod
     def _follow_records_warmup(w: Window) -> None:
-        """A light window whose records' warm-up goes on (the GPU still running what was queued before them,
-        agent/cupti_window.py) starts its recorded steps that much later, keeping their count."""
+        """A light window's recorded steps start after its counter steps and the records' warm-up (the recorder's
+        `shift`, which grows while the GPU still runs what was queued before the records, agent/cupti_window.py),
+        keeping their count."""
         if w.counters_from is None or w.last_step is None:
             return
         late = w.counters_from + getattr(w.prof, "shift", 0) - w.first_step
@@ -445,10 +446,10 @@ class Agent:
                 self._start_light(w, counter_steps=self.settings["light_counter_steps"] if steps else 0)
             prof = w.prof
             prof.start()
-            shift = getattr(prof, "shift", 0)  # a light window's counter steps and the records' warm-up
-            if shift:
-                w.counters_from, w.counter_steps = first, shift - 1
-                w.first_step, w.last_step = first + shift, first + shift + steps - 1
+            counted = getattr(prof, "counted", 0)  # a light window's counter steps, then the records' warm-up
+            if counted:
+                w.counters_from, w.counter_steps = first, counted
+                self._follow_records_warmup(w)
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
                      f"warm-up step {n + 1}){' for attach' if request else ''}")

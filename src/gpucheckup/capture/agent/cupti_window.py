@@ -308,7 +308,6 @@ class CuptiWindow:
         self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the GPU runs the queue)
         self.warming = False  # the records' warm-up goes on: the GPU has not run what was queued before them
         self.queued = None  # the CUDA event marking the GPU's queue when the records were enabled (_queue_marker)
-        self._queued_left = False  # QUEUED_STEPS_MAX warm-ups and the mark not yet run
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -346,27 +345,24 @@ class CuptiWindow:
             self._enable_records()
             self.warmups, self.warming = 1, True
         elif self.warming:
-            self.warming = self._still_queued()
+            queued = self._still_queued()
+            capped = queued and self.warmups > QUEUED_STEPS_MAX  # the next step warms up too, up to the cap
+            self.warming = queued and not capped
             self.warmups += self.warming
             if not self.warming:
                 self.log(f"light window: records from the next step, after {self.warmups} warm-up step(s)"
-                         + (" (the GPU still ran work queued before them)" if self._queued_left else ""))
+                         + (" (the GPU still ran work queued before them)" if capped else ""))
 
     def _still_queued(self) -> bool:
-        """Whether the GPU has not yet run what was queued before the records (the marker not reached): the next step
-        warms up too, at most QUEUED_STEPS_MAX more than the first."""
-        self._queued_left = False
+        """Whether the GPU has not yet run what was queued before the records (the marker not reached; False without
+        a marker or where torch cannot read it)."""
         if self.queued is None:
             return False
         try:
-            done = self.queued.query()
+            return not self.queued.query()
         except Exception as e:  # noqa: BLE001 - the records begin; the check-up's busy may read a little low
             self.log(f"light window: the queue's marker could not be read ({type(e).__name__}: {e})")
             return False
-        if not done and self.warmups > QUEUED_STEPS_MAX:
-            self._queued_left = True
-            return False
-        return not done
 
     def _queue_marker(self):
         """A CUDA event recorded on the current stream now (None without a GPU, or where torch refuses it): done once

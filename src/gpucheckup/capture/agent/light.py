@@ -44,7 +44,8 @@ BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
 
 def counters_span_s(counter_steps: int, record_steps: int, recent_ms) -> float:
     """The seconds the counters are expected to run (their sampling interval's basis): the warm-up step, the counter
-    steps, the records' warm-up step and the record steps, at the median of the recent steps; 0 without counters."""
+    steps, the records' first warm-up step and the record steps, at the median of the recent steps; 0 without
+    counters."""
     recent = sorted(recent_ms)
     if not counter_steps or not recent:
         return 0.0
@@ -53,9 +54,9 @@ def counters_span_s(counter_steps: int, record_steps: int, recent_ms) -> float:
 
 def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
     """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`, and
-    `counter_steps` counter steps before its records, the counters over a window of about expected_s seconds) and its host ranges where
-    cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets one line
-    saying which and why."""
+    `counter_steps` counter steps before its records, the counters sampling about expected_s seconds) and its host
+    ranges where cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets
+    one line saying which and why."""
     reason = None
     try:
         if not torch.cuda.is_available():

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 HOST_INIT_13_0 = 48  # CUpti_Profiler_Host_Initialize_Params through pHostObject, CUDA 13.0's cupti_profiler_host.h
 INTERVAL_NS = 20_000  # the finest interval: one sample per 20 us of GPU time (the finest tried in 6k)
-SAMPLE_BUDGET = 5_000  # samples a window aims at: the decode runs in the step that ends the window (~32 us a sample)
+SAMPLE_BUDGET = 5_000  # samples a window aims at: the decode runs in the step ending the window (~35 us a sample, 6m)
 MAX_SAMPLES = 200_000  # decoded at most per window (a window that ran 40 times longer than expected)
 HW_BUFFER = 256 << 20  # the hardware buffer CUPTI fills until the window's decode
 COMPUTE_PAIR = ("gr__compute_cycles_active.avg", "gr__cycles_elapsed.max")
