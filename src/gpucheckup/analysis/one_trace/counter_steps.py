@@ -11,7 +11,7 @@ Definitions (docs/metrics.md, "Counter steps"):
   window is).
 - counters' GPU busy over some windows: the compute engine's active share of each sample
   (`gr__compute_cycles_active.avg / gr__cycles_elapsed.max`), weighted by the sample's overlap with the windows, over
-  the overlap in all. It read the kernels' union within 0.0-1.4 points over the same steps on seven loops (6k); it
+  the overlap in all. It read the kernels' union within 0.0-1.5 points over the same steps on seven loops (6k, 6m); it
   counts the compute engine only (a copy engine's transfer is not in it).
   `busy_pct`: over the counter steps; `record_busy_pct`: over the record steps (the analysis window), beside
   `record_kernels_busy_pct`, the kernels' union over the same steps (analysis/one_trace/timeline.py): two sources
@@ -32,7 +32,7 @@ from gpucheckup.analysis.distinct import median
 from gpucheckup.document import Counters as CounterSteps  # the report's `counters`: the analysis builds it itself
 from gpucheckup.trace.tables import Counters
 
-AGREE_POINTS = 2.0  # the two busy sources differ by at most this much on the loops measured (6k: 0.0-1.4 points)
+AGREE_POINTS = 2.0  # the two busy sources differ by at most this much on the loops measured (6k, 6m: 0.0-1.5 points)
 
 
 def overlap(c: Counters, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

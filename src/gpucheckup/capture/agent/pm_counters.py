@@ -5,7 +5,7 @@ Lightning loops, docs/validation.md 6j). PM sampling reads the GPU's performance
 time into a hardware buffer, with nothing done per launch (its cost paired in those loops' steps: -1.1%, +1.3%, -1.0%,
 within noise, 6k). Per sample it gives:
 - `gr__compute_cycles_active.avg` / `gr__cycles_elapsed.max`: the share of the sample's cycles the compute engine was
-  active, which read the kernels' union within 0.0-1.4 points over the same steps on seven loops (6k);
+  active, which read the kernels' union within 0.0-1.5 points over the same steps on seven loops (6k, 6m);
 - `gr__dispatch_count.sum`: the kernels dispatched (2,000 of 2,000 one-block launches, 6k).
 No kernel names and no durations per kernel: the window's record steps give those (agent/cupti_window.py).
 
