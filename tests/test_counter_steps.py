@@ -234,6 +234,45 @@ def test_records_warm_up_at_most_queued_steps_max(tmp_path, monkeypatch):
     assert got["lines"][1].endswith("(the GPU still ran work queued before them)")
 
 
+def test_records_warm_up_until_the_host_is_back_at_the_counter_steps_pace(tmp_path, monkeypatch):
+    """The records' first step is slow on the host (CUPTI's first use), the GPU drains its queue meanwhile, and a
+    GPU-bound job's host then runs ahead of it: after the GPU has reached the mark (its second query), the window warms
+    up while a step takes under REFILLED_SHARE of the counter steps' median (20 ms here): two 2 ms steps, then the
+    20 ms one ends the warm-up; the record steps are as many as asked and begin after it."""
+    marker = QueueMarker(after=2)
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: marker)
+    sleeps = [0.004] + [0.02] * COUNTER_STEPS + [0.03, 0.002, 0.002, 0.02] + [0.02] * RECORD_STEPS
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    w = got["w"]
+    assert w.warmups == 4 and not w.warming and w.shift == COUNTER_STEPS + 4  # by the marker alone: 2
+    assert w.pace_ns == pytest.approx(20e6, rel=0.5)
+    steps = sorted((e for e in _x(got["doc"], "user_annotation") if e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    assert len(steps) == RECORD_STEPS
+    assert steps[0]["ts"] == pytest.approx(_us(got["doc"], w.marks[1 + COUNTER_STEPS + 4]), abs=1e-3)
+    assert got["lines"][1] == "light window: records from the next step, after 4 warm-up step(s)"
+
+
+def test_the_records_first_warm_up_step_never_ends_the_warm_up_on_its_own_time(tmp_path, monkeypatch):
+    """The GPU reaches the mark inside the records' first warm-up step (a slow enable drained its queue) and that step
+    is long (CUPTI's first use), longer than the pace: it says nothing of the host's pace, so the next step is judged,
+    here 2 ms (the host ahead), then a 20 ms one ends the warm-up: 3 steps."""
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: QueueMarker(after=1))
+    sleeps = [0.004] + [0.02] * COUNTER_STEPS + [0.03, 0.002, 0.02] + [0.02] * RECORD_STEPS
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    assert got["w"].warmups == 3 and got["w"].shift == COUNTER_STEPS + 3
+
+
+def test_a_host_that_stays_ahead_warms_up_at_most_queued_steps_max(tmp_path, monkeypatch):
+    """A host that never comes back to the counter steps' pace: the cap, and the log says why."""
+    monkeypatch.setattr(cw.CuptiWindow, "_queue_marker", lambda self: QueueMarker(after=1))
+    sleeps = [0.004] + [0.02] * COUNTER_STEPS + [0.002] * (1 + cw.QUEUED_STEPS_MAX + 2)
+    got = drive(tmp_path, COUNTER_STEPS, len(sleeps), sleeps=sleeps)
+    assert got["w"].warmups == 1 + cw.QUEUED_STEPS_MAX
+    assert len([e for e in _x(got["doc"], "user_annotation") if e["name"].startswith("ProfilerStep#")]) == 2
+    assert got["lines"][1].endswith("(the host still ran ahead of the GPU)")
+
+
 def test_a_marker_that_cannot_be_read_begins_the_records(tmp_path, monkeypatch):
     """torch refusing the event's query (a stream in capture, say): the records begin after their one warm-up step,
     and the agent log says why."""
@@ -287,8 +326,9 @@ class Pm:  # the counters run (no samples): the window takes its counter steps
     def close(self):
         pass
 
-def recorder(torch_, prof, log, syncs=False, counter_steps=0, expected_s=0.0):
-    w = cw.CuptiWindow(torch_, FakeCupti(), log, counter_steps=counter_steps, expected_s=expected_s)
+def recorder(torch_, prof, log, syncs=False, counter_steps=0, expected_s=0.0, follows_warmup=False, pace_s=0.0):
+    w = cw.CuptiWindow(torch_, FakeCupti(), log, counter_steps=counter_steps, expected_s=expected_s,
+                       follows_warmup=follows_warmup, pace_s=pace_s)
     made.append(w)
     return w, w.host_scopes()
 
@@ -300,6 +340,7 @@ class Marker:  # the GPU's queue marked at the records' enable, run by the GPU a
 
 pmc.PmCounters, light.light_recorder = Pm, recorder
 cw.CuptiWindow._queue_marker = lambda self: Marker()
+cw.REFILLED_SHARE = 0.0  # the marker alone ends the warm-up here: the host's pace is the recorder's tests' subject
 m = torch.nn.Linear(4, 4)
 o = torch.optim.SGD(m.parameters(), lr=0.1)
 for i in range({steps}):
@@ -345,6 +386,39 @@ def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path)
 
 
 # ---- 2. read back and analyzed ----------------------------------------------------------------------------------
+
+def test_a_window_without_counter_steps_warms_its_records_up_by_the_marker_too(tmp_path):
+    """`gpucheckup run --light --counter-steps 0` (the records-only window, where the counters cannot run): no wait for
+    the GPU's queue; the window's own warm-up step is the records' first, and the agent follows the warm-up until the
+    GPU has run the marker (its 3rd query): phases, capture and trace agree, and the record steps are as many as
+    asked."""
+    pytest.importorskip("torch")
+    skip, records, queued = 4, 3, 3
+    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 8 + records,
+                           queued=queued)
+    out = tmp_path / "runs"
+    p = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--light", "--counter-steps", "0",
+                        "--no-nvml", "--no-report", "--out", str(out), "--skip", str(skip),
+                        "--steps", str(records), "--", sys.executable, "-c", job],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = next(d for d in out.iterdir() if d.is_dir())
+    rows = [r.split(",") for r in (run_dir / "steps.csv").read_text().splitlines()[1:]]
+    phase = {int(r[0]): r[3] for r in rows}
+    w0 = skip  # the window starts after step skip - 1: its warm-up step is the records' first, then 2 more
+    want = {**{w0 + i: "profile-warmup" for i in range(queued)}, **{w0 + queued + i: "profiled" for i in range(records)}}
+    assert {n: phase[n] for n in want} == want and [n for n, ph in phase.items() if ph] == sorted(want)
+    agent = json.loads((run_dir / "agent.json").read_text())
+    (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
+    assert "counter_steps" not in cap and cap["record_warmup_steps"] == queued
+    assert cap["steps"] == [w0 + queued, w0 + queued + records - 1] and cap["status"] == "done"
+    trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
+    marks = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    assert len(marks) == records and trace["gpucheckup_light"]["record_warmups"] == queued
+    log = (run_dir / "agent.log").read_text()
+    assert f"records from the next step, after {queued} warm-up step(s)" in log
+
 
 def test_counter_steps_read_and_analyzed(counted):
     from gpucheckup.analysis.checkup import analyze
@@ -505,10 +579,11 @@ def test_interval_for_short_and_long_windows():
 
 
 def test_the_counters_span_covers_every_step_they_sample():
-    """The interval's basis: warm-up, counter steps, the records' warm-up, record steps, at the recent median step."""
+    """The interval's basis: warm-up, counter steps, the records' two warm-up steps, record steps, at the recent
+    median step."""
     from gpucheckup.capture.agent.light import counters_span_s
 
-    assert counters_span_s(20, 5, [9.0, 10.0, 50.0]) == pytest.approx(27 * 0.010)
+    assert counters_span_s(20, 5, [9.0, 10.0, 50.0]) == pytest.approx(28 * 0.010)
     assert counters_span_s(0, 5, [10.0]) == counters_span_s(20, 5, []) == 0.0
     # so the default window on a 10 ms step samples every 60 us: about 4,500 samples to decode, not 13,500 at 20 us
     assert pmc.interval_for(counters_span_s(20, 5, [10.0])) == 60_000

@@ -411,9 +411,9 @@ class Agent:
         """A light window's recorded steps start after its counter steps and the records' warm-up (the recorder's
         `shift`, which grows while the GPU still runs what was queued before the records, agent/cupti_window.py),
         keeping their count."""
-        if w.counters_from is None or w.last_step is None:
+        if w.records_base is None or w.last_step is None:
             return
-        late = w.counters_from + getattr(w.prof, "shift", 0) - w.first_step
+        late = w.records_base + getattr(w.prof, "shift", 0) - w.first_step
         if late > 0:
             w.first_step += late
             w.last_step += late
@@ -449,6 +449,8 @@ class Agent:
             counted = getattr(prof, "counted", 0)  # a light window's counter steps, then the records' warm-up
             if counted:
                 w.counters_from, w.counter_steps = first, counted
+            if getattr(prof, "follows_warmup", False):
+                w.records_base = first
                 self._follow_records_warmup(w)
             self.window = w
             self.log(f"profiling steps from {first} ({f'{steps} steps' if steps else f'{seconds:g} s'}; "
@@ -466,12 +468,14 @@ class Agent:
     def _start_light(self, w: Window, counter_steps: int = 0) -> None:
         """A light window (agent/light.py): CUPTI's activity records (after `counter_steps` counter steps where the
         counters run) or user-scope ranges only, and the launcher asked to sample stacks."""
-        from gpucheckup.capture.agent.light import counters_span_s, light_recorder
+        from gpucheckup.capture.agent.light import counters_span_s, light_recorder, recent_step_s
 
         records = w.last_step - w.first_step + 1 if w.last_step is not None else 0
         expected_s = counters_span_s(counter_steps, records, self.step_ms_recent)
         w.prof, w.light = light_recorder(self.torch, w.prof, self.log, syncs=self.settings["light_syncs"],
-                                         counter_steps=counter_steps, expected_s=expected_s)
+                                         counter_steps=counter_steps, expected_s=expected_s,
+                                         follows_warmup=w.last_step is not None,
+                                         pace_s=recent_step_s(self.step_ms_recent))
         w.light.on()
         if not self.light_marked:
             self._mark_sampling(None)
@@ -529,7 +533,9 @@ class Agent:
                 if w.counters_from is not None:
                     capture["counter_steps"] = [w.counters_from, min(w.counters_from + w.counter_steps - 1,
                                                                      last_step or 0)]
-                    capture["record_warmup_steps"] = w.first_step - w.counters_from - w.counter_steps
+                if w.records_base is not None:  # the window's warm-up is the records' first without counter steps
+                    capture["record_warmup_steps"] = w.first_step - w.records_base + (
+                        -w.counter_steps if w.counters_from is not None else 1)
                 capture["profiler_step_offset"] = w.first_step - 1
                 if last_step is None or last_step < w.first_step:
                     raise RuntimeError("the job ended before the first profiled step")

@@ -28,8 +28,13 @@ start() starts the GPU's activity counters instead; the C steps after the warm-u
 the step() ending the last of them enables the activities (the next step is their warm-up), and stop() decodes and
 closes the counters before it detaches CUPTI. The records' warm-up lasts until the GPU has run what was queued before
 the records were enabled (`_still_queued`: a CUDA event marks the queue), so no kernel of the record steps runs
-unrecorded and the job keeps its pace (a GPU-bound job queues a few steps ahead). `shift` says how many steps later
-than without counters the records begin: C + the warm-up steps so far.
+unrecorded and the job keeps its pace (a GPU-bound job queues a few steps ahead), and then until a step takes the
+counter steps' pace again (`_refilling`): the records' first step costs the host CUPTI's first use of each kernel,
+the GPU drains its queue meanwhile, and a GPU-bound job's host then runs ahead of the GPU until the queue is full
+again, its steps ending on the host before their kernels ran. A window without counter steps warms its records up
+the same way from its own warm-up step, at the job's recent pace, where the agent follows the warm-up
+(`follows_warmup`: a window of so many steps). `shift` says how many steps later the records begin than in a window
+with no counter step and one warm-up step: C + the warm-up steps so far, or the warm-up steps after the first.
 
 Clocks: CUPTI's timestamps (ns) come from its own clock (cuptiGetTimestamp). At start() and at stop() the
 window reads time.time_ns(), cupti.get_timestamp(), time.time_ns() (best of CLOCK_READS, the narrowest
@@ -59,9 +64,14 @@ import time
 
 from gpucheckup.capture.agent.cuda_libs import load_wheel_libraries
 
-# The records' warm-up goes on while the GPU has not run what was queued before them, at most this many steps after
-# the first (a GPU-bound job queues a few steps ahead: 3 of its 20 ms steps on the H200, docs/validation.md 6m).
+# The records' warm-up goes on while the GPU has not run what was queued before them, then past their first step and
+# while a step takes under REFILLED_SHARE of the pace (the counter steps' median, else the job's recent steps': the
+# host running ahead of a GPU whose queue drained), at most QUEUED_STEPS_MAX steps after the first (a GPU-bound job
+# queues a few steps ahead: 3 of its 20 ms steps on the H200, and it then ran 14-19 ms steps for one or two more,
+# docs/validation.md 6n). A tenth under the pace is a host no longer ahead of the GPU, within the steps' own spread
+# (the counter steps' middle half spans a few percent).
 QUEUED_STEPS_MAX = 10
+REFILLED_SHARE = 0.9
 BUFFER_BYTES = 16 << 20  # one CUPTI activity buffer: ~60,000 kernel records, a window's worth for most jobs
 CLOCK_READS = 7  # clock brackets read at each end of the window; the narrowest one is kept
 ACTIVITIES = ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET")  # CUPTI activity kinds recorded (no RUNTIME, no DRIVER)
@@ -279,7 +289,8 @@ class CuptiWindow:
 
     backend = BACKEND
 
-    def __init__(self, torch, cupti, log=None, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
+    def __init__(self, torch, cupti, log=None, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0,
+                 follows_warmup: bool = False, pace_s: float = 0.0):
         self.torch = torch
         self.cupti = cupti
         self.log = log or (lambda msg: None)
@@ -308,6 +319,11 @@ class CuptiWindow:
         self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the GPU runs the queue)
         self.warming = False  # the records' warm-up goes on: the GPU has not run what was queued before them
         self.queued = None  # the CUDA event marking the GPU's queue when the records were enabled (_queue_marker)
+        self.pace_ns = 0  # the counter steps' median host time (ns): a step back at it has the GPU's queue refilled
+        # a window without counter steps warms its records up by the marker too where the agent moves its record steps
+        # by the warm-ups (a window of so many steps), at the job's recent pace (pace_s: its median step, seconds)
+        self.follows_warmup = follows_warmup
+        self.pace_s = pace_s
 
     def host_scopes(self) -> HostRanges:
         """What the agent turns on before start() and off after stop() (its `light`): the host ranges."""
@@ -328,14 +344,16 @@ class CuptiWindow:
             if "CONCURRENT_KERNEL" not in self.enabled:
                 self._disable()
                 raise RuntimeError("CUPTI would not record kernels (CONCURRENT_KERNEL)")
+            self.warmups, self.warming = 1, self.queued is not None  # the window's warm-up step is the records'
         self.started = True
         self.marks = [time.time_ns()]
 
     @property
     def shift(self) -> int:
-        """Steps the records start after the start of a window without counters: the counter steps and the records'
-        warm-up steps so far (0 where the counters do not run); the agent reads it after every step()."""
-        return self.counted + max(self.warmups, 1) if self.counted else 0
+        """Steps the records start later than those of a window with no counter step and one warm-up step: the counter
+        steps and the records' warm-up steps so far, or the warm-up steps after the first where the counters do not run;
+        the agent reads it after every step()."""
+        return self.counted + max(self.warmups, 1) if self.counted else max(self.warmups, 1) - 1
 
     def step(self) -> None:
         """The end of a step (the agent's optimizer post-step hook); after the last counter step, records begin
@@ -345,13 +363,14 @@ class CuptiWindow:
             self._enable_records()
             self.warmups, self.warming = 1, True
         elif self.warming:
-            queued = self._still_queued()
-            capped = queued and self.warmups > QUEUED_STEPS_MAX  # the next step warms up too, up to the cap
-            self.warming = queued and not capped
+            why = ("the GPU still ran work queued before them" if self._still_queued() else
+                   "the host still ran ahead of the GPU" if self._refilling() else "")
+            capped = bool(why) and self.warmups > QUEUED_STEPS_MAX  # the next step warms up too, up to the cap
+            self.warming = bool(why) and not capped
             self.warmups += self.warming
             if not self.warming:
                 self.log(f"light window: records from the next step, after {self.warmups} warm-up step(s)"
-                         + (" (the GPU still ran work queued before them)" if capped else ""))
+                         + (f" ({why})" if capped else ""))
 
     def _still_queued(self) -> bool:
         """Whether the GPU has not yet run what was queued before the records (the marker not reached; False without
@@ -362,7 +381,18 @@ class CuptiWindow:
             return not self.queued.query()
         except Exception as e:  # noqa: BLE001 - the records begin; the check-up's busy may read a little low
             self.log(f"light window: the queue's marker could not be read ({type(e).__name__}: {e})")
+            self.queued = None  # nor the host's pace after it: the records begin after the step that just ended
             return False
+
+    def _refilling(self) -> bool:
+        """Whether the host may still run ahead of a GPU whose queue drained (False without a marker: no GPU queue to
+        refill): the records' first warm-up step always (its time is CUPTI's first use of each kernel, not the job's
+        pace: on the H200 a records-only window's first warm-up took 33 ms of a 20 ms step, the GPU reached the marker
+        inside it, and the host ran the next 5 steps in 10-15 ms, docs/validation.md 6n), and any later step that took
+        under REFILLED_SHARE of the pace (the counter steps' median, else the job's recent steps')."""
+        if self.queued is None:
+            return False
+        return self.warmups <= 1 or self.marks[-1] - self.marks[-2] < REFILLED_SHARE * self.pace_ns
 
     def _queue_marker(self):
         """A CUDA event recorded on the current stream now (None without a GPU, or where torch refuses it): done once
@@ -396,14 +426,19 @@ class CuptiWindow:
         """Enable the activity kinds (synchronizations too where asked); a kind CUPTI refuses is logged and left out.
         CUPTI records a kernel launched while its kind is enabled: a GPU-bound job's queue holds kernels launched
         before, which would run unrecorded inside the first record steps (on the H200 the counters read one such window
-        4.7 points busier than its kernels, docs/validation.md 6l). After counter steps the window marks the queue
-        (`_queue_marker`) and warms the records up until the GPU has run the mark: the job goes on at its pace. A wait
-        for the queue instead (torch.cuda.synchronize) empties it, and a GPU-bound job's host then runs ahead of its
-        GPU for several steps until the queue is full again: 5 record steps of a 20 ms step read 10-13 ms on the host
-        (6m). Without counter steps the agent's window has one fixed warm-up step, so the window waits there."""
-        if self.torch.cuda.is_available() and not self.counted:
+        4.7 points busier than its kernels, docs/validation.md 6l). After counter steps, or where the agent follows the
+        warm-up (`follows_warmup`), the window marks the queue (`_queue_marker`) and warms the records up until the GPU
+        has run the mark and the host is back at its pace: the job goes on at its pace. A wait for the queue instead
+        (torch.cuda.synchronize) empties it, and a GPU-bound job's host then runs ahead of its GPU for several steps
+        until the queue is full again: 5 record steps of a 20 ms step read 10-13 ms on the host (6m). A window the
+        agent bounds by seconds keeps one warm-up step, so the window waits there."""
+        marked = bool(self.counted) or self.follows_warmup
+        if self.torch.cuda.is_available() and not marked:
             self.torch.cuda.synchronize()
-        self.queued = self._queue_marker() if self.counted else None
+        self.queued = self._queue_marker() if marked else None
+        counter_ns = sorted(b - a for a, b in zip(self.marks[1:-1], self.marks[2:]))  # the counter steps' host times
+        self.pace_ns = (counter_ns[len(counter_ns) // 2] if self.counted and counter_ns else
+                        0 if self.counted else int(self.pace_s * 1e9))
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])
@@ -472,7 +507,7 @@ class CuptiWindow:
         for r in self.records:
             counts[r[0]] = counts.get(r[0], 0) + 1
         return {"backend": BACKEND, "activities": list(self.enabled), "records": counts,
-                **({"record_warmups": self.warmups} if self.counted else {}),
+                **({"record_warmups": self.warmups} if self.counted or self.follows_warmup else {}),
                 "other_records": self.other, "buffers": self.buffers, "detached_after": self.detached,
                 "cupti_python": _package_version(),
                 **({"no_counters": self.why_no_counters} if self.why_no_counters else {})}
@@ -600,8 +635,8 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
                 record_warmups: int = 1) -> dict:
     """The window's Kineto-shaped trace: records (CuptiWindow._completed's tuples, CUPTI ns), host ranges
     (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time; the first
-    `counter_steps` steps after the warm-up are counter steps, then `record_warmups` warm-up steps of the records,
-    with `counters` (pm_counters.Samples of `device`, None where their decode failed) written in `counter_block`."""
+    `counter_steps` steps after the warm-up are counter steps, then `record_warmups` warm-up steps of the records
+    (without counter steps the window's warm-up is the records' first), with `counters` (pm_counters.Samples of `device`, None where their decode failed) written in `counter_block`."""
     lo = marks[0] if marks else min((clock.unix_ns(r[1]) for r in records), default=time.time_ns())
     base = lo // 1_000_000_000 * 1_000_000_000
 
@@ -609,8 +644,10 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
         return (unix_ns - base) / 1000.0
 
     # marks[0] is start() (before the warm-up step); marks[1] the warm-up's end; with counters, marks[2..C+1] end
-    # the counter steps and marks[C+2..C+1+W] the records' W warm-up steps; each later mark ends a recorded step
-    rec0 = min(1 + (counter_steps + record_warmups if counter_steps else 0), max(len(marks) - 1, 0))
+    # the counter steps and marks[C+2..C+1+W] the records' W warm-up steps, without them marks[1..W] end the records'
+    # W warm-up steps; each later mark ends a recorded step
+    warm = max(record_warmups, 1)
+    rec0 = min(1 + counter_steps + warm if counter_steps else warm, max(len(marks) - 1, 0))
     counted = [(marks[i - 1], marks[i]) for i in range(2, min(counter_steps + 2, len(marks)))]
     lo_rec = marks[rec0] if len(marks) > 1 else lo  # the records' warm-up end: what ended before it is not kept
     ev, streams = _gpu_events(records, clock, lo_rec, us)

@@ -42,21 +42,28 @@ def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
 BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
 
 
+def recent_step_s(recent_ms) -> float:
+    """The job's pace before the window: the median of its recent steps (ms), in seconds; 0 without any."""
+    recent = sorted(recent_ms)
+    return recent[len(recent) // 2] / 1000.0 if recent else 0.0
+
+
 def counters_span_s(counter_steps: int, record_steps: int, recent_ms) -> float:
     """The seconds the counters are expected to run (their sampling interval's basis): the warm-up step, the counter
-    steps, the records' first warm-up step and the record steps, at the median of the recent steps; 0 without
-    counters."""
-    recent = sorted(recent_ms)
-    if not counter_steps or not recent:
+    steps, the records' two warm-up steps (the fewest the GPU's marker and the host's pace leave:
+    agent/cupti_window.py) and the record steps, at the median of the recent steps; 0 without counters."""
+    if not counter_steps:
         return 0.0
-    return (1 + counter_steps + 1 + record_steps) * recent[len(recent) // 2] / 1000.0
+    return (1 + counter_steps + 2 + record_steps) * recent_step_s(recent_ms)
 
 
-def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0):
+def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0, expected_s: float = 0.0,
+                   follows_warmup: bool = False, pace_s: float = 0.0):
     """(recorder, scopes) of a light window: a CuptiWindow (with CUPTI's synchronization records when `syncs`, and
-    `counter_steps` counter steps before its records, the counters sampling about expected_s seconds) and its host
-    ranges where cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes; `log` gets
-    one line saying which and why."""
+    `counter_steps` counter steps before its records, the counters sampling about expected_s seconds; its records'
+    warm-up as long as the GPU's queue needs where the agent follows it, `follows_warmup`, at the pace `pace_s`) and
+    its host ranges where cupti-python works and torch sees a GPU, else the torch.profiler `prof` with UserScopes;
+    `log` gets one line saying which and why."""
     reason = None
     try:
         if not torch.cuda.is_available():
@@ -65,7 +72,7 @@ def light_recorder(torch, prof, log, syncs: bool = False, counter_steps: int = 0
             from gpucheckup.capture.agent.cupti_window import CuptiWindow, load_cupti
 
             window = CuptiWindow(torch, load_cupti(), log, syncs=syncs, counter_steps=counter_steps,
-                                 expected_s=expected_s)
+                                 expected_s=expected_s, follows_warmup=follows_warmup, pace_s=pace_s)
             what = "kernels, copies, memsets, synchronizations" if syncs else "kernels, copies, memsets"
             log(f"light window: {window.backend} ({what}; no runtime calls)")
             return window, window.host_scopes()

@@ -36,6 +36,9 @@ class Window:
         self.light = None  # a light window's UserScopes (agent/light.py)
         self.counters_from = None  # a light window's first counter step (agent/pm_counters.py), None without them
         self.counter_steps = 0  # and how many there are (the records' warm-up steps follow them)
+        # a light window whose record steps move by the recorder's `shift` (agent/cupti_window.py): the step they
+        # start at with no counter step and one warm-up step; None for every other window
+        self.records_base = None
 
 
 class Request:
