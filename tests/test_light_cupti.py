@@ -415,6 +415,40 @@ def test_h200_cupti_light_trace_is_not_replayed_and_its_fixes_rank_by_their_boun
     assert launch > 0.5 * r["steps"]["median_ms"] * r["gaps"]["pct_of_step"]["other_host"] / 100
 
 
+def test_h200_lightning_light_window_counts_the_optimizers_own_time_inside_its_steps_only():
+    """A step's mark comes from inside its optimizer step, so a light window's first step begins inside the range of
+    the step before it: on the H200's Lightning loop a 59 ms range (its closure unrecorded, CUPTI's first use). The
+    fused optimizer's bound counts the optimizer's own spans (the ranges less the closures in them) that start inside
+    the profiled steps, cut at their end: computed here from the trace's JSON, per step, the profiler's host scale
+    applied, no more than the launch idle, plus the optimizer kernels' time."""
+    from gpucheckup.checkup.pipeline import check_run
+    from gpucheckup.diagnosis.fixes import _kernel_ms, _launch_idle
+
+    run = H200_LIGHT / "lightning_default"
+    doc = json.loads(gzip.decompress((run / "traces" / "trace.json.gz").read_bytes()))
+    ranges = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ranges if e["name"].startswith("ProfilerStep#"))
+    lo, hi = steps[0][0], steps[-1][1]
+    closures = [(e["ts"], e["ts"] + e["dur"]) for e in ranges if e["name"].startswith("Optimizer.closure#")]
+    own_us = 0.0
+    whole, started = [], set()
+    for e in (e for e in ranges if e["name"].startswith("Optimizer.step#")):
+        a, b = e["ts"], e["ts"] + e["dur"]
+        whole.append(e["dur"])
+        cut = max([c1 for c0, c1 in closures if a <= c0 <= b], default=a)
+        if lo <= cut < hi:
+            own_us += min(b, hi) - cut
+            started.add(next(i for i, (s0, s1) in enumerate(steps) if s0 <= cut < s1))
+    assert max(whole) > 4 * (hi - lo) / len(steps)  # the range from before the window, longer than four steps
+    assert len(started) == len(steps)
+    a = check_run(run).checkups[0].analysis
+    want = min(a.window.host_ms(own_us), _launch_idle(a)) + _kernel_ms(a, "optimizer")
+    r = _report("lightning_default")
+    got = next(f for f in r["fixes"] if f["key"] == "fused_optimizer")["saving_ms"]
+    assert got == pytest.approx(want, rel=1e-6)
+    assert got < 0.25 * r["steps"]["median_ms"]  # 1.8 ms; counting that range read 8.1, the whole launch idle
+
+
 def test_h200_hf_trainer_light_window_names_the_full_windows_three_fixes_first():
     """HF Trainer's CUPTI light window (tests/data/h200/light/hf_cupti) against the same job's full window (the corpus
     run, tests/data/h200/corpus/hf): launch_bound both, and the same three fixes first in the same order (the full
