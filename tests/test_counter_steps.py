@@ -350,13 +350,11 @@ for i in range({steps}):
 """
 
 
-def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path):
-    """`gpucheckup run --light`: the agent follows the recorder's warm-up (the GPU runs what was queued before the
-    records for 3 steps): steps.csv's phases, agent.json's capture and the trace's ProfilerSteps all say the same
-    steps, and the record steps are as many as asked."""
+def _agent_window(tmp_path, counters: int, skip: int, records: int, queued: int) -> tuple[dict, dict, dict, str]:
+    """`gpucheckup run --light --counter-steps C` on AGENT_JOB, the GPU's queue marker reached at its `queued`-th query:
+    (steps.csv's phase by step, agent.json's steps capture, the trace, the agent log)."""
     pytest.importorskip("torch")
-    skip, counters, records, queued = 4, 3, 3, 3
-    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 12 + records,
+    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + counters + 9 + records,
                            queued=queued)
     out = tmp_path / "runs"
     p = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--light", "--counter-steps", str(counters),
@@ -366,7 +364,23 @@ def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     run_dir = next(d for d in out.iterdir() if d.is_dir())
     rows = [r.split(",") for r in (run_dir / "steps.csv").read_text().splitlines()[1:]]
-    phase = {int(r[0]): r[3] for r in rows}
+    agent = json.loads((run_dir / "agent.json").read_text())
+    (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
+    trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
+    return {int(r[0]): r[3] for r in rows}, cap, trace, (run_dir / "agent.log").read_text()
+
+
+def _record_steps(trace: dict) -> list[dict]:
+    return [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
+            and e["name"].startswith("ProfilerStep#")]
+
+
+def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path):
+    """`gpucheckup run --light`: the agent follows the recorder's warm-up (the GPU runs what was queued before the
+    records for 3 steps): steps.csv's phases, agent.json's capture and the trace's ProfilerSteps all say the same
+    steps, and the record steps are as many as asked."""
+    skip, counters, records, queued = 4, 3, 3, 3
+    phase, cap, trace, _ = _agent_window(tmp_path, counters, skip, records, queued)
     # the window starts after step skip - 1: its warm-up, the counter steps, then the records' 3 warm-up steps
     w0 = skip
     want = {w0: "profile-warmup", **{w0 + 1 + i: "counters" for i in range(counters)},
@@ -375,50 +389,28 @@ def test_the_agent_starts_the_recorded_steps_after_the_records_warm_up(tmp_path)
     want.update({first + i: "profiled" for i in range(records)})
     assert {n: phase[n] for n in want} == want
     assert [n for n, ph in phase.items() if ph] == sorted(want)
-    agent = json.loads((run_dir / "agent.json").read_text())
-    (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
     assert cap["counter_steps"] == [w0 + 1, w0 + counters] and cap["record_warmup_steps"] == queued
     assert cap["steps"] == [first, first + records - 1] and cap["status"] == "done"
-    trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
-    marks = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
-             and e["name"].startswith("ProfilerStep#")]
-    assert len(marks) == records and trace["gpucheckup_light"]["record_warmups"] == queued
+    assert len(_record_steps(trace)) == records and trace["gpucheckup_light"]["record_warmups"] == queued
 
-
-# ---- 2. read back and analyzed ----------------------------------------------------------------------------------
 
 def test_a_window_without_counter_steps_warms_its_records_up_by_the_marker_too(tmp_path):
     """`gpucheckup run --light --counter-steps 0` (the records-only window, where the counters cannot run): no wait for
     the GPU's queue; the window's own warm-up step is the records' first, and the agent follows the warm-up until the
     GPU has run the marker (its 3rd query): phases, capture and trace agree, and the record steps are as many as
     asked."""
-    pytest.importorskip("torch")
     skip, records, queued = 4, 3, 3
-    job = AGENT_JOB.format(tests=str(pathlib.Path(__file__).resolve().parent), steps=skip + 8 + records,
-                           queued=queued)
-    out = tmp_path / "runs"
-    p = subprocess.run([sys.executable, "-m", "gpucheckup", "run", "--light", "--counter-steps", "0",
-                        "--no-nvml", "--no-report", "--out", str(out), "--skip", str(skip),
-                        "--steps", str(records), "--", sys.executable, "-c", job],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    run_dir = next(d for d in out.iterdir() if d.is_dir())
-    rows = [r.split(",") for r in (run_dir / "steps.csv").read_text().splitlines()[1:]]
-    phase = {int(r[0]): r[3] for r in rows}
+    phase, cap, trace, log = _agent_window(tmp_path, 0, skip, records, queued)
     w0 = skip  # the window starts after step skip - 1: its warm-up step is the records' first, then 2 more
     want = {**{w0 + i: "profile-warmup" for i in range(queued)}, **{w0 + queued + i: "profiled" for i in range(records)}}
     assert {n: phase[n] for n in want} == want and [n for n, ph in phase.items() if ph] == sorted(want)
-    agent = json.loads((run_dir / "agent.json").read_text())
-    (cap,) = [c for c in agent["captures"] if c["kind"] == "steps"]
     assert "counter_steps" not in cap and cap["record_warmup_steps"] == queued
     assert cap["steps"] == [w0 + queued, w0 + queued + records - 1] and cap["status"] == "done"
-    trace = json.loads(gzip.decompress((run_dir / "traces" / "trace.json.gz").read_bytes()))
-    marks = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
-             and e["name"].startswith("ProfilerStep#")]
-    assert len(marks) == records and trace["gpucheckup_light"]["record_warmups"] == queued
-    log = (run_dir / "agent.log").read_text()
+    assert len(_record_steps(trace)) == records and trace["gpucheckup_light"]["record_warmups"] == queued
     assert f"records from the next step, after {queued} warm-up step(s)" in log
 
+
+# ---- 2. read back and analyzed ----------------------------------------------------------------------------------
 
 def test_counter_steps_read_and_analyzed(counted):
     from gpucheckup.analysis.checkup import analyze
