@@ -357,7 +357,8 @@ class CuptiWindow:
 
     def step(self) -> None:
         """The end of a step (the agent's optimizer post-step hook); after the last counter step, records begin
-        (the next step is their warm-up, and the next while the GPU still runs what was queued before them)."""
+        (the next step is their warm-up, and the next while the GPU still runs what was queued before them or the
+        host runs ahead of it: `_still_queued`, `_refilling`)."""
         self.marks.append(time.time_ns())
         if self.pm and not self.enabled and len(self.marks) == self.counter_steps + 2:
             self._enable_records()
