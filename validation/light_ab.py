@@ -333,8 +333,10 @@ def main() -> None:
     CUPTI_SITE[0] = a.cupti_site
     WINDOW_STEPS[0] = a.window_steps
     plan = {job: tuple(a.modes.split(",")) for job in a.jobs.split(",")}
-    if a.plan:
-        plan = {job: tuple(ms.split(",")) for job, ms in (part.split(":", 1) for part in a.plan.split(";"))}
+    if a.plan:  # a job named twice ("gpu16:cupti;gpu16:counters") runs every mode given for it, in order
+        plan = {}
+        for job, ms in (part.split(":", 1) for part in a.plan.split(";")):
+            plan[job] = plan.get(job, ()) + tuple(m for m in ms.split(",") if m not in plan.get(job, ()))
     bad = [f"{j}:{m}" for j, ms in plan.items() for m in ms if j not in JOBS or m not in MODES]
     if bad:
         sys.exit(f"light_ab: unknown job or mode: {', '.join(bad)}")
