@@ -301,6 +301,12 @@ def test_an_event_torch_refuses_leaves_no_marker(monkeypatch):
     w = cw.CuptiWindow(torch, OrderCupti(), log=lines.append, counter_steps=2)
     assert w._queue_marker() is None
     assert lines == ["light window: no marker in the GPU's queue (RuntimeError: CUDA error: out of memory)"]
+    # with no marker to warm up by, enabling the records waits for the GPU's queue once, as a window by seconds does
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: synced.append(1))
+    w.counted = 2
+    w._enable_records()
+    assert synced == [1] and w.queued is None and "CONCURRENT_KERNEL" in w.enabled
 
 
 def test_a_job_that_keeps_no_queue_begins_its_records_after_one_warm_up(counted):

@@ -319,7 +319,7 @@ class CuptiWindow:
         self.warmups = 0  # the records' warm-up steps after the counter steps (1, more while the GPU runs the queue)
         self.warming = False  # the records' warm-up goes on: the GPU has not run what was queued before them
         self.queued = None  # the CUDA event marking the GPU's queue when the records were enabled (_queue_marker)
-        self.pace_ns = 0  # the counter steps' median host time (ns): a step back at it has the GPU's queue refilled
+        self.pace_ns = 0  # the job's pace (ns; the counter steps' median): a step back at it has the queue refilled
         # a window without counter steps warms its records up by the marker too where the agent moves its record steps
         # by the warm-ups (a window of so many steps), at the job's recent pace (pace_s: its median step, seconds)
         self.follows_warmup = follows_warmup
@@ -432,11 +432,12 @@ class CuptiWindow:
         has run the mark and the host is back at its pace: the job goes on at its pace. A wait for the queue instead
         (torch.cuda.synchronize) empties it, and a GPU-bound job's host then runs ahead of its GPU for several steps
         until the queue is full again: 5 record steps of a 20 ms step read 10-13 ms on the host (6m). A window the
-        agent bounds by seconds keeps one warm-up step, so the window waits there."""
+        agent bounds by seconds keeps one warm-up step, so the window waits there, as it does where torch refuses the
+        marker."""
         marked = bool(self.counted) or self.follows_warmup
-        if self.torch.cuda.is_available() and not marked:
-            self.torch.cuda.synchronize()
         self.queued = self._queue_marker() if marked else None
+        if self.torch.cuda.is_available() and self.queued is None:
+            self.torch.cuda.synchronize()
         counter_ns = sorted(b - a for a, b in zip(self.marks[1:-1], self.marks[2:]))  # the counter steps' host times
         self.pace_ns = (counter_ns[len(counter_ns) // 2] if self.counted and counter_ns else
                         0 if self.counted else int(self.pace_s * 1e9))
@@ -637,7 +638,8 @@ def build_trace(records, ranges, marks, clock: Clock, pid: int, tid: int, props:
     """The window's Kineto-shaped trace: records (CuptiWindow._completed's tuples, CUPTI ns), host ranges
     (name, Unix ns, Unix ns), step marks (Unix ns: start, the end of each step), all on Unix time; the first
     `counter_steps` steps after the warm-up are counter steps, then `record_warmups` warm-up steps of the records
-    (without counter steps the window's warm-up is the records' first), with `counters` (pm_counters.Samples of `device`, None where their decode failed) written in `counter_block`."""
+    (without counter steps the window's warm-up is the records' first), with `counters` (pm_counters.Samples of
+    `device`, None where their decode failed) written in `counter_block`."""
     lo = marks[0] if marks else min((clock.unix_ns(r[1]) for r in records), default=time.time_ns())
     base = lo // 1_000_000_000 * 1_000_000_000
 
