@@ -533,9 +533,8 @@ class Agent:
                 if w.counters_from is not None:
                     capture["counter_steps"] = [w.counters_from, min(w.counters_from + w.counter_steps - 1,
                                                                      last_step or 0)]
-                if w.records_base is not None:  # the window's warm-up is the records' first without counter steps
-                    capture["record_warmup_steps"] = w.first_step - w.records_base + (
-                        -w.counter_steps if w.counters_from is not None else 1)
+                if w.records_base is not None:
+                    capture["record_warmup_steps"] = w.prof.warmups
                 capture["profiler_step_offset"] = w.first_step - 1
                 if last_step is None or last_step < w.first_step:
                     raise RuntimeError("the job ended before the first profiled step")

@@ -59,6 +59,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import threading
 import time
 
@@ -438,9 +439,11 @@ class CuptiWindow:
         self.queued = self._queue_marker() if marked else None
         if self.torch.cuda.is_available() and self.queued is None:
             self.torch.cuda.synchronize()
-        counter_ns = sorted(b - a for a, b in zip(self.marks[1:-1], self.marks[2:]))  # the counter steps' host times
-        self.pace_ns = (counter_ns[len(counter_ns) // 2] if self.counted and counter_ns else
-                        0 if self.counted else int(self.pace_s * 1e9))
+        counter_ns = [b - a for a, b in zip(self.marks[1:-1], self.marks[2:])]  # marks[1..C+1]: after their warm-up
+        if not self.counted:
+            self.pace_ns = int(self.pace_s * 1e9)
+        elif counter_ns:
+            self.pace_ns = statistics.median_high(counter_ns)
         for name in ACTIVITIES:
             try:
                 self.cupti.activity_enable(self.kinds[name])

@@ -29,23 +29,21 @@ import time
 LEAD_S = 2.0
 
 
+def recent_step_s(recent_ms) -> float:
+    """The job's pace: the median of its recent steps (ms), in seconds; 0 without any."""
+    recent = sorted(recent_ms)
+    return recent[len(recent) // 2] / 1000.0 if recent else 0.0
+
+
 def lead_due(n: int, skip: int, recent_ms: list[float]) -> bool:
     """Whether, after step n, the window (warm-up at step `skip`) is less than LEAD_S away at the recent pace."""
     if n >= skip - 1:
         return True
-    if not recent_ms:
-        return False
-    typical = sorted(recent_ms)[len(recent_ms) // 2]
-    return (skip - 1 - n) * typical / 1000.0 <= LEAD_S
+    typical_s = recent_step_s(recent_ms)
+    return typical_s > 0 and (skip - 1 - n) * typical_s <= LEAD_S
 
 
 BACKEND_TORCH = "torch.profiler (CUDA activities, user scopes)"
-
-
-def recent_step_s(recent_ms) -> float:
-    """The job's pace before the window: the median of its recent steps (ms), in seconds; 0 without any."""
-    recent = sorted(recent_ms)
-    return recent[len(recent) // 2] / 1000.0 if recent else 0.0
 
 
 def counters_span_s(counter_steps: int, record_steps: int, recent_ms) -> float:

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+from gpucheckup.capture.agent.light import recent_step_s
 from gpucheckup.capture.agent.windows import Request
 
 IDLE_WAIT_MIN_S = 10.0  # a profile request waits at least this long for the next step (3 median steps if longer)
@@ -146,8 +147,7 @@ def answers(agent, req: dict):
             return
         agent.pending = r
     yield {"ok": True, "accepted": req, "step": agent.step}
-    recent = sorted(agent.step_ms_recent)
-    wait_s = max(IDLE_WAIT_MIN_S, 3 * recent[len(recent) // 2] / 1000) if recent else IDLE_WAIT_MIN_S
+    wait_s = max(IDLE_WAIT_MIN_S, 3 * recent_step_s(agent.step_ms_recent))
     seen, idle_s = agent.step, 0.0
     while not r.picked.wait(1.0):  # steps flowing (maybe through another window): keep waiting
         if agent.step != seen:
