@@ -245,20 +245,50 @@ def _fusion_plan(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
     joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
              & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
-    head_of, has_reduction = {}, {}
-    gdur, red = g.g_dur.tolist(), reduces.tolist()
-    folded = []
-    for o, p in zip(o[joins].tolist(), p[joins].tolist()):  # in op order: the predecessor's group is known
+    head_of = fold_chains(o[joins].tolist(), p[joins].tolist(), reduces.tolist())
+    folded = np.fromiter(head_of.keys(), dtype=np.int64, count=len(head_of))
+    heads = np.fromiter(head_of.values(), dtype=np.int64, count=len(head_of))
+    gdur = g.g_dur.astype(np.float64, copy=True)
+    np.maximum.at(gdur, heads, g.g_dur[folded])  # a fused kernel takes its longest member's time
+    gdur[folded] = 0.0
+    return folded, gdur
+
+
+def fold_chains(ops: list[int], preds: list[int], reduces: list[bool]) -> dict[int, int]:
+    """Inductor's groups over the fusable ops that may join their predecessor's kernel (`ops[i]` after `preds[i]`, in
+    op order, so a predecessor's group is known first): each joins its predecessor's group unless both would then
+    hold a reduction (COMPILE_REDUCES: two reductions make two kernels). The ops folded into another, each mapped to
+    its group's first op (the fused kernel, at its place)."""
+    head_of: dict[int, int] = {}
+    has_reduction: dict[int, bool] = {}
+    for o, p in zip(ops, preds):
         head = head_of.get(p, p)
-        h_red = has_reduction.get(head, red[head])
-        if red[o] and h_red:
+        h_red = has_reduction.get(head, reduces[head])
+        if reduces[o] and h_red:
             continue  # a second reduction starts a kernel of its own
         head_of[o] = head
-        has_reduction[head] = h_red or red[o]
-        gdur[head] = max(gdur[head], gdur[o])
-        gdur[o] = 0.0
-        folded.append(o)
-    return np.asarray(folded, dtype=np.int64), np.asarray(gdur, dtype=np.float64)
+        has_reduction[head] = h_red or reduces[o]
+    return head_of
+
+
+def folded_in_gpu_order(names: list[str], categories: list[str], streams: np.ndarray, steps: np.ndarray) -> int:
+    """How many of these kernels (one per entry, in start order on each stream; their names, categories, streams and
+    steps) Inductor's fusion folds into another, judged on the GPU's order alone, for a trace that holds no launch
+    call and no operator (a light window): each fusable kernel (`fusable_kernel`) joins its stream predecessor's
+    kernel when that is fusable too and ran in the same step, as `_inductor_fusion` joins them (`fold_chains`). With
+    no launching thread, sync call or operator to break a chain or mark a cast, it folds at least as many as the
+    replay would: an upper bound on the launches compiled code removes."""
+    ok = [fusable_kernel(n, c) for n, c in zip(names, categories)]
+    reduces = [c == COMPILE_REDUCES for c in categories]
+    ops, preds = [], []
+    for s in unique(streams).tolist():
+        on = np.flatnonzero(streams == s).tolist()
+        for p, o in zip(on, on[1:]):
+            if ok[o] and ok[p] and steps[o] == steps[p]:
+                ops.append(o)
+                preds.append(p)
+    order = np.argsort(ops, kind="stable")  # each predecessor's group first
+    return len(fold_chains([ops[i] for i in order], [preds[i] for i in order], reduces))
 
 
 def cuda_graphs(g: Graph) -> Edit:
@@ -465,10 +495,16 @@ def _fusable(g: Graph) -> np.ndarray:
     COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
     if "fusable" not in g.memo:
         cats, names = categories(g), g.trace.names
-        ok = np.isin(cats, [CATEGORIES.index(c) for c in COMPILE_FUSES])
-        for i in np.flatnonzero(cats == CATEGORIES.index("data_movement")).tolist():
-            ok[i] = data_movement_family(names[i]) in COMPILE_FUSES_MOVES
-        for i in np.flatnonzero(ok).tolist():
-            ok[i] = not COMPILE_KEEPS.search(names[i])
+        ok = np.zeros(len(names), dtype=bool)
+        for i in np.flatnonzero(cats >= 0).tolist():
+            ok[i] = fusable_kernel(names[i], CATEGORIES[cats[i]])
         g.memo["fusable"] = ok
     return g.memo["fusable"]
+
+
+def fusable_kernel(name: str, category: str) -> bool:
+    """Whether torch.compile fuses a kernel of this name and category (kernels.CATEGORIES) with its neighbours: a
+    category of COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
+    fuses = category in COMPILE_FUSES or (category == "data_movement"
+                                          and data_movement_family(name) in COMPILE_FUSES_MOVES)
+    return fuses and not COMPILE_KEEPS.search(name)
