@@ -15,6 +15,7 @@ import pytest
 import gpucheckup
 from conftest import raw_events
 from gpucheckup.trace import read_trace
+from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
 from gpucheckup.trace.tables import KERNEL
 from gpucheckup.whatif import edits as whatif
 from gpucheckup.whatif import compiled, nodes
@@ -407,3 +408,20 @@ def test_bf16_on_a_host_bound_loop_is_said_to_cost_more_than_it_saves(docs):
         assert fixes.index("bf16_autocast") >= 3
     f = next(f for f in docs["forloop"].fixes if f.key == "bf16_autocast")
     assert "50 operand casts a step by autocast" in f.predicted.what
+
+
+@pytest.mark.parametrize("job", ["hf", "timm", "lightning", "forloop", "sync", "gpu", "accelerate"])
+def test_the_compile_bound_folds_at_least_the_kernels_the_replay_folds(job):
+    """torch.compile's bound counts the launches it removes on the GPU's order alone (light windows hold nothing
+    else): on each full-window trace it folds at least the kernels the replay's fusion folds with the launches,
+    threads, syncs and operators in view, so the bound's launch share is never under the edit's."""
+    from gpucheckup.checkup.pipeline import check_run
+    from gpucheckup.diagnosis.fixes import _folded_share
+
+    a = check_run(CORPUS / job).checkups[0].analysis
+    g = _graph_of(job)
+    folded, _ = compiled._fusion_plan(g, compiled._outside_the_model(g))
+    replayed = int(np.count_nonzero(g.trace.gpu.kind[folded] == KERNEL))
+    model = int(np.count_nonzero(a.kernels.category_of_row != CATEGORIES.index("optimizer")))
+    assert replayed > 0
+    assert round(_folded_share(a) * model) >= replayed

@@ -16,8 +16,11 @@ from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES, GapSummary
 from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
 from gpucheckup.analysis.run_logs.run import RunAnalysis
 from gpucheckup.analysis.one_trace.host.syncs import SyncCause
+from gpucheckup.analysis.one_trace.timeline import Gaps
 from gpucheckup.analysis.one_trace.window import Window
+from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows
 from gpucheckup.diagnosis import fixes
+from gpucheckup.whatif import compiled
 from gpucheckup.trace import read_trace
 
 
@@ -43,19 +46,77 @@ def offered(a, *keys, cap_ms=None):
     return {f.key: f.saving_ms for f in fixes.offer(a, *keys, cap_ms=cap_ms)}
 
 
-def test_launch_fixes_save_the_launch_idle_and_cuda_graphs_the_queued_too():
-    a = idle(launch=3.0, other_host=2.0, queued=1.5, allocation=7.0)
-    got = offered(a, "cuda_graph", "larger_batch", "fuse_layers")
-    assert got == pytest.approx({"cuda_graph": 3 + 2 + 1.5, "larger_batch": 5.0, "fuse_layers": 5.0})
-    assert offered(idle(queued=1.0), "cuda_graph", "larger_batch", "fuse_layers") == {"cuda_graph": 1.0}
+def gapped(a, gaps):
+    """a with these GPU gaps: (start us, end us, {cause: us}) each; the per-step totals stay idle()'s."""
+    start = np.array([g[0] for g in gaps], dtype=np.float64)
+    end = np.array([g[1] for g in gaps], dtype=np.float64)
+    time = np.array([[g[2].get(c, 0.0) for c in CAUSES] for g in gaps], dtype=np.float64)
+    n = len(gaps)
+    g = Gaps(np.zeros(n, dtype=np.int64), start, end, np.zeros(n, dtype=np.int64), np.zeros(n))
+    return replace(a, timeline=replace(a.timeline, gaps=g), causes=replace(a.causes, time=time))
+
+
+def clear_of_the_optimizer(a, us: float) -> tuple[float, float]:
+    """A stretch of `us` before the trace's first optimizer span or zero_grad range: outside all of them."""
+    lo, _, _ = optimizer_rows(a.trace, zero_grad=True)
+    return float(lo.min()) - 10 * us, float(lo.min()) - 9 * us
+
+
+def test_launch_fixes_save_the_model_launch_idle_and_cuda_graphs_the_queued_too():
+    """Graphs and fused layers change the model alone: the idle inside the optimizer's own spans (or zero_grad) stays.
+    Here one gap clear of the optimizer holds 300 us of launch idle, 100 other host, 100 queued; one inside an
+    optimizer span 500 us of launch idle. Per step: launch 6, other host 2, queued 1.5 ms."""
+    a = idle(launch=6.0, other_host=2.0, queued=1.5, allocation=7.0)
+    lo, hi, _ = optimizer_rows(a.trace, zero_grad=True)
+    i = int(np.argmax(hi - lo))
+    assert hi[i] - lo[i] > 500
+    out0, out1 = clear_of_the_optimizer(a, 500.0)
+    a = gapped(a, [(out0, out1, {"launch": 300.0, "other_host": 100.0, "queued": 100.0}),
+                   (lo[i], lo[i] + 500.0, {"launch": 500.0})])
+    got = offered(a, "cuda_graph", "fuse_layers")
+    # graphs: 9.5 ms x 500 / 1000 of the idle outside; fused layers: 8 ms x 400 / 900 (launch and other host only)
+    assert got == pytest.approx({"cuda_graph": 9.5 * 500 / 1000, "fuse_layers": 8.0 * 400 / 900})
+    queued = gapped(idle(queued=1.0), [(out0, out1, {"queued": 500.0})])
+    assert offered(queued, "cuda_graph", "larger_batch", "fuse_layers") == {"cuda_graph": 1.0}
     assert offered(idle(allocation=7.0), "cuda_graph", "larger_batch", "fuse_layers") == {}
+
+
+def test_graphs_leave_the_loops_code_outside_the_optimizers_closures(monkeypatch):
+    """Where the trace records the optimizer's closures (the model runs inside them), idle outside every closure is
+    the loop's: 400 us of a 1000 us gap clear of the optimizer lies inside a closure."""
+    a = idle(launch=5.0)
+    out0, out1 = clear_of_the_optimizer(a, 1000.0)
+    a = gapped(a, [(out0, out1, {"launch": 1000.0})])
+    assert offered(a, "cuda_graph") == pytest.approx({"cuda_graph": 5.0})
+    monkeypatch.setattr(fixes, "closure_rows", lambda trace: (np.array([out0 + 100.0]), np.array([out0 + 500.0])))
+    assert offered(a, "cuda_graph", "fuse_layers") == pytest.approx({"cuda_graph": 2.0, "fuse_layers": 2.0})
+
+
+def test_a_larger_batch_saves_at_most_the_step_less_the_launch_work_over_the_factor():
+    """Twice the batch keeps the host's launch work per step (at least the launch idle): per original batch it saves
+    at most step - launch idle / 2, and never more than the launch idle (the step is 100 ms)."""
+    assert offered(idle(launch=30.0, other_host=10.0), "larger_batch") == {"larger_batch": 40.0}
+    assert offered(idle(launch=70.0, other_host=10.0, input=8.0), "larger_batch") == {"larger_batch": 60.0}
+    assert offered(idle(launch=100.0), "larger_batch") == {"larger_batch": 50.0}
 
 
 def test_savings_are_capped_by_the_findings_cost_and_never_negative():
     a = idle(launch=3.0, other_host=2.0)
-    assert offered(a, "cuda_graph", cap_ms=4.0) == {"cuda_graph": 4.0}
-    assert offered(a, "cuda_graph", cap_ms=-1.0) == {"cuda_graph": 0.0}
-    assert offered(a, "cuda_graph", cap_ms=9.0) == {"cuda_graph": 5.0}
+    assert offered(a, "larger_batch", cap_ms=4.0) == {"larger_batch": 4.0}
+    assert offered(a, "larger_batch", cap_ms=-1.0) == {"larger_batch": 0.0}
+    assert offered(a, "larger_batch", cap_ms=9.0) == {"larger_batch": 5.0}
+
+
+def test_compiles_folding_keeps_one_kernel_per_reduction_in_each_chain():
+    """On one stream: a GEMM, then elementwise, elementwise, a norm, elementwise, a norm (a second reduction: a kernel
+    of its own), elementwise, a GEMM, an elementwise kernel in the next step, and a sort (a library call Inductor does
+    not generate): 4 kernels fold into another. On a second stream, two elementwise kernels: 1 more."""
+    names = ["gemm", "add", "mul", "layer_norm", "add", "softmax", "mul", "gemm", "add", "sort_pairs", "add", "add"]
+    cats = ["gemm_conv", "elementwise", "elementwise", "reduction_norm", "elementwise", "reduction_norm",
+            "elementwise", "gemm_conv", "elementwise", "elementwise", "elementwise", "elementwise"]
+    streams = np.array([7] * 10 + [8, 8])
+    steps = np.array([0] * 8 + [1, 1, 0, 0])
+    assert compiled.folded_in_gpu_order(names, cats, streams, steps) == 4 + 1
 
 
 def test_pinning_saves_the_pageable_time_less_the_same_bytes_at_25_gb_s():
@@ -149,19 +210,29 @@ def test_loader_fixes_apply_with_a_loader_or_with_input_waits():
     assert offered(a, "gpu_augment") == {}
 
 
-def test_compile_saves_the_launch_share_and_half_the_fusable_kernel_time():
+def test_compile_saves_the_model_launch_share_and_half_the_fusable_kernel_time():
+    """The model's launch idle times the share of its launches folded into another kernel, plus half the fusable
+    kernels' time. With every kernel of the trace elementwise, each run of them in a step makes one chain and one
+    kernel, broken by the kernels Inductor does not generate (CUB's sorts and scans, COMPILE_KEEPS): every kernel
+    that joins its predecessor folds (counted here from the kernels' streams, steps and names)."""
     a = idle(launch=4.0, other_host=2.0)
+    out0, out1 = clear_of_the_optimizer(a, 100.0)
+    a = gapped(a, [(out0, out1, {"launch": 100.0})])
     k = a.kernels
     n = len(k.category_of_row)
-    from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES
-
-    cat = k.category_of_row.copy()
-    cat[:] = CATEGORIES.index("gemm_conv")
-    cat[: n // 4] = CATEGORIES.index("elementwise")  # a quarter of the launches fusable
     us = {c: 0.0 for c in k.categories_us} | {"elementwise": 2000.0, "reduction_norm": 1000.0}
-    a = replace(a, kernels=replace(k, category_of_row=cat, categories_us=us, data_movement=[], count=n))
-    want = 6.0 * (n // 4) / n + 0.5 * ms_of(a, 3000.0)
-    assert offered(a, "torch_compile") == {"torch_compile": pytest.approx(want)}
+    gemms = replace(k, category_of_row=np.full(n, CATEGORIES.index("gemm_conv")), categories_us=us,
+                    data_movement=[], count=n)
+    assert offered(replace(a, kernels=gemms), "torch_compile") == {"torch_compile": pytest.approx(0.5 * ms_of(a, 3000.0))}
+    ew = replace(gemms, category_of_row=np.full(n, CATEGORIES.index("elementwise")))
+    gpu, rows = a.trace.gpu, k.rows[np.argsort(a.trace.gpu.start[k.rows], kind="stable")]
+    step = np.searchsorted(a.steps.start, gpu.start[rows], side="right")
+    kept = [bool(compiled.COMPILE_KEEPS.search(a.trace.names[int(i)])) for i in gpu.name[rows].tolist()]  # CUB's sorts
+    joins = sum(gpu.stream[rows[j]] == gpu.stream[rows[j - 1]] and step[j] == step[j - 1]
+                and not kept[j] and not kept[j - 1] for j in range(1, n))  # one stream in this trace
+    assert len(set(gpu.stream[rows].tolist())) == 1 and 0 < joins < n
+    want = 6.0 * joins / n + 0.5 * ms_of(a, 3000.0)
+    assert offered(replace(a, kernels=ew), "torch_compile") == {"torch_compile": pytest.approx(want)}
 
 
 def test_moe_dispatch_needs_routing_grouping_and_movement_ops(tmp_path):

@@ -58,6 +58,12 @@ class TraceAnalysis(msgspec.Struct):
             return self.profiler.busy_pct_unprofiled
         return self.timeline.busy_pct
 
+    @property
+    def gaps_step_ms(self) -> float:
+        """The step the gap causes' per-step times are of (gaps_summary): the step without the profiler when the
+        correction scaled them to it, else the traced step."""
+        return self.window.step_ms if self.profiler and self.profiler.applied else self.window.traced_step_ms
+
 
 def analyze(trace: Trace, mfu_inputs: mfu.MfuInputs | None = None, ncu: list[NcuLaunch] | None = None,
             ncu_path: str = "", comm_waits=None) -> TraceAnalysis:

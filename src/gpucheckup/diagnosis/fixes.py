@@ -25,7 +25,9 @@ from gpucheckup.analysis.distinct import unique
 from gpucheckup.analysis.flops.gemm_dtype import plain_fp32_gemms
 from gpucheckup.analysis.one_trace.gpu.kernels import CATEGORIES, data_movement_family
 from gpucheckup.analysis.one_trace.host.dataloader import workers_to_keep_pace
-from gpucheckup.analysis.one_trace.host.optimizer_spans import optimizer_rows, step_classes
+from gpucheckup.analysis import intervals
+from gpucheckup.analysis.one_trace.host.gap_causes import CAUSES
+from gpucheckup.analysis.one_trace.host.optimizer_spans import closure_rows, optimizer_rows, step_classes
 from gpucheckup.analysis.flops.mfu import HEALTHY_BANDS_PCT
 from gpucheckup.analysis.run_logs.environment import ThreadBudget
 from gpucheckup.analysis.run_logs.run import RunAnalysis
@@ -125,19 +127,60 @@ def _launch_idle(a: TraceAnalysis) -> float:
     return _idle(a, "launch", "other_host")
 
 
+def _model_idle(a: TraceAnalysis, *causes: str) -> float:
+    """The idle of these causes per step that falls outside the optimizer's own spans and its zero_grad ranges
+    (analysis/one_trace/host/optimizer_spans.py) and, where the trace records the optimizer's closures (the model's
+    forward and backward run inside them: Lightning's automatic optimization), inside a closure: the idle a change to
+    the model alone can remove. A model compiled, captured in graphs or given fused layers leaves the optimizer step
+    and the loop's code around the model eager (whatif/compiled.py `_outside_the_model`). Without closures the loop's
+    code is not told from the model's, and counts as the model's (an upper bound)."""
+    total = _idle(a, *causes)
+    gaps, time = a.timeline.gaps, a.causes.time
+    idle = time[:, [CAUSES.index(c) for c in causes]].sum(axis=1)
+    if total <= 0 or idle.sum() <= 0:
+        return total
+    lo, hi, _ = optimizer_rows(a.trace, zero_grad=True)
+    outside = intervals.covered_between(intervals.union(lo, hi), gaps.start, gaps.end)
+    c_lo, c_hi = closure_rows(a.trace)
+    if len(c_lo):
+        in_closures = intervals.covered_between(intervals.union(c_lo, c_hi), gaps.start, gaps.end)
+        outside = np.maximum(outside, gaps.dur - in_closures)
+    share = np.divide(np.maximum(gaps.dur - outside, 0.0), gaps.dur, out=np.zeros(len(idle)), where=gaps.dur > 0)
+    return total * float((idle * share).sum() / idle.sum())
+
+
+def _batch_bound(a: TraceAnalysis) -> float:
+    """The most a `edits.BATCH_FACTOR` times larger batch saves per original batch: the host's launch work stays per
+    step (the launch idle is host work: at least that much of it), so a larger step takes at least the launch idle and
+    saves per original batch at most step - launch idle / factor (the step the idle is of: `gaps_step_ms`); and never
+    more than the launch idle. (The data
+    wait is left out: on the H200's Lightning loop twice the batch measured 59.8% faster per sample, docs/validation.md
+    7j, more than a loader time growing with the batch would allow.)"""
+    launch = _launch_idle(a)
+    return max(min(launch, a.gaps_step_ms - launch / edits.BATCH_FACTOR), 0.0)
+
+
+def _folded_share(a: TraceAnalysis) -> float:
+    """The share of the model's kernel launches (those outside the `optimizer` category: the optimizer stays eager)
+    that torch.compile can remove by folding their kernels into another, judged on the GPU's order alone
+    (`compiled.folded_in_gpu_order`: at least as many as the replay's `_inductor_fusion` folds)."""
+    k = a.kernels
+    model = int((k.category_of_row != CATEGORIES.index("optimizer")).sum())
+    if not model:
+        return 0.0
+    gpu, names = a.trace.gpu, a.trace.names
+    order = np.argsort(gpu.start[k.rows], kind="stable")
+    rows, cats = k.rows[order], k.category_of_row[order]
+    steps = np.searchsorted(a.steps.start, gpu.start[rows], side="right")
+    folded = compiled.folded_in_gpu_order([names[int(i)] for i in gpu.name[rows].tolist()],
+                                          [CATEGORIES[int(c)] for c in cats.tolist()], gpu.stream[rows], steps)
+    return folded / model
+
+
 def _host_ops(a: TraceAnalysis) -> set[str]:
     """Names of the CPU ops in the trace."""
     ids = unique(a.trace.host.name[a.trace.host.cat == CPU_OP])
     return {a.trace.names[int(i)] for i in ids}
-
-
-def _count_share(a: TraceAnalysis, *cats: str) -> float:
-    """The share of kernel launches in the given categories."""
-    k = a.kernels
-    if not k.count:
-        return 0.0
-    idx = [CATEGORIES.index(c) for c in cats]
-    return float(np.isin(k.category_of_row, idx).sum()) / k.count
 
 
 # Optimizers whose for-each step runs nothing on the CPU before its first launch but the Python the fused form runs
@@ -453,37 +496,46 @@ CATALOGUE: list[CatalogueFix] = [
         "torch_compile", "Compile the model: model = torch.compile(model) fuses elementwise, normalisation and "
         "indexing (gather, scatter, index_put) kernels", "code",
         when="the trace has elementwise, normalisation or indexing kernels",
-        saves="the launch idle times the elementwise and normalisation kernels' share of launches (fused kernels "
-              f"are not launched), plus {1 - FUSION_KEEP:g} of those kernels' and the indexing kernels' time: they "
-              "are memory-bound, and fusing a producer into its consumer drops the intermediate's write and read, "
-              "two of the four memory passes of a two-kernel chain (a fused gather still reads its source once)",
+        saves="the model's launch idle (as for `cuda_graph`: the optimizer and the loop's code stay eager) times the "
+              "share of the model's launches whose kernels fuse into another (folded kernels are not launched: each "
+              "chain of elementwise, normalisation, indexing and copy kernels in a step keeps one kernel per "
+              f"reduction in it), plus {1 - FUSION_KEEP:g} of the elementwise, normalisation and indexing "
+              "kernels' time: they are memory-bound, and fusing a producer into its consumer drops the "
+              "intermediate's write and read, two of the four memory passes of a two-kernel chain (a fused gather "
+              "still reads its source once)",
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a) > 0),
-        saving=_trace(lambda a: _launch_idle(a) * _count_share(a, "elementwise", "reduction_norm")
+        saving=_trace(lambda a: _model_idle(a, "launch", "other_host") * _folded_share(a)
                       + (1 - FUSION_KEEP) * (_kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a))),
         replay=compiled.torch_compile),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",
         when="the GPU idles while the host launches, or with work already queued",
-        saves="the launch idle plus the idle with work already queued (`queued`): a graph replays the whole step "
-              "from one launch, so no host time falls between kernels, and the per-kernel scheduling latency "
-              "shrinks (upper bound: all of it)",
+        saves="the model's launch idle plus its idle with work already queued (`queued`): a graph replays the "
+              "model's forward and backward from one launch, so no host time falls between their kernels, and the "
+              "per-kernel scheduling latency shrinks (upper bound: all of it); the optimizer step and the loop's "
+              "code around the model stay eager, so their idle stays (outside the model: the optimizer's own spans, "
+              "zero_grad and, where the trace records the optimizer's closures, what runs outside them)",
         applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
-        saving=_trace(lambda a: _launch_idle(a) + _idle(a, "queued")),
+        saving=_trace(lambda a: _model_idle(a, "launch", "other_host", "queued")),
         bottleneck="launch_bound", replay=compiled.cuda_graphs),
     CatalogueFix(
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
         "global batch)", "code",
         when="the GPU idles while the host launches",
-        saves=LAUNCH_SAVES + ": launch overhead is per kernel, not per sample, so larger kernels hide it "
-              "(upper bound: all of it)",
-        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle),
+        saves=LAUNCH_SAVES + f", per original batch: launch overhead is per kernel, not per sample, so larger "
+              f"kernels hide it; a {edits.BATCH_FACTOR:g}x batch keeps the host's launch work per step (at least the "
+              f"launch idle), so it saves at most step - launch idle / {edits.BATCH_FACTOR:g}, and no more than the "
+              "launch idle",
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_batch_bound),
         replay=edits.larger_batch),
     CatalogueFix(
         "fuse_layers", "Fuse the small layers into fewer, larger operations (custom or Triton kernels)", "refactor",
         when="the GPU idles while the host launches",
-        saves=LAUNCH_SAVES + ": each fused kernel is one launch instead of several (upper bound: all of it)",
-        applies=_never_on_run(lambda a: _launch_idle(a) > 0), saving=_trace(_launch_idle),
+        saves=LAUNCH_SAVES + " between the model's kernels: each fused kernel is one launch instead of several "
+              "(upper bound: all of it); the optimizer and the loop's code keep theirs (as for `cuda_graph`)",
+        applies=_never_on_run(lambda a: _launch_idle(a) > 0),
+        saving=_trace(lambda a: _model_idle(a, "launch", "other_host")),
         bottleneck="launch_bound"),
     CatalogueFix(
         "no_host_reads", "Stop reading GPU values on the host every step: no .item(), int(tensor), print(loss) in "

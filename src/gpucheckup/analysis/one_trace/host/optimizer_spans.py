@@ -62,6 +62,13 @@ def step_classes(trace: Trace) -> list[str]:
     return out
 
 
+def closure_rows(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the recorded `Optimizer.closure#` ranges (the model's forward and backward, where the loop
+    passes them to the optimizer as a closure); empty where the trace records none."""
+    rows = _ranges(trace, CLOSURE_RANGE)
+    return trace.host.start[rows].astype(np.float64), trace.host.end[rows].astype(np.float64)
+
+
 def optimizer_rows(trace: Trace, zero_grad: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, tids) of the optimizer's own span in each `Optimizer.step#` range (see the module docstring),
     with the `Optimizer.zero_grad#` ranges when `zero_grad`."""
