@@ -495,6 +495,29 @@ def test_h200_lightning_light_window_names_the_full_windows_three_fixes_first():
     assert loader >= 0.1 * largest  # 0.82 ms: against the whole launch idle, 8.07 ms, a ratio of 0.102
 
 
+def test_h200_a_larger_batchs_bound_is_of_the_step_its_idle_is_of():
+    """The host's speed drifts: this Lightning light window (tests/data/h200/light/lightning_faster_window) ran its
+    record steps at 6.70 ms where the job's steps took 9.43 ms, so the profiler correction does not apply and the
+    idle per step is the traced step's. A doubled batch saves at most that step less half its launch idle (computed
+    here from the trace's step windows and the report's idle); taken of the job's step, it read 57% of it and put
+    the DataLoader's fix after the code changes, where the full window ranks it second."""
+    from gpucheckup.checkup.pipeline import check_run
+    from gpucheckup.diagnosis.fixes import _launch_idle
+
+    run = H200_LIGHT / "lightning_faster_window"
+    doc = json.loads(gzip.decompress((run / "traces" / "trace.json.gz").read_bytes()))
+    traced = float(np.median([e["dur"] for e in doc["traceEvents"] if e.get("ph") == "X"
+                              and e["name"].startswith("ProfilerStep#")])) / 1000
+    r = _report("lightning_faster_window")
+    p = r["profiler"]
+    assert p["traced_step_ms"] == pytest.approx(traced) and p["inflation_pct"] < -20 and not p["applied"]
+    launch = _launch_idle(check_run(run).checkups[0].analysis)
+    batch = next(f for f in r["fixes"] if f["key"] == "larger_batch")["saving_ms"]
+    assert batch == pytest.approx(min(launch, traced - launch / 2))
+    assert batch < 0.5 * p["unprofiled_step_ms"]
+    assert [f["key"] for f in r["fixes"][:2]] == ["fused_optimizer", "dataloader_workers"]
+
+
 def test_h200_hf_trainer_light_window_names_the_full_windows_three_fixes_first():
     """HF Trainer's CUPTI light window (tests/data/h200/light/hf_cupti) against the same job's full window (the corpus
     run, tests/data/h200/corpus/hf): launch_bound both, and the same three fixes first in the same order (the full

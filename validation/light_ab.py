@@ -60,6 +60,8 @@ JOBS = {  # name: (script, extra args, skip, window steps, expected verdict unpr
     "hf": ("train_hf_trainer.py", ["--steps", "170"], 70, 30, "launch_bound"),
     "lightning": ("train_lightning.py", ["--steps", "330"], 140, 40, "launch_bound"),
     "timm": ("train_timm_amp.py", ["--steps", "330"], 140, 40, "launch_bound"),
+    # accelerate's Accelerator on a bf16 transformer LM (docs/validation.md 6o)
+    "accelerate": ("train_accelerate.py", ["--steps", "250"], 100, 30, "launch_bound"),
 }
 VARIANTS = ("attached", "kern", "null", "shared")  # run through validation/light_variant.py
 CUPTI_MODES = ("cupti", "counters", "nospy", *VARIANTS)  # the CUPTI backend: cupti-python on the job's PYTHONPATH
