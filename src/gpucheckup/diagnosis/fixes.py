@@ -153,9 +153,8 @@ def _batch_bound(a: TraceAnalysis) -> float:
     """The most a `edits.BATCH_FACTOR` times larger batch saves per original batch: the host's launch work stays per
     step (the launch idle is host work: at least that much of it), so a larger step takes at least the launch idle and
     saves per original batch at most step - launch idle / factor (the step the idle is of: `gaps_step_ms`); and never
-    more than the launch idle. (The data
-    wait is left out: on the H200's Lightning loop twice the batch measured 59.8% faster per sample, docs/validation.md
-    7j, more than a loader time growing with the batch would allow.)"""
+    more than the launch idle. (The data wait is left out: on the H200's Lightning loop twice the batch measured 59.8%
+    faster per sample, docs/validation.md 7j, more than a loader time growing with the batch would allow.)"""
     launch = _launch_idle(a)
     return max(min(launch, a.gaps_step_ms - launch / edits.BATCH_FACTOR), 0.0)
 
@@ -523,7 +522,7 @@ CATALOGUE: list[CatalogueFix] = [
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "
         "global batch)", "code",
         when="the GPU idles while the host launches",
-        saves=LAUNCH_SAVES + f", per original batch: launch overhead is per kernel, not per sample, so larger "
+        saves=LAUNCH_SAVES + ", per original batch: launch overhead is per kernel, not per sample, so larger "
               f"kernels hide it; a {edits.BATCH_FACTOR:g}x batch keeps the host's launch work per step (at least the "
               f"launch idle), so it saves at most step - launch idle / {edits.BATCH_FACTOR:g}, and no more than the "
               "launch idle",
