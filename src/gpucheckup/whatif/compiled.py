@@ -281,14 +281,13 @@ def folded_in_gpu_order(names: list[str], categories: list[str], streams: np.nda
     ok = [fusable_kernel(n, c) for n, c in zip(names, categories)]
     reduces = [c == COMPILE_REDUCES for c in categories]
     ops, preds = [], []
-    for s in unique(streams).tolist():
+    for s in unique(streams).tolist():  # a stream's pairs in its order: each predecessor's group is known first
         on = np.flatnonzero(streams == s).tolist()
         for p, o in zip(on, on[1:]):
             if ok[o] and ok[p] and steps[o] == steps[p]:
                 ops.append(o)
                 preds.append(p)
-    order = np.argsort(ops, kind="stable")  # each predecessor's group first
-    return len(fold_chains([ops[i] for i in order], [preds[i] for i in order], reduces))
+    return len(fold_chains(ops, preds, reduces))
 
 
 def cuda_graphs(g: Graph) -> Edit:
