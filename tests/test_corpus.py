@@ -412,16 +412,37 @@ def test_bf16_on_a_host_bound_loop_is_said_to_cost_more_than_it_saves(docs):
 
 @pytest.mark.parametrize("job", ["hf", "timm", "lightning", "forloop", "sync", "gpu", "accelerate"])
 def test_the_compile_bound_folds_at_least_the_kernels_the_replay_folds(job):
-    """torch.compile's bound counts the launches it removes on the GPU's order alone (light windows hold nothing
-    else): on each full-window trace it folds at least the kernels the replay's fusion folds with the launches,
-    threads, syncs and operators in view, so the bound's launch share is never under the edit's."""
+    """torch.compile's bound counts the launches it removes and the kernel time its fusion removes on the GPU's order
+    alone (light windows hold nothing else): on each full-window trace it folds at least the kernels the replay's
+    fusion folds with the launches, threads, syncs and operators in view, and removes at least the kernel time the
+    replay removes (each fused kernel keeping its longest member's time in both), so neither of the bound's parts is
+    under the edit's."""
     from gpucheckup.checkup.pipeline import check_run
-    from gpucheckup.diagnosis.fixes import _folded_share
+    from gpucheckup.diagnosis.fixes import _compile_fusion
 
     a = check_run(CORPUS / job).checkups[0].analysis
     g = _graph_of(job)
-    folded, _ = compiled._fusion_plan(g, compiled._outside_the_model(g))
-    replayed = int(np.count_nonzero(g.trace.gpu.kind[folded] == KERNEL))
+    folded, fused = compiled._fusion_plan(g, compiled._outside_the_model(g))
+    gpu = g.trace.gpu
+    replayed = int(np.count_nonzero(gpu.kind[folded] == KERNEL))
     model = int(np.count_nonzero(a.kernels.category_of_row != CATEGORIES.index("optimizer")))
     assert replayed > 0
-    assert round(_folded_share(a) * model) >= replayed
+    share, removed_ms = _compile_fusion(a)
+    assert round(share * model) >= replayed
+    first, last = a.steps.window
+    kernels = (gpu.kind == KERNEL) & (gpu.start >= first) & (gpu.start <= last)
+    replay_removed_us = float((g.g_dur[kernels] - fused[kernels]).sum())
+    assert replay_removed_us > 0
+    assert removed_ms >= a.window.ms(replay_removed_us) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("job", JOBS)
+def test_the_code_changes_bounds_hold_their_replays(docs, job):
+    """A code change replays its mechanism: the graphs and compile remove the model's launch idle and the kernel time
+    Inductor's fusion removes, a larger batch amortizes the launch work. Each bound counts that mechanism's time, so
+    no replay passes it, except where the replay is itself an upper bound (the forward's reads of GPU values replayed
+    gone, which the prediction's note says)."""
+    for f in docs[job].fixes:
+        if f.key in ("cuda_graph", "torch_compile", "larger_batch") and f.predicted and "upper bound" not in (
+                f.predicted_note or ""):
+            assert f.predicted.saving_ms <= f.saving_ms * (1 + 1e-6), (job, f.key)

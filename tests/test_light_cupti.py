@@ -540,6 +540,21 @@ def test_h200_hf_trainer_light_window_names_the_full_windows_three_fixes_first()
     assert tf32["saving_ms"] < 0.1 * max(f["saving_ms"] or 0.0 for f in light["fixes"])
 
 
+def test_h200_an_optimizer_already_fused_is_not_told_to_fuse():
+    """The MoE job (validation/train_moe.py: AdamW(fused=True)) in the default light window, launch-bound: its
+    optimizer's kernels are torch's fused form already (their names, read here from the trace's JSON, carry
+    `FusedOptimizerTensorListMetadata`), so the fused optimizer is not offered. Before, its bound (the optimizer's own
+    host span plus its kernels' time: 9% of the step) put it first (docs/validation.md 6o), where the full window
+    replays it at 0.2% (its fused kernels keep their work)."""
+    light = _report("moe_fused_default")
+    names = {e["name"] for e in _x("moe_fused_default") if e.get("cat") == "kernel"}
+    assert any("FusedOptimizerTensorListMetadata" in n for n in names)
+    assert light["verdict"]["primary"] == "launch_bound"
+    keys = [f["key"] for f in light["fixes"]]
+    assert "fused_optimizer" not in keys
+    assert keys[0] == "cuda_graph" and "torch_compile" in keys[:3]
+
+
 def test_h200_cupti_kernels_in_optimizer_ranges_are_the_optimizers():
     """Without launch calls a kernel is `optimizer` when it starts inside Optimizer.step after the GPU went idle
     there. On the launch-bound MLP (foreach AdamW) that picks AdamW's multi_tensor_apply kernels, read off their names,

@@ -39,10 +39,6 @@ from gpucheckup.hardware.peaks import lookup
 from gpucheckup.trace.tables import CPU_OP
 
 from gpucheckup.hardware.peaks import PINNED_GB_S  # the pinned rate assumed for a pageable copy
-# A fused elementwise/normalisation chain: each unfused kernel reads its input and writes its
-# output; fusing a producer into its consumer drops the intermediate's write and read, two of the
-# four memory passes of a two-kernel chain. Longer chains save more, so half is the floor.
-FUSION_KEEP = 0.5
 # Ops whose output size depends on tensor values, so the host must read the GPU to allocate it.
 DATA_DEPENDENT_OPS = frozenset({
     "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_consecutive",
@@ -60,6 +56,10 @@ MOE_MOVE_OPS = frozenset({"aten::index_add_", "aten::index_select", "aten::scatt
 MOE_FAMILIES = ("sort", "gather", "scatter", "index")
 DENSE_MFU_PCT = HEALTHY_BANDS_PCT["dense_pretraining"][0]  # the dense band's floor: the target low_mfu measures
 OPTIMIZER_FUSE_MIN_PCT = 5.0  # optimizer kernels' share of kernel time below which fusing them is noise
+# torch's fused optimizers (`fused=True`: Adam, AdamW, SGD, Adagrad) run their update as
+# `multi_tensor_apply_kernel<FusedOptimizerTensorListMetadata<n>, Fused<Class>MathFunctor<...>>` (ATen's
+# fused_adam_impl.cu and its siblings); the for-each and for-loop forms never do.
+FUSED_OPTIMIZER_KERNEL = re.compile(r"FusedOptimizerTensorListMetadata|Fused\w*MathFunctor")
 CONV_MIN_PCT_OF_STEP = 10.0  # convolution time worth re-tuning algorithms for
 
 
@@ -159,21 +159,30 @@ def _batch_bound(a: TraceAnalysis) -> float:
     return max(min(launch, a.gaps_step_ms - launch / edits.BATCH_FACTOR), 0.0)
 
 
-def _folded_share(a: TraceAnalysis) -> float:
-    """The share of the model's kernel launches (those outside the `optimizer` category: the optimizer stays eager)
-    that torch.compile can remove by folding their kernels into another, judged on the GPU's order alone
-    (`compiled.folded_in_gpu_order`: at least as many as the replay's `_inductor_fusion` folds)."""
+def _compile_fusion(a: TraceAnalysis) -> tuple[float, float]:
+    """torch.compile's fusion of the model's kernels (those outside the `optimizer` category: the optimizer stays
+    eager), judged on the GPU's order alone (`compiled.fused_in_gpu_order`, the replay's grouping): the share of the
+    model's launches whose kernels fold into another, and the kernel time per step the fusion removes (each fused
+    kernel keeps its longest member's time)."""
     k = a.kernels
-    model = int((k.category_of_row != CATEGORIES.index("optimizer")).sum())
-    if not model:
-        return 0.0
+    model = k.category_of_row != CATEGORIES.index("optimizer")
+    if not model.any():
+        return 0.0, 0.0
     gpu, names = a.trace.gpu, a.trace.names
-    order = np.argsort(gpu.start[k.rows], kind="stable")
+    order = np.argsort(gpu.start[k.rows], kind="stable")  # the optimizer's kernels too: they break a chain
     rows, cats = k.rows[order], k.category_of_row[order]
     steps = np.searchsorted(a.steps.start, gpu.start[rows], side="right")
-    folded = compiled.folded_in_gpu_order([names[int(i)] for i in gpu.name[rows].tolist()],
-                                          [CATEGORIES[int(c)] for c in cats.tolist()], gpu.stream[rows], steps)
-    return folded / model
+    folded, saved_us = compiled.fused_in_gpu_order([names[int(i)] for i in gpu.name[rows].tolist()],
+                                                   [CATEGORIES[int(c)] for c in cats.tolist()], gpu.stream[rows],
+                                                   steps, gpu.end[rows] - gpu.start[rows])
+    return folded / int(model.sum()), a.window.ms(saved_us)
+
+
+def _compile_bound(a: TraceAnalysis) -> float:
+    """torch.compile's bound: the model's launch idle times the share of its launches that fold into another kernel,
+    plus the kernel time the fusion removes (`_compile_fusion`)."""
+    share, saved_ms = _compile_fusion(a)
+    return _model_idle(a, "launch", "other_host") * share + saved_ms
 
 
 def _host_ops(a: TraceAnalysis) -> set[str]:
@@ -224,6 +233,14 @@ def _first_optimizer_kernel(a: TraceAnalysis, lo: np.ndarray, hi: np.ndarray) ->
     at = np.minimum(np.searchsorted(starts, lo, side="left"), len(starts) - 1)
     first = starts[at]
     return np.where((first >= lo) & (first <= hi), first, hi)
+
+
+def _already_fused(a: TraceAnalysis) -> bool:
+    """Whether the optimizer already runs torch's fused kernels (FUSED_OPTIMIZER_KERNEL among the `optimizer` kernels'
+    names): the fix is in place."""
+    k = a.kernels
+    names = a.trace.gpu.name[k.rows[k.category_of_row == CATEGORIES.index("optimizer")]]
+    return bool(np.isin(names, a.trace.name_ids(FUSED_OPTIMIZER_KERNEL.search)).any())
 
 
 def _fused_optimizer_bound(a: TraceAnalysis) -> float:
@@ -483,12 +500,14 @@ CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "fused_optimizer", "Use the fused optimizer: torch.optim.AdamW(..., fused=True) (one kernel per parameter "
         "group instead of several per tensor list)", "config",
-        when=f"optimizer kernels take >= {OPTIMIZER_FUSE_MIN_PCT:g}% of kernel time",
+        when=f"optimizer kernels take >= {OPTIMIZER_FUSE_MIN_PCT:g}% of kernel time, and none of them is the fused "
+             "form's already",
         saves="the optimizer's own host time (its `Optimizer.step` spans less any closure they call), no more than "
               "the launch idle, plus the optimizer kernels' time: the for-loop or foreach optimizer's Python and "
               "launches run while the GPU waits, and the fused one launches a kernel or two that read and write "
               "each tensor once, where a foreach update passes over the parameters once per operation",
-        applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT),
+        applies=_never_on_run(lambda a: a.kernels.categories_pct.get("optimizer", 0) >= OPTIMIZER_FUSE_MIN_PCT
+                              and not _already_fused(a)),
         saving=_trace(_fused_optimizer_bound),
         bottleneck="launch_bound", replay=edits.fused_optimizer, ceiling=True),
     CatalogueFix(
@@ -498,13 +517,11 @@ CATALOGUE: list[CatalogueFix] = [
         saves="the model's launch idle (as for `cuda_graph`: the optimizer and the loop's code stay eager) times the "
               "share of the model's launches whose kernels fuse into another (folded kernels are not launched: each "
               "chain of elementwise, normalisation, indexing and copy kernels in a step keeps one kernel per "
-              f"reduction in it), plus {1 - FUSION_KEEP:g} of the elementwise, normalisation and indexing "
-              "kernels' time: they are memory-bound, and fusing a producer into its consumer drops the "
-              "intermediate's write and read, two of the four memory passes of a two-kernel chain (a fused gather "
-              "still reads its source once)",
+              "reduction in it), plus the kernel time the fusion removes: the kernels are memory-bound, and a fused "
+              "kernel moves at least its largest member's operand, so it takes at least its longest member's time "
+              "and the others' time goes (as the replay fuses them)",
         applies=_never_on_run(lambda a: _kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a) > 0),
-        saving=_trace(lambda a: _model_idle(a, "launch", "other_host") * _folded_share(a)
-                      + (1 - FUSION_KEEP) * (_kernel_ms(a, "elementwise", "reduction_norm") + _indexing_ms(a))),
+        saving=_trace(_compile_bound),
         replay=compiled.torch_compile),  # no bottleneck: it removes launches and memory-bound kernel time alike
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
@@ -514,9 +531,11 @@ CATALOGUE: list[CatalogueFix] = [
               "model's forward and backward from one launch, so no host time falls between their kernels, and the "
               "per-kernel scheduling latency shrinks (upper bound: all of it); the optimizer step and the loop's "
               "code around the model stay eager, so their idle stays (outside the model: the optimizer's own spans, "
-              "zero_grad and, where the trace records the optimizer's closures, what runs outside them)",
+              "zero_grad and, where the trace records the optimizer's closures, what runs outside them); plus, as "
+              "mode=\"reduce-overhead\" compiles the model with Inductor first, the kernel time its fusion removes "
+              "(as for `torch_compile`)",
         applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
-        saving=_trace(lambda a: _model_idle(a, "launch", "other_host", "queued")),
+        saving=_trace(lambda a: _model_idle(a, "launch", "other_host", "queued") + _compile_fusion(a)[1]),
         bottleneck="launch_bound", replay=compiled.cuda_graphs),
     CatalogueFix(
         "larger_batch", "Give each kernel more work: a larger batch per step (gradient accumulation keeps the "

@@ -245,13 +245,24 @@ def _fusion_plan(g: Graph, eager: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     syncs_before = np.concatenate(([0], np.cumsum(g.h_kind == SYNC)))  # sync nodes before each node
     joins = ((p >= 0) & ew[pp] & (g.g_step[pp] == g.g_step[o]) & (lo >= 0) & (lp >= 0)
              & (syncs_before[np.maximum(lo + 1, 0)] - syncs_before[lp] <= 0) & (tid[lp] == tid[np.maximum(lo, 0)]))
-    head_of = fold_chains(o[joins].tolist(), p[joins].tolist(), reduces.tolist())
+    folded, heads = _as_arrays(fold_chains(o[joins].tolist(), p[joins].tolist(), reduces.tolist()))
+    return folded, fused_durations(g.g_dur, folded, heads)
+
+
+def _as_arrays(head_of: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """fold_chains' mapping as (the ops folded into another, each one's group head)."""
     folded = np.fromiter(head_of.keys(), dtype=np.int64, count=len(head_of))
-    heads = np.fromiter(head_of.values(), dtype=np.int64, count=len(head_of))
-    gdur = g.g_dur.astype(np.float64, copy=True)
-    np.maximum.at(gdur, heads, g.g_dur[folded])  # a fused kernel takes its longest member's time
-    gdur[folded] = 0.0
-    return folded, gdur
+    return folded, np.fromiter(head_of.values(), dtype=np.int64, count=len(head_of))
+
+
+def fused_durations(dur: np.ndarray, folded: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Each op's duration once its group is fused (`folded[i]` joins the kernel of `heads[i]`, fold_chains): a fused
+    kernel takes its longest member's time at its first member's place (it still moves the largest operand); the
+    members folded into it take none."""
+    out = np.asarray(dur, dtype=np.float64).copy()
+    np.maximum.at(out, heads, out[folded])
+    out[folded] = 0.0
+    return out
 
 
 def fold_chains(ops: list[int], preds: list[int], reduces: list[bool]) -> dict[int, int]:
@@ -271,13 +282,15 @@ def fold_chains(ops: list[int], preds: list[int], reduces: list[bool]) -> dict[i
     return head_of
 
 
-def folded_in_gpu_order(names: list[str], categories: list[str], streams: np.ndarray, steps: np.ndarray) -> int:
-    """How many of these kernels (one per entry, in start order on each stream; their names, categories, streams and
-    steps) Inductor's fusion folds into another, judged on the GPU's order alone, for a trace that holds no launch
-    call and no operator (a light window): each fusable kernel (`fusable_kernel`) joins its stream predecessor's
-    kernel when that is fusable too and ran in the same step, as `_inductor_fusion` joins them (`fold_chains`). With
-    no launching thread, sync call or operator to break a chain or mark a cast, it folds at least as many as the
-    replay would: an upper bound on the launches compiled code removes."""
+def fused_in_gpu_order(names: list[str], categories: list[str], streams: np.ndarray, steps: np.ndarray,
+                       dur: np.ndarray) -> tuple[int, float]:
+    """Inductor's fusion of these kernels (one per entry, in start order on each stream; their names, categories,
+    streams, steps and durations) judged on the GPU's order alone, for a trace that holds no launch call and no
+    operator (a light window): each fusable kernel (`fusable_kernel`) joins its stream predecessor's kernel when that
+    is fusable too and ran in the same step, as `_inductor_fusion` joins them (`fold_chains`). With no launching
+    thread, sync call or operator to break a chain or mark a cast, its groups hold the replay's kernel groups (the
+    replay also folds a copy engine's slice copies, which are not kernels). Returns the kernels folded into another
+    (the launches compiled code removes) and the kernel time (us) the fusion removes (`fused_durations`)."""
     ok = [fusable_kernel(n, c) for n, c in zip(names, categories)]
     reduces = [c == COMPILE_REDUCES for c in categories]
     ops, preds = [], []
@@ -287,7 +300,9 @@ def folded_in_gpu_order(names: list[str], categories: list[str], streams: np.nda
             if ok[o] and ok[p] and steps[o] == steps[p]:
                 ops.append(o)
                 preds.append(p)
-    return len(fold_chains(ops, preds, reduces))
+    folded, heads = _as_arrays(fold_chains(ops, preds, reduces))
+    dur = np.asarray(dur, dtype=np.float64)
+    return len(folded), float(dur.sum() - fused_durations(dur, folded, heads).sum())
 
 
 def cuda_graphs(g: Graph) -> Edit:
