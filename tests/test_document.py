@@ -64,7 +64,7 @@ def test_every_kind_of_input_gives_the_same_top_level_keys(tmp_path, case, kind,
     doc = written(tmp_path, path)
     validate_document(doc)
     assert list(doc) == TOP_KEYS
-    assert doc["schema_version"] == 5 and doc["kind"] == kind and doc["path"] == str(path)
+    assert doc["schema_version"] == 6 and doc["kind"] == kind and doc["path"] == str(path)
     assert (len(doc["checkups"]), len(doc["cpu_checkups"])) == (n_gpu, n_cpu)
     assert (doc["job"] is not None, doc["run"] is not None) == (job, run)
     for r in doc["checkups"]:  # the run-level keys are once, at the top

@@ -31,7 +31,7 @@ from msgspec import UNSET, UnsetType
 
 from gpucheckup import __version__
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 KINDS = ("trace", "cpu_trace", "traces", "run", "cases")
 Kind = Literal["trace", "cpu_trace", "traces", "run", "cases"]
 Section = dict[str, Any]  # a part whose keys docs/metrics.md and docs/reports.md list (typed in a later version)
