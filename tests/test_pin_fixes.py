@@ -5,6 +5,7 @@ step is 100 ms so that ms and percent coincide."""
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -170,6 +171,26 @@ def test_sync_fixes_save_their_ops_share_of_the_sync_idle():
     # shapes: nonzero and bincount, 5 of 8; each share of the 10 ms sync idle
     got = offered(a, "no_host_reads", "static_shapes", "sync_debug")
     assert got == pytest.approx({"no_host_reads": 10 * 4 / 8, "static_shapes": 10 * 5 / 8, "sync_debug": 0.0})
+
+
+def test_graphs_are_not_offered_where_an_op_sets_its_output_size_from_gpu_values():
+    """A CUDA graph replays fixed shapes. The H200 MoE example routes tokens with `torch.bincount`, which reads the GPU
+    on the host to size its output (a cudaStreamSynchronize inside each aten::bincount, found here in the trace's
+    JSON), so each step brings new shapes: the graphs are not offered (on the H200's MoE job mode="reduce-overhead"
+    ran 62% slower, docs/validation.md 6p). The same analysis without those syncs offers them."""
+    from conftest import raw_events
+    from gpucheckup.checkup.pipeline import check_run
+
+    run = next((Path(__file__).parent / "data" / "whatif_h200" / "moe").iterdir())
+    ev = [e for e in raw_events(run / "traces" / "trace.json.gz")["traceEvents"] if e.get("ph") == "X"]
+    sizing = [e for e in ev if e["name"] == "aten::bincount"]
+    waits = [r for r in ev if r.get("cat") == "cuda_runtime" and r["name"] == "cudaStreamSynchronize"
+             and any(b["tid"] == r["tid"] and b["ts"] <= r["ts"] <= b["ts"] + b["dur"] for b in sizing)]
+    assert sizing and waits
+    a = idle(check_run(run).checkups[0].analysis, launch=2.0, queued=1.0)
+    assert any(g.op == "aten::bincount" for g in a.syncs.by_cause)
+    assert offered(a, "cuda_graph") == {}
+    assert "cuda_graph" in offered(replace(a, syncs=replace(a.syncs, by_cause=[])), "cuda_graph")
 
 
 def test_fused_optimizer_from_5_percent_of_kernel_time_unless_already_fused():

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import StepClock, parse  # noqa: E402
+from common import StepClock, compiled, parse  # noqa: E402
 
 
 class MoE(nn.Module):
@@ -46,11 +46,12 @@ def main():
     dev = torch.device(args.device)
     model = nn.Sequential(*[MoE(args.d, args.experts, args.hidden) for _ in range(args.layers)]).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=dev.type == "cuda")
+    step_model = compiled(model, args)
     x = torch.randn(args.batch, args.d, device=dev)
     clock = StepClock(args)
     while True:
         with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = model(x).float().square().mean()
+            loss = step_model(x).float().square().mean()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

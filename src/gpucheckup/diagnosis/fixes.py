@@ -526,7 +526,11 @@ CATALOGUE: list[CatalogueFix] = [
     CatalogueFix(
         "cuda_graph", "Capture the step in a CUDA graph: torch.compile(model, mode=\"reduce-overhead\") or "
         "torch.cuda.graphs", "code",
-        when="the GPU idles while the host launches, or with work already queued",
+        when="the GPU idles while the host launches, or with work already queued, and no synchronization comes from "
+             "an op whose output size depends on values (" + ", ".join(sorted(DATA_DEPENDENT_OPS)) + "): a graph "
+             "replays fixed shapes, and such an op sets new ones each step (torch.compile's cudagraph trees record a "
+             "graph per new shape and run eager meanwhile: on the H200's MoE job, routing by bincount, "
+             "mode=\"reduce-overhead\" ran 62% slower, docs/validation.md 6p)",
         saves="the model's launch idle plus its idle with work already queued (`queued`): a graph replays the "
               "model's forward and backward from one launch, so no host time falls between their kernels, and the "
               "per-kernel scheduling latency shrinks (upper bound: all of it); the optimizer step and the loop's "
@@ -534,7 +538,8 @@ CATALOGUE: list[CatalogueFix] = [
               "zero_grad and, where the trace records the optimizer's closures, what runs outside them); plus, as "
               "mode=\"reduce-overhead\" compiles the model with Inductor first, the kernel time its fusion removes "
               "(as for `torch_compile`)",
-        applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0),
+        applies=_never_on_run(lambda a: _launch_idle(a) + _idle(a, "queued") > 0
+                              and not _has_sync_from(a, DATA_DEPENDENT_OPS)),
         saving=_trace(lambda a: _model_idle(a, "launch", "other_host", "queued") + _compile_fusion(a)[1]),
         bottleneck="launch_bound", replay=compiled.cuda_graphs),
     CatalogueFix(
