@@ -10,6 +10,7 @@ host, the reads are replayed gone (compiled code may skip them) and the saving i
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 
@@ -291,16 +292,13 @@ def fused_in_gpu_order(names: list[str], categories: list[str], streams: np.ndar
     thread, sync call or operator to break a chain or mark a cast, its groups hold the replay's kernel groups (the
     replay also folds a copy engine's slice copies, which are not kernels). Returns the kernels folded into another
     (the launches compiled code removes) and the kernel time (us) the fusion removes (`fused_durations`)."""
-    ok = [fusable_kernel(n, c) for n, c in zip(names, categories)]
+    ok = np.array([fusable_kernel(n, c) for n, c in zip(names, categories)], dtype=bool)
+    streams, steps = np.asarray(streams), np.asarray(steps)
+    on = np.lexsort((np.arange(len(ok)), streams))  # stream by stream, each in its order: a predecessor comes first
+    preds, ops = on[:-1], on[1:]
+    joins = (streams[preds] == streams[ops]) & ok[preds] & ok[ops] & (steps[preds] == steps[ops])
     reduces = [c == COMPILE_REDUCES for c in categories]
-    ops, preds = [], []
-    for s in unique(streams).tolist():  # a stream's pairs in its order: each predecessor's group is known first
-        on = np.flatnonzero(streams == s).tolist()
-        for p, o in zip(on, on[1:]):
-            if ok[o] and ok[p] and steps[o] == steps[p]:
-                ops.append(o)
-                preds.append(p)
-    folded, heads = _as_arrays(fold_chains(ops, preds, reduces))
+    folded, heads = _as_arrays(fold_chains(ops[joins].tolist(), preds[joins].tolist(), reduces))
     dur = np.asarray(dur, dtype=np.float64)
     return len(folded), float(dur.sum() - fused_durations(dur, folded, heads).sum())
 
@@ -516,6 +514,7 @@ def _fusable(g: Graph) -> np.ndarray:
     return g.memo["fusable"]
 
 
+@lru_cache(maxsize=1 << 16)
 def fusable_kernel(name: str, category: str) -> bool:
     """Whether torch.compile fuses a kernel of this name and category (kernels.CATEGORIES) with its neighbours: a
     category of COMPILE_FUSES or a data-movement family of COMPILE_FUSES_MOVES, and none of COMPILE_KEEPS."""
